@@ -1,0 +1,272 @@
+"""Envelope <-> bytes: one zstd frame of UTF-8 JSON whose first key names the format.
+
+The bytes of a stored object are readable without this library for as long as zstd and JSON
+exist: `zstd -d < object | jq`. Decoding is bounded: a small frame that claims or inflates
+to gigabytes fails fast with bounded memory, and JSON nesting depth is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pydantic
+import pydantic_core
+import zstandard
+
+from stashpoint.envelope import Envelope
+from stashpoint.errors import InvalidPayload, LimitExceeded, StashpointError, UnsupportedFormat
+
+FORMAT_NAME = "stashpoint.envelope"
+"""The name in the `format` field of every envelope."""
+FORMAT_VERSION = 1
+"""The newest envelope format version this library reads and the one it writes."""
+FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
+"""The value of the `format` field this library writes."""
+
+PARSER_MAX_DEPTH = 200
+"""The JSON parser's own nesting ceiling; `Limits.max_depth` cannot exceed it."""
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_STREAM_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds applied when encoding and decoding envelopes."""
+
+    max_compressed_bytes: int = 256 * 1024 * 1024
+    """Largest stored object accepted (compressed bytes)."""
+    max_decompressed_bytes: int = 1024 * 1024 * 1024
+    """Largest JSON document accepted once decompressed."""
+    max_depth: int = PARSER_MAX_DEPTH
+    """Deepest JSON nesting accepted, the envelope object itself counting as 1."""
+    max_window_bytes: int = 1 << 27
+    """Largest zstd window a frame may ask for (bounds decoder memory)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_depth <= PARSER_MAX_DEPTH:
+            raise ValueError(f"max_depth must be between 1 and {PARSER_MAX_DEPTH}")
+        if self.max_compressed_bytes < 1 or self.max_decompressed_bytes < 1:
+            raise ValueError("size limits must be positive")
+
+
+DEFAULT_LIMITS = Limits()
+"""The limits used when none are given."""
+
+
+class Codec:
+    """Encodes envelopes to stored bytes and decodes them back, within `Limits`."""
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, *, level: int = 3) -> None:
+        self.limits = limits
+        """The bounds this codec enforces."""
+        self.level = level
+        """zstd compression level used when encoding."""
+        # Compressor objects are not thread-safe; they are cheap to create per call.
+        self._max_window = limits.max_window_bytes
+
+    def encode(self, envelope: Envelope) -> bytes:
+        """Return the stored bytes of `envelope` (a zstd frame with size and checksum)."""
+        document = {
+            "format": FORMAT,
+            "id": envelope.id,
+            "run_id": envelope.run_id,
+            "kind": envelope.kind,
+            "schema_version": envelope.schema_version,
+            "revision": envelope.revision,
+            "write_id": envelope.write_id,
+            "lineage": list(envelope.lineage),
+            "created_at": _timestamp(envelope.created_at),
+            "updated_at": _timestamp(envelope.updated_at),
+            "payload": envelope.payload,
+        }
+        try:
+            raw = pydantic_core.to_json(document, inf_nan_mode="constants")
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            raise InvalidPayload(
+                f"payload is not JSON-serialisable: {exc}", object_name=envelope.id
+            ) from exc
+        if (b"NaN" in raw or b"Infinity" in raw) and _has_non_finite(raw):
+            raise InvalidPayload(
+                "payload holds NaN or Infinity, which JSON cannot carry", object_name=envelope.id
+            )
+        if len(raw) > self.limits.max_decompressed_bytes:
+            raise LimitExceeded(
+                f"envelope is {len(raw)} bytes of JSON, over the limit of "
+                f"{self.limits.max_decompressed_bytes}",
+                object_name=envelope.id,
+            )
+        compressor = zstandard.ZstdCompressor(
+            level=self.level, write_checksum=True, write_content_size=True
+        )
+        data = compressor.compress(raw)
+        if len(data) > self.limits.max_compressed_bytes:
+            raise LimitExceeded(
+                f"envelope compresses to {len(data)} bytes, over the limit of "
+                f"{self.limits.max_compressed_bytes}",
+                object_name=envelope.id,
+            )
+        return data
+
+    def decode(self, data: bytes, *, name: str | None = None) -> Envelope:
+        """Return the envelope stored in `data`, or raise a typed error naming `name`.
+
+        Accepts a zstd frame or an uncompressed JSON object (first byte `{`).
+        """
+        document = self.decode_document(data, name=name)
+        return self.envelope_from_document(document, name=name)
+
+    def decode_document(self, data: bytes, *, name: str | None = None) -> dict[str, Any]:
+        """Return the envelope's JSON object, checked for format, size and depth."""
+        if len(data) > self.limits.max_compressed_bytes:
+            raise LimitExceeded(
+                f"object is {len(data)} bytes, over the limit of "
+                f"{self.limits.max_compressed_bytes}",
+                object_name=name,
+            )
+        if data[:4] == _ZSTD_MAGIC:
+            raw = self._decompress(data, name)
+        elif data.lstrip()[:1] == b"{":
+            raw = data
+            if len(raw) > self.limits.max_decompressed_bytes:
+                raise LimitExceeded("JSON document over the size limit", object_name=name)
+        elif not data:
+            raise InvalidPayload("object is empty", object_name=name)
+        else:
+            raise InvalidPayload(
+                "object is neither a zstd frame nor a JSON object", object_name=name
+            )
+        try:
+            document = pydantic_core.from_json(raw)
+        except ValueError as exc:
+            if "recursion limit" in str(exc):
+                raise LimitExceeded(
+                    f"JSON nesting deeper than {PARSER_MAX_DEPTH}", object_name=name
+                ) from exc
+            raise InvalidPayload(f"object is not valid JSON: {exc}", object_name=name) from exc
+        if not isinstance(document, dict):
+            raise InvalidPayload("envelope JSON is not an object", object_name=name)
+        _check_format(document.get("format"), name)
+        if self.limits.max_depth < PARSER_MAX_DEPTH:
+            _check_depth(document, self.limits.max_depth, name)
+        return document
+
+    def envelope_from_document(
+        self, document: dict[str, Any], *, name: str | None = None
+    ) -> Envelope:
+        """Validate a decoded JSON object into an `Envelope`."""
+        fields = {k: v for k, v in document.items() if k != "format"}
+        try:
+            return Envelope.model_validate(fields)
+        except pydantic.ValidationError as exc:
+            raise InvalidPayload(
+                f"envelope fields are invalid: {_short_errors(exc)}", object_name=name
+            ) from exc
+        except StashpointError as exc:
+            raise InvalidPayload(f"envelope fields are invalid: {exc}", object_name=name) from exc
+
+    def _decompress(self, data: bytes, name: str | None) -> bytes:
+        limit = self.limits.max_decompressed_bytes
+        try:
+            params = zstandard.get_frame_parameters(data)
+        except zstandard.ZstdError as exc:
+            raise InvalidPayload(f"corrupt zstd frame header: {exc}", object_name=name) from exc
+        declared = params.content_size
+        if declared != zstandard.CONTENTSIZE_UNKNOWN and declared > limit:
+            raise LimitExceeded(
+                f"zstd frame declares {declared} bytes, over the limit of {limit}",
+                object_name=name,
+            )
+        if params.window_size > self.limits.max_window_bytes:
+            raise LimitExceeded(
+                f"zstd frame asks for a {params.window_size}-byte window", object_name=name
+            )
+        dctx = zstandard.ZstdDecompressor(max_window_size=self._max_window)
+        try:
+            if declared != zstandard.CONTENTSIZE_UNKNOWN:
+                # zstd checks the declared size against the real one, so this bounds memory.
+                dobj = dctx.decompressobj()
+                raw = dobj.decompress(data)
+                if not dobj.eof:
+                    raise InvalidPayload("truncated zstd frame", object_name=name)
+                if dobj.unused_data:
+                    raise InvalidPayload("trailing bytes after the zstd frame", object_name=name)
+                return raw
+            return self._decompress_streaming(dctx, data, limit, name)
+        except zstandard.ZstdError as exc:
+            raise InvalidPayload(f"corrupt zstd frame: {exc}", object_name=name) from exc
+
+    @staticmethod
+    def _decompress_streaming(
+        dctx: zstandard.ZstdDecompressor, data: bytes, limit: int, name: str | None
+    ) -> bytes:
+        chunks: list[bytes] = []
+        total = 0
+        with dctx.stream_reader(data, read_across_frames=False) as reader:
+            while chunk := reader.read(_STREAM_CHUNK):
+                total += len(chunk)
+                if total > limit:
+                    raise LimitExceeded(
+                        f"zstd frame inflates past the limit of {limit} bytes", object_name=name
+                    )
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _has_non_finite(raw: bytes) -> bool:
+    # Only reached when the bytes mention NaN/Infinity: a strict parse tells a number from
+    # a string that merely contains the word.
+    def reject(_: str) -> None:
+        raise ValueError
+
+    try:
+        json.loads(raw, parse_constant=reject)
+    except ValueError:
+        return True
+    return False
+
+
+def _timestamp(value: datetime) -> str:
+    return value.isoformat()
+
+
+def _check_format(value: object, name: str | None) -> None:
+    if not isinstance(value, str):
+        raise UnsupportedFormat(
+            "not a stashpoint envelope: no 'format' field naming the format", object_name=name
+        )
+    fmt_name, _, fmt_version = value.partition("/")
+    if fmt_name != FORMAT_NAME:
+        raise UnsupportedFormat(f"unknown format {value!r}", object_name=name)
+    if not fmt_version.isdigit():
+        raise UnsupportedFormat(f"malformed format version in {value!r}", object_name=name)
+    if int(fmt_version) > FORMAT_VERSION:
+        raise UnsupportedFormat(
+            f"format {value!r} is newer than this library reads ({FORMAT}); upgrade stashpoint",
+            object_name=name,
+        )
+    if int(fmt_version) < 1:
+        raise UnsupportedFormat(f"unknown format version in {value!r}", object_name=name)
+
+
+def _check_depth(document: object, max_depth: int, name: str | None) -> None:
+    stack: list[tuple[object, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > max_depth:
+            raise LimitExceeded(f"JSON nesting deeper than {max_depth}", object_name=name)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+
+
+def _short_errors(exc: pydantic.ValidationError) -> str:
+    parts = [f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]]
+    return "; ".join(parts)

@@ -1,0 +1,142 @@
+"""The domain-neutral, versioned checkpoint envelope that every store moves.
+
+Stores move envelopes and never look inside `payload`; typed layers (agent, runs) own the
+payload shapes and validate `kind` and `schema_version` on load.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator
+
+from stashpoint.errors import InvalidId, LimitExceeded
+from stashpoint.ids import new_write_id, validate_id
+
+MAX_REVISION = 2**63 - 1
+"""The largest revision an envelope can carry (a signed 64-bit integer, as in the seed)."""
+
+LINEAGE_DEPTH = 32
+"""How many `(revision, write_id)` pairs a head remembers, its own included."""
+
+_KIND_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+JsonPayload = Annotated[Any, SkipValidation]
+"""Any JSON value. Not walked on construction (payloads can be megabytes); the codec
+rejects what JSON cannot carry when the envelope is encoded."""
+
+
+def utc_now() -> datetime:
+    """Return the current time, timezone-aware in UTC."""
+    return datetime.now(UTC)
+
+
+class Envelope(BaseModel):
+    """One revision of a checkpoint: identity, version bookkeeping and an opaque payload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+    id: str
+    """Stable checkpoint identity; also the object's name in storage."""
+    run_id: str | None = None
+    """The run this checkpoint belongs to, if any."""
+    kind: str
+    """What the payload is (for example `stashpoint.agent`); typed layers check it on load."""
+    schema_version: int = Field(ge=0, le=2**32 - 1)
+    """Version of the payload's schema for this kind; typed layers check it on load."""
+    revision: int = Field(ge=0, le=MAX_REVISION)
+    """Monotonic revision: 0 when created, +1 on every save."""
+    write_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    """Random identity of the save that wrote this revision, used to resolve ambiguous writes."""
+    lineage: tuple[str, ...] = Field(default=(), max_length=LINEAGE_DEPTH - 1)
+    """Write ids of the preceding revisions, newest first (`revision - 1`, `revision - 2`, ...)."""
+    created_at: datetime
+    """When revision 0 was written."""
+    updated_at: datetime
+    """When this revision was written."""
+    payload: JsonPayload
+    """The state itself: any JSON value."""
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        return validate_id(value)
+
+    @field_validator("run_id")
+    @classmethod
+    def _check_run_id(cls, value: str | None) -> str | None:
+        return None if value is None else validate_id(value, what="run id")
+
+    @field_validator("kind")
+    @classmethod
+    def _check_kind(cls, value: str) -> str:
+        if not _KIND_PATTERN.fullmatch(value):
+            raise InvalidId(f"invalid kind {value!r}: use 1-128 characters of [A-Za-z0-9._:-]")
+        return value
+
+    @field_validator("lineage")
+    @classmethod
+    def _check_lineage(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for write_id in value:
+            if not write_id or len(write_id) > 64 or not re.fullmatch(r"[A-Za-z0-9_-]+", write_id):
+                raise ValueError(f"invalid write id in lineage: {write_id!r}")
+        return value
+
+    @classmethod
+    def initial(
+        cls,
+        id: str,
+        run_id: str | None,
+        kind: str,
+        schema_version: int,
+        payload: Any,
+    ) -> Envelope:
+        """Return revision 0 of a new checkpoint; a bad id or kind raises `InvalidId`."""
+        validate_id(id)
+        if run_id is not None:
+            validate_id(run_id, what="run id")
+        cls._check_kind(kind)
+        now = utc_now()
+        return cls(
+            id=id,
+            run_id=run_id,
+            kind=kind,
+            schema_version=schema_version,
+            revision=0,
+            write_id=new_write_id(),
+            created_at=now,
+            updated_at=now,
+            payload=payload,
+        )
+
+    def next(self, payload: Any) -> Envelope:
+        """Return the following revision carrying `payload`, with a fresh write id.
+
+        Identity (`id`, `run_id`, `kind`, `schema_version`, `created_at`) is kept; the
+        current write id joins the lineage. Raises `LimitExceeded` past `MAX_REVISION`.
+        """
+        if self.revision >= MAX_REVISION:
+            raise LimitExceeded(
+                f"revision overflow: {self.revision} is the largest revision", object_name=self.id
+            )
+        return self.model_copy(
+            update={
+                "revision": self.revision + 1,
+                "write_id": new_write_id(),
+                "lineage": (self.write_id, *self.lineage[: LINEAGE_DEPTH - 2]),
+                "updated_at": utc_now(),
+                "payload": payload,
+            }
+        )
+
+    def lineage_pairs(self) -> list[tuple[int, str]]:
+        """Return the `(revision, write_id)` pairs this head remembers, newest first."""
+        pairs = [(self.revision, self.write_id)]
+        pairs.extend((self.revision - 1 - i, w) for i, w in enumerate(self.lineage))
+        return [(r, w) for r, w in pairs if r >= 0]
+
+    def with_timestamps(self, created_at: datetime, updated_at: datetime) -> Envelope:
+        """Return a copy with the given timestamps (used when restoring archives)."""
+        return self.model_copy(update={"created_at": created_at, "updated_at": updated_at})

@@ -1,0 +1,129 @@
+"""One error hierarchy, rooted at `StashpointError`, each error carrying a kind to branch on."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    """What went wrong, for callers that branch on it.
+
+    New kinds may appear in later versions: keep a default branch when matching.
+    """
+
+    NOT_FOUND = "not_found"
+    """The object (checkpoint, run, attempt) does not exist."""
+    CONFLICT = "conflict"
+    """A compare-and-swap lost a race, or the expected revision is stale."""
+    INVALID_PAYLOAD = "invalid_payload"
+    """Bytes or fields that cannot be decoded or validated."""
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    """A format or schema version this library does not know (often a newer one)."""
+    INVALID_ID = "invalid_id"
+    """An identifier outside the allowed alphabet or length."""
+    TERMINAL_STATE = "terminal_state"
+    """A transition out of a state that is final."""
+    AMBIGUOUS_RESUME = "ambiguous_resume"
+    """Resuming would repeat work whose effects are unknown."""
+    GRAPH_DRIFT = "graph_drift"
+    """The stored graph definition differs from the caller's."""
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    """Storage could not be reached or did not give a definite answer."""
+    CONFIGURATION = "configuration"
+    """A URL, option or environment setting is wrong."""
+    LIMIT_EXCEEDED = "limit_exceeded"
+    """A size or depth limit was crossed."""
+
+
+class StashpointError(Exception):
+    """Root of every error stashpoint raises on purpose."""
+
+    kind: ErrorKind = ErrorKind.STORAGE_UNAVAILABLE
+    """The kind of failure, stable across versions."""
+
+    def __init__(self, message: str, *, object_name: str | None = None) -> None:
+        self.message = message
+        """Human-readable description of the failure."""
+        self.object_name = object_name
+        """The object (id or key) the failure concerns, when there is one."""
+        super().__init__(f"{message} [{object_name}]" if object_name else message)
+
+
+class CheckpointNotFound(StashpointError):
+    """No checkpoint (or revision) exists under the given id."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class CheckpointConflict(StashpointError):
+    """A compare-and-swap found another revision than the one expected."""
+
+    kind = ErrorKind.CONFLICT
+
+    def __init__(
+        self,
+        checkpoint_id: str,
+        *,
+        expected_revision: int | None,
+        actual_revision: int | None = None,
+        message: str | None = None,
+    ) -> None:
+        self.checkpoint_id = checkpoint_id
+        """The checkpoint whose write lost."""
+        self.expected_revision = expected_revision
+        """The revision the writer expected (None: it expected no object)."""
+        self.actual_revision = actual_revision
+        """The revision found in storage, when known (None: absent or unknown)."""
+        expected = "absent" if expected_revision is None else f"revision {expected_revision}"
+        actual = "unknown" if actual_revision is None else f"revision {actual_revision}"
+        super().__init__(
+            message or f"compare-and-swap conflict: expected {expected}, found {actual}",
+            object_name=checkpoint_id,
+        )
+
+
+class InvalidPayload(StashpointError):
+    """Bytes or fields that cannot be decoded into a valid envelope or typed state."""
+
+    kind = ErrorKind.INVALID_PAYLOAD
+
+
+class UnsupportedFormat(StashpointError):
+    """A format name, format version or schema version this library does not support."""
+
+    kind = ErrorKind.UNSUPPORTED_FORMAT
+
+
+class LimitExceeded(InvalidPayload):
+    """A configured size or depth limit was crossed; nothing was written or trusted."""
+
+    kind = ErrorKind.LIMIT_EXCEEDED
+
+
+class InvalidId(StashpointError, ValueError):
+    """An identifier outside `[A-Za-z0-9._:-]{1,256}` (or `.` / `..`)."""
+
+    kind = ErrorKind.INVALID_ID
+
+
+class StorageUnavailable(StashpointError):
+    """Storage could not be reached or gave no definite answer.
+
+    When a write's outcome is unknown, `write_id` names it so a caller can check later
+    whether it landed (it is in the head's lineage if it did).
+    """
+
+    kind = ErrorKind.STORAGE_UNAVAILABLE
+
+    def __init__(
+        self, message: str, *, object_name: str | None = None, write_id: str | None = None
+    ) -> None:
+        self.write_id = write_id
+        """The write whose outcome is unknown, if this error concerns a write."""
+        super().__init__(message, object_name=object_name)
+
+
+class ConfigurationError(StashpointError, ValueError):
+    """A URL, option or environment setting is wrong."""
+
+    kind = ErrorKind.CONFIGURATION

@@ -1,0 +1,58 @@
+"""Identifiers: validation, time-ordered UUIDv7 ids and random write ids."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import threading
+import time
+import uuid
+
+from stashpoint.errors import InvalidId
+
+_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,256}")
+
+_lock = threading.Lock()
+_last_ms = 0
+_last_seq = 0
+
+
+def validate_id(value: str, *, what: str = "id") -> str:
+    """Return `value` if it is a valid id, else raise `InvalidId`.
+
+    Valid ids match `[A-Za-z0-9._:-]{1,256}` and are not `.` or `..`; they never contain
+    `/`, so an id maps to exactly one object key or file name.
+    """
+    if not isinstance(value, str) or not _ID_PATTERN.fullmatch(value) or value in (".", ".."):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise InvalidId(
+            f"invalid {what} {shown}: use 1-256 characters of [A-Za-z0-9._:-], not '.' or '..'"
+        )
+    return value
+
+
+def new_id() -> str:
+    """Return a new time-ordered UUIDv7 string (RFC 9562), monotonic within this process."""
+    global _last_ms, _last_seq
+    with _lock:
+        ms = time.time_ns() // 1_000_000
+        if ms <= _last_ms:
+            # Same (or an earlier, after a clock step) millisecond: keep order with a counter.
+            ms = _last_ms
+            _last_seq += 1
+            if _last_seq >= 1 << 12:
+                ms += 1
+                _last_seq = 0
+        else:
+            _last_seq = 0
+        _last_ms = ms
+        seq = _last_seq
+    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | rand
+    return str(uuid.UUID(int=value))
+
+
+def new_write_id() -> str:
+    """Return a fresh random write id: 128 bits, 22 URL-safe characters."""
+    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")

@@ -1,0 +1,409 @@
+"""The compare-and-swap protocol over object storage, written once and free of I/O.
+
+Every save is a conditional PUT: create with `If-None-Match: *`, update with `If-Match:
+<ETag of the revision the writer read>`. When the answer is not definite (a timeout, a reset,
+a 5xx, or a 412/404 that may be botocore's own retry tripping over our landed write), the
+head is read back and judged by its *lineage*, the `(revision, write_id)` pairs of its last
+saves: ours there means success even if others already built on it; the head still at the
+expected revision means the write has not landed, so the same bytes are resent under the same
+condition (at most one copy can land); anything else is a conflict.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from stashpoint._sansio import Protocol, Sleep
+from stashpoint.codec import Codec
+from stashpoint.envelope import LINEAGE_DEPTH, Envelope
+from stashpoint.errors import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    InvalidPayload,
+    StashpointError,
+    StorageUnavailable,
+)
+from stashpoint.ids import validate_id
+from stashpoint.retry import RetryPolicy
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    HeadObject,
+    KeyPage,
+    ListKeys,
+    ListVersions,
+    Match,
+    ObjectInfo,
+    PutObject,
+    VersionRef,
+    WriteOutcome,
+    WriteResult,
+)
+
+META_KIND = "stashpoint-kind"
+"""Object metadata: the envelope's kind."""
+META_REVISION = "stashpoint-revision"
+"""Object metadata: the envelope's revision."""
+META_WRITE_ID = "stashpoint-write-id"
+"""Object metadata: the write id of the save that wrote this revision."""
+META_RUN_ID = "stashpoint-run-id"
+"""Object metadata: the envelope's run id (absent when it has none)."""
+META_LINEAGE = "stashpoint-lineage"
+"""Object metadata: write ids of the preceding revisions, newest first, joined by '.'."""
+
+CHECKPOINTS = "checkpoints"
+"""Namespace of agent and job checkpoint heads."""
+RUNS = "runs"
+"""Namespace of graph-run heads."""
+BLOBS = "blobs"
+"""Namespace of immutable content-addressed blobs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where things live under a store's prefix: `{prefix}/{namespace}/{id}`."""
+
+    prefix: str = ""
+    """Key prefix shared by every object of this store (no leading or trailing '/')."""
+
+    def key(self, namespace: str, object_id: str) -> str:
+        """Return the object key of `object_id` in `namespace`."""
+        return f"{self.namespace_prefix(namespace)}{object_id}"
+
+    def namespace_prefix(self, namespace: str) -> str:
+        """Return the key prefix of every object in `namespace`."""
+        return f"{self.prefix}/{namespace}/" if self.prefix else f"{namespace}/"
+
+
+def head_metadata(envelope: Envelope) -> dict[str, str]:
+    """Return the object metadata that lets one HEAD say which revision a head is."""
+    metadata = {
+        META_KIND: envelope.kind,
+        META_REVISION: str(envelope.revision),
+        META_WRITE_ID: envelope.write_id,
+        META_LINEAGE: ".".join(envelope.lineage),
+    }
+    if envelope.run_id is not None:
+        metadata[META_RUN_ID] = envelope.run_id
+    return metadata
+
+
+@dataclass(frozen=True, slots=True)
+class HeadFacts:
+    """What a read of a head says about it, from its metadata or its envelope."""
+
+    etag: str
+    """The head's ETag."""
+    revision: int
+    """The head's revision."""
+    pairs: frozenset[tuple[int, str]]
+    """The `(revision, write_id)` pairs the head remembers, its own included."""
+    envelope: Envelope | None = None
+    """The decoded envelope, when the read returned the body."""
+
+    def remembers(self, envelope: Envelope) -> bool:
+        """Whether `envelope`'s save is this head or one of its remembered ancestors."""
+        return (envelope.revision, envelope.write_id) in self.pairs
+
+
+def facts_from_metadata(etag: str, metadata: Mapping[str, str]) -> HeadFacts | None:
+    """Return the facts in a head's metadata, or None if it carries none (or bad ones)."""
+    try:
+        revision = int(metadata[META_REVISION])
+        write_id = metadata[META_WRITE_ID]
+    except (KeyError, ValueError):
+        return None
+    lineage = [w for w in metadata.get(META_LINEAGE, "").split(".") if w]
+    pairs = {(revision, write_id)}
+    pairs.update((revision - 1 - i, w) for i, w in enumerate(lineage))
+    return HeadFacts(etag=etag, revision=revision, pairs=frozenset(pairs))
+
+
+def facts_from_envelope(etag: str, envelope: Envelope) -> HeadFacts:
+    """Return the facts of a head whose envelope was read."""
+    return HeadFacts(
+        etag=etag,
+        revision=envelope.revision,
+        pairs=frozenset(envelope.lineage_pairs()),
+        envelope=envelope,
+    )
+
+
+class EtagCache:
+    """Remembers the ETag of the latest revision seen of each key, so saves skip a HEAD.
+
+    Bounded (least recently used entries go first) and safe to share between threads.
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, revision: int) -> str | None:
+        """Return the ETag of `key` at `revision`, if known."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != revision:
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+    def remember(self, key: str, revision: int, etag: str) -> None:
+        """Record that `key` at `revision` has `etag` (never moves a key backwards)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] > revision:
+                return
+            self._entries[key] = (revision, etag)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        """Drop what is known of `key`."""
+        with self._lock:
+            self._entries.pop(key, None)
+
+
+class _Verdict(Enum):
+    LANDED = "landed"
+    LOST = "lost"
+    NOT_LANDED = "not_landed"
+    UNKNOWN = "unknown"
+
+
+def judge_write(
+    facts: HeadFacts | None,
+    envelope: Envelope,
+    expected_revision: int | None,
+    sent_etag: str | None,
+) -> _Verdict:
+    """Decide what became of a write whose answer was not definite, from a read-back."""
+    if facts is None:
+        # Nothing there: a create has not landed; an update's base was deleted.
+        return _Verdict.NOT_LANDED if expected_revision is None else _Verdict.LOST
+    if facts.remembers(envelope):
+        return _Verdict.LANDED
+    if facts.revision - envelope.revision >= LINEAGE_DEPTH - 1:
+        # So many saves since that our pair would have left the lineage: cannot tell.
+        return _Verdict.UNKNOWN
+    if expected_revision is not None and facts.revision == expected_revision:
+        return _Verdict.NOT_LANDED if facts.etag == sent_etag else _Verdict.LOST
+    return _Verdict.LOST
+
+
+class CasProtocol:
+    """Load, compare-and-swap, delete and list envelopes in one namespace, as protocols."""
+
+    def __init__(
+        self, namespace: str, layout: Layout, codec: Codec, retry: RetryPolicy, cache: EtagCache
+    ) -> None:
+        self.namespace = namespace
+        """The namespace (`checkpoints`, `runs`) this protocol works in."""
+        self.layout = layout
+        """Where the namespace lives."""
+        self.codec = codec
+        """Encodes and decodes envelopes."""
+        self.retry = retry
+        """Retry policy for 409s and resends."""
+        self.cache = cache
+        """ETags of revisions seen, shared by the store's protocols."""
+
+    def key(self, object_id: str) -> str:
+        """Return the object key of a (validated) id."""
+        return self.layout.key(self.namespace, validate_id(object_id))
+
+    def load(self, object_id: str, revision: int | None = None) -> Protocol[Envelope]:
+        """Return the head envelope, or the given older revision (searched in history)."""
+        key = self.key(object_id)
+        info: ObjectInfo | None = yield GetObject(key)
+        if info is None:
+            raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
+        envelope = self._decode(info, key, object_id)
+        self.cache.remember(key, envelope.revision, info.etag)
+        if revision is None or envelope.revision == revision:
+            return envelope
+        if revision > envelope.revision:
+            raise CheckpointNotFound(
+                f"revision {revision} does not exist (head is {envelope.revision})",
+                object_name=object_id,
+            )
+        versions: list[VersionRef] = yield ListVersions(key)
+        for version in versions:
+            if version.is_delete_marker or version.is_latest:
+                continue
+            old: ObjectInfo | None = yield GetObject(key, version.version_id)
+            if old is None:
+                continue
+            candidate = self._decode(old, key, object_id)
+            if candidate.revision == revision:
+                return candidate
+            if candidate.revision < revision:
+                break
+        raise CheckpointNotFound(f"revision {revision} is not in history", object_name=object_id)
+
+    def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Protocol[None]:
+        """Store `envelope` if the head is at `expected_revision` (None: if there is none)."""
+        if expected_revision is not None and envelope.revision != expected_revision + 1:
+            raise InvalidPayload(
+                f"next revision must be expected_revision + 1 = {expected_revision + 1}, "
+                f"got {envelope.revision}",
+                object_name=envelope.id,
+            )
+        key = self.key(envelope.id)
+        body = self.codec.encode(envelope)  # a payload over the limits fails before any I/O
+        condition: Create | Match
+        if expected_revision is None:
+            condition = Create()
+        else:
+            etag = self.cache.get(key, expected_revision)
+            if etag is None:
+                facts = yield from self.read_head(key)
+                actual = None if facts is None else facts.revision
+                if facts is None or facts.revision != expected_revision:
+                    raise CheckpointConflict(
+                        envelope.id, expected_revision=expected_revision, actual_revision=actual
+                    )
+                etag = facts.etag
+            condition = Match(etag)
+        request = PutObject(key, body, condition, head_metadata(envelope))
+        sent_etag = condition.etag if isinstance(condition, Match) else None
+        attempt = 0
+        while True:
+            attempt += 1
+            result: WriteResult = yield request
+            if result.outcome is WriteOutcome.STORED:
+                if result.etag:
+                    self.cache.remember(key, envelope.revision, result.etag)
+                return
+            if (
+                result.outcome is WriteOutcome.CONDITION_CONFLICT
+                and attempt < self.retry.max_attempts
+            ):
+                yield Sleep(self.retry.delay(attempt))
+                continue
+            try:
+                facts = yield from self.read_head(key)
+            except StashpointError as exc:
+                raise StorageUnavailable(
+                    f"write outcome unknown ({result.detail or result.outcome.value}) and the "
+                    f"head could not be read back: {exc}; look for write id "
+                    f"{envelope.write_id} in the head's lineage",
+                    object_name=envelope.id,
+                    write_id=envelope.write_id,
+                ) from exc
+            verdict = judge_write(facts, envelope, expected_revision, sent_etag)
+            if verdict is _Verdict.LANDED:
+                assert facts is not None
+                if facts.revision == envelope.revision:
+                    self.cache.remember(key, envelope.revision, facts.etag)
+                return
+            if verdict is _Verdict.LOST:
+                self.cache.forget(key)
+                raise CheckpointConflict(
+                    envelope.id,
+                    expected_revision=expected_revision,
+                    actual_revision=None if facts is None else facts.revision,
+                )
+            if verdict is _Verdict.NOT_LANDED and attempt < self.retry.max_attempts:
+                yield Sleep(self.retry.delay(attempt))
+                continue
+            raise StorageUnavailable(
+                f"write outcome unknown after {attempt} attempts "
+                f"({result.detail or result.outcome.value}); look for write id "
+                f"{envelope.write_id} in the head's lineage",
+                object_name=envelope.id,
+                write_id=envelope.write_id,
+            )
+
+    def read_head(self, key: str) -> Protocol[HeadFacts | None]:
+        """Return what the current head says about itself (one HEAD; a GET if it must)."""
+        info: ObjectInfo | None = yield HeadObject(key)
+        if info is None:
+            return None
+        if info.metadata is not None:
+            facts = facts_from_metadata(info.etag, info.metadata)
+            if facts is not None:
+                return facts
+        if info.body is None:
+            # A head without our metadata (written by another tool): its envelope answers.
+            info = yield GetObject(key)
+            if info is None:
+                return None
+        assert info.body is not None
+        return facts_from_envelope(info.etag, self.codec.decode(info.body, name=key))
+
+    def delete(self, object_id: str, expected_revision: int | None = None) -> Protocol[None]:
+        """Delete the head; with `expected_revision`, only if the head is still at it."""
+        key = self.key(object_id)
+        etag: str | None = None
+        if expected_revision is not None:
+            etag = self.cache.get(key, expected_revision)
+            if etag is None:
+                facts = yield from self.read_head(key)
+                if facts is None or facts.revision != expected_revision:
+                    raise CheckpointConflict(
+                        object_id,
+                        expected_revision=expected_revision,
+                        actual_revision=None if facts is None else facts.revision,
+                    )
+                etag = facts.etag
+        self.cache.forget(key)
+        for attempt in range(1, self.retry.max_attempts + 1):
+            result: WriteResult = yield DeleteObject(key, etag)
+            if result.outcome in (WriteOutcome.STORED, WriteOutcome.NOT_FOUND):
+                return
+            if result.outcome is WriteOutcome.CONDITION_CONFLICT:
+                yield Sleep(self.retry.delay(attempt))
+                continue
+            facts = yield from self.read_head(key)
+            if facts is None:
+                return  # gone: ours landed, or someone else's delete did the same
+            if etag is not None and facts.etag != etag:
+                raise CheckpointConflict(
+                    object_id, expected_revision=expected_revision, actual_revision=facts.revision
+                )
+            yield Sleep(self.retry.delay(attempt))
+        raise StorageUnavailable("delete did not complete", object_name=object_id)
+
+    def history(self, object_id: str, limit: int | None = None) -> Protocol[list[Envelope]]:
+        """Return older revisions of a head, newest first (the head itself excluded)."""
+        key = self.key(object_id)
+        versions: list[VersionRef] = yield ListVersions(key)
+        envelopes: list[Envelope] = []
+        for version in versions:
+            if version.is_delete_marker or version.is_latest:
+                continue
+            if limit is not None and len(envelopes) >= limit:
+                break
+            info: ObjectInfo | None = yield GetObject(key, version.version_id)
+            if info is not None:
+                envelopes.append(self._decode(info, key, object_id))
+        return envelopes
+
+    def list_ids(self, prefix: str = "", page_size: int = 1000) -> Protocol[list[str]]:
+        """Return the ids in this namespace that start with `prefix`, ascending."""
+        base = self.layout.namespace_prefix(self.namespace)
+        ids: list[str] = []
+        token: str | None = None
+        while True:
+            page: KeyPage = yield ListKeys(base + prefix, token, page_size)
+            ids.extend(k[len(base) :] for k in page.keys if "/" not in k[len(base) :])
+            token = page.next_token
+            if token is None:
+                return ids
+
+    def _decode(self, info: ObjectInfo, key: str, object_id: str) -> Envelope:
+        assert info.body is not None
+        envelope = self.codec.decode(info.body, name=key)
+        if envelope.id != object_id:
+            raise InvalidPayload(
+                f"object holds envelope {envelope.id!r}, not {object_id!r}", object_name=key
+            )
+        return envelope

@@ -1,0 +1,221 @@
+"""A local folder as object storage: the embedded default, safe across processes.
+
+Layout under the root folder (keys as in S3):
+
+    {key}                               the head: a plain zstd frame, `zstd -d < f | jq` works
+    .versions/{key}/{ns}-{etag}         every stored version (a hard link, no copy)
+    .locks/{key}.lock                   one lock file per key (flock)
+    .tmp/                               files being written
+
+A write takes the key's lock, checks the condition against the head, writes a temp file,
+fsyncs it, links it into the versions, renames it over the head and fsyncs the folders. A
+crash leaves the old head or the new one, never a torn file; a version linked but never
+renamed into place (a crash in between) is recognised as unacknowledged and not listed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from stashpoint.errors import StorageUnavailable
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    HeadObject,
+    KeyPage,
+    ListKeys,
+    ListVersions,
+    Match,
+    ObjectInfo,
+    PutObject,
+    VersionRef,
+    WriteOutcome,
+    WriteResult,
+)
+
+_VERSIONS = ".versions"
+_LOCKS = ".locks"
+_TMP = ".tmp"
+_RESERVED = frozenset({_VERSIONS, _LOCKS, _TMP})
+
+
+def _etag(body: bytes) -> str:
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalTransport:
+    """Executes object requests against a folder, with a file lock per key."""
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.root = Path(root)
+        """The folder holding the objects."""
+        self.fsync = fsync
+        """Whether writes are flushed to disk before they are acknowledged."""
+
+    def execute(self, request: Any) -> Any:
+        """Execute one object request and return its result."""
+        try:
+            match request:
+                case GetObject(key, version_id):
+                    return self._get(key, version_id)
+                case HeadObject(key):
+                    return self._get(key, None)
+                case PutObject():
+                    return self._put(request)
+                case DeleteObject(key, etag):
+                    return self._delete(key, etag)
+                case ListVersions(key):
+                    return self._versions(key)
+                case ListKeys(prefix, token, page_size):
+                    return self._list(prefix, token, page_size)
+        except OSError as exc:
+            if isinstance(request, PutObject | DeleteObject):
+                return WriteResult(WriteOutcome.AMBIGUOUS, detail=f"local I/O error: {exc}")
+            raise StorageUnavailable(
+                f"local storage error: {exc}", object_name=getattr(request, "key", None)
+            ) from exc
+        raise TypeError(f"local storage cannot execute {request!r}")
+
+    def close(self) -> None:
+        """Nothing to release: files are opened per request."""
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    @contextlib.contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        lock_path = self.root / _LOCKS / f"{key}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self, path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            return None
+
+    def _get(self, key: str, version_id: str | None) -> ObjectInfo | None:
+        path = self._path(key) if version_id is None else self.root / _VERSIONS / key / version_id
+        body = self._read(path)
+        if body is None:
+            return None
+        return ObjectInfo(etag=_etag(body), body=body, version_id=version_id)
+
+    def _put(self, request: PutObject) -> WriteResult:
+        head = self._path(request.key)
+        with self._locked(request.key):
+            current = self._read(head)
+            condition = request.condition
+            if isinstance(condition, Create) and current is not None:
+                return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="object exists")
+            if isinstance(condition, Match):
+                if current is None:
+                    return WriteResult(WriteOutcome.NOT_FOUND, detail="no object to match")
+                if _etag(current) != condition.etag:
+                    return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+            etag = _etag(request.body)
+            tmp_dir = self.root / _TMP
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            tmp = tmp_dir / uuid.uuid4().hex
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(request.body)
+                    if self.fsync:
+                        f.flush()
+                        os.fsync(f.fileno())
+                versions = self.root / _VERSIONS / request.key
+                versions.mkdir(parents=True, exist_ok=True)
+                os.link(tmp, versions / f"{time.time_ns():020d}-{etag}")
+                head.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, head)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+            if self.fsync:
+                _fsync_dir(versions)
+                _fsync_dir(head.parent)
+            return WriteResult(WriteOutcome.STORED, etag=etag)
+
+    def _delete(self, key: str, etag: str | None) -> WriteResult:
+        head = self._path(key)
+        with self._locked(key):
+            current = self._read(head)
+            if current is None:
+                return WriteResult(WriteOutcome.NOT_FOUND if etag else WriteOutcome.STORED)
+            if etag is not None and _etag(current) != etag:
+                return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+            head.unlink()
+            if self.fsync:
+                _fsync_dir(head.parent)
+            return WriteResult(WriteOutcome.STORED)
+
+    def _versions(self, key: str) -> list[VersionRef]:
+        folder = self.root / _VERSIONS / key
+        try:
+            names = sorted(os.listdir(folder), reverse=True)
+        except FileNotFoundError:
+            return []
+        current = self._read(self._path(key))
+        head_etag = None if current is None else _etag(current)
+        refs: list[VersionRef] = []
+        seen_head = head_etag is None
+        for name in names:
+            is_head = not seen_head and name.endswith(f"-{head_etag}")
+            if not seen_head and not is_head:
+                continue  # linked by a write that crashed before it replaced the head
+            seen_head = True
+            refs.append(VersionRef(name, is_head))
+        return refs
+
+    def _list(self, prefix: str, token: str | None, page_size: int) -> KeyPage:
+        folder, _, name_prefix = prefix.rpartition("/")
+        base = self.root / folder if folder else self.root
+        keys: list[str] = []
+        try:
+            entries = os.scandir(base)
+        except (FileNotFoundError, NotADirectoryError):
+            return KeyPage([], None)
+        with entries:
+            for entry in entries:
+                if not entry.name.startswith(name_prefix) or (
+                    not folder and entry.name in _RESERVED
+                ):
+                    continue
+                key = f"{folder}/{entry.name}" if folder else entry.name
+                if entry.is_file():
+                    keys.append(key)
+                elif entry.is_dir():
+                    keys.extend(self._walk(Path(entry.path), key))
+        keys = sorted(k for k in keys if token is None or k > token)
+        page = keys[:page_size]
+        return KeyPage(page, page[-1] if len(keys) > page_size else None)
+
+    def _walk(self, folder: Path, key_prefix: str) -> Iterator[str]:
+        for dirpath, _dirs, files in os.walk(folder):
+            rel = os.path.relpath(dirpath, folder)
+            for name in files:
+                yield f"{key_prefix}/{name}" if rel == "." else f"{key_prefix}/{rel}/{name}"

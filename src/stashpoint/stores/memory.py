@@ -1,0 +1,123 @@
+"""In-process object storage with S3's conditional-write and versioning semantics.
+
+For tests and short-lived tools: nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    HeadObject,
+    KeyPage,
+    ListKeys,
+    ListVersions,
+    Match,
+    ObjectInfo,
+    PutObject,
+    VersionRef,
+    WriteOutcome,
+    WriteResult,
+)
+
+
+@dataclass
+class _Version:
+    version_id: str
+    body: bytes | None  # None marks a deletion
+    etag: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class MemoryTransport:
+    """Executes object requests against dictionaries, under one lock."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, list[_Version]] = {}
+        self._lock = threading.Lock()
+        self._counter = itertools.count(1)
+
+    def execute(self, request: Any) -> Any:
+        """Execute one object request and return its result."""
+        with self._lock:
+            match request:
+                case GetObject(key, version_id):
+                    return self._get(key, version_id, with_body=True)
+                case HeadObject(key):
+                    return self._get(key, None, with_body=False)
+                case PutObject():
+                    return self._put(request)
+                case DeleteObject(key, etag):
+                    return self._delete(key, etag)
+                case ListVersions(key):
+                    return [
+                        VersionRef(v.version_id, i == 0, v.body is None)
+                        for i, v in enumerate(reversed(self._objects.get(key, [])))
+                    ]
+                case ListKeys(prefix, token, page_size):
+                    keys = sorted(
+                        k
+                        for k, versions in self._objects.items()
+                        if k.startswith(prefix)
+                        and versions[-1].body is not None
+                        and (token is None or k > token)
+                    )
+                    page = keys[:page_size]
+                    more = len(keys) > page_size
+                    return KeyPage(page, page[-1] if more else None)
+            raise TypeError(f"memory storage cannot execute {request!r}")
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _current(self, key: str) -> _Version | None:
+        versions = self._objects.get(key)
+        if not versions or versions[-1].body is None:
+            return None
+        return versions[-1]
+
+    def _get(self, key: str, version_id: str | None, *, with_body: bool) -> ObjectInfo | None:
+        if version_id is None:
+            version = self._current(key)
+        else:
+            version = next(
+                (v for v in self._objects.get(key, []) if v.version_id == version_id), None
+            )
+        if version is None or version.body is None:
+            return None
+        return ObjectInfo(
+            etag=version.etag,
+            metadata=dict(version.metadata),
+            body=version.body if with_body else None,
+            version_id=version.version_id,
+        )
+
+    def _put(self, request: PutObject) -> WriteResult:
+        current = self._current(request.key)
+        if isinstance(request.condition, Create) and current is not None:
+            return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="object exists")
+        if isinstance(request.condition, Match):
+            if current is None:
+                return WriteResult(WriteOutcome.NOT_FOUND, detail="no object to match")
+            if current.etag != request.condition.etag:
+                return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+        etag = hashlib.md5(request.body, usedforsecurity=False).hexdigest()
+        version = _Version(str(next(self._counter)), request.body, etag, dict(request.metadata))
+        self._objects.setdefault(request.key, []).append(version)
+        return WriteResult(WriteOutcome.STORED, etag=etag)
+
+    def _delete(self, key: str, etag: str | None) -> WriteResult:
+        current = self._current(key)
+        if current is None:
+            return WriteResult(WriteOutcome.NOT_FOUND if etag else WriteOutcome.STORED)
+        if etag is not None and current.etag != etag:
+            return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+        self._objects[key].append(_Version(str(next(self._counter)), None, ""))
+        return WriteResult(WriteOutcome.STORED)

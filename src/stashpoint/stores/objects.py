@@ -1,0 +1,189 @@
+"""The object-storage vocabulary that protocols speak and transports execute.
+
+A transport (S3 through boto3 or aiobotocore, a local folder, memory) turns each request
+below into real I/O and answers with the result types below. Transports hold no logic about
+envelopes, revisions or retries; that lives once in `stores.cas`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """Write condition: only if no object exists under the key (`If-None-Match: *`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Write condition: only if the current object has this ETag (`If-Match`)."""
+
+    etag: str
+    """ETag of the revision the writer read."""
+
+
+Condition = Create | Match | None
+"""A write's precondition; None writes unconditionally (never used for heads)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a read returned about one object."""
+
+    etag: str
+    """Opaque token naming this exact content; the CAS token for `Match`."""
+    metadata: Mapping[str, str] | None = None
+    """User metadata, or None where the backend keeps none (then the body answers)."""
+    body: bytes | None = None
+    """The stored bytes, when the request asked for them (or the backend returns them)."""
+    version_id: str | None = None
+    """Storage version id, where the backend versions objects."""
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRef:
+    """One entry of an object's version history."""
+
+    version_id: str
+    """Id to read this version with."""
+    is_latest: bool
+    """Whether this is the current version."""
+    is_delete_marker: bool = False
+    """Whether this version records a deletion."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPage:
+    """One page of a key listing."""
+
+    keys: list[str]
+    """Keys on this page, in ascending order."""
+    next_token: str | None
+    """Token for the next page, None on the last."""
+
+
+class WriteOutcome(Enum):
+    """How a conditional write or delete ended, as far as the transport can tell."""
+
+    STORED = "stored"
+    """The server acknowledged the write."""
+    PRECONDITION_FAILED = "precondition_failed"
+    """HTTP 412: the condition did not hold (possibly because our own retry landed first)."""
+    NOT_FOUND = "not_found"
+    """HTTP 404 on an If-Match write or delete: the object is gone."""
+    CONDITION_CONFLICT = "condition_conflict"
+    """HTTP 409 ConditionalRequestConflict: a concurrent conditional write; retry."""
+    AMBIGUOUS = "ambiguous"
+    """Timeout, reset or 5xx: the write may or may not have landed."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """The result of a `PutObject` or `DeleteObject`."""
+
+    outcome: WriteOutcome
+    """How the write ended."""
+    etag: str | None = None
+    """The new ETag when stored."""
+    detail: str = ""
+    """What the transport saw, for error messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetObject:
+    """Request: read an object's bytes. Result: `ObjectInfo` or None if absent."""
+
+    key: str
+    """Object key."""
+    version_id: str | None = None
+    """A specific version, or None for the current one."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadObject:
+    """Request: read an object's ETag and metadata. Result: `ObjectInfo` or None if absent.
+
+    Transports without metadata return the body instead (metadata None).
+    """
+
+    key: str
+    """Object key."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutObject:
+    """Request: write an object under a condition. Result: `WriteResult`."""
+
+    key: str
+    """Object key."""
+    body: bytes
+    """The bytes to store."""
+    condition: Condition
+    """The precondition."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """User metadata (ASCII), stored with the object."""
+    content_type: str = "application/json"
+    """Content-Type header."""
+    content_encoding: str | None = "zstd"
+    """Content-Encoding header, None for raw bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteObject:
+    """Request: delete an object, optionally only if its ETag matches. Result: `WriteResult`."""
+
+    key: str
+    """Object key."""
+    etag: str | None = None
+    """Delete only if the current ETag is this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListVersions:
+    """Request: an object's versions, newest first. Result: `list[VersionRef]`.
+
+    Raises `ConfigurationError` where the backend keeps no versions.
+    """
+
+    key: str
+    """Object key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListKeys:
+    """Request: one page of keys under a prefix. Result: `KeyPage`."""
+
+    prefix: str
+    """Key prefix."""
+    token: str | None = None
+    """Continuation token from the previous page."""
+    page_size: int = 1000
+    """Largest page wanted."""
+
+
+class ObjectTransport(Protocol):
+    """Executes object requests with blocking I/O."""
+
+    def execute(self, request: Any) -> Any:
+        """Execute one request and return its result."""
+        ...
+
+    def close(self) -> None:
+        """Release clients and files."""
+        ...
+
+
+class AsyncObjectTransport(Protocol):
+    """Executes object requests with asyncio."""
+
+    def execute(self, request: Any) -> Awaitable[Any]:
+        """Execute one request and return its result."""
+        ...
+
+    async def close(self) -> None:
+        """Release clients and files."""
+        ...

@@ -1,0 +1,366 @@
+"""S3 (and S3-compatible stores) as object storage: boto3 and aiobotocore drivers.
+
+What each object request means in S3 calls, how answers and errors map back, pagination and
+the versioning check are written once, as a small protocol (`s3_protocol`) that yields
+`S3Call`s. `S3Transport` (boto3) and `AsyncS3Transport` (aiobotocore) only perform calls.
+
+Clients are created on first use, never in a constructor, and reused for the life of the
+transport; endpoint, region and credentials come from the standard AWS environment
+(`AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`, `AWS_PROFILE`, roles...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import botocore.config
+import botocore.exceptions
+
+from stashpoint._sansio import Protocol, run_async, run_sync
+from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    HeadObject,
+    KeyPage,
+    ListKeys,
+    ListVersions,
+    Match,
+    ObjectInfo,
+    PutObject,
+    VersionRef,
+    WriteOutcome,
+    WriteResult,
+)
+
+DEFAULT_CLIENT_CONFIG = botocore.config.Config(
+    connect_timeout=5,
+    read_timeout=30,
+    retries={"mode": "standard", "max_attempts": 4},
+    max_pool_connections=64,
+    tcp_keepalive=True,
+)
+"""Client settings used unless the caller's `client_config` says otherwise."""
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchVersion"})
+_CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "OperationAborted"})
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Everything an S3 transport needs to make its client and its requests."""
+
+    bucket: str
+    """The bucket holding the stash."""
+    client_config: botocore.config.Config = DEFAULT_CLIENT_CONFIG
+    """botocore client settings: timeouts, retries, pool size, addressing style."""
+    endpoint_url: str | None = None
+    """Explicit endpoint; None lets the AWS environment decide."""
+    region_name: str | None = None
+    """Explicit region; None lets the AWS environment decide."""
+    profile_name: str | None = None
+    """Named AWS profile; None uses the default credential chain."""
+    sse: str | None = None
+    """Server-side encryption: `AES256` (SSE-S3) or `aws:kms` (SSE-KMS)."""
+    kms_key_id: str | None = None
+    """KMS key id or ARN for SSE-KMS."""
+    storage_class: str | None = None
+    """Storage class for new objects (for example `STANDARD_IA`)."""
+    extra_put: Mapping[str, Any] = field(default_factory=dict)
+    """Further PutObject parameters passed through unchanged."""
+
+    @classmethod
+    def from_options(
+        cls, bucket: str, params: Mapping[str, str], options: Mapping[str, Any]
+    ) -> S3Settings:
+        """Build settings from URL query parameters and keyword options (keywords win)."""
+        merged: dict[str, Any] = {k: v for k, v in params.items() if k != "index"}
+        merged.update(options)
+        config = DEFAULT_CLIENT_CONFIG
+        user_config = merged.pop("client_config", None)
+        if user_config is not None:
+            config = config.merge(user_config)
+        style = merged.pop("addressing_style", None)
+        if style is not None:
+            config = config.merge(botocore.config.Config(s3={"addressing_style": style}))
+        known = {
+            "endpoint_url",
+            "region_name",
+            "profile_name",
+            "sse",
+            "kms_key_id",
+            "storage_class",
+            "extra_put",
+        }
+        unknown = set(merged) - known
+        if unknown:
+            raise ConfigurationError(f"unknown S3 options: {', '.join(sorted(unknown))}")
+        if merged.get("kms_key_id") and merged.get("sse") in (None, "aws:kms"):
+            merged["sse"] = "aws:kms"
+        return cls(bucket=bucket, client_config=config, **merged)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Return the keyword arguments for creating an S3 client."""
+        kwargs: dict[str, Any] = {"config": self.client_config}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.region_name:
+            kwargs["region_name"] = self.region_name
+        return kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class S3Call:
+    """One S3 API call: the client method and its parameters."""
+
+    method: str
+    """Client method name, such as `put_object`."""
+    params: dict[str, Any]
+    """Keyword arguments of the call."""
+    read_body: bool = False
+    """Whether the driver must read the response's streaming `Body` into bytes."""
+
+
+def _error_code(exc: botocore.exceptions.ClientError) -> tuple[str, int]:
+    error = exc.response.get("Error", {})
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return str(error.get("Code", "")), int(status)
+
+
+def _definite_error(exc: botocore.exceptions.ClientError, key: str) -> StashpointError:
+    code, status = _error_code(exc)
+    if code == "NoSuchBucket":
+        return ConfigurationError(f"bucket does not exist: {exc}", object_name=key)
+    return StorageUnavailable(f"S3 {code or status}: {exc}", object_name=key)
+
+
+def _classify_write(exc: Exception, key: str) -> WriteResult:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code, status = _error_code(exc)
+        detail = f"HTTP {status} {code}"
+        if status == 412 or code == "PreconditionFailed":
+            return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail=detail)
+        if status == 404 or code in _NOT_FOUND_CODES:
+            return WriteResult(WriteOutcome.NOT_FOUND, detail=detail)
+        if status == 409 or code in _CONFLICT_CODES:
+            return WriteResult(WriteOutcome.CONDITION_CONFLICT, detail=detail)
+        if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout", "Throttling"):
+            return WriteResult(WriteOutcome.AMBIGUOUS, detail=detail)
+        raise _definite_error(exc, key) from exc
+    # Timeouts, resets and anything else on the wire: the request may have been applied.
+    return WriteResult(WriteOutcome.AMBIGUOUS, detail=f"{type(exc).__name__}: {exc}")
+
+
+def _read_failed(exc: Exception, key: str) -> StashpointError:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return _definite_error(exc, key)
+    return StorageUnavailable(f"S3 unreachable: {type(exc).__name__}: {exc}", object_name=key)
+
+
+def _is_absent(exc: Exception) -> bool:
+    if not isinstance(exc, botocore.exceptions.ClientError):
+        return False
+    code, status = _error_code(exc)
+    # 405: the version asked for is a delete marker.
+    return status in (404, 405) or code in _NOT_FOUND_CODES
+
+
+def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
+    """Carry out one object request as S3 calls; return the object request's result."""
+    bucket = settings.bucket
+    match request:
+        case GetObject() | HeadObject():
+            key = request.key
+            params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+            is_get = isinstance(request, GetObject)
+            if isinstance(request, GetObject) and request.version_id is not None:
+                params["VersionId"] = request.version_id
+            try:
+                response = yield S3Call("get_object" if is_get else "head_object", params, is_get)
+            except Exception as exc:
+                if _is_absent(exc):
+                    return None
+                raise _read_failed(exc, key) from exc
+            return ObjectInfo(
+                etag=response["ETag"],
+                metadata=dict(response.get("Metadata") or {}),
+                body=response.get("Body") if is_get else None,
+                version_id=response.get("VersionId"),
+            )
+        case PutObject():
+            try:
+                response = yield S3Call("put_object", _put_params(request, settings))
+            except Exception as exc:
+                return _classify_write(exc, request.key)
+            return WriteResult(WriteOutcome.STORED, etag=response.get("ETag"))
+        case DeleteObject(key, etag):
+            params = {"Bucket": bucket, "Key": key}
+            if etag is not None:
+                params["IfMatch"] = etag
+            try:
+                yield S3Call("delete_object", params)
+            except Exception as exc:
+                return _classify_write(exc, key)
+            return WriteResult(WriteOutcome.STORED)
+        case ListKeys(prefix, token, page_size):
+            params = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
+            if token:
+                params["ContinuationToken"] = token
+            try:
+                response = yield S3Call("list_objects_v2", params)
+            except Exception as exc:
+                raise _read_failed(exc, prefix) from exc
+            keys = [item["Key"] for item in response.get("Contents", [])]
+            more = response.get("IsTruncated") and response.get("NextContinuationToken")
+            return KeyPage(keys, more or None)
+        case ListVersions(key):
+            return (yield from _list_versions(key, bucket))
+    raise TypeError(f"S3 storage cannot execute {request!r}")
+
+
+def _put_params(request: PutObject, settings: S3Settings) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "Bucket": settings.bucket,
+        "Key": request.key,
+        "Body": request.body,
+        "ContentType": request.content_type,
+        "Metadata": dict(request.metadata),
+    }
+    if request.content_encoding:
+        params["ContentEncoding"] = request.content_encoding
+    if isinstance(request.condition, Create):
+        params["IfNoneMatch"] = "*"
+    elif isinstance(request.condition, Match):
+        params["IfMatch"] = request.condition.etag
+    if settings.sse:
+        params["ServerSideEncryption"] = settings.sse
+    if settings.kms_key_id:
+        params["SSEKMSKeyId"] = settings.kms_key_id
+    if settings.storage_class:
+        params["StorageClass"] = settings.storage_class
+    params.update(settings.extra_put)
+    return params
+
+
+def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
+    try:
+        status = yield S3Call("get_bucket_versioning", {"Bucket": bucket})
+    except Exception as exc:
+        raise _read_failed(exc, key) from exc
+    if status.get("Status") not in ("Enabled", "Suspended"):
+        raise ConfigurationError(
+            f"bucket {bucket!r} has versioning off, so it keeps no history; enable it "
+            "(aws s3api put-bucket-versioning --versioning-configuration Status=Enabled)",
+            object_name=key,
+        )
+    entries: list[tuple[str, VersionRef]] = []
+    params: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
+    while True:
+        try:
+            page = yield S3Call("list_object_versions", params)
+        except Exception as exc:
+            raise _read_failed(exc, key) from exc
+        for item in page.get("Versions", []):
+            if item["Key"] == key:
+                ref = VersionRef(item["VersionId"], bool(item.get("IsLatest")))
+                entries.append((str(item.get("LastModified", "")), ref))
+        for item in page.get("DeleteMarkers", []):
+            if item["Key"] == key:
+                ref = VersionRef(item["VersionId"], bool(item.get("IsLatest")), True)
+                entries.append((str(item.get("LastModified", "")), ref))
+        if not page.get("IsTruncated"):
+            break
+        params = {
+            **params,
+            "KeyMarker": page.get("NextKeyMarker"),
+            "VersionIdMarker": page.get("NextVersionIdMarker"),
+        }
+    # S3 lists each kind newest first; interleave markers by time, keeping that order.
+    order = {id(ref): i for i, (_, ref) in enumerate(entries)}
+    entries.sort(key=lambda e: (e[0], -order[id(e[1])]), reverse=True)
+    return [ref for _, ref in entries]
+
+
+class S3Transport:
+    """Executes object requests with one lazily created, thread-safe boto3 client."""
+
+    def __init__(self, settings: S3Settings, client: Any = None) -> None:
+        self.settings = settings
+        """Bucket, client configuration and write options."""
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client, created on first use."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    import boto3
+
+                    session = boto3.session.Session(profile_name=self.settings.profile_name)
+                    self._client = session.client("s3", **self.settings.client_kwargs())
+        return self._client
+
+    def execute(self, request: Any) -> Any:
+        """Execute one object request."""
+        return run_sync(s3_protocol(request, self.settings), self._call)
+
+    def _call(self, call: S3Call) -> Any:
+        response = getattr(self.client, call.method)(**call.params)
+        if call.read_body:
+            response["Body"] = response["Body"].read()
+        return response
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class AsyncS3Transport:
+    """Executes object requests with one lazily created aiobotocore client."""
+
+    def __init__(self, settings: S3Settings) -> None:
+        self.settings = settings
+        """Bucket, client configuration and write options."""
+        self._client: Any = None
+        self._context: Any = None
+        self._lock: asyncio.Lock | None = None
+
+    async def client(self) -> Any:
+        """Return the aiobotocore S3 client, created on first use (inside the running loop)."""
+        if self._client is None:
+            self._lock = self._lock or asyncio.Lock()
+            async with self._lock:
+                if self._client is None:
+                    from aiobotocore.session import AioSession
+
+                    session = AioSession(profile=self.settings.profile_name)
+                    self._context = session.create_client("s3", **self.settings.client_kwargs())
+                    self._client = await self._context.__aenter__()
+        return self._client
+
+    async def execute(self, request: Any) -> Any:
+        """Execute one object request."""
+        return await run_async(s3_protocol(request, self.settings), self._call)
+
+    async def _call(self, call: S3Call) -> Any:
+        client = await self.client()
+        response = await getattr(client, call.method)(**call.params)
+        if call.read_body:
+            async with response["Body"] as stream:
+                response["Body"] = await stream.read()
+        return response
+
+    async def close(self) -> None:
+        """Close the client and its connection pool."""
+        if self._context is not None:
+            context, self._context, self._client = self._context, None, None
+            await context.__aexit__(None, None, None)

@@ -1,0 +1,67 @@
+"""Stash URLs: where a stash lives, in one string.
+
+local://PATH                              a folder (the embedded default)
+memory://[NAME]                           in-process; a NAME is shared within the process
+s3://BUCKET[/PREFIX][?index=dynamodb://TABLE]   S3 or any S3-compatible store
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
+
+from stashpoint.errors import ConfigurationError
+
+DEFAULT_URL = "local://./.stashpoint"
+"""Where `stashpoint.open()` goes when neither a URL nor `STASHPOINT_URL` is given."""
+ENV_VAR = "STASHPOINT_URL"
+"""The environment variable naming the stash when no URL is given."""
+SCHEMES = ("local", "memory", "s3")
+"""The schemes `open` understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class StashUrl:
+    """A parsed stash URL."""
+
+    scheme: str
+    """`local`, `memory` or `s3`."""
+    location: str
+    """The folder (local), the name (memory) or the bucket (s3)."""
+    prefix: str = ""
+    """Key prefix inside the bucket (s3), without leading or trailing '/'."""
+    params: dict[str, str] = field(default_factory=dict)
+    """Query parameters, such as `index`."""
+
+
+def resolve_url(url: str | None) -> str:
+    """Return `url`, else `$STASHPOINT_URL`, else the embedded default."""
+    return url or os.environ.get(ENV_VAR) or DEFAULT_URL
+
+
+def parse_url(url: str) -> StashUrl:
+    """Parse a stash URL; raise `ConfigurationError` naming what is wrong."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigurationError(
+            f"not a stash URL: {url!r}; use local://PATH, memory:// or s3://BUCKET/PREFIX"
+        )
+    scheme = scheme.lower()
+    rest, _, query = rest.partition("?")
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    if scheme == "local":
+        if not rest:
+            raise ConfigurationError("local:// needs a folder, e.g. local://./.stashpoint")
+        return StashUrl("local", rest, params=params)
+    if scheme == "memory":
+        return StashUrl("memory", rest, params=params)
+    if scheme == "s3":
+        parts = urlsplit(f"s3://{rest}")
+        bucket = parts.netloc
+        if not bucket:
+            raise ConfigurationError(f"s3 URL without a bucket: {url!r}")
+        return StashUrl("s3", bucket, parts.path.strip("/"), params)
+    raise ConfigurationError(
+        f"unknown scheme {scheme!r} in {url!r}; known schemes: {', '.join(SCHEMES)}"
+    )
