@@ -1,13 +1,58 @@
-"""Shared test fixtures: real folders, real servers (see `servers.py`)."""
+"""Shared test fixtures: real folders, real servers (see `servers.py`), moto for unit tests."""
 
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests import servers
 
 settings.register_profile(
     "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# Tests never reach a real AWS account: fixed fake credentials, a fixed region.
+for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+              "AWS_ENDPOINT_URL_DYNAMODB", "STASHPOINT_URL"):  # fmt: skip
+    os.environ.pop(_name, None)
+os.environ["AWS_ACCESS_KEY_ID"] = servers.ACCESS_KEY
+os.environ["AWS_SECRET_ACCESS_KEY"] = servers.SECRET_KEY
+os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.S3Server]:
+    """A real SeaweedFS S3 server on 127.0.0.1 for the whole session."""
+    server = servers.start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield server
+    finally:
+        servers.stop(server)
+
+
+@pytest.fixture
+def s3_seaweed_url(seaweedfs: servers.S3Server) -> tuple[str, dict[str, Any]]:
+    """A fresh prefix in the versioned SeaweedFS bucket."""
+    return seaweedfs.url(f"t-{uuid.uuid4().hex}"), {}
+
+
+@pytest.fixture
+def s3_moto_url() -> Iterator[tuple[str, dict[str, Any]]]:
+    """A versioned bucket on moto in-process (sync driver only)."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="moto-bucket")
+        client.put_bucket_versioning(
+            Bucket="moto-bucket", VersioningConfiguration={"Status": "Enabled"}
+        )
+        yield f"s3://moto-bucket/p-{uuid.uuid4().hex[:8]}", {}

@@ -171,6 +171,9 @@ class EtagCache:
             self._entries.pop(key, None)
 
 
+_REFUSALS = (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND)
+
+
 class _Verdict(Enum):
     LANDED = "landed"
     LOST = "lost"
@@ -183,13 +186,22 @@ def judge_write(
     envelope: Envelope,
     expected_revision: int | None,
     sent_etag: str | None,
+    refused_for_sure: bool,
 ) -> _Verdict:
-    """Decide what became of a write whose answer was not definite, from a read-back."""
+    """Decide what became of a write whose answer was not definite, from a read-back.
+
+    `refused_for_sure`: the server refused every copy we sent (a 412/404 that answers our
+    only copy, after attempts that all certainly failed), so it cannot have landed.
+    """
     if facts is None:
         # Nothing there: a create has not landed; an update's base was deleted.
         return _Verdict.NOT_LANDED if expected_revision is None else _Verdict.LOST
     if facts.remembers(envelope):
         return _Verdict.LANDED
+    if refused_for_sure:
+        return _Verdict.LOST
+    if refused_for_sure:
+        return _Verdict.LOST
     if facts.revision - envelope.revision >= LINEAGE_DEPTH - 1:
         # So many saves since that our pair would have left the lineage: cannot tell.
         return _Verdict.UNKNOWN
@@ -275,6 +287,10 @@ class CasProtocol:
         request = PutObject(key, body, condition, head_metadata(envelope))
         sent_etag = condition.etag if isinstance(condition, Match) else None
         attempt = 0
+        # Whether some copy sent so far may have been applied without our hearing of it.
+        # A 412 is proof of failure only while this is False: after a timeout or a client
+        # retry, it may be the answer to a repeat of our own landed write.
+        copy_may_have_landed = False
         while True:
             attempt += 1
             result: WriteResult = yield request
@@ -282,6 +298,9 @@ class CasProtocol:
                 if result.etag:
                     self.cache.remember(key, envelope.revision, result.etag)
                 return
+            refused_for_sure = not copy_may_have_landed and not result.retried
+            if result.retried or result.outcome is WriteOutcome.AMBIGUOUS:
+                copy_may_have_landed = True
             if (
                 result.outcome is WriteOutcome.CONDITION_CONFLICT
                 and attempt < self.retry.max_attempts
@@ -298,7 +317,16 @@ class CasProtocol:
                     object_name=envelope.id,
                     write_id=envelope.write_id,
                 ) from exc
-            verdict = judge_write(facts, envelope, expected_revision, sent_etag)
+            verdict = judge_write(
+                facts,
+                envelope,
+                expected_revision,
+                sent_etag,
+                refused_for_sure and result.outcome in _REFUSALS,
+            )
+            if verdict is _Verdict.UNKNOWN:
+                # The head has moved on too far for its lineage to tell: ask the history.
+                verdict = yield from self._search_history(key, envelope)
             if verdict is _Verdict.LANDED:
                 assert facts is not None
                 if facts.revision == envelope.revision:
@@ -322,9 +350,9 @@ class CasProtocol:
                 write_id=envelope.write_id,
             )
 
-    def read_head(self, key: str) -> Protocol[HeadFacts | None]:
-        """Return what the current head says about itself (one HEAD; a GET if it must)."""
-        info: ObjectInfo | None = yield HeadObject(key)
+    def read_head(self, key: str, version_id: str | None = None) -> Protocol[HeadFacts | None]:
+        """Return what the head (or one version) says about itself: one HEAD, a GET if need be."""
+        info: ObjectInfo | None = yield HeadObject(key, version_id)
         if info is None:
             return None
         if info.metadata is not None:
@@ -333,11 +361,36 @@ class CasProtocol:
                 return facts
         if info.body is None:
             # A head without our metadata (written by another tool): its envelope answers.
-            info = yield GetObject(key)
+            info = yield GetObject(key, version_id)
             if info is None:
                 return None
         assert info.body is not None
         return facts_from_envelope(info.etag, self.codec.decode(info.body, name=key))
+
+    def _search_history(self, key: str, envelope: Envelope) -> Protocol[_Verdict]:
+        """Find whether `envelope`'s save landed, from the stored versions (binary search).
+
+        Versions are newest first with falling revisions; one whose lineage window covers
+        our revision says whether our pair is there. Without versioning: UNKNOWN.
+        """
+        try:
+            versions: list[VersionRef] = yield ListVersions(key)
+        except StashpointError:
+            return _Verdict.UNKNOWN
+        live = [v for v in versions if not v.is_delete_marker]
+        low, high = 0, len(live) - 1
+        while low <= high:
+            middle = (low + high) // 2
+            facts = yield from self.read_head(key, live[middle].version_id)
+            if facts is None:
+                return _Verdict.UNKNOWN
+            if facts.revision - envelope.revision >= LINEAGE_DEPTH:
+                low = middle + 1  # too new: its lineage does not reach back to us
+            elif facts.revision < envelope.revision:
+                high = middle - 1
+            else:
+                return _Verdict.LANDED if facts.remembers(envelope) else _Verdict.LOST
+        return _Verdict.LOST  # no version holds our revision: it never landed
 
     def delete(self, object_id: str, expected_revision: int | None = None) -> Protocol[None]:
         """Delete the head; with `expected_revision`, only if the head is still at it."""

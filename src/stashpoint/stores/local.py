@@ -75,8 +75,8 @@ class LocalTransport:
             match request:
                 case GetObject(key, version_id):
                     return self._get(key, version_id)
-                case HeadObject(key):
-                    return self._get(key, None)
+                case HeadObject(key, version_id):
+                    return self._get(key, version_id)
                 case PutObject():
                     return self._put(request)
                 case DeleteObject(key, etag):
@@ -131,12 +131,18 @@ class LocalTransport:
             current = self._read(head)
             condition = request.condition
             if isinstance(condition, Create) and current is not None:
-                return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="object exists")
+                return WriteResult(
+                    WriteOutcome.PRECONDITION_FAILED, detail="object exists", retried=False
+                )
             if isinstance(condition, Match):
                 if current is None:
-                    return WriteResult(WriteOutcome.NOT_FOUND, detail="no object to match")
+                    return WriteResult(
+                        WriteOutcome.NOT_FOUND, detail="no object to match", retried=False
+                    )
                 if _etag(current) != condition.etag:
-                    return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+                    return WriteResult(
+                        WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
+                    )
             etag = _etag(request.body)
             tmp_dir = self.root / _TMP
             tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -167,7 +173,9 @@ class LocalTransport:
             if current is None:
                 return WriteResult(WriteOutcome.NOT_FOUND if etag else WriteOutcome.STORED)
             if etag is not None and _etag(current) != etag:
-                return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+                return WriteResult(
+                    WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
+                )
             head.unlink()
             if self.fsync:
                 _fsync_dir(head.parent)

@@ -50,8 +50,8 @@ class MemoryTransport:
             match request:
                 case GetObject(key, version_id):
                     return self._get(key, version_id, with_body=True)
-                case HeadObject(key):
-                    return self._get(key, None, with_body=False)
+                case HeadObject(key, version_id):
+                    return self._get(key, version_id, with_body=False)
                 case PutObject():
                     return self._put(request)
                 case DeleteObject(key, etag):
@@ -102,12 +102,18 @@ class MemoryTransport:
     def _put(self, request: PutObject) -> WriteResult:
         current = self._current(request.key)
         if isinstance(request.condition, Create) and current is not None:
-            return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="object exists")
+            return WriteResult(
+                WriteOutcome.PRECONDITION_FAILED, detail="object exists", retried=False
+            )
         if isinstance(request.condition, Match):
             if current is None:
-                return WriteResult(WriteOutcome.NOT_FOUND, detail="no object to match")
+                return WriteResult(
+                    WriteOutcome.NOT_FOUND, detail="no object to match", retried=False
+                )
             if current.etag != request.condition.etag:
-                return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+                return WriteResult(
+                    WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
+                )
         etag = hashlib.md5(request.body, usedforsecurity=False).hexdigest()
         version = _Version(str(next(self._counter)), request.body, etag, dict(request.metadata))
         self._objects.setdefault(request.key, []).append(version)
@@ -118,6 +124,8 @@ class MemoryTransport:
         if current is None:
             return WriteResult(WriteOutcome.NOT_FOUND if etag else WriteOutcome.STORED)
         if etag is not None and current.etag != etag:
-            return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="etag differs")
+            return WriteResult(
+                WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
+            )
         self._objects[key].append(_Version(str(next(self._counter)), None, ""))
         return WriteResult(WriteOutcome.STORED)

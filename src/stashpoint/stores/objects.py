@@ -91,6 +91,9 @@ class WriteResult:
     """The new ETag when stored."""
     detail: str = ""
     """What the transport saw, for error messages."""
+    retried: bool = True
+    """Whether the client may have sent the request more than once (its own retries), so a
+    412/404 might answer a repeat of a write that landed. False only when known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,8 @@ class HeadObject:
 
     key: str
     """Object key."""
+    version_id: str | None = None
+    """A specific version, or None for the current one."""
 
 
 @dataclass(frozen=True, slots=True)

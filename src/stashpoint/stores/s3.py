@@ -142,13 +142,15 @@ def _definite_error(exc: botocore.exceptions.ClientError, key: str) -> Stashpoin
 def _classify_write(exc: Exception, key: str) -> WriteResult:
     if isinstance(exc, botocore.exceptions.ClientError):
         code, status = _error_code(exc)
-        detail = f"HTTP {status} {code}"
+        # botocore counts its own resends: with none, a 412/404 answers our only copy.
+        retried = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 1) != 0
+        detail = f"HTTP {status} {code}" + (" after client retries" if retried else "")
         if status == 412 or code == "PreconditionFailed":
-            return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail=detail)
+            return WriteResult(WriteOutcome.PRECONDITION_FAILED, detail=detail, retried=retried)
         if status == 404 or code in _NOT_FOUND_CODES:
-            return WriteResult(WriteOutcome.NOT_FOUND, detail=detail)
+            return WriteResult(WriteOutcome.NOT_FOUND, detail=detail, retried=retried)
         if status == 409 or code in _CONFLICT_CODES:
-            return WriteResult(WriteOutcome.CONDITION_CONFLICT, detail=detail)
+            return WriteResult(WriteOutcome.CONDITION_CONFLICT, detail=detail, retried=retried)
         if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout", "Throttling"):
             return WriteResult(WriteOutcome.AMBIGUOUS, detail=detail)
         raise _definite_error(exc, key) from exc
@@ -178,7 +180,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             key = request.key
             params: dict[str, Any] = {"Bucket": bucket, "Key": key}
             is_get = isinstance(request, GetObject)
-            if isinstance(request, GetObject) and request.version_id is not None:
+            if request.version_id is not None:
                 params["VersionId"] = request.version_id
             try:
                 response = yield S3Call("get_object" if is_get else "head_object", params, is_get)

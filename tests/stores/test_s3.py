@@ -1,0 +1,444 @@
+"""The S3 backend: faults on every branch, request counts, real concurrency, a fault proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import botocore.exceptions
+import pytest
+from botocore.config import Config
+
+import stashpoint
+from stashpoint import (
+    CheckpointConflict,
+    ConfigurationError,
+    Envelope,
+    RetryPolicy,
+    StorageUnavailable,
+)
+from tests import servers
+from tests.faultproxy import FaultPlan, FaultProxy
+
+# --- deterministic faults -------------------------------------------------------------------
+# A real client (moto in-process) wrapped so that put_object misbehaves on cue. Only the
+# faults are fake: a real server cannot time out *after* applying a write on demand.
+
+
+def _client_error(status: int, code: str) -> botocore.exceptions.ClientError:
+    return botocore.exceptions.ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "PutObject",
+    )
+
+
+class FaultyClient:
+    """Delegates to a real S3 client; `put_object` follows a script of faults."""
+
+    def __init__(self, real: Any, script: list[str], competitor: Callable[[], None] | None = None):
+        self.real = real
+        self.script = script
+        self.competitor = competitor
+        self.fail_reads = False
+        self.puts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if self.fail_reads and name in ("head_object", "get_object"):
+            raise botocore.exceptions.EndpointConnectionError(endpoint_url="http://down")
+        return getattr(self.real, name)
+
+    def put_object(self, **params: Any) -> Any:
+        self.puts += 1
+        fault = self.script.pop(0) if self.script else "pass"
+        if fault == "reset_before":
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url="http://s3")
+        if fault == "409":
+            raise _client_error(409, "ConditionalRequestConflict")
+        if fault == "503":
+            raise _client_error(503, "SlowDown")
+        response = self.real.put_object(**params)
+        if fault == "pass":
+            return response
+        if fault == "timeout_after_apply":
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url="http://s3")
+        if fault == "apply_then_409":
+            # botocore's first copy landed unheard; its retry met a 409. Our resend then
+            # gets a plain 412: it must not be mistaken for a refusal of our write.
+            raise _client_error(409, "ConditionalRequestConflict")
+        if fault == "503_after_apply":
+            raise _client_error(503, "InternalError")
+        if fault == "own_retry_412":
+            return self.real.put_object(**params)  # botocore's retry of our landed write: 412
+        if fault == "competitor_then_timeout":
+            assert self.competitor is not None
+            self.competitor()
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url="http://s3")
+        if fault == "timeout_then_reads_fail":
+            self.fail_reads = True
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url="http://s3")
+        raise AssertionError(fault)
+
+
+@pytest.fixture
+def moto_stash(s3_moto_url: tuple[str, dict[str, Any]]) -> Iterator[stashpoint.Stash]:
+    url, _ = s3_moto_url
+    with stashpoint.open(url, retry=RetryPolicy(max_attempts=4, base_delay=0.001)) as stash:
+        yield stash
+
+
+def _faulty(stash: stashpoint.Stash, script: list[str], **kw: Any) -> FaultyClient:
+    transport: Any = stash._transport
+    faulty = FaultyClient(transport.client, script, **kw)
+    transport._client = faulty
+    return faulty
+
+
+def _created(stash: stashpoint.Stash) -> Envelope:
+    env = Envelope.initial(stashpoint.new_id(), None, "k", 1, {"count": 0})
+    stash.checkpoints.compare_and_swap(env, None)
+    return env
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        ["timeout_after_apply"],
+        ["reset_before"],
+        ["409"],
+        ["409", "409", "reset_before"],
+        ["503"],
+        ["503_after_apply"],
+        ["own_retry_412"],
+        ["reset_before", "timeout_after_apply"],
+        ["apply_then_409"],
+    ],
+)
+def test_update_fault_ends_in_exactly_one_landed_revision(
+    moto_stash: stashpoint.Stash, script: list[str]
+) -> None:
+    env = _created(moto_stash)
+    nxt = env.next({"count": 1})
+    faulty = _faulty(moto_stash, list(script))
+    moto_stash.checkpoints.compare_and_swap(nxt, 0)
+    head = moto_stash.checkpoints.load(env.id)
+    assert (head.revision, head.write_id) == (1, nxt.write_id)
+    assert [h.revision for h in moto_stash.checkpoints.history(env.id)] == [0]
+    assert faulty.script == []
+
+
+@pytest.mark.parametrize("script", [["timeout_after_apply"], ["own_retry_412"], ["reset_before"]])
+def test_create_fault_ends_in_the_created_object(
+    moto_stash: stashpoint.Stash, script: list[str]
+) -> None:
+    env = Envelope.initial(stashpoint.new_id(), None, "k", 1, {"count": 0})
+    _faulty(moto_stash, list(script))
+    moto_stash.checkpoints.compare_and_swap(env, None)
+    assert moto_stash.checkpoints.load(env.id).write_id == env.write_id
+
+
+def test_landed_write_already_built_on_is_our_success_not_a_conflict(
+    moto_stash: stashpoint.Stash, s3_moto_url: tuple[str, dict[str, Any]]
+) -> None:
+    env = _created(moto_stash)
+    ours = env.next({"count": 1})
+
+    def competitor() -> None:
+        with stashpoint.open(s3_moto_url[0]) as other:
+            head = other.checkpoints.load(env.id)
+            other.checkpoints.compare_and_swap(head.next({"count": 2}), head.revision)
+
+    _faulty(moto_stash, ["competitor_then_timeout"], competitor=competitor)
+    moto_stash.checkpoints.compare_and_swap(ours, 0)  # must not raise, must not resend
+    head = moto_stash.checkpoints.load(env.id)
+    assert head.revision == 2 and head.payload == {"count": 2}
+    assert head.lineage[0] == ours.write_id
+
+
+@pytest.mark.parametrize("competing_saves", [1, 40])
+def test_landed_write_is_found_even_past_the_lineage_window(
+    moto_stash: stashpoint.Stash, s3_moto_url: tuple[str, dict[str, Any]], competing_saves: int
+) -> None:
+    env = _created(moto_stash)
+    ours = env.next({"count": 1})
+
+    def competitor() -> None:
+        with stashpoint.open(s3_moto_url[0]) as other:
+            head = other.checkpoints.load(env.id)
+            for _ in range(competing_saves):
+                nxt = head.next({"count": head.payload["count"] + 1})
+                other.checkpoints.compare_and_swap(nxt, head.revision)
+                head = nxt
+
+    _faulty(moto_stash, ["competitor_then_timeout"], competitor=competitor)
+    moto_stash.checkpoints.compare_and_swap(ours, 0)
+    assert moto_stash.checkpoints.load(env.id).revision == 1 + competing_saves
+
+
+@pytest.mark.parametrize("competing_saves", [1, 40])
+def test_write_that_never_landed_is_a_conflict_even_past_the_lineage_window(
+    moto_stash: stashpoint.Stash, s3_moto_url: tuple[str, dict[str, Any]], competing_saves: int
+) -> None:
+    env = _created(moto_stash)
+
+    def competitor() -> None:
+        with stashpoint.open(s3_moto_url[0]) as other:
+            head = other.checkpoints.load(env.id)
+            for _ in range(competing_saves):
+                nxt = head.next({"count": -1})
+                other.checkpoints.compare_and_swap(nxt, head.revision)
+                head = nxt
+
+    class NotApplied(FaultyClient):
+        def put_object(self, **params: Any) -> Any:
+            self.competitor()  # type: ignore[misc]
+            raise _client_error(412, "PreconditionFailed")
+
+    transport: Any = moto_stash._transport
+    transport._client = NotApplied(transport.client, [], competitor)
+    with pytest.raises(CheckpointConflict) as info:
+        moto_stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)
+    assert info.value.actual_revision == competing_saves
+
+
+def test_unreadable_head_after_ambiguous_write_is_unavailable_with_write_id(
+    moto_stash: stashpoint.Stash,
+) -> None:
+    env = _created(moto_stash)
+    nxt = env.next({"count": 1})
+    _faulty(moto_stash, ["timeout_then_reads_fail"])
+    with pytest.raises(StorageUnavailable) as info:
+        moto_stash.checkpoints.compare_and_swap(nxt, 0)
+    assert info.value.write_id == nxt.write_id
+
+
+def test_persistent_409_gives_up_with_unavailable(moto_stash: stashpoint.Stash) -> None:
+    env = _created(moto_stash)
+    faulty = _faulty(moto_stash, ["409"] * 10)
+    with pytest.raises(StorageUnavailable):
+        moto_stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)
+    assert faulty.puts == 4  # bounded by the retry policy (max_attempts=4)
+    assert moto_stash.checkpoints.load(env.id).revision == 0
+
+
+def test_real_412_on_stale_etag_is_a_conflict(
+    moto_stash: stashpoint.Stash, s3_moto_url: tuple[str, dict[str, Any]]
+) -> None:
+    env = _created(moto_stash)
+    with stashpoint.open(s3_moto_url[0]) as other:
+        other.checkpoints.compare_and_swap(env.next({"count": 7}), 0)
+    with pytest.raises(CheckpointConflict) as info:
+        moto_stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)  # cached ETag: stale
+    assert info.value.actual_revision == 1
+
+
+def test_history_on_unversioned_bucket_says_versioning_is_off(seaweedfs: servers.S3Server) -> None:
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}", bucket=servers.UNVERSIONED_BUCKET)
+    with stashpoint.open(url) as stash:
+        env = _created(stash)
+        with pytest.raises(ConfigurationError, match="versioning"):
+            stash.checkpoints.history(env.id)
+
+
+def test_encryption_and_storage_class_pass_through(s3_moto_url: tuple[str, Any]) -> None:
+    url = s3_moto_url[0]
+    with stashpoint.open(url, sse="AES256", storage_class="STANDARD_IA") as stash:
+        env = _created(stash)
+        client: Any = stash._transport.client  # type: ignore[attr-defined]
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        head = client.head_object(Bucket=bucket, Key=f"{prefix}/checkpoints/{env.id}")
+    assert head["ServerSideEncryption"] == "AES256"
+    assert head["StorageClass"] == "STANDARD_IA"
+    assert head["Metadata"]["stashpoint-revision"] == "0"
+    assert head["Metadata"]["stashpoint-write-id"] == env.write_id
+    assert head["ContentType"] == "application/json"
+
+
+def test_unknown_s3_option_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="colour"):
+        stashpoint.open("s3://bucket/prefix", colour="blue")
+
+
+def test_opening_touches_no_network() -> None:
+    # An unroutable endpoint: opening and closing must not try to connect.
+    with stashpoint.open("s3://bucket/p?endpoint_url=http://127.0.0.1:9") as stash:
+        assert stash.checkpoints is not None
+
+
+# --- request counts on a real server ----------------------------------------------------------
+
+
+def _count_requests(stash: stashpoint.Stash) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    client: Any = stash._transport.client  # type: ignore[attr-defined]
+
+    def on_send(request: Any, **_: Any) -> None:
+        counts[request.method] += 1
+
+    client.meta.events.register("before-send.s3", on_send)
+    return counts
+
+
+def test_request_counts(seaweedfs: servers.S3Server) -> None:
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
+    with stashpoint.open(url) as stash, stashpoint.open(url) as rival:
+        counts = _count_requests(stash)
+        env = Envelope.initial(stashpoint.new_id(), None, "k", 1, {"n": 0})
+        stash.checkpoints.compare_and_swap(env, None)
+        assert counts == {"PUT": 1}, "create = 1 PUT"
+
+        counts.clear()
+        nxt = env.next({"n": 1})
+        stash.checkpoints.compare_and_swap(nxt, 0)
+        assert counts == {"PUT": 1}, "save after save = 1 PUT"
+
+        counts.clear()
+        loaded = stash.checkpoints.load(env.id)
+        assert counts == {"GET": 1}, "load latest = 1 GET"
+
+        counts.clear()
+        stash.checkpoints.compare_and_swap(loaded.next({"n": 2}), 1)
+        assert counts == {"PUT": 1}, "save after load = 1 PUT"
+
+        rival_head = rival.checkpoints.load(env.id)
+        rival.checkpoints.compare_and_swap(rival_head.next({"n": 3}), 2)
+        counts.clear()
+        stale = stash.checkpoints.load.__self__  # same store
+        with pytest.raises(CheckpointConflict):
+            stale.compare_and_swap(loaded.next({"n": 2}).next({"n": 9}), 2)
+        assert counts["PUT"] == 1 and counts["HEAD"] + counts["GET"] <= 1, (
+            "stale save = 1 PUT + at most 1 read-back"
+        )
+
+
+# --- real concurrency on SeaweedFS ------------------------------------------------------------
+
+
+def _increment(store: Any, checkpoint_id: str, tally: Counter[str], who: str, times: int) -> None:
+    done = 0
+    while done < times:
+        current = store.load(checkpoint_id)
+        by = dict(current.payload["by"])
+        by[who] = by.get(who, 0) + 1
+        nxt = current.next({"count": current.payload["count"] + 1, "by": by})
+        try:
+            store.compare_and_swap(nxt, current.revision)
+        except CheckpointConflict:
+            tally["conflicts"] += 1
+            continue
+        done += 1
+        tally[who] += 1
+
+
+def test_sixteen_threads_fifty_increments_each_end_at_800(seaweedfs: servers.S3Server) -> None:
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
+    with stashpoint.open(url) as stash:  # one client shared by every thread
+        env = Envelope.initial("counter", None, "k", 1, {"count": 0, "by": {}})
+        stash.checkpoints.compare_and_swap(env, None)
+        tally: Counter[str] = Counter()
+        threads = [
+            threading.Thread(
+                target=_increment, args=(stash.checkpoints, "counter", tally, f"t{i}", 50)
+            )
+            for i in range(16)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        final = stash.checkpoints.load("counter")
+    assert final.payload["count"] == 800 and final.revision == 800
+    assert final.payload["by"] == {f"t{i}": 50 for i in range(16)}
+    assert tally["conflicts"] > 0
+
+
+def test_sixteen_tasks_fifty_increments_each_end_at_800(seaweedfs: servers.S3Server) -> None:
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
+
+    async def main() -> Any:
+        async with stashpoint.open_async(url) as stash:
+            store = stash.checkpoints
+            await store.compare_and_swap(
+                Envelope.initial("counter", None, "k", 1, {"count": 0}), None
+            )
+            conflicts = 0
+
+            async def worker() -> None:
+                nonlocal conflicts
+                done = 0
+                while done < 50:
+                    current = await store.load("counter")
+                    nxt = current.next({"count": current.payload["count"] + 1})
+                    try:
+                        await store.compare_and_swap(nxt, current.revision)
+                        done += 1
+                    except CheckpointConflict:
+                        conflicts += 1
+
+            await asyncio.gather(*(worker() for _ in range(16)))
+            return await store.load("counter"), conflicts
+
+    final, conflicts = asyncio.run(main())
+    assert final.payload["count"] == 800 and final.revision == 800
+    assert conflicts > 0
+
+
+def test_racing_async_creates_have_one_winner(seaweedfs: servers.S3Server) -> None:
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
+
+    async def main() -> list[str]:
+        async with stashpoint.open_async(url) as stash:
+
+            async def create(n: int) -> str:
+                env = Envelope.initial("contested", None, "k", 1, {"n": n})
+                try:
+                    await stash.checkpoints.compare_and_swap(env, None)
+                    return "won"
+                except CheckpointConflict:
+                    return "conflict"
+
+            return list(await asyncio.gather(*(create(n) for n in range(8))))
+
+    # SeaweedFS makes some of the losers wait about a second each: eight racers suffice.
+    outcomes = asyncio.run(main())
+    assert outcomes.count("won") == 1 and outcomes.count("conflict") == 7
+
+
+# --- faults on the wire: a proxy between the client and SeaweedFS ----------------------------
+
+
+def test_fault_proxy_loses_and_duplicates_nothing(seaweedfs: servers.S3Server) -> None:
+    plan = FaultPlan(
+        {"drop_response": 0.08, "drop_request": 0.05, "slowdown": 0.05, "conflict": 0.05}
+    )
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        url = seaweedfs.url(f"t-{uuid.uuid4().hex}", endpoint=proxy.endpoint)
+        config = Config(
+            read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
+        )
+        with stashpoint.open(url, client_config=config) as stash:
+            env = Envelope.initial("counter", None, "k", 1, {"count": 0, "by": {}})
+            stash.checkpoints.compare_and_swap(env, None)
+            tally: Counter[str] = Counter()
+            threads = [
+                threading.Thread(
+                    target=_increment, args=(stash.checkpoints, "counter", tally, f"t{i}", 50)
+                )
+                for i in range(8)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            final = stash.checkpoints.load("counter")
+    acknowledged = sum(tally[f"t{i}"] for i in range(8))
+    assert acknowledged == 400
+    assert final.payload["count"] == acknowledged  # nothing lost, nothing duplicated
+    assert final.payload["by"] == {f"t{i}": tally[f"t{i}"] for i in range(8)}
+    # The faults really happened, every kind of them.
+    assert all(
+        plan.injected[f] > 0 for f in ("drop_response", "drop_request", "slowdown", "conflict")
+    )
