@@ -1,0 +1,15 @@
+"""Run every benchmark; each prints ratios against a baseline measured in the same run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import codec_bench, s3_bench
+
+if __name__ == "__main__":
+    codec_bench.main()
+    print()
+    s3_bench.main()
