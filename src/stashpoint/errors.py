@@ -127,3 +127,53 @@ class ConfigurationError(StashpointError, ValueError):
     """A URL, option or environment setting is wrong."""
 
     kind = ErrorKind.CONFIGURATION
+
+
+class RunNotFound(StashpointError):
+    """No run exists under the given id."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class AttemptNotFound(StashpointError):
+    """No attempt exists under the given id (unknown ids are never silently ignored)."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class TerminalStateConflict(StashpointError):
+    """A transition out of a final state: a completed, failed or cancelled run or attempt."""
+
+    kind = ErrorKind.TERMINAL_STATE
+
+
+class GraphDriftError(StashpointError):
+    """The run was recorded with another graph definition than the caller's."""
+
+    kind = ErrorKind.GRAPH_DRIFT
+
+    def __init__(self, run_id: str, *, stored_hash: str, current_hash: str) -> None:
+        self.stored_hash = stored_hash
+        """Graph hash recorded with the run."""
+        self.current_hash = current_hash
+        """Graph hash the caller resumes with."""
+        super().__init__(
+            f"graph definition changed since the run was recorded ({stored_hash[:12]} -> "
+            f"{current_hash[:12]}); pass allow_graph_drift=True to resume anyway",
+            object_name=run_id,
+        )
+
+
+class AmbiguousResume(StashpointError):
+    """Resuming would repeat a turn whose effects are unknown (see `ResumePolicy`)."""
+
+    kind = ErrorKind.AMBIGUOUS_RESUME
+
+    def __init__(self, checkpoint_id: str, turn: int) -> None:
+        self.turn = turn
+        """The one-based turn that may have partially executed."""
+        super().__init__(
+            f"turn {turn} was in flight when the agent stopped; its model call and tools may "
+            "have run. Resume with ResumePolicy.RETRY_INTERRUPTED_TURN to run it again",
+            object_name=checkpoint_id,
+        )

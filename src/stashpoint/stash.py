@@ -7,25 +7,33 @@ the stash (Lambda cold starts, one long-lived client per process).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from stashpoint._routing import AsyncRouter, Router
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
 from stashpoint.errors import ConfigurationError
+from stashpoint.index.protocol import IndexProtocol
+from stashpoint.index.sqlite import SqliteIndexTransport
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
-from stashpoint.stores.cas import CHECKPOINTS, CasProtocol, EtagCache, Layout
+from stashpoint.runs.protocol import RunProtocol
+from stashpoint.runs.store import AsyncRunStore, RunStore
+from stashpoint.stores.blobs import DEFAULT_THRESHOLD, BlobProtocol
+from stashpoint.stores.cas import CHECKPOINTS, RUNS, CasProtocol, EtagCache, Layout
 from stashpoint.stores.local import LocalTransport
 from stashpoint.stores.memory import MemoryTransport
-from stashpoint.stores.objects import AsyncObjectTransport, ObjectTransport
 from stashpoint.stores.store import AsyncStore, Store
 from stashpoint.stores.threaded import ThreadedAsyncTransport
 from stashpoint.url import StashUrl, parse_url, resolve_url
 
-_shared_memory: dict[str, MemoryTransport] = {}
+_shared_memory: dict[str, tuple[MemoryTransport, SqliteIndexTransport]] = {}
 _shared_memory_lock = threading.Lock()
+
+_INDEX_OPTIONS = ("index_endpoint_url", "index_region_name", "index_client_config")
+_STASH_OPTIONS = ("ttl_days", "blob_threshold")
 
 
 @dataclass(frozen=True)
@@ -39,47 +47,110 @@ class Options:
     compression_level: int = 3
     """zstd level for new envelopes."""
     backend: dict[str, Any] = field(default_factory=dict)
-    """Backend options (for S3: `client_config`, `sse`, `kms_key_id`, `storage_class`...)."""
+    """Backend options (S3: `client_config`, `sse`, `kms_key_id`, `storage_class`,
+    `endpoint_url`...; index: `index_endpoint_url`, `index_client_config`; `ttl_days`,
+    `blob_threshold`)."""
+
+
+Factory = Callable[[], Any]
 
 
 @dataclass(frozen=True)
 class _Backend:
     layout: Layout
-    sync_transport: Callable[[], ObjectTransport]
-    async_transport: Callable[[], AsyncObjectTransport]
+    objects: Factory
+    async_objects: Factory
+    index: Factory | None
+    async_index: Factory | None
 
 
-def _memory_transport(name: str) -> MemoryTransport:
-    if not name:
-        return MemoryTransport()
-    with _shared_memory_lock:
-        return _shared_memory.setdefault(name, MemoryTransport())
+def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split URL parameters and keyword options into (object-store, stash/index) settings."""
+    merged: dict[str, Any] = {**parsed.params, **options.backend}
+    own = {k: merged.pop(k) for k in (*_INDEX_OPTIONS, *_STASH_OPTIONS, "index") if k in merged}
+    return merged, own
+
+
+def _index_factories(
+    spec: str | None, default_sqlite: str | None, own: Mapping[str, Any]
+) -> tuple[Factory | None, Factory | None]:
+    if spec in (None, ""):
+        spec = "none" if default_sqlite is None else f"sqlite://{default_sqlite}"
+    if spec == "none":
+        return None, None
+    if spec.startswith("sqlite://"):
+        path = spec.removeprefix("sqlite://")
+        if not path:
+            raise ConfigurationError("sqlite:// index needs a file path")
+
+        def sqlite() -> SqliteIndexTransport:
+            return SqliteIndexTransport(Path(path).expanduser() if path != ":memory:" else path)
+
+        return sqlite, lambda: ThreadedAsyncTransport(sqlite())
+    if spec.startswith("dynamodb://"):
+        table = spec.removeprefix("dynamodb://").strip("/")
+        if not table:
+            raise ConfigurationError("dynamodb:// index needs a table name")
+        import stashpoint.index.dynamodb as ddb  # boto3 loads only for DynamoDB indexes
+
+        config = ddb.DEFAULT_CLIENT_CONFIG
+        if own.get("index_client_config") is not None:
+            config = config.merge(own["index_client_config"])
+        settings = ddb.DynamoDBSettings(
+            table=table,
+            client_config=config,
+            endpoint_url=own.get("index_endpoint_url"),
+            region_name=own.get("index_region_name"),
+        )
+        return (
+            lambda: ddb.DynamoDBIndexTransport(settings),
+            lambda: ddb.AsyncDynamoDBIndexTransport(settings),
+        )
+    raise ConfigurationError(f"unknown index {spec!r}: use dynamodb://TABLE, sqlite://PATH or none")
 
 
 def _backend(parsed: StashUrl, options: Options) -> _Backend:
+    object_options, own = _split(parsed, options)
     if parsed.scheme == "memory":
-        transport = _memory_transport(parsed.location)
+        if parsed.location:
+            with _shared_memory_lock:
+                objects, memory_index = _shared_memory.setdefault(
+                    parsed.location, (MemoryTransport(), SqliteIndexTransport(":memory:"))
+                )
+        else:
+            objects, memory_index = MemoryTransport(), SqliteIndexTransport(":memory:")
+        has_index = own.get("index") != "none"
         return _Backend(
             Layout(),
-            lambda: transport,
-            lambda: ThreadedAsyncTransport(transport, offload=False),
+            lambda: objects,
+            lambda: ThreadedAsyncTransport(objects, offload=False),
+            (lambda: memory_index) if has_index else None,
+            (lambda: ThreadedAsyncTransport(memory_index)) if has_index else None,
         )
     if parsed.scheme == "local":
         root = Path(parsed.location).expanduser()
-        fsync = parsed.params.get("fsync", "true").lower() not in ("0", "false", "no")
+        fsync = str(object_options.pop("fsync", "true")).lower() not in ("0", "false", "no")
+        if object_options:
+            raise ConfigurationError(f"unknown local options: {', '.join(sorted(object_options))}")
+        index, async_index = _index_factories(own.get("index"), str(root / "index.sqlite3"), own)
         return _Backend(
             Layout(),
             lambda: LocalTransport(root, fsync=fsync),
             lambda: ThreadedAsyncTransport(LocalTransport(root, fsync=fsync)),
+            index,
+            async_index,
         )
     if parsed.scheme == "s3":
         import stashpoint.stores.s3 as s3  # boto3 loads only for S3 stashes
 
-        settings = s3.S3Settings.from_options(parsed.location, parsed.params, options.backend)
+        settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
+        index, async_index = _index_factories(own.get("index"), None, own)
         return _Backend(
             Layout(parsed.prefix),
             lambda: s3.S3Transport(settings),
             lambda: s3.AsyncS3Transport(settings),
+            index,
+            async_index,
         )
     raise ConfigurationError(f"unsupported scheme {parsed.scheme!r}")
 
@@ -91,24 +162,39 @@ class _Parts:
         self.url = resolve_url(url)
         parsed = parse_url(self.url)
         self.backend = _backend(parsed, options)
+        _, own = _split(parsed, options)
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
         self.cache = EtagCache()
+        ttl_days = own.get("ttl_days")
+        self.index = (
+            None
+            if self.backend.index is None
+            else IndexProtocol(None if ttl_days is None else int(float(ttl_days) * 86400))
+        )
+        self.blob_threshold = int(own.get("blob_threshold", DEFAULT_THRESHOLD))
 
     def cas(self, namespace: str) -> CasProtocol:
         return CasProtocol(namespace, self.backend.layout, self.codec, self.retry, self.cache)
 
+    def runs(self) -> RunProtocol:
+        blobs = BlobProtocol(self.backend.layout, self.codec, self.blob_threshold)
+        return RunProtocol(self.cas(RUNS), blobs, self.index)
+
 
 class Stash:
-    """An open stash: its checkpoint store, sharing one client. Close it (or use `with`)."""
+    """An open stash: checkpoints and runs, sharing one client. Close it (or use `with`)."""
 
     def __init__(self, url: str | None = None, options: Options | None = None) -> None:
         parts = _Parts(url, options or Options())
         self.url = parts.url
         """The URL this stash was opened with."""
-        self._transport = parts.backend.sync_transport()
+        index = parts.backend.index
+        self._transport = Router(parts.backend.objects(), None if index is None else index())
         self.checkpoints = Store(parts.cas(CHECKPOINTS), self._transport)
         """Checkpoint envelopes: load, compare_and_swap, delete, history, list_ids."""
+        self.runs = RunStore(parts.runs(), self._transport.execute)
+        """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
 
     def close(self) -> None:
         """Release clients and files."""
@@ -136,9 +222,14 @@ class AsyncStash:
         parts = _Parts(url, options or Options())
         self.url = parts.url
         """The URL this stash was opened with."""
-        self._transport = parts.backend.async_transport()
+        index = parts.backend.async_index
+        self._transport = AsyncRouter(
+            parts.backend.async_objects(), None if index is None else index()
+        )
         self.checkpoints = AsyncStore(parts.cas(CHECKPOINTS), self._transport)
         """Checkpoint envelopes: the `Store` methods, awaitable."""
+        self.runs = AsyncRunStore(parts.runs(), self._transport.execute)
+        """Graph runs: the `RunStore` methods, awaitable."""
 
     async def close(self) -> None:
         """Release clients and files."""

@@ -91,9 +91,9 @@ def moto_stash(s3_moto_url: tuple[str, dict[str, Any]]) -> Iterator[stashpoint.S
 
 
 def _faulty(stash: stashpoint.Stash, script: list[str], **kw: Any) -> FaultyClient:
-    transport: Any = stash._transport
-    faulty = FaultyClient(transport.client, script, **kw)
-    transport._client = faulty
+    transport: Any = stash._transport.objects
+    faulty = FaultyClient(transport.client.get(), script, **kw)
+    transport.client.instance = faulty
     return faulty
 
 
@@ -197,8 +197,8 @@ def test_write_that_never_landed_is_a_conflict_even_past_the_lineage_window(
             self.competitor()  # type: ignore[misc]
             raise _client_error(412, "PreconditionFailed")
 
-    transport: Any = moto_stash._transport
-    transport._client = NotApplied(transport.client, [], competitor)
+    transport: Any = moto_stash._transport.objects
+    transport.client.instance = NotApplied(transport.client.get(), [], competitor)
     with pytest.raises(CheckpointConflict) as info:
         moto_stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)
     assert info.value.actual_revision == competing_saves
@@ -247,7 +247,7 @@ def test_encryption_and_storage_class_pass_through(s3_moto_url: tuple[str, Any])
     url = s3_moto_url[0]
     with stashpoint.open(url, sse="AES256", storage_class="STANDARD_IA") as stash:
         env = _created(stash)
-        client: Any = stash._transport.client  # type: ignore[attr-defined]
+        client: Any = stash._transport.objects.client.get()  # type: ignore[attr-defined]
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         head = client.head_object(Bucket=bucket, Key=f"{prefix}/checkpoints/{env.id}")
     assert head["ServerSideEncryption"] == "AES256"
@@ -273,7 +273,7 @@ def test_opening_touches_no_network() -> None:
 
 def _count_requests(stash: stashpoint.Stash) -> Counter[str]:
     counts: Counter[str] = Counter()
-    client: Any = stash._transport.client  # type: ignore[attr-defined]
+    client: Any = stash._transport.objects.client.get()  # type: ignore[attr-defined]
 
     def on_send(request: Any, **_: Any) -> None:
         counts[request.method] += 1

@@ -83,8 +83,8 @@ class LocalTransport:
                     return self._delete(key, etag)
                 case ListVersions(key):
                     return self._versions(key)
-                case ListKeys(prefix, token, page_size):
-                    return self._list(prefix, token, page_size)
+                case ListKeys(prefix, token, page_size, start_after):
+                    return self._list(prefix, max(token or "", start_after or ""), page_size)
         except OSError as exc:
             if isinstance(request, PutObject | DeleteObject):
                 return WriteResult(WriteOutcome.AMBIGUOUS, detail=f"local I/O error: {exc}")
@@ -199,7 +199,7 @@ class LocalTransport:
             refs.append(VersionRef(name, is_head))
         return refs
 
-    def _list(self, prefix: str, token: str | None, page_size: int) -> KeyPage:
+    def _list(self, prefix: str, after: str, page_size: int) -> KeyPage:
         folder, _, name_prefix = prefix.rpartition("/")
         base = self.root / folder if folder else self.root
         keys: list[str] = []
@@ -218,7 +218,7 @@ class LocalTransport:
                     keys.append(key)
                 elif entry.is_dir():
                     keys.extend(self._walk(Path(entry.path), key))
-        keys = sorted(k for k in keys if token is None or k > token)
+        keys = sorted(k for k in keys if k > after)
         page = keys[:page_size]
         return KeyPage(page, page[-1] if len(keys) > page_size else None)
 

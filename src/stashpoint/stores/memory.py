@@ -61,13 +61,12 @@ class MemoryTransport:
                         VersionRef(v.version_id, i == 0, v.body is None)
                         for i, v in enumerate(reversed(self._objects.get(key, [])))
                     ]
-                case ListKeys(prefix, token, page_size):
+                case ListKeys(prefix, token, page_size, start_after):
+                    after = max(token or "", start_after or "")
                     keys = sorted(
                         k
                         for k, versions in self._objects.items()
-                        if k.startswith(prefix)
-                        and versions[-1].body is not None
-                        and (token is None or k > token)
+                        if k.startswith(prefix) and versions[-1].body is not None and k > after
                     )
                     page = keys[:page_size]
                     more = len(keys) > page_size

@@ -168,6 +168,8 @@ class ListKeys:
     """Continuation token from the previous page."""
     page_size: int = 1000
     """Largest page wanted."""
+    start_after: str | None = None
+    """Only keys after this one (ascending), for resuming a walk."""
 
 
 class ObjectTransport(Protocol):

@@ -11,8 +11,6 @@ transport; endpoint, region and credentials come from the standard AWS environme
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import botocore.config
 import botocore.exceptions
 
+from stashpoint._clients import AsyncLazyClient, LazyClient
 from stashpoint._sansio import Protocol, run_async, run_sync
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
 from stashpoint.stores.objects import (
@@ -79,8 +78,7 @@ class S3Settings:
         cls, bucket: str, params: Mapping[str, str], options: Mapping[str, Any]
     ) -> S3Settings:
         """Build settings from URL query parameters and keyword options (keywords win)."""
-        merged: dict[str, Any] = {k: v for k, v in params.items() if k != "index"}
-        merged.update(options)
+        merged: dict[str, Any] = {**params, **options}
         config = DEFAULT_CLIENT_CONFIG
         user_config = merged.pop("client_config", None)
         if user_config is not None:
@@ -209,10 +207,12 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             except Exception as exc:
                 return _classify_write(exc, key)
             return WriteResult(WriteOutcome.STORED)
-        case ListKeys(prefix, token, page_size):
+        case ListKeys(prefix, token, page_size, start_after):
             params = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
             if token:
                 params["ContinuationToken"] = token
+            elif start_after:
+                params["StartAfter"] = start_after
             try:
                 response = yield S3Call("list_objects_v2", params)
             except Exception as exc:
@@ -291,39 +291,25 @@ def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
 class S3Transport:
     """Executes object requests with one lazily created, thread-safe boto3 client."""
 
-    def __init__(self, settings: S3Settings, client: Any = None) -> None:
+    def __init__(self, settings: S3Settings) -> None:
         self.settings = settings
         """Bucket, client configuration and write options."""
-        self._client = client
-        self._lock = threading.Lock()
-
-    @property
-    def client(self) -> Any:
-        """The boto3 S3 client, created on first use."""
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    import boto3
-
-                    session = boto3.session.Session(profile_name=self.settings.profile_name)
-                    self._client = session.client("s3", **self.settings.client_kwargs())
-        return self._client
+        self.client = LazyClient("s3", settings.profile_name, settings.client_kwargs)
+        """The boto3 client, made on first use (or set `client.instance` to your own)."""
 
     def execute(self, request: Any) -> Any:
         """Execute one object request."""
         return run_sync(s3_protocol(request, self.settings), self._call)
 
     def _call(self, call: S3Call) -> Any:
-        response = getattr(self.client, call.method)(**call.params)
+        response = getattr(self.client.get(), call.method)(**call.params)
         if call.read_body:
             response["Body"] = response["Body"].read()
         return response
 
     def close(self) -> None:
         """Close the client's connection pool."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self.client.close()
 
 
 class AsyncS3Transport:
@@ -332,30 +318,15 @@ class AsyncS3Transport:
     def __init__(self, settings: S3Settings) -> None:
         self.settings = settings
         """Bucket, client configuration and write options."""
-        self._client: Any = None
-        self._context: Any = None
-        self._lock: asyncio.Lock | None = None
-
-    async def client(self) -> Any:
-        """Return the aiobotocore S3 client, created on first use (inside the running loop)."""
-        if self._client is None:
-            self._lock = self._lock or asyncio.Lock()
-            async with self._lock:
-                if self._client is None:
-                    from aiobotocore.session import AioSession
-
-                    session = AioSession(profile=self.settings.profile_name)
-                    self._context = session.create_client("s3", **self.settings.client_kwargs())
-                    self._client = await self._context.__aenter__()
-        return self._client
+        self.client = AsyncLazyClient("s3", settings.profile_name, settings.client_kwargs)
+        """The aiobotocore client, made on first use inside the running loop."""
 
     async def execute(self, request: Any) -> Any:
         """Execute one object request."""
         return await run_async(s3_protocol(request, self.settings), self._call)
 
     async def _call(self, call: S3Call) -> Any:
-        client = await self.client()
-        response = await getattr(client, call.method)(**call.params)
+        response = await getattr(await self.client.get(), call.method)(**call.params)
         if call.read_body:
             async with response["Body"] as stream:
                 response["Body"] = await stream.read()
@@ -363,6 +334,4 @@ class AsyncS3Transport:
 
     async def close(self) -> None:
         """Close the client and its connection pool."""
-        if self._context is not None:
-            context, self._context, self._client = self._context, None, None
-            await context.__aexit__(None, None, None)
+        await self.client.close()

@@ -1,0 +1,72 @@
+"""One long-lived AWS client per transport, created on first use (never in a constructor)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class LazyClient:
+    """A boto3 client made on first use, shared by every thread (they are thread-safe).
+
+    `instance` may be set to a caller's own client.
+    """
+
+    def __init__(self, service: str, profile: str | None, kwargs: Callable[[], dict[str, Any]]):
+        self.instance: Any = None
+        """The client, once made (or as given)."""
+        self._service = service
+        self._profile = profile
+        self._kwargs = kwargs
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """Return the client, making it on first use."""
+        if self.instance is None:
+            with self._lock:
+                if self.instance is None:
+                    import boto3
+
+                    session = boto3.session.Session(profile_name=self._profile)
+                    self.instance = session.client(self._service, **self._kwargs())  # type: ignore[call-overload]
+        return self.instance
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        if self.instance is not None:
+            self.instance.close()
+            self.instance = None
+
+
+class AsyncLazyClient:
+    """An aiobotocore client made on first use inside the running event loop."""
+
+    def __init__(self, service: str, profile: str | None, kwargs: Callable[[], dict[str, Any]]):
+        self.instance: Any = None
+        """The client, once made."""
+        self._service = service
+        self._profile = profile
+        self._kwargs = kwargs
+        self._context: Any = None
+        self._lock: asyncio.Lock | None = None
+
+    async def get(self) -> Any:
+        """Return the client, making it on first use."""
+        if self.instance is None:
+            self._lock = self._lock or asyncio.Lock()
+            async with self._lock:
+                if self.instance is None:
+                    from aiobotocore.session import AioSession
+
+                    session = AioSession(profile=self._profile)
+                    self._context = session.create_client(self._service, **self._kwargs())  # type: ignore[call-overload]
+                    self.instance = await self._context.__aenter__()
+        return self.instance
+
+    async def close(self) -> None:
+        """Close the client and its connection pool."""
+        if self._context is not None:
+            context, self._context, self.instance = self._context, None, None
+            await context.__aexit__(None, None, None)

@@ -1,0 +1,1 @@
+"""The run/attempt index: one schema, SQLite (embedded) and DynamoDB backends."""

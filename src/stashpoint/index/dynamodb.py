@@ -1,0 +1,242 @@
+"""DynamoDB as the index: one table, three GSIs (see `index.schema`), boto3 and aiobotocore.
+
+What each index request means in DynamoDB calls is written once (`dynamodb_protocol`);
+the sync and async transports only perform the calls. Writes are conditional on `revision`
+(`attribute_not_exists(pk) OR revision < :revision`), so a stale writer never regresses an
+item; its refusal is not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import botocore.config
+import botocore.exceptions
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from stashpoint._clients import AsyncLazyClient, LazyClient
+from stashpoint._sansio import Protocol, run_async, run_sync
+from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
+from stashpoint.index.requests import DeleteItem, GetItem, ItemPage, PutItems, QueryItems
+from stashpoint.index.schema import (
+    PARTITION_KEY,
+    REVISION,
+    SECONDARY_INDEXES,
+    SORT_KEY,
+    TTL_ATTRIBUTE,
+    dynamodb_table_definition,
+)
+
+DEFAULT_CLIENT_CONFIG = botocore.config.Config(
+    connect_timeout=5,
+    read_timeout=10,
+    retries={"mode": "standard", "max_attempts": 5},
+    max_pool_connections=64,
+)
+"""Client settings used unless the caller's `index_client_config` says otherwise."""
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+_GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
+_CONDITION = f"attribute_not_exists({PARTITION_KEY}) OR {REVISION} < :revision"
+
+
+@dataclass(frozen=True)
+class DynamoDBSettings:
+    """Everything a DynamoDB index transport needs."""
+
+    table: str
+    """The index table's name."""
+    client_config: botocore.config.Config = DEFAULT_CLIENT_CONFIG
+    """botocore client settings."""
+    endpoint_url: str | None = None
+    """Explicit endpoint; None lets the AWS environment decide."""
+    region_name: str | None = None
+    """Explicit region; None lets the AWS environment decide."""
+    profile_name: str | None = None
+    """Named AWS profile; None uses the default credential chain."""
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Return the keyword arguments for creating a DynamoDB client."""
+        kwargs: dict[str, Any] = {"config": self.client_config}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.region_name:
+            kwargs["region_name"] = self.region_name
+        return kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoCall:
+    """One DynamoDB API call."""
+
+    method: str
+    """Client method name."""
+    params: dict[str, Any]
+    """Keyword arguments."""
+
+
+def to_attributes(item: Mapping[str, Any]) -> dict[str, Any]:
+    """Return an item in DynamoDB's typed form, leaving out None values."""
+    return {k: _serializer.serialize(v) for k, v in item.items() if v is not None}
+
+
+def from_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a plain item from DynamoDB's typed form (numbers as int)."""
+    item = {k: _deserializer.deserialize(v) for k, v in attributes.items()}
+    return {k: int(v) if isinstance(v, Decimal) else v for k, v in item.items()}
+
+
+def _failure(exc: Exception, table: str) -> StashpointError:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code == "ResourceNotFoundException":
+            return ConfigurationError(
+                f"index table {table!r} does not exist; deploy infra/ or call "
+                "stashpoint.index.dynamodb.create_table",
+                object_name=table,
+            )
+        return StorageUnavailable(f"DynamoDB {code}: {exc}", object_name=table)
+    return StorageUnavailable(
+        f"DynamoDB unreachable: {type(exc).__name__}: {exc}", object_name=table
+    )
+
+
+def _conditional_refusal(exc: Exception) -> bool:
+    return (
+        isinstance(exc, botocore.exceptions.ClientError)
+        and exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+    )
+
+
+def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
+    """Carry out one index request as DynamoDB calls; return the request's result."""
+    try:
+        match request:
+            case PutItems(items):
+                written = 0
+                for item in items:
+                    params = {
+                        "TableName": table,
+                        "Item": to_attributes(item),
+                        "ConditionExpression": _CONDITION,
+                        "ExpressionAttributeValues": {":revision": {"N": str(item[REVISION])}},
+                    }
+                    try:
+                        yield DynamoCall("put_item", params)
+                        written += 1
+                    except Exception as exc:
+                        if not _conditional_refusal(exc):
+                            raise
+                return written
+            case GetItem(pk, sk):
+                key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
+                response = yield DynamoCall(
+                    "get_item", {"TableName": table, "Key": key, "ConsistentRead": True}
+                )
+                found = response.get("Item")
+                return None if found is None else from_attributes(found)
+            case DeleteItem(pk, sk):
+                key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
+                yield DynamoCall("delete_item", {"TableName": table, "Key": key})
+                return None
+            case QueryItems():
+                return (yield from _query(request, table))
+    except StashpointError:
+        raise
+    except Exception as exc:
+        raise _failure(exc, table) from exc
+    raise TypeError(f"DynamoDB index cannot execute {request!r}")
+
+
+def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:
+    gsi = _GSI[request.index]
+    names = {"#p": gsi.partition_key, "#s": gsi.sort_key}
+    values: dict[str, Any] = {":p": {"S": request.partition}}
+    condition = "#p = :p"
+    if request.sort_at_least is not None:
+        condition += " AND #s >= :since"
+        values[":since"] = {"S": request.sort_at_least}
+    params: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": gsi.name,
+        "KeyConditionExpression": condition,
+        "ScanIndexForward": False,
+        "Limit": request.limit,
+    }
+    filters = []
+    for n, (name, value) in enumerate(sorted(request.filters.items())):
+        names[f"#f{n}"] = name
+        values[f":f{n}"] = {"S": value}
+        filters.append(f"#f{n} = :f{n}")
+    if filters:
+        params["FilterExpression"] = " AND ".join(filters)
+    params["ExpressionAttributeNames"] = names
+    params["ExpressionAttributeValues"] = values
+    if request.after is not None:
+        params["ExclusiveStartKey"] = {k: {"S": v} for k, v in request.after.items()}
+    response = yield DynamoCall("query", params)
+    items = [from_attributes(i) for i in response.get("Items", [])]
+    last = response.get("LastEvaluatedKey")
+    return ItemPage(items, None if last is None else {k: v["S"] for k, v in last.items()})
+
+
+class DynamoDBIndexTransport:
+    """Executes index requests with one lazily created, thread-safe boto3 client."""
+
+    def __init__(self, settings: DynamoDBSettings) -> None:
+        self.settings = settings
+        """Table and client settings."""
+        self.client = LazyClient("dynamodb", settings.profile_name, settings.client_kwargs)
+        """The boto3 client, made on first use."""
+
+    def execute(self, request: Any) -> Any:
+        """Execute one index request."""
+        return run_sync(dynamodb_protocol(request, self.settings.table), self._call)
+
+    def _call(self, call: DynamoCall) -> Any:
+        return getattr(self.client.get(), call.method)(**call.params)
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.client.close()
+
+
+class AsyncDynamoDBIndexTransport:
+    """Executes index requests with one lazily created aiobotocore client."""
+
+    def __init__(self, settings: DynamoDBSettings) -> None:
+        self.settings = settings
+        """Table and client settings."""
+        self.client = AsyncLazyClient("dynamodb", settings.profile_name, settings.client_kwargs)
+        """The aiobotocore client, made on first use."""
+
+    async def execute(self, request: Any) -> Any:
+        """Execute one index request."""
+        return await run_async(dynamodb_protocol(request, self.settings.table), self._call)
+
+    async def _call(self, call: DynamoCall) -> Any:
+        return await getattr(await self.client.get(), call.method)(**call.params)
+
+    async def close(self) -> None:
+        """Close the client."""
+        await self.client.close()
+
+
+def create_table(client: Any, table: str, *, wait: bool = True) -> None:
+    """Create the index table from the schema, with TTL on `expires_at`.
+
+    For tests and tools; production deploys `infra/`.
+    """
+    client.create_table(**dynamodb_table_definition(table))
+    if wait:
+        client.get_waiter("table_exists").wait(
+            TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+        )
+    client.update_time_to_live(
+        TableName=table,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+    )

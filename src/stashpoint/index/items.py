@@ -1,0 +1,191 @@
+"""Index mapping, written once: run state -> index items, index items -> rows, cursors.
+
+Items hold no payloads (inputs, outputs and snapshots stay in object storage), only what
+listings and status queries show.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from stashpoint.errors import ConfigurationError
+from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS, TTL_ATTRIBUTE
+from stashpoint.runs.models import (
+    AttemptRecord,
+    AttemptRow,
+    AttemptStatus,
+    RunRow,
+    RunState,
+    RunStatus,
+)
+
+RUN_SORT = "run"
+"""Sort key of a run's own item."""
+ERROR_CHARS = 512
+"""Errors are cut to this length in the index (the full text stays in storage)."""
+
+
+def sortable(moment: datetime) -> str:
+    """Return a timestamp that sorts as text: fixed-width UTC with microseconds."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def run_pk(run_id: str) -> str:
+    """Return the partition key of a run's items."""
+    return f"run#{run_id}"
+
+
+def attempt_sk(attempt_id: str) -> str:
+    """Return the sort key of an attempt's item."""
+    return f"attempt#{attempt_id}"
+
+
+def graph_partition(namespace: str, graph_name: str) -> str:
+    """Return the by_graph partition of a graph's runs."""
+    return f"graph#{namespace}#{graph_name}"
+
+
+def status_partition(namespace: str, status: RunStatus) -> str:
+    """Return the by_status partition of runs in a status."""
+    return f"status#{namespace}#{status.value}"
+
+
+def attempt_status_partition(namespace: str, status: AttemptStatus) -> str:
+    """Return the by_status partition of attempts in a status."""
+    return f"attempt-status#{namespace}#{status.value}"
+
+
+def namespace_partition(namespace: str) -> str:
+    """Return the by_namespace partition of all runs of a namespace."""
+    return f"runs#{namespace}"
+
+
+def _short(error: str | None) -> str | None:
+    return None if error is None else error[:ERROR_CHARS]
+
+
+def run_item(state: RunState, revision: int, expires_at: int | None) -> dict[str, Any]:
+    """Return the index item of a run at `revision`."""
+    failed = sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED)
+    running = sum(1 for a in state.attempts if a.status is AttemptStatus.RUNNING)
+    created, updated = sortable(state.created_at), sortable(state.updated_at)
+    return {
+        "pk": run_pk(state.run_id),
+        "sk": RUN_SORT,
+        BY_GRAPH.partition_key: graph_partition(state.namespace, state.graph_name),
+        BY_GRAPH.sort_key: f"{created}#{state.run_id}",
+        BY_STATUS.partition_key: status_partition(state.namespace, state.status),
+        BY_STATUS.sort_key: f"{updated}#{state.run_id}",
+        BY_NAMESPACE.partition_key: namespace_partition(state.namespace),
+        BY_NAMESPACE.sort_key: f"{created}#{state.run_id}",
+        "revision": revision,
+        TTL_ATTRIBUTE: expires_at,
+        "run_id": state.run_id,
+        "graph_name": state.graph_name,
+        "namespace": state.namespace,
+        "status": state.status.value,
+        "attempts": len(state.attempts),
+        "failed_attempts": failed,
+        "running_attempts": running,
+        "error": _short(state.error),
+        "created_at": created,
+        "updated_at": updated,
+    }
+
+
+def attempt_item(
+    record: AttemptRecord, namespace: str, revision: int, expires_at: int | None
+) -> dict[str, Any]:
+    """Return the index item of an attempt, as of run `revision`."""
+    started = sortable(record.started_at)
+    return {
+        "pk": run_pk(record.run_id),
+        "sk": attempt_sk(record.attempt_id),
+        BY_STATUS.partition_key: attempt_status_partition(namespace, record.status),
+        BY_STATUS.sort_key: f"{started}#{record.attempt_id}",
+        "revision": revision,
+        TTL_ATTRIBUTE: expires_at,
+        "attempt_id": record.attempt_id,
+        "run_id": record.run_id,
+        "node_id": record.node_id,
+        "attempt": record.attempt,
+        "status": record.status.value,
+        "error": _short(record.error),
+        "started_at": started,
+        "finished_at": None if record.finished_at is None else sortable(record.finished_at),
+    }
+
+
+def items_for(
+    old: RunState | None, new: RunState, revision: int, expires_at: int | None
+) -> tuple[dict[str, Any], ...]:
+    """Return the items a transition from `old` to `new` changes (all of them if no `old`)."""
+    before = {} if old is None else {a.attempt_id: a for a in old.attempts}
+    changed = [a for a in new.attempts if before.get(a.attempt_id) != a]
+    return (
+        run_item(new, revision, expires_at),
+        *(attempt_item(a, new.namespace, revision, expires_at) for a in changed),
+    )
+
+
+def _moment(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def run_row(item: Mapping[str, Any]) -> RunRow:
+    """Return the listing row of a run item."""
+    return RunRow(
+        run_id=item["run_id"],
+        graph_name=item["graph_name"],
+        namespace=item["namespace"],
+        status=RunStatus(item["status"]),
+        revision=int(item["revision"]),
+        attempts=int(item["attempts"]),
+        failed_attempts=int(item["failed_attempts"]),
+        running_attempts=int(item["running_attempts"]),
+        error=item.get("error"),
+        created_at=_moment(item["created_at"]),
+        updated_at=_moment(item["updated_at"]),
+    )
+
+
+def attempt_row(item: Mapping[str, Any]) -> AttemptRow:
+    """Return the listing row of an attempt item."""
+    return AttemptRow(
+        attempt_id=item["attempt_id"],
+        run_id=item["run_id"],
+        node_id=item["node_id"],
+        attempt=int(item["attempt"]),
+        status=AttemptStatus(item["status"]),
+        error=item.get("error"),
+        started_at=_moment(item["started_at"]),
+        finished_at=_moment(item.get("finished_at")),
+    )
+
+
+def encode_cursor(keys: Mapping[str, str] | None) -> str | None:
+    """Return an opaque cursor for the keys of the last item of a page."""
+    if keys is None:
+        return None
+    raw = json.dumps(dict(keys), separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> dict[str, str] | None:
+    """Return the keys inside a cursor; a malformed cursor is a `ConfigurationError`."""
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        keys = json.loads(base64.urlsafe_b64decode(padded))
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(f"malformed listing cursor {cursor!r}") from exc
+    if not isinstance(keys, dict) or not all(isinstance(v, str) for v in keys.values()):
+        raise ConfigurationError(f"malformed listing cursor {cursor!r}")
+    return keys

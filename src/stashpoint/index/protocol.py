@@ -1,0 +1,153 @@
+"""Index upkeep and queries as protocols: what to write after a storage write, how to page.
+
+Index writes always follow the storage write they describe and are conditional on the
+run revision, so a crash leaves the index behind, never ahead, and a stale writer never
+regresses it. Listings page with an opaque cursor over index queries only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from stashpoint._sansio import Protocol
+from stashpoint.errors import StashpointError
+from stashpoint.index import items as mapping
+from stashpoint.index.requests import DeleteItem, GetItem, ItemPage, PutItems, QueryItems
+from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS
+from stashpoint.runs.models import AttemptRow, AttemptStatus, Page, RunRow, RunState, RunStatus
+
+log = logging.getLogger("stashpoint.index")
+
+Row = TypeVar("Row", RunRow, AttemptRow)
+
+_MARKER_PK = "meta#progress"
+
+
+class IndexProtocol:
+    """Keeps the run/attempt index in step with storage, and answers listings from it."""
+
+    def __init__(self, ttl_seconds: int | None = None) -> None:
+        self.ttl_seconds = ttl_seconds
+        """Retention of index items (DynamoDB TTL), None to keep them."""
+
+    def _expires_at(self) -> int | None:
+        return None if self.ttl_seconds is None else int(time.time()) + self.ttl_seconds
+
+    def items(
+        self, old: RunState | None, new: RunState, revision: int
+    ) -> tuple[dict[str, Any], ...]:
+        """Return the items a transition changes (every item of the run if `old` is None)."""
+        return mapping.items_for(old, new, revision, self._expires_at())
+
+    def read_marker(self, name: str) -> Protocol[str | None]:
+        """Return the progress a resumable job (reindex) recorded under `name`."""
+        item = yield GetItem(_MARKER_PK, name)
+        return None if item is None else str(item["position"])
+
+    def write_marker(self, name: str, position: str) -> Protocol[None]:
+        """Record the progress of a resumable job."""
+        marker = {"pk": _MARKER_PK, "sk": name, "revision": time.time_ns(), "position": position}
+        yield PutItems((marker,))
+
+    def clear_marker(self, name: str) -> Protocol[None]:
+        """Forget a finished job's progress."""
+        yield DeleteItem(_MARKER_PK, name)
+
+    def record(self, old: RunState | None, new: RunState, revision: int) -> Protocol[bool]:
+        """Write the items a transition changed; return False if the index lags instead.
+
+        An index failure does not undo or fail the storage write before it (storage is the
+        truth): it is logged, and `reindex` or the next `load_run` repairs the index.
+        """
+        try:
+            yield PutItems(self.items(old, new, revision))
+        except StashpointError as exc:
+            log.warning("index write for run %s failed; index lags: %s", new.run_id, exc)
+            return False
+        return True
+
+    def repair(self, state: RunState, revision: int) -> Protocol[bool]:
+        """Rewrite a run's items if the index is behind storage; return whether it was."""
+        item = yield GetItem(mapping.run_pk(state.run_id), mapping.RUN_SORT)
+        if item is not None and int(item["revision"]) >= revision:
+            return False
+        yield from self.record(None, state, revision)
+        return True
+
+    def list_runs(
+        self,
+        *,
+        namespace: str,
+        graph_name: str | None,
+        status: RunStatus | None,
+        since: datetime | None,
+        limit: int,
+        cursor: str | None,
+    ) -> Protocol[Page[RunRow]]:
+        """Return one page of runs, newest first."""
+        filters: dict[str, str] = {}
+        if graph_name is not None:
+            index, partition = BY_GRAPH.name, mapping.graph_partition(namespace, graph_name)
+            if status is not None:
+                filters["status"] = status.value
+        elif status is not None:
+            index, partition = BY_STATUS.name, mapping.status_partition(namespace, status)
+        else:
+            index, partition = BY_NAMESPACE.name, mapping.namespace_partition(namespace)
+        since_key = None if since is None else mapping.sortable(since)
+        return (
+            yield from self._page(
+                index, partition, since_key, filters, limit, cursor, mapping.run_row
+            )
+        )
+
+    def list_attempts(
+        self,
+        *,
+        namespace: str,
+        status: AttemptStatus,
+        since: datetime | None,
+        limit: int,
+        cursor: str | None,
+    ) -> Protocol[Page[AttemptRow]]:
+        """Return one page of attempts in a status, most recently started first."""
+        partition = mapping.attempt_status_partition(namespace, status)
+        since_key = None if since is None else mapping.sortable(since)
+        return (
+            yield from self._page(
+                BY_STATUS.name, partition, since_key, {}, limit, cursor, mapping.attempt_row
+            )
+        )
+
+    def _page(
+        self,
+        index: str,
+        partition: str,
+        since: str | None,
+        filters: dict[str, str],
+        limit: int,
+        cursor: str | None,
+        to_row: Callable[[dict[str, Any]], Row],
+    ) -> Protocol[Page[Row]]:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        gsi = {g.name: g for g in (BY_GRAPH, BY_STATUS, BY_NAMESPACE)}[index]
+        after = mapping.decode_cursor(cursor)
+        found: list[dict[str, Any]] = []
+        while len(found) < limit:
+            # With filters, a page can come back short: ask for a full page each time.
+            want = limit if filters else limit - len(found)
+            page: ItemPage = yield QueryItems(index, partition, want, after, since, filters)
+            found.extend(page.items)
+            after = page.last_keys
+            if after is None:
+                break
+        if len(found) > limit:
+            found = found[:limit]
+            last = found[-1]
+            after = {k: last[k] for k in ("pk", "sk", gsi.partition_key, gsi.sort_key)}
+        return Page[Row](items=[to_row(i) for i in found], cursor=mapping.encode_cursor(after))

@@ -1,0 +1,76 @@
+"""The index vocabulary: requests that index protocols yield and index transports execute."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Item = Mapping[str, Any]
+"""One index item: string keys, values that are str, int or None (None: absent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutItems:
+    """Request: write items, each only if its stored `revision` is lower (or it is absent).
+
+    Result: the number of items written (stale ones are skipped, not errors).
+    """
+
+    items: tuple[Item, ...]
+    """Items to write, each with `pk`, `sk` and `revision`."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetItem:
+    """Request: read one item by key. Result: the item or None."""
+
+    pk: str
+    """Partition key."""
+    sk: str
+    """Sort key."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteItem:
+    """Request: delete one item by key. Result: None."""
+
+    pk: str
+    """Partition key."""
+    sk: str
+    """Sort key."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryItems:
+    """Request: one page of a secondary index partition, sort key descending.
+
+    Result: `ItemPage`. `after` is the cursor of the previous page (an item's keys).
+    """
+
+    index: str
+    """Secondary index name."""
+    partition: str
+    """Partition key value."""
+    limit: int
+    """Largest page wanted."""
+    after: Mapping[str, str] | None = None
+    """Keys of the last item of the previous page."""
+    sort_at_least: str | None = None
+    """Only items whose sort key is >= this (a `since` bound)."""
+    filters: Mapping[str, str] = field(default_factory=dict)
+    """Attribute equality filters applied after the key condition."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPage:
+    """One page of query results."""
+
+    items: list[dict[str, Any]]
+    """Items, sort key descending."""
+    last_keys: dict[str, str] | None
+    """Keys to continue after, None when the partition is exhausted."""
+
+
+INDEX_REQUESTS = (PutItems, GetItem, DeleteItem, QueryItems)
+"""Every index request type (for routing requests between transports)."""

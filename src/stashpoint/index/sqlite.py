@@ -1,0 +1,148 @@
+"""SQLite as the index: the embedded default, the same model as the DynamoDB table.
+
+One connection per thread (WAL mode, a busy timeout), so threads and processes on one
+machine share the file safely. Items whose `expires_at` has passed are hidden from queries,
+as DynamoDB's TTL would eventually delete them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from stashpoint.errors import StorageUnavailable
+from stashpoint.index.requests import DeleteItem, GetItem, ItemPage, PutItems, QueryItems
+from stashpoint.index.schema import (
+    KEY_ATTRIBUTES,
+    PARTITION_KEY,
+    REVISION,
+    SECONDARY_INDEXES,
+    SORT_KEY,
+    TTL_ATTRIBUTE,
+    sqlite_schema,
+)
+
+_COLUMNS = (*KEY_ATTRIBUTES, REVISION, TTL_ATTRIBUTE, "item")
+_UPSERT = (
+    f"INSERT INTO items ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
+    f"ON CONFLICT ({PARTITION_KEY}, {SORT_KEY}) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS[2:])
+    + f" WHERE excluded.{REVISION} > items.{REVISION}"
+)
+_GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
+
+
+class SqliteIndexTransport:
+    """Executes index requests against one SQLite file (or a private in-memory database)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        """The database file, or `:memory:`."""
+        self._local = threading.local()
+        self._memory: sqlite3.Connection | None = None
+        self._memory_lock = threading.Lock()
+        self._closed = False
+
+    def _connection(self) -> sqlite3.Connection:
+        if self.path == ":memory:":
+            # One shared connection: an in-memory database is private to its connection.
+            if self._memory is None:
+                self._memory = self._open()
+            return self._memory
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            connection = self._open()
+            self._local.connection = connection
+        return connection
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        connection.execute("PRAGMA busy_timeout = 30000")
+        if self.path != ":memory:":
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = NORMAL")
+        for statement in sqlite_schema():
+            connection.execute(statement)
+        return connection
+
+    def execute(self, request: Any) -> Any:
+        """Execute one index request."""
+        try:
+            if self.path == ":memory:":
+                with self._memory_lock:
+                    return self._execute(request)
+            return self._execute(request)
+        except sqlite3.Error as exc:
+            raise StorageUnavailable(f"SQLite index error: {exc}", object_name=self.path) from exc
+
+    def _execute(self, request: Any) -> Any:
+        db = self._connection()
+        match request:
+            case PutItems(items):
+                written = 0
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    for item in items:
+                        row = [item.get(k) for k in KEY_ATTRIBUTES]
+                        row += [item[REVISION], item.get(TTL_ATTRIBUTE), json.dumps(dict(item))]
+                        written += db.execute(_UPSERT, row).rowcount
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                return written
+            case GetItem(pk, sk):
+                found = db.execute(
+                    "SELECT item FROM items WHERE pk = ? AND sk = ?", (pk, sk)
+                ).fetchone()
+                return None if found is None else json.loads(found[0])
+            case DeleteItem(pk, sk):
+                db.execute("DELETE FROM items WHERE pk = ? AND sk = ?", (pk, sk))
+                return None
+            case QueryItems():
+                return self._query(db, request)
+        raise TypeError(f"SQLite index cannot execute {request!r}")
+
+    def _query(self, db: sqlite3.Connection, request: QueryItems) -> ItemPage:
+        gsi = _GSI[request.index]
+        where = [f"{gsi.partition_key} = ?", f"({TTL_ATTRIBUTE} IS NULL OR {TTL_ATTRIBUTE} > ?)"]
+        params: list[Any] = [request.partition, int(time.time())]
+        if request.sort_at_least is not None:
+            where.append(f"{gsi.sort_key} >= ?")
+            params.append(request.sort_at_least)
+        if request.after is not None:
+            where.append(f"{gsi.sort_key} < ?")
+            params.append(request.after[gsi.sort_key])
+        for name, value in request.filters.items():
+            where.append("json_extract(item, ?) = ?")
+            params += [f"$.{name}", value]
+        rows = db.execute(
+            f"SELECT item FROM items WHERE {' AND '.join(where)} "
+            f"ORDER BY {gsi.sort_key} DESC LIMIT ?",
+            (*params, request.limit + 1),
+        ).fetchall()
+        items = [json.loads(r[0]) for r in rows[: request.limit]]
+        more = len(rows) > request.limit
+        last = (
+            {k: items[-1][k] for k in (PARTITION_KEY, SORT_KEY, gsi.partition_key, gsi.sort_key)}
+            if more and items
+            else None
+        )
+        return ItemPage(items, last)
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their threads end)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None

@@ -1,0 +1,32 @@
+"""Graph runs: per-attempt recording (seed 004), durable, indexed."""
+
+from stashpoint.runs.models import (
+    AttemptRecord,
+    AttemptRow,
+    AttemptStatus,
+    CheckpointMetadata,
+    Interrupt,
+    Page,
+    RunRow,
+    RunState,
+    RunStatus,
+    RunSummary,
+    TraceContext,
+)
+from stashpoint.runs.store import AsyncRunStore, RunStore
+
+__all__ = [
+    "AsyncRunStore",
+    "AttemptRecord",
+    "AttemptRow",
+    "AttemptStatus",
+    "CheckpointMetadata",
+    "Interrupt",
+    "Page",
+    "RunRow",
+    "RunState",
+    "RunStatus",
+    "RunSummary",
+    "RunStore",
+    "TraceContext",
+]

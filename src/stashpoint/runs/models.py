@@ -1,0 +1,247 @@
+"""Graph-run records (seed `004`): runs, attempts, interrupts, summaries.
+
+Status enums may gain variants in later versions: keep a default branch when matching.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stashpoint.envelope import JsonPayload, utc_now
+
+T = TypeVar("T")
+
+RUN_KIND = "stashpoint.run"
+"""Envelope kind of a run's state."""
+RUN_SCHEMA_VERSION = 1
+"""Schema version of `RunState` payloads this library writes and reads."""
+
+
+class RunStatus(StrEnum):
+    """Overall status of a run."""
+
+    RUNNING = "running"
+    """Attempts may still be recorded."""
+    COMPLETED = "completed"
+    """Finished successfully (final)."""
+    FAILED = "failed"
+    """Finished with an error (final)."""
+    INTERRUPTED = "interrupted"
+    """Paused by an interrupt (for example human input); recording an attempt resumes it."""
+    CANCELLED = "cancelled"
+    """Stopped on request (final)."""
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether no transition may leave this status."""
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class AttemptStatus(StrEnum):
+    """Status of one node execution attempt."""
+
+    RUNNING = "running"
+    """Started, not finished."""
+    COMPLETED = "completed"
+    """Finished with an output (final)."""
+    FAILED = "failed"
+    """Finished with an error (final)."""
+    INTERRUPTED = "interrupted"
+    """Stopped by an interrupt (final for this attempt; a new attempt resumes the node)."""
+    CANCELLED = "cancelled"
+    """Stopped on request (final)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TraceContext(_Model):
+    """W3C-style trace context carried with an attempt or a run."""
+
+    trace_id: str
+    """Trace the attempt belongs to."""
+    span_id: str | None = None
+    """Span of the attempt, when known."""
+    parent_span_id: str | None = None
+    """Parent span, when known."""
+    baggage: dict[str, str] = Field(default_factory=dict)
+    """Propagated key-value context."""
+
+
+class Interrupt(_Model):
+    """Why a run paused: a node asked for outside input or approval."""
+
+    node_id: str | None = None
+    """Node that raised the interrupt."""
+    reason: str = ""
+    """Human-readable reason."""
+    value: JsonPayload = None
+    """Data the interrupt carries (the question, the proposed action...)."""
+    created_at: datetime = Field(default_factory=utc_now)
+    """When the interrupt was recorded."""
+
+
+class CheckpointMetadata(_Model):
+    """Metadata stored with a state snapshot, for validation and auditing."""
+
+    graph_hash: str
+    """Hash of the graph definition at snapshot time, to detect drift on resume."""
+    run_id: str
+    """The run this snapshot belongs to."""
+    node_id: str
+    """Node active when the snapshot was taken."""
+    step: int = Field(ge=0)
+    """Superstep number."""
+    created_at: datetime = Field(default_factory=utc_now)
+    """When the snapshot was taken."""
+
+
+class AttemptRecord(_Model):
+    """Record of one node execution attempt."""
+
+    attempt_id: str
+    """Opaque id; it embeds the run id so an attempt is found without a scan."""
+    run_id: str
+    """The run the attempt belongs to."""
+    node_id: str
+    """The graph node executed."""
+    attempt: int = Field(ge=0)
+    """Attempt number of this node (retries count up)."""
+    input: JsonPayload = None
+    """Input given to the node (or a blob reference when large)."""
+    output: JsonPayload = None
+    """Output of a completed attempt (or a blob reference when large)."""
+    status: AttemptStatus = AttemptStatus.RUNNING
+    """Current status."""
+    error: str | None = None
+    """Error message of a failed attempt."""
+    meta: dict[str, Any] = Field(default_factory=dict)
+    """Caller metadata recorded at completion (for example `trace_id`)."""
+    trace_ctx: TraceContext | None = None
+    """Trace context of the attempt."""
+    started_at: datetime = Field(default_factory=utc_now)
+    """When the attempt was recorded."""
+    finished_at: datetime | None = None
+    """When the attempt reached a final status."""
+
+
+class RunState(_Model):
+    """Persisted state of a run, sufficient to resume it."""
+
+    run_id: str
+    """Run identity."""
+    graph_name: str
+    """Name of the graph being run."""
+    namespace: str = "default"
+    """Isolation namespace (tenant, environment) for listings."""
+    status: RunStatus = RunStatus.RUNNING
+    """Overall status."""
+    attempts: tuple[AttemptRecord, ...] = ()
+    """Attempts in the order they were recorded."""
+    state_snapshot: dict[str, Any] = Field(default_factory=dict)
+    """Latest graph state snapshot (values may be blob references when large)."""
+    checkpoint: CheckpointMetadata | None = None
+    """Metadata of the latest snapshot."""
+    graph_hash: str | None = None
+    """Hash of the graph definition the run was recorded with."""
+    interrupted: Interrupt | None = None
+    """The pending interrupt of an interrupted run."""
+    error: str | None = None
+    """Error of a failed run."""
+    trace_ctx: TraceContext | None = None
+    """Trace context of the run."""
+    created_at: datetime = Field(default_factory=utc_now)
+    """When the run was created."""
+    updated_at: datetime = Field(default_factory=utc_now)
+    """When the run last changed."""
+
+    def attempt(self, attempt_id: str) -> AttemptRecord | None:
+        """Return the attempt with this id, if recorded."""
+        return next((a for a in self.attempts if a.attempt_id == attempt_id), None)
+
+
+class RunSummary(_Model):
+    """Summary of a run: what ran, how often, how it ended."""
+
+    run_id: str
+    """Run identity."""
+    graph_name: str
+    """Name of the graph."""
+    status: RunStatus
+    """Overall status."""
+    total_nodes_executed: int
+    """Distinct nodes with at least one attempt."""
+    total_attempts: int
+    """Attempts recorded."""
+    failed_attempts: int
+    """Attempts that failed."""
+    trace_id: str | None = None
+    """First `trace_id` found in attempt metadata (compatibility with older tracing)."""
+    trace_ctx: TraceContext | None = None
+    """First trace context found on an attempt, else the run's."""
+    started_at: datetime
+    """When the run was created."""
+    finished_at: datetime | None = None
+    """When the run reached a status other than running, else None."""
+
+
+class RunRow(_Model):
+    """A run as the index lists it: no payloads, only what a listing shows."""
+
+    run_id: str
+    """Run identity."""
+    graph_name: str
+    """Name of the graph."""
+    namespace: str
+    """Isolation namespace."""
+    status: RunStatus
+    """Overall status."""
+    revision: int
+    """Revision of the run state this row describes."""
+    attempts: int
+    """Attempts recorded."""
+    failed_attempts: int
+    """Attempts that failed."""
+    running_attempts: int
+    """Attempts still running."""
+    error: str | None = None
+    """Short error of a failed run."""
+    created_at: datetime
+    """When the run was created."""
+    updated_at: datetime
+    """When the run last changed."""
+
+
+class AttemptRow(_Model):
+    """An attempt as the index lists it."""
+
+    attempt_id: str
+    """Attempt identity."""
+    run_id: str
+    """Run identity."""
+    node_id: str
+    """Node executed."""
+    attempt: int
+    """Attempt number."""
+    status: AttemptStatus
+    """Status."""
+    error: str | None = None
+    """Short error of a failed attempt."""
+    started_at: datetime
+    """When the attempt was recorded."""
+    finished_at: datetime | None = None
+    """When it finished."""
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a listing, newest first, with an opaque cursor for the next page."""
+
+    items: list[T]
+    """The rows of this page."""
+    cursor: str | None = None
+    """Pass to the same listing for the next page; None on the last page."""

@@ -1,0 +1,89 @@
+"""Content-addressed blobs: large values stored once under `blobs/{sha256}`.
+
+A value over the size threshold is written as its own object (created with If-None-Match,
+so concurrent writers of the same value are harmless) and replaced in its parent by a small
+reference. Blobs are self-describing envelopes of kind `stashpoint.blob`, readable with
+`zstd -d | jq` like everything else. Unreferenced blobs are removed by `stashpoint gc`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pydantic_core
+
+from stashpoint._sansio import Protocol
+from stashpoint.codec import Codec
+from stashpoint.envelope import Envelope
+from stashpoint.errors import InvalidPayload, StashpointError, StorageUnavailable
+from stashpoint.stores.cas import BLOBS, Layout
+from stashpoint.stores.objects import (
+    Create,
+    GetObject,
+    HeadObject,
+    ObjectInfo,
+    PutObject,
+    WriteOutcome,
+    WriteResult,
+)
+
+BLOB_KIND = "stashpoint.blob"
+"""Envelope kind of a blob."""
+REF_KEY = "$stashpoint_blob"
+"""The key that marks a JSON object as a blob reference: `{"$stashpoint_blob": sha256}`."""
+DEFAULT_THRESHOLD = 64 * 1024
+"""Values whose JSON is larger than this many bytes become blobs."""
+
+
+def is_ref(value: Any) -> bool:
+    """Whether `value` is a blob reference."""
+    return isinstance(value, dict) and REF_KEY in value and len(value) <= 2
+
+
+class BlobProtocol:
+    """Offload large values to blobs and resolve references back, as protocols."""
+
+    def __init__(self, layout: Layout, codec: Codec, threshold: int = DEFAULT_THRESHOLD) -> None:
+        self.layout = layout
+        """Where blobs live."""
+        self.codec = codec
+        """Encodes blob envelopes."""
+        self.threshold = threshold
+        """Size in bytes of JSON above which a value becomes a blob."""
+
+    def offload(self, value: Any) -> Protocol[Any]:
+        """Return `value`, or a reference to it once stored as a blob if it is large."""
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        raw = pydantic_core.to_json(value)
+        if len(raw) <= self.threshold:
+            return value
+        digest = hashlib.sha256(raw).hexdigest()
+        key = self.layout.key(BLOBS, digest)
+        body = self.codec.encode(Envelope.initial(digest, None, BLOB_KIND, 1, value))
+        for _ in range(3):
+            result: WriteResult = yield PutObject(key, body, Create())
+            if result.outcome in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED):
+                break  # stored now, or already there: content-addressed, either is fine
+            if result.outcome is WriteOutcome.AMBIGUOUS:
+                existing: ObjectInfo | None = yield HeadObject(key)
+                if existing is not None:
+                    break
+        else:
+            raise StorageUnavailable("could not store blob", object_name=key)
+        return {REF_KEY: digest, "bytes": len(raw)}
+
+    def resolve(self, value: Any) -> Protocol[Any]:
+        """Return the value a reference points to (checked against its hash), else `value`."""
+        if not is_ref(value):
+            return value
+        digest = value[REF_KEY]
+        key = self.layout.key(BLOBS, digest)
+        info: ObjectInfo | None = yield GetObject(key)
+        if info is None or info.body is None:
+            raise StashpointError(f"blob {digest} is missing", object_name=key)
+        resolved = self.codec.decode(info.body, name=key).payload
+        if hashlib.sha256(pydantic_core.to_json(resolved)).hexdigest() != digest:
+            raise InvalidPayload("blob content does not match its hash", object_name=key)
+        return resolved
