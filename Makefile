@@ -3,6 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
+DYNAMODB_LOCAL := .servers/dynamodb-local/.version-2.9.30
 
 .PHONY: install demo test lint typecheck bench clean
 
@@ -12,7 +13,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP)
+$(DYNAMODB_LOCAL): tests/dynamodb_local/install.sh
+	bash tests/dynamodb_local/install.sh .servers/dynamodb-local
+
+install: $(STAMP) $(DYNAMODB_LOCAL)
 
 demo: $(STAMP)
 	$(PY) -m stashpoint.demo
@@ -24,11 +28,13 @@ lint: $(STAMP)
 
 typecheck: lint
 
-test: $(STAMP)
+# The tests start SeaweedFS and DynamoDB Local on 127.0.0.1 themselves (tests/servers.py)
+# and stop them by PID when the session ends.
+test: $(STAMP) $(DYNAMODB_LOCAL)
 	$(MAKE) lint
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) $(DYNAMODB_LOCAL)
 	$(PY) bench/run.py
 
 clean:

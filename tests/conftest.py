@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,18 @@ for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPO
 os.environ["AWS_ACCESS_KEY_ID"] = servers.ACCESS_KEY
 os.environ["AWS_SECRET_ACCESS_KEY"] = servers.SECRET_KEY
 os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+
+
+@pytest.fixture
+def memory_url() -> tuple[str, dict[str, Any]]:
+    """A fresh named in-process stash (with an in-memory SQLite index)."""
+    return f"memory://test-{uuid.uuid4().hex}", {}
+
+
+@pytest.fixture
+def local_url(tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A fresh local folder stash (with its SQLite index)."""
+    return f"local://{tmp_path / 'stash'}", {}
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +69,32 @@ def s3_moto_url() -> Iterator[tuple[str, dict[str, Any]]]:
             Bucket="moto-bucket", VersioningConfiguration={"Status": "Enabled"}
         )
         yield f"s3://moto-bucket/p-{uuid.uuid4().hex[:8]}", {}
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.DynamoDBServer]:
+    """AWS DynamoDB Local on 127.0.0.1 for the whole session."""
+    server = servers.start_dynamodb_local(tmp_path_factory.mktemp("dynamodb"))
+    try:
+        yield server
+    finally:
+        servers.stop(server)
+
+
+@pytest.fixture
+def dynamodb_table(dynamodb_local: servers.DynamoDBServer) -> str:
+    """A fresh index table on DynamoDB Local, created from the library's schema."""
+    from stashpoint.index.dynamodb import create_table
+
+    name = f"idx-{uuid.uuid4().hex[:12]}"
+    create_table(dynamodb_local.client(), name)
+    return name
+
+
+@pytest.fixture
+def s3_dynamo_url(
+    seaweedfs: servers.S3Server, dynamodb_local: servers.DynamoDBServer, dynamodb_table: str
+) -> tuple[str, dict[str, Any]]:
+    """S3 on SeaweedFS with its index on DynamoDB Local: the production shape, for real."""
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}") + f"&index=dynamodb://{dynamodb_table}"
+    return url, {"index_endpoint_url": dynamodb_local.endpoint}

@@ -21,7 +21,7 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-ACCESS_KEY = "stashpoint-test"
+ACCESS_KEY = "stashpointtest"  # DynamoDB Local accepts only letters and digits
 SECRET_KEY = "stashpoint-test-secret"
 VERSIONED_BUCKET = "stashpoint-test"
 UNVERSIONED_BUCKET = "stashpoint-nover"
@@ -104,7 +104,7 @@ def start_seaweedfs(data_dir: Path) -> S3Server:
     return server
 
 
-def stop(server: S3Server) -> None:
+def stop(server: S3Server | DynamoDBServer) -> None:
     """Stop a server started here, by PID: INT (weed may ignore TERM), then KILL after 5 s."""
     process = server.process
     if process is None or process.poll() is not None:
@@ -115,3 +115,66 @@ def stop(server: S3Server) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=15)
+
+
+DYNAMODB_PORT = 8000
+DYNAMODB_HOME = Path(__file__).resolve().parent.parent / ".servers" / "dynamodb-local"
+DYNAMODB_LAUNCHER = (
+    Path(__file__).resolve().parent / "dynamodb_local" / "LoopbackDynamoDBLocal.java"
+)
+
+
+@dataclass
+class DynamoDBServer:
+    """A running DynamoDB-compatible server."""
+
+    endpoint: str
+    process: subprocess.Popen[bytes] | None = None
+
+    def client(self) -> object:
+        return boto3.client(
+            "dynamodb",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
+
+
+def start_dynamodb_local(log_dir: Path) -> DynamoDBServer:
+    """Start AWS DynamoDB Local on 127.0.0.1 (installed by tests/dynamodb_local/install.sh)."""
+    if endpoint := os.environ.get("STASHPOINT_TEST_DYNAMODB_ENDPOINT"):
+        server = DynamoDBServer(endpoint)
+    else:
+        if not (DYNAMODB_HOME / "DynamoDBLocal.jar").exists():
+            subprocess.run(
+                ["bash", str(DYNAMODB_LAUNCHER.parent / "install.sh"), str(DYNAMODB_HOME)],
+                check=True,
+            )
+        if _port_open(DYNAMODB_PORT):
+            raise RuntimeError(f"port {DYNAMODB_PORT} is taken: stop the old DynamoDB Local")
+        log = open(log_dir / "dynamodb.log", "wb")  # noqa: SIM115 - lives as long as the server
+        process = subprocess.Popen(
+            [
+                "java", "-Xmx1g", "-cp", "DynamoDBLocal.jar:DynamoDBLocal_lib/*",
+                "-Djava.library.path=DynamoDBLocal_lib", str(DYNAMODB_LAUNCHER),
+                "-inMemory", "-sharedDb", "-disableTelemetry", "-port", str(DYNAMODB_PORT),
+            ],
+            cwd=DYNAMODB_HOME, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        server = DynamoDBServer(f"http://127.0.0.1:{DYNAMODB_PORT}", process)
+    client = server.client()
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            client.list_tables()  # type: ignore[attr-defined]
+            return server
+        except Exception:
+            if server.process is not None and server.process.poll() is not None:
+                raise RuntimeError(
+                    f"DynamoDB Local exited; see {log_dir / 'dynamodb.log'}"
+                ) from None
+            if time.monotonic() > deadline:
+                stop(server)
+                raise
+            time.sleep(0.25)

@@ -7,9 +7,7 @@ yields a stash URL and its options).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,16 +26,6 @@ DRIVERS = ["sync", "async"]
 UNSUPPORTED = {("s3_moto_url", "async")}
 
 
-@pytest.fixture
-def memory_url() -> tuple[str, dict[str, Any]]:
-    return f"memory://contract-{uuid.uuid4().hex}", {}
-
-
-@pytest.fixture
-def local_url(tmp_path: Path) -> tuple[str, dict[str, Any]]:
-    return f"local://{tmp_path / 'stash'}", {}
-
-
 @pytest.fixture(
     params=[(b, d) for b in BACKENDS for d in DRIVERS if (b, d) not in UNSUPPORTED],
     ids=lambda p: f"{p[0].removesuffix('_url')}-{p[1]}",
@@ -51,7 +39,10 @@ def backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
 @pytest.fixture
 def stash(backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
     """The stash under test, sync or async behind a blocking facade."""
-    url, options, driver = backend
+    yield from _open(*backend)
+
+
+def _open(url: str, options: dict[str, Any], driver: str) -> Iterator[Any]:
     if driver == "sync":
         with stashpoint.open(url, **options) as sync_stash:
             yield sync_stash
@@ -60,10 +51,36 @@ def stash(backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
         async_stash = stashpoint.open_async(url, **options)
         facade = BlockingFacade(async_stash, runner)
         facade.checkpoints = BlockingFacade(async_stash.checkpoints, runner)
+        facade.runs = BlockingFacade(async_stash.runs, runner)
         try:
             yield facade
         finally:
             runner.run(async_stash.close())
+
+
+RUN_BACKENDS = ["memory_url", "local_url", "s3_dynamo_url"]
+"""Fixtures giving `(url, options)` for each backend under the run-store contract."""
+
+
+@pytest.fixture(
+    params=[(b, d) for b in RUN_BACKENDS for d in DRIVERS],
+    ids=lambda p: f"{p[0].removesuffix('_url')}-{p[1]}",
+)
+def run_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
+    name, driver = request.param
+    url, options = request.getfixturevalue(name)
+    return url, options, driver
+
+
+@pytest.fixture
+def run_stash(run_backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
+    """A stash with an index, sync or async behind a blocking facade."""
+    yield from _open(*run_backend)
+
+
+@pytest.fixture
+def runs(run_stash: Any) -> Any:
+    return run_stash.runs
 
 
 @pytest.fixture

@@ -154,10 +154,11 @@ def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
 
 def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:
     gsi = _GSI[request.index]
-    names = {"#p": gsi.partition_key, "#s": gsi.sort_key}
+    names = {"#p": gsi.partition_key}
     values: dict[str, Any] = {":p": {"S": request.partition}}
     condition = "#p = :p"
     if request.sort_at_least is not None:
+        names["#s"] = gsi.sort_key
         condition += " AND #s >= :since"
         values[":since"] = {"S": request.sort_at_least}
     params: dict[str, Any] = {

@@ -146,5 +146,10 @@ def cancel_run(state: RunState, *, now: datetime) -> RunState:
         for a in state.attempts
     )
     return state.model_copy(
-        update={"status": RunStatus.CANCELLED, "attempts": attempts, "updated_at": now}
+        update={
+            "status": RunStatus.CANCELLED,
+            "attempts": attempts,
+            "interrupted": None,  # nothing is pending any more
+            "updated_at": now,
+        }
     )

@@ -1,0 +1,117 @@
+"""Run transitions are pure: checked against a simple model with hypothesis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from functools import partial
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from stashpoint import AttemptNotFound, Interrupt, TerminalStateConflict
+from stashpoint.runs import transitions
+from stashpoint.runs.models import AttemptStatus, RunState, RunStatus
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class RunMachine(RuleBasedStateMachine):
+    """Random sequences of operations; a plain-dict model says what must happen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = RunState(run_id="r", graph_name="g", created_at=T0, updated_at=T0)
+        self.model_status = RunStatus.RUNNING
+        self.model_attempts: dict[str, AttemptStatus] = {}
+        self.clock = T0
+        self.counter = 0
+
+    def _now(self) -> datetime:
+        self.clock += timedelta(seconds=1)
+        return self.clock
+
+    def _expect(self, ok: bool, call: Callable[[], RunState]) -> None:
+        if ok:
+            self.state = call()
+        else:
+            with pytest.raises((TerminalStateConflict, AttemptNotFound)):
+                call()
+
+    @rule(node=st.sampled_from(["a", "b", "c"]))
+    def record(self, node: str) -> None:
+        self.counter += 1
+        attempt_id = f"r~{self.counter}"
+        ok = not self.model_status.is_terminal
+        self._expect(ok, lambda: transitions.record_attempt(
+            self.state, attempt_id=attempt_id, node_id=node, attempt=1, input=None,
+            trace_ctx=None, now=self._now()))  # fmt: skip
+        if ok:
+            self.model_attempts[attempt_id] = AttemptStatus.RUNNING
+            self.model_status = RunStatus.RUNNING
+
+    @precondition(lambda self: self.model_attempts)
+    @rule(data=st.data(), how=st.sampled_from(["complete", "fail", "interrupt"]))
+    def finish_attempt(self, data: st.DataObject, how: str) -> None:
+        attempt_id = data.draw(st.sampled_from(sorted(self.model_attempts)))
+        running = self.model_attempts[attempt_id] is AttemptStatus.RUNNING
+        now = self._now()
+        call: Callable[[], RunState]
+        if how == "complete":
+            ok = running
+            call = partial(
+                transitions.complete_attempt, self.state, attempt_id, output=1, meta={}, now=now
+            )
+            new = AttemptStatus.COMPLETED
+        elif how == "fail":
+            ok = running
+            call = partial(transitions.fail_attempt, self.state, attempt_id, error="e", now=now)
+            new = AttemptStatus.FAILED
+        else:
+            ok = running and not self.model_status.is_terminal
+            call = partial(
+                transitions.record_interrupt, self.state, attempt_id, interrupt=Interrupt(), now=now
+            )
+            new = AttemptStatus.INTERRUPTED
+        self._expect(ok, call)
+        if ok:
+            self.model_attempts[attempt_id] = new
+            if how == "interrupt":
+                self.model_status = RunStatus.INTERRUPTED
+
+    @rule()
+    def unknown_attempt(self) -> None:
+        with pytest.raises(AttemptNotFound):
+            transitions.complete_attempt(
+                self.state, "r~missing", output=1, meta={}, now=self._now()
+            )
+
+    @rule(target_status=st.sampled_from([RunStatus.COMPLETED, RunStatus.FAILED]))
+    def finish_run(self, target_status: RunStatus) -> None:
+        ok = self.model_status is RunStatus.RUNNING
+        self._expect(ok, lambda: transitions.finish_run(self.state, target_status, now=self._now()))
+        if ok:
+            self.model_status = target_status
+
+    @rule()
+    def cancel(self) -> None:
+        ok = not self.model_status.is_terminal
+        self._expect(ok, lambda: transitions.cancel_run(self.state, now=self._now()))
+        if ok:
+            self.model_status = RunStatus.CANCELLED
+            for k, v in self.model_attempts.items():
+                if v is AttemptStatus.RUNNING:
+                    self.model_attempts[k] = AttemptStatus.CANCELLED
+
+    @invariant()
+    def matches_model(self) -> None:
+        assert self.state.status is self.model_status
+        assert {a.attempt_id: a.status for a in self.state.attempts} == self.model_attempts
+        assert [a.attempt_id for a in self.state.attempts] == list(self.model_attempts)
+        for a in self.state.attempts:
+            assert (a.finished_at is None) == (a.status is AttemptStatus.RUNNING)
+        assert (self.state.interrupted is not None) == (self.model_status is RunStatus.INTERRUPTED)
+
+
+TestRunMachine = RunMachine.TestCase
