@@ -5,7 +5,30 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class AwsCall:
+    """One AWS API call, as a protocol describes it: the client method and its parameters."""
+
+    method: str
+    """Client method name, such as `put_object`."""
+    params: dict[str, Any]
+    """Keyword arguments of the call."""
+    read_body: bool = False
+    """Whether the driver must read the response's streaming `Body` into bytes."""
+
+
+def client_kwargs(config: Any, endpoint_url: str | None, region_name: str | None) -> dict[str, Any]:
+    """Return client keyword arguments (endpoint, region: the AWS environment's if None)."""
+    kwargs: dict[str, Any] = {"config": config}
+    if endpoint_url:
+        kwargs["endpoint_url"] = endpoint_url
+    if region_name:
+        kwargs["region_name"] = region_name
+    return kwargs
 
 
 class LazyClient:

@@ -17,7 +17,7 @@ import botocore.config
 import botocore.exceptions
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from stashpoint._clients import AsyncLazyClient, LazyClient
+from stashpoint._clients import AsyncLazyClient, AwsCall, LazyClient, client_kwargs
 from stashpoint._sansio import Protocol, run_async, run_sync
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
 from stashpoint.index.requests import DeleteItem, GetItem, ItemPage, PutItems, QueryItems
@@ -61,22 +61,7 @@ class DynamoDBSettings:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Return the keyword arguments for creating a DynamoDB client."""
-        kwargs: dict[str, Any] = {"config": self.client_config}
-        if self.endpoint_url:
-            kwargs["endpoint_url"] = self.endpoint_url
-        if self.region_name:
-            kwargs["region_name"] = self.region_name
-        return kwargs
-
-
-@dataclass(frozen=True, slots=True)
-class DynamoCall:
-    """One DynamoDB API call."""
-
-    method: str
-    """Client method name."""
-    params: dict[str, Any]
-    """Keyword arguments."""
+        return client_kwargs(self.client_config, self.endpoint_url, self.region_name)
 
 
 def to_attributes(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,7 +111,7 @@ def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
                         "ExpressionAttributeValues": {":revision": {"N": str(item[REVISION])}},
                     }
                     try:
-                        yield DynamoCall("put_item", params)
+                        yield AwsCall("put_item", params)
                         written += 1
                     except Exception as exc:
                         if not _conditional_refusal(exc):
@@ -134,14 +119,14 @@ def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
                 return written
             case GetItem(pk, sk):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
-                response = yield DynamoCall(
+                response = yield AwsCall(
                     "get_item", {"TableName": table, "Key": key, "ConsistentRead": True}
                 )
                 found = response.get("Item")
                 return None if found is None else from_attributes(found)
             case DeleteItem(pk, sk):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
-                yield DynamoCall("delete_item", {"TableName": table, "Key": key})
+                yield AwsCall("delete_item", {"TableName": table, "Key": key})
                 return None
             case QueryItems():
                 return (yield from _query(request, table))
@@ -179,7 +164,7 @@ def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:
     params["ExpressionAttributeValues"] = values
     if request.after is not None:
         params["ExclusiveStartKey"] = {k: {"S": v} for k, v in request.after.items()}
-    response = yield DynamoCall("query", params)
+    response = yield AwsCall("query", params)
     items = [from_attributes(i) for i in response.get("Items", [])]
     last = response.get("LastEvaluatedKey")
     return ItemPage(items, None if last is None else {k: v["S"] for k, v in last.items()})
@@ -198,7 +183,7 @@ class DynamoDBIndexTransport:
         """Execute one index request."""
         return run_sync(dynamodb_protocol(request, self.settings.table), self._call)
 
-    def _call(self, call: DynamoCall) -> Any:
+    def _call(self, call: AwsCall) -> Any:
         return getattr(self.client.get(), call.method)(**call.params)
 
     def close(self) -> None:
@@ -219,7 +204,7 @@ class AsyncDynamoDBIndexTransport:
         """Execute one index request."""
         return await run_async(dynamodb_protocol(request, self.settings.table), self._call)
 
-    async def _call(self, call: DynamoCall) -> Any:
+    async def _call(self, call: AwsCall) -> Any:
         return await getattr(await self.client.get(), call.method)(**call.params)
 
     async def close(self) -> None:

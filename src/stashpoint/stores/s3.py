@@ -2,7 +2,7 @@
 
 What each object request means in S3 calls, how answers and errors map back, pagination and
 the versioning check are written once, as a small protocol (`s3_protocol`) that yields
-`S3Call`s. `S3Transport` (boto3) and `AsyncS3Transport` (aiobotocore) only perform calls.
+`AwsCall`s. `S3Transport` (boto3) and `AsyncS3Transport` (aiobotocore) only perform calls.
 
 Clients are created on first use, never in a constructor, and reused for the life of the
 transport; endpoint, region and credentials come from the standard AWS environment
@@ -18,7 +18,7 @@ from typing import Any
 import botocore.config
 import botocore.exceptions
 
-from stashpoint._clients import AsyncLazyClient, LazyClient
+from stashpoint._clients import AsyncLazyClient, AwsCall, LazyClient, client_kwargs
 from stashpoint._sansio import Protocol, run_async, run_sync
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
 from stashpoint.stores.objects import (
@@ -104,24 +104,7 @@ class S3Settings:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Return the keyword arguments for creating an S3 client."""
-        kwargs: dict[str, Any] = {"config": self.client_config}
-        if self.endpoint_url:
-            kwargs["endpoint_url"] = self.endpoint_url
-        if self.region_name:
-            kwargs["region_name"] = self.region_name
-        return kwargs
-
-
-@dataclass(frozen=True, slots=True)
-class S3Call:
-    """One S3 API call: the client method and its parameters."""
-
-    method: str
-    """Client method name, such as `put_object`."""
-    params: dict[str, Any]
-    """Keyword arguments of the call."""
-    read_body: bool = False
-    """Whether the driver must read the response's streaming `Body` into bytes."""
+        return client_kwargs(self.client_config, self.endpoint_url, self.region_name)
 
 
 def _error_code(exc: botocore.exceptions.ClientError) -> tuple[str, int]:
@@ -181,7 +164,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             if request.version_id is not None:
                 params["VersionId"] = request.version_id
             try:
-                response = yield S3Call("get_object" if is_get else "head_object", params, is_get)
+                response = yield AwsCall("get_object" if is_get else "head_object", params, is_get)
             except Exception as exc:
                 if _is_absent(exc):
                     return None
@@ -194,7 +177,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             )
         case PutObject():
             try:
-                response = yield S3Call("put_object", _put_params(request, settings))
+                response = yield AwsCall("put_object", _put_params(request, settings))
             except Exception as exc:
                 return _classify_write(exc, request.key)
             return WriteResult(WriteOutcome.STORED, etag=response.get("ETag"))
@@ -203,7 +186,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             if etag is not None:
                 params["IfMatch"] = etag
             try:
-                yield S3Call("delete_object", params)
+                yield AwsCall("delete_object", params)
             except Exception as exc:
                 return _classify_write(exc, key)
             return WriteResult(WriteOutcome.STORED)
@@ -214,7 +197,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             elif start_after:
                 params["StartAfter"] = start_after
             try:
-                response = yield S3Call("list_objects_v2", params)
+                response = yield AwsCall("list_objects_v2", params)
             except Exception as exc:
                 raise _read_failed(exc, prefix) from exc
             keys = [item["Key"] for item in response.get("Contents", [])]
@@ -251,7 +234,7 @@ def _put_params(request: PutObject, settings: S3Settings) -> dict[str, Any]:
 
 def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
     try:
-        status = yield S3Call("get_bucket_versioning", {"Bucket": bucket})
+        status = yield AwsCall("get_bucket_versioning", {"Bucket": bucket})
     except Exception as exc:
         raise _read_failed(exc, key) from exc
     if status.get("Status") not in ("Enabled", "Suspended"):
@@ -264,7 +247,7 @@ def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
     params: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
     while True:
         try:
-            page = yield S3Call("list_object_versions", params)
+            page = yield AwsCall("list_object_versions", params)
         except Exception as exc:
             raise _read_failed(exc, key) from exc
         for item in page.get("Versions", []):
@@ -301,7 +284,7 @@ class S3Transport:
         """Execute one object request."""
         return run_sync(s3_protocol(request, self.settings), self._call)
 
-    def _call(self, call: S3Call) -> Any:
+    def _call(self, call: AwsCall) -> Any:
         response = getattr(self.client.get(), call.method)(**call.params)
         if call.read_body:
             response["Body"] = response["Body"].read()
@@ -325,7 +308,7 @@ class AsyncS3Transport:
         """Execute one object request."""
         return await run_async(s3_protocol(request, self.settings), self._call)
 
-    async def _call(self, call: S3Call) -> Any:
+    async def _call(self, call: AwsCall) -> Any:
         response = await getattr(await self.client.get(), call.method)(**call.params)
         if call.read_body:
             async with response["Body"] as stream:
