@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) -m stashpoint.demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests bench moto_fixtures
+	$(PY) -m ruff check src tests bench examples moto_fixtures
 	$(PY) -m ruff format --check src
 	$(PY) -m mypy src
 

@@ -1,0 +1,113 @@
+"""The examples users run, run here: a kill -9 mid-turn, a Lambda deadline, a spot reclaim."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stashpoint
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+
+def agent(url: str, checkpoint_id: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "agent_kill9.py"), "--url", url, "--id", checkpoint_id, *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_agent_killed_mid_turn_resumes_to_the_uninterrupted_transcript(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    reference = agent(url, "reference")
+    assert reference.returncode == 0, reference.stderr
+    victim = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "agent_kill9.py"), "--url", url, "--id", "victim",
+         "--pause-turn", "2"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert victim.stdout is not None
+    assert victim.stdout.readline().strip() == "turn 2 in flight"
+    os.kill(victim.pid, signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL
+    refused = agent(url, "victim")  # default policy: reject the ambiguous turn
+    assert refused.returncode == 3 and "turn 2" in refused.stderr
+    resumed = agent(url, "victim", "--policy", "retry")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == json.loads(reference.stdout)
+
+
+class FakeLambdaContext:
+    """Lambda's context object: each turn of the fake model spends 2 s of the budget."""
+
+    def __init__(self, budget_ms: int) -> None:
+        self.remaining = budget_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        remaining = self.remaining
+        self.remaining -= 2_000
+        return remaining
+
+
+def test_lambda_handler_stops_before_deadline_and_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STASHPOINT_URL", f"local://{tmp_path / 'stash'}")
+    import lambda_agent
+
+    monkeypatch.setattr(lambda_agent, "_stash", None)
+    event = {"checkpoint_id": "lambda-run"}
+    results: list[dict[str, Any]] = []
+    while not results or results[-1]["status"] != "done":
+        results.append(lambda_agent.handler(event, FakeLambdaContext(budget_ms=6_500)))
+        assert len(results) < 10
+    # 6.5 s per invocation, 2 s per turn, 3 s margin: two turns, then stop and come back.
+    assert [(r["status"], r["turns_here"]) for r in results] == [("continue", 2), ("done", 2)]
+    reference = _uninterrupted(tmp_path)
+    with stashpoint.open() as stash:
+        from stashpoint.agent import AgentCheckpoint
+
+        state = AgentCheckpoint.existing("lambda-run", stash.checkpoints).load()[1]
+    assert state.transcript == reference.transcript
+    assert results[-1]["answer"] == reference.response.message.content
+
+
+def _uninterrupted(tmp_path: Path) -> Any:
+    import fake_model
+
+    from stashpoint.agent import AgentCheckpoint, AgentRunner
+
+    with stashpoint.open(f"local://{tmp_path / 'reference'}") as stash:
+        runner = AgentRunner(AgentCheckpoint.new(stash.checkpoints))
+        return runner.run(fake_model.turn, agent="researcher", model=fake_model.MODEL,
+                          transcript=fake_model.opening())  # fmt: skip
+
+
+def test_spot_worker_flushes_on_sigterm_and_the_next_one_finishes(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    command = [sys.executable, str(EXAMPLES / "spot_worker.py"), "--url", url, "--id", "batch",
+               "--items", "3000", "--every", "500"]  # fmt: skip
+    first = subprocess.Popen([*command, "--delay", "0.001"], stdout=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    assert first.stdout.readline().startswith("worker starts at item 0")
+    assert first.stdout.readline().startswith("checkpoint at item 500")
+    first.send_signal(signal.SIGTERM)  # the reclaim notice
+    out, _ = first.communicate(timeout=60)
+    assert first.returncode == 0
+    flushed = int(out.strip().splitlines()[-1].split()[-1])
+    assert "SIGTERM: flushed at item" in out and 500 < flushed < 3000
+    with stashpoint.open(url) as stash:
+        assert stash.checkpoints.load("batch").payload["cursor"] == flushed  # nothing lost
+    second = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    assert second.stdout.startswith(f"worker starts at item {flushed}")
+    with stashpoint.open(url) as stash:
+        final = stash.checkpoints.load("batch").payload
+    assert final == {"cursor": 3000, "sums": sum(i * i for i in range(3000)), "workers": 2}
