@@ -19,7 +19,7 @@ $(DYNAMODB_LOCAL): tests/dynamodb_local/install.sh
 install: $(STAMP) $(DYNAMODB_LOCAL)
 
 demo: $(STAMP)
-	$(PY) -m stashpoint.demo
+	$(VENV)/bin/stashpoint demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench examples moto_fixtures

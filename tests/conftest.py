@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, settings
 
 from tests import servers
 
+pytest_plugins = ["moto_fixtures.plugin"]
+
 settings.register_profile(
     "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

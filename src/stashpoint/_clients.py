@@ -8,6 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import botocore.exceptions
+
+from stashpoint.errors import ConfigurationError, StashpointError
+
 
 @dataclass(frozen=True, slots=True)
 class AwsCall:
@@ -93,3 +97,19 @@ class AsyncLazyClient:
         if self._context is not None:
             context, self._context, self.instance = self._context, None, None
             await context.__aexit__(None, None, None)
+
+
+NEVER_SENT = (  # errors raised before any byte went out: never ambiguous
+    botocore.exceptions.NoCredentialsError,
+    botocore.exceptions.PartialCredentialsError,
+    botocore.exceptions.NoRegionError,
+    botocore.exceptions.ParamValidationError,
+)
+
+
+def setup_error(exc: Exception, key: str) -> StashpointError:
+    """Return the configuration error for a client that could not even send."""
+    return ConfigurationError(
+        f"AWS client setup: {exc} (credentials and region come from the AWS environment)",
+        object_name=key,
+    )

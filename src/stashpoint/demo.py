@@ -1,11 +1,13 @@
 """The main job, end to end on the embedded default: crash a batch worker, resume, verify.
 
-A worker process works through a few hundred items, committing each batch's results together
-with its cursor in one compare-and-swap save. The demo kills it with SIGKILL partway (a
-reclaimed spot instance), starts a new worker that resumes from the last checkpoint, and then
-checks that every item's result was committed exactly once. It exits non-zero otherwise.
+A worker process works through a few hundred items in batches. Each batch is a recorded
+attempt of a graph run, and its results are committed together with the cursor in one
+compare-and-swap save. The demo kills the worker with SIGKILL partway (a reclaimed spot
+instance), starts a new worker that marks the dead worker's attempt failed and resumes from
+the last checkpoint, then checks that every item's result was committed exactly once and
+prints the run table. It exits non-zero if anything is off.
 
-    python -m stashpoint.demo [--url local://./.stashpoint] [--items 300]
+    stashpoint demo            (or: python -m stashpoint.demo)
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import sys
 import time
 
 import stashpoint
-import stashpoint.url
-from stashpoint import CheckpointConflict, CheckpointNotFound, Envelope
+from stashpoint import AttemptStatus, CheckpointNotFound, Envelope
+from stashpoint.url import resolve_url
 
 KIND = "stashpoint.demo.batch"
 """The kind of the demo's checkpoint."""
 BATCH = 10
 """Items committed per save."""
+GRAPH = "demo-batch"
+"""Graph name of the demo's runs."""
 
 
 def work(item: int) -> str:
@@ -33,96 +37,132 @@ def work(item: int) -> str:
     return hashlib.sha256(f"item-{item}".encode()).hexdigest()[:12]
 
 
-def worker(url: str, checkpoint_id: str, items: int, delay: float) -> None:
-    """Process items from the last checkpoint on, saving after every batch."""
+def worker(url: str, run_id: str, items: int, delay: float) -> None:
+    """Process items from the last checkpoint on, one recorded attempt per batch."""
     with stashpoint.open(url) as stash:
-        store = stash.checkpoints
+        store, runs = stash.checkpoints, stash.runs
+        state = runs.load_run(run_id)
+        assert state is not None
+        for attempt in state.attempts:
+            if attempt.status is AttemptStatus.RUNNING:  # its worker is gone
+                runs.fail_attempt(attempt.attempt_id, "worker killed (SIGKILL), batch retried")
+        retries = {a.node_id: a.attempt for a in state.attempts}
         try:
-            current = store.load(checkpoint_id)
+            current = store.load(run_id)
         except CheckpointNotFound:
-            current = Envelope.initial(
-                checkpoint_id, checkpoint_id, KIND, 1, {"cursor": 0, "results": {}, "commits": 0}
-            )
+            current = Envelope.initial(run_id, run_id, KIND, 1, {"cursor": 0, "results": {}})
             store.compare_and_swap(current, None)
         while current.payload["cursor"] < items:
-            state = current.payload
-            start = state["cursor"]
+            start = current.payload["cursor"]
             batch = range(start, min(start + BATCH, items))
-            results = dict(state["results"])
+            node = f"batch-{start:04d}"
+            attempt_id = runs.record_attempt(
+                run_id, node, retries.get(node, 0) + 1, {"items": [batch.start, batch.stop]}
+            )
+            print(f"started {node}", flush=True)
+            results = dict(current.payload["results"])
             for item in batch:
                 time.sleep(delay)
                 results[str(item)] = work(item)
-            nxt = current.next(
-                {"cursor": batch.stop, "results": results, "commits": state["commits"] + 1}
-            )
-            store.compare_and_swap(nxt, current.revision)  # a zombie twin would conflict here
-            current = nxt
+            following = current.next({"cursor": batch.stop, "results": results})
+            store.compare_and_swap(following, current.revision)  # a zombie twin would conflict
+            current = following
+            runs.complete_attempt(attempt_id, {"committed": len(batch)})
             print(f"checkpoint revision={current.revision} cursor={batch.stop}", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
     """Run the demo; return 0 when every item was processed exactly once."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", default=None, help="stash URL (default: embedded local folder)")
-    parser.add_argument("--items", type=int, default=300)
-    parser.add_argument("--kill-after", type=int, default=8, help="checkpoints before SIGKILL")
-    parser.add_argument("--worker", nargs=2, metavar=("ID", "DELAY"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    url = args.url or stashpoint.url.resolve_url(None)
-    if args.worker:
-        worker(url, args.worker[0], args.items, float(args.worker[1]))
-        return 0
-
-    checkpoint_id = f"demo-{stashpoint.new_id()}"
-    print(f"stash: {url}\ncheckpoint: {checkpoint_id}\nitems: {args.items}")
-    command = [sys.executable, "-m", "stashpoint.demo", "--url", url, "--items", str(args.items)]
+    url = resolve_url(url)
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run(GRAPH)
+    print(f"stash: {url}\nrun: {run_id}\nitems: {items}")
+    command = [sys.executable, "-m", "stashpoint.demo", "--url", url, "--items", str(items)]
 
     first = subprocess.Popen(
-        [*command, "--worker", checkpoint_id, "0.002"], stdout=subprocess.PIPE, text=True
+        [*command, "--worker", run_id, "0.002"], stdout=subprocess.PIPE, text=True
     )
     assert first.stdout is not None
-    for _ in range(args.kill_after):
-        print("  worker 1:", first.stdout.readline().strip())
+    checkpoints = 0
+    while True:  # kill it mid-batch: after `kill_after` checkpoints, once the next batch starts
+        line = first.stdout.readline().strip()
+        if not line:
+            break
+        if line.startswith("checkpoint"):
+            checkpoints += 1
+            print("  worker 1:", line)
+        elif checkpoints >= kill_after:
+            print("  worker 1:", line)
+            break
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     print(f"  worker 1: killed with SIGKILL (exit {first.returncode}), like a reclaimed spot VM")
 
     with stashpoint.open(url) as stash:
-        at_kill = stash.checkpoints.load(checkpoint_id)
+        at_kill = stash.checkpoints.load(run_id)
     print(f"  resuming from revision {at_kill.revision}, cursor {at_kill.payload['cursor']}")
-
     second = subprocess.run(
-        [*command, "--worker", checkpoint_id, "0"], capture_output=True, text=True, check=False
+        [*command, "--worker", run_id, "0"], capture_output=True, text=True, check=False
     )
-    lines = second.stdout.strip().splitlines()
+    lines = [line for line in second.stdout.splitlines() if line.startswith("checkpoint")]
     print(f"  worker 2: {len(lines)} checkpoints, last: {lines[-1] if lines else '-'}")
     if second.returncode != 0:
         print(second.stderr, file=sys.stderr)
         return 1
 
     with stashpoint.open(url) as stash:
-        final = stash.checkpoints.load(checkpoint_id)
-        history = stash.checkpoints.history(checkpoint_id)
-    results = final.payload["results"]
-    expected = {str(i): work(i) for i in range(args.items)}
-    batches = -(-args.items // BATCH)
-    ok = (
-        results == expected
-        and final.payload["commits"] == batches
-        and final.revision == batches
-        and len(history) == batches
-    )
+        final = stash.checkpoints.load(run_id)
+        history = stash.checkpoints.history(run_id)
+        state = stash.runs.load_run(run_id)
+        assert state is not None
+        completed = [a for a in state.attempts if a.status is AttemptStatus.COMPLETED]
+        killed = [a for a in state.attempts if a.status is AttemptStatus.FAILED]
+        batches = -(-items // BATCH)
+        results = final.payload["results"]
+        ok = (
+            results == {str(i): work(i) for i in range(items)}
+            and final.revision == batches == len(history)
+            and len(completed) == batches
+            and len({a.node_id for a in completed}) == batches
+            and len(killed) == 1
+        )
+        stash.runs.complete_run(run_id) if ok else stash.runs.fail_run(run_id, "demo check failed")
+        page = stash.runs.list_runs(graph_name=GRAPH, limit=5)
     print(
-        f"\nrevision {final.revision}, {len(results)}/{args.items} items, "
-        f"{final.payload['commits']} commits for {batches} batches, {len(history)} older revisions"
+        f"\ncheckpoint revision {final.revision}: {len(results)}/{items} items, {batches} batch "
+        f"commits, {len(history)} older revisions kept\nrun attempts: {len(completed)} "
+        f"completed, {len(killed)} killed mid-batch and retried"
     )
+    _print_runs(page.items)
     print("every item processed exactly once: " + ("YES" if ok else "NO"))
     return 0 if ok else 1
 
 
-if __name__ == "__main__":
+def _print_runs(rows: list[stashpoint.runs.RunRow]) -> None:
     try:
-        sys.exit(main())
-    except CheckpointConflict as exc:
-        print(f"conflict: {exc}", file=sys.stderr)
-        sys.exit(2)
+        from rich.console import Console
+
+        from stashpoint.cli.app import runs_table
+    except ImportError:
+        for r in rows:
+            print(f"{r.run_id}  {r.graph_name}  {r.status.value}  attempts={r.attempts}")
+        return
+    Console(highlight=False, width=None if sys.stdout.isatty() else 140).print(runs_table(rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line of the demo and of its worker processes."""
+    parser = argparse.ArgumentParser(description="stashpoint demo: kill a batch, resume it")
+    parser.add_argument("--url", default=None, help="stash URL (default: embedded local folder)")
+    parser.add_argument("--items", type=int, default=300)
+    parser.add_argument("--kill-after", type=int, default=8, help="checkpoints before SIGKILL")
+    parser.add_argument("--worker", nargs=2, metavar=("RUN_ID", "DELAY"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(resolve_url(args.url), args.worker[0], args.items, float(args.worker[1]))
+        return 0
+    return run_demo(args.url, items=args.items, kill_after=args.kill_after)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,19 +9,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from stashpoint._routing import AsyncRouter, Router
+from stashpoint._sansio import Protocol, run_async, run_sync
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
+from stashpoint.doctor import Check, diagnose
 from stashpoint.errors import ConfigurationError
 from stashpoint.index.protocol import IndexProtocol
 from stashpoint.index.sqlite import SqliteIndexTransport
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.runs.protocol import RunProtocol
 from stashpoint.runs.store import AsyncRunStore, RunStore
-from stashpoint.stores.blobs import DEFAULT_THRESHOLD, BlobProtocol
+from stashpoint.stores.blobs import DEFAULT_THRESHOLD, BlobProtocol, GcReport, collect_garbage
 from stashpoint.stores.cas import CHECKPOINTS, RUNS, CasProtocol, EtagCache, Layout
 from stashpoint.stores.local import LocalTransport
 from stashpoint.stores.memory import MemoryTransport
@@ -177,6 +180,14 @@ class _Parts:
     def cas(self, namespace: str) -> CasProtocol:
         return CasProtocol(namespace, self.backend.layout, self.codec, self.retry, self.cache)
 
+    def gc(self, dry_run: bool, min_age: timedelta) -> Protocol[GcReport]:
+        return collect_garbage(
+            self.backend.layout, self.codec, (CHECKPOINTS, RUNS), dry_run=dry_run, min_age=min_age
+        )
+
+    def doctor(self) -> Protocol[list[Check]]:
+        return diagnose(self.backend.layout, self.backend.index is not None)
+
     def runs(self) -> RunProtocol:
         blobs = BlobProtocol(self.backend.layout, self.codec, self.blob_threshold)
         return RunProtocol(self.cas(RUNS), blobs, self.index)
@@ -195,6 +206,17 @@ class Stash:
         """Checkpoint envelopes: load, compare_and_swap, delete, history, list_ids."""
         self.runs = RunStore(parts.runs(), self._transport.execute)
         """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
+        self._parts = parts
+
+    def collect_garbage(
+        self, *, dry_run: bool = True, min_age: timedelta = timedelta(hours=1)
+    ) -> GcReport:
+        """Find (and unless `dry_run`, delete) blobs no checkpoint or run head references."""
+        return run_sync(self._parts.gc(dry_run, min_age), self._transport.execute)
+
+    def doctor(self) -> list[Check]:
+        """Probe storage and index; see `stashpoint.doctor`. Leaves nothing behind."""
+        return run_sync(self._parts.doctor(), self._transport.execute)
 
     def close(self) -> None:
         """Release clients and files."""
@@ -230,6 +252,13 @@ class AsyncStash:
         """Checkpoint envelopes: the `Store` methods, awaitable."""
         self.runs = AsyncRunStore(parts.runs(), self._transport.execute)
         """Graph runs: the `RunStore` methods, awaitable."""
+        self._parts = parts
+
+    async def collect_garbage(
+        self, *, dry_run: bool = True, min_age: timedelta = timedelta(hours=1)
+    ) -> GcReport:
+        """Find (and unless `dry_run`, delete) unreferenced blobs (see `Stash`)."""
+        return await run_async(self._parts.gc(dry_run, min_age), self._transport.execute)
 
     async def close(self) -> None:
         """Release clients and files."""

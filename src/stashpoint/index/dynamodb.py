@@ -17,10 +17,25 @@ import botocore.config
 import botocore.exceptions
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from stashpoint._clients import AsyncLazyClient, AwsCall, LazyClient, client_kwargs
+from stashpoint._clients import (
+    NEVER_SENT,
+    AsyncLazyClient,
+    AwsCall,
+    LazyClient,
+    client_kwargs,
+    setup_error,
+)
 from stashpoint._sansio import Protocol, run_async, run_sync
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
-from stashpoint.index.requests import DeleteItem, GetItem, ItemPage, PutItems, QueryItems
+from stashpoint.index.requests import (
+    DeleteItem,
+    DescribeIndex,
+    GetItem,
+    IndexDescription,
+    ItemPage,
+    PutItems,
+    QueryItems,
+)
 from stashpoint.index.schema import (
     PARTITION_KEY,
     REVISION,
@@ -76,6 +91,8 @@ def from_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _failure(exc: Exception, table: str) -> StashpointError:
+    if isinstance(exc, NEVER_SENT):
+        return setup_error(exc, table)
     if isinstance(exc, botocore.exceptions.ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
         if code == "ResourceNotFoundException":
@@ -130,11 +147,27 @@ def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
                 return None
             case QueryItems():
                 return (yield from _query(request, table))
+            case DescribeIndex():
+                return (yield from _describe(table))
     except StashpointError:
         raise
     except Exception as exc:
         raise _failure(exc, table) from exc
     raise TypeError(f"DynamoDB index cannot execute {request!r}")
+
+
+def _describe(table: str) -> Protocol[IndexDescription]:
+    try:
+        described = yield AwsCall("describe_table", {"TableName": table})
+    except botocore.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return IndexDescription(False, (), None)
+        raise
+    names = tuple(g["IndexName"] for g in described["Table"].get("GlobalSecondaryIndexes", []))
+    ttl = yield AwsCall("describe_time_to_live", {"TableName": table})
+    spec = ttl.get("TimeToLiveDescription", {})
+    enabled = spec.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
+    return IndexDescription(True, names, spec.get("AttributeName") if enabled else None)
 
 
 def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:

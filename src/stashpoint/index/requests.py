@@ -72,5 +72,22 @@ class ItemPage:
     """Keys to continue after, None when the partition is exhausted."""
 
 
-INDEX_REQUESTS = (PutItems, GetItem, DeleteItem, QueryItems)
+@dataclass(frozen=True, slots=True)
+class DescribeIndex:
+    """Request: what the index store has. Result: `IndexDescription`."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDescription:
+    """The shape of the index as deployed."""
+
+    exists: bool
+    """Whether the table (or file) exists."""
+    secondary_indexes: tuple[str, ...]
+    """Names of its secondary indexes."""
+    ttl_attribute: str | None
+    """The attribute TTL deletes on, None when TTL is off."""
+
+
+INDEX_REQUESTS = (PutItems, GetItem, DeleteItem, QueryItems, DescribeIndex)
 """Every index request type (for routing requests between transports)."""

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from stashpoint.errors import StorageUnavailable
-from stashpoint.index.requests import DeleteItem, GetItem, ItemPage, PutItems, QueryItems
+from stashpoint.index.requests import (
+    DeleteItem,
+    DescribeIndex,
+    GetItem,
+    IndexDescription,
+    ItemPage,
+    PutItems,
+    QueryItems,
+)
 from stashpoint.index.schema import (
     KEY_ATTRIBUTES,
     PARTITION_KEY,
@@ -108,6 +116,16 @@ class SqliteIndexTransport:
                 return None
             case QueryItems():
                 return self._query(db, request)
+            case DescribeIndex():
+                names = tuple(
+                    row[0]
+                    for row in db.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'items'"
+                    )
+                    if not row[0].startswith("sqlite_")
+                )
+                # Expired items are hidden from queries: SQLite's stand-in for DynamoDB TTL.
+                return IndexDescription(True, names, TTL_ATTRIBUTE)
         raise TypeError(f"SQLite index cannot execute {request!r}")
 
     def _query(self, db: sqlite3.Connection, request: QueryItems) -> ItemPage:

@@ -9,6 +9,8 @@ reference. Blobs are self-describing envelopes of kind `stashpoint.blob`, readab
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pydantic_core
@@ -20,8 +22,11 @@ from stashpoint.errors import InvalidPayload, StashpointError, StorageUnavailabl
 from stashpoint.stores.cas import BLOBS, Layout
 from stashpoint.stores.objects import (
     Create,
+    DeleteObject,
     GetObject,
     HeadObject,
+    KeyPage,
+    ListKeys,
     ObjectInfo,
     PutObject,
     WriteOutcome,
@@ -87,3 +92,90 @@ class BlobProtocol:
         if hashlib.sha256(pydantic_core.to_json(resolved)).hexdigest() != digest:
             raise InvalidPayload("blob content does not match its hash", object_name=key)
         return resolved
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What a garbage collection found and did."""
+
+    blobs: int
+    """Blobs examined."""
+    referenced: int
+    """Blobs some head references."""
+    unreferenced: list[str]
+    """Unreferenced blobs old enough to go (deleted unless it was a dry run)."""
+    deleted: int
+    """Blobs deleted."""
+    too_young: int
+    """Unreferenced blobs kept because a writer may be about to reference them."""
+
+
+def _refs(value: Any, found: set[str]) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if is_ref(item):
+                found.add(str(item[REF_KEY]))
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def collect_garbage(
+    layout: Layout,
+    codec: Codec,
+    namespaces: tuple[str, ...],
+    *,
+    dry_run: bool,
+    min_age: timedelta,
+) -> Protocol[GcReport]:
+    """Delete blobs that no head in `namespaces` references and that are older than `min_age`.
+
+    Only heads count: a blob referenced by an older revision alone is collected. Blobs
+    younger than `min_age` stay, since a writer stores its blobs just before its
+    compare-and-swap references them.
+    """
+    blob_prefix = layout.namespace_prefix(BLOBS)
+    blobs = yield from _all_keys(blob_prefix)
+    referenced: set[str] = set()
+    for namespace in namespaces:
+        for key in (yield from _all_keys(layout.namespace_prefix(namespace))):
+            info: ObjectInfo | None = yield GetObject(key)
+            if info is not None and info.body is not None:
+                try:
+                    _refs(codec.decode(info.body, name=key).payload, referenced)
+                except StashpointError:
+                    continue
+    now = datetime.now(UTC)
+    doomed: list[str] = []
+    young = 0
+    for key in blobs:
+        digest = key[len(blob_prefix) :]
+        if digest in referenced:
+            continue
+        head: ObjectInfo | None = yield HeadObject(key)
+        if head is None:
+            continue
+        if head.last_modified is not None and now - head.last_modified < min_age:
+            young += 1
+            continue
+        doomed.append(digest)
+    deleted = 0
+    if not dry_run:
+        for digest in doomed:
+            yield DeleteObject(layout.key(BLOBS, digest))
+            deleted += 1
+    return GcReport(len(blobs), len(blobs) - len(doomed) - young, doomed, deleted, young)
+
+
+def _all_keys(prefix: str) -> Protocol[list[str]]:
+    keys: list[str] = []
+    token: str | None = None
+    while True:
+        page: KeyPage = yield ListKeys(prefix, token)
+        keys.extend(k for k in page.keys if "/" not in k[len(prefix) :])
+        token = page.next_token
+        if token is None:
+            return keys

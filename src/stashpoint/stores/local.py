@@ -22,6 +22,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,8 @@ class LocalTransport:
                     return self._get(key, version_id)
                 case PutObject():
                     return self._put(request)
+                case DeleteObject(key, _, version_id) if version_id is not None:
+                    return self._delete_version(key, version_id)
                 case DeleteObject(key, etag):
                     return self._delete(key, etag)
                 case ListVersions(key):
@@ -123,7 +126,13 @@ class LocalTransport:
         body = self._read(path)
         if body is None:
             return None
-        return ObjectInfo(etag=_etag(body), body=body, version_id=version_id)
+        try:
+            modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        except FileNotFoundError:
+            modified = None
+        return ObjectInfo(
+            etag=_etag(body), body=body, version_id=version_id, last_modified=modified
+        )
 
     def _put(self, request: PutObject) -> WriteResult:
         head = self._path(request.key)
@@ -180,6 +189,33 @@ class LocalTransport:
             if self.fsync:
                 _fsync_dir(head.parent)
             return WriteResult(WriteOutcome.STORED)
+
+    def _delete_version(self, key: str, version_id: str) -> WriteResult:
+        """Delete one version for good; if it was current, the previous one becomes current."""
+        with self._locked(key):
+            was_current = self._versions(key)[:1] == [VersionRef(version_id, True)]
+            (self.root / _VERSIONS / key / version_id).unlink(missing_ok=True)
+            if was_current:
+                previous = self._versions_unlocked_newest(key)
+                head = self._path(key)
+                if previous is None:
+                    head.unlink(missing_ok=True)
+                else:
+                    tmp = self.root / _TMP / uuid.uuid4().hex
+                    tmp.parent.mkdir(parents=True, exist_ok=True)
+                    os.link(previous, tmp)
+                    os.replace(tmp, head)
+                if self.fsync:
+                    _fsync_dir(head.parent)
+        return WriteResult(WriteOutcome.STORED)
+
+    def _versions_unlocked_newest(self, key: str) -> Path | None:
+        folder = self.root / _VERSIONS / key
+        try:
+            names = sorted(os.listdir(folder), reverse=True)
+        except FileNotFoundError:
+            return None
+        return folder / names[0] if names else None
 
     def _versions(self, key: str) -> list[VersionRef]:
         folder = self.root / _VERSIONS / key

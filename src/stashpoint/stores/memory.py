@@ -9,6 +9,7 @@ import hashlib
 import itertools
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from stashpoint.stores.objects import (
@@ -34,6 +35,7 @@ class _Version:
     body: bytes | None  # None marks a deletion
     etag: str
     metadata: dict[str, str] = field(default_factory=dict)
+    written_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class MemoryTransport:
@@ -54,6 +56,10 @@ class MemoryTransport:
                     return self._get(key, version_id, with_body=False)
                 case PutObject():
                     return self._put(request)
+                case DeleteObject(key, _, version_id) if version_id is not None:
+                    versions = self._objects.get(key, [])
+                    self._objects[key] = [v for v in versions if v.version_id != version_id]
+                    return WriteResult(WriteOutcome.STORED)
                 case DeleteObject(key, etag):
                     return self._delete(key, etag)
                 case ListVersions(key):
@@ -96,6 +102,7 @@ class MemoryTransport:
             metadata=dict(version.metadata),
             body=version.body if with_body else None,
             version_id=version.version_id,
+            last_modified=version.written_at,
         )
 
     def _put(self, request: PutObject) -> WriteResult:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol
 
@@ -42,6 +43,8 @@ class ObjectInfo:
     """The stored bytes, when the request asked for them (or the backend returns them)."""
     version_id: str | None = None
     """Storage version id, where the backend versions objects."""
+    last_modified: datetime | None = None
+    """When the object was written, where the backend says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,8 @@ class DeleteObject:
     """Object key."""
     etag: str | None = None
     """Delete only if the current ETag is this one."""
+    version_id: str | None = None
+    """Delete this stored version for good (history included), not the current object."""
 
 
 @dataclass(frozen=True, slots=True)

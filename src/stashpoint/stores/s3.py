@@ -18,7 +18,14 @@ from typing import Any
 import botocore.config
 import botocore.exceptions
 
-from stashpoint._clients import AsyncLazyClient, AwsCall, LazyClient, client_kwargs
+from stashpoint._clients import (
+    NEVER_SENT,
+    AsyncLazyClient,
+    AwsCall,
+    LazyClient,
+    client_kwargs,
+    setup_error,
+)
 from stashpoint._sansio import Protocol, run_async, run_sync
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
 from stashpoint.stores.objects import (
@@ -123,6 +130,8 @@ def _definite_error(exc: botocore.exceptions.ClientError, key: str) -> Stashpoin
 def _classify_write(exc: Exception, key: str) -> WriteResult:
     if isinstance(exc, botocore.exceptions.ClientError):
         code, status = _error_code(exc)
+        if code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId"):
+            raise _definite_error(exc, key) from exc  # certain, and no retry will help
         # botocore counts its own resends: with none, a 412/404 answers our only copy.
         retried = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 1) != 0
         detail = f"HTTP {status} {code}" + (" after client retries" if retried else "")
@@ -135,6 +144,8 @@ def _classify_write(exc: Exception, key: str) -> WriteResult:
         if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout", "Throttling"):
             return WriteResult(WriteOutcome.AMBIGUOUS, detail=detail)
         raise _definite_error(exc, key) from exc
+    if isinstance(exc, NEVER_SENT):
+        raise setup_error(exc, key) from exc
     # Timeouts, resets and anything else on the wire: the request may have been applied.
     return WriteResult(WriteOutcome.AMBIGUOUS, detail=f"{type(exc).__name__}: {exc}")
 
@@ -142,6 +153,8 @@ def _classify_write(exc: Exception, key: str) -> WriteResult:
 def _read_failed(exc: Exception, key: str) -> StashpointError:
     if isinstance(exc, botocore.exceptions.ClientError):
         return _definite_error(exc, key)
+    if isinstance(exc, NEVER_SENT):
+        return setup_error(exc, key)
     return StorageUnavailable(f"S3 unreachable: {type(exc).__name__}: {exc}", object_name=key)
 
 
@@ -174,6 +187,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
                 metadata=dict(response.get("Metadata") or {}),
                 body=response.get("Body") if is_get else None,
                 version_id=response.get("VersionId"),
+                last_modified=response.get("LastModified"),
             )
         case PutObject():
             try:
@@ -181,10 +195,12 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             except Exception as exc:
                 return _classify_write(exc, request.key)
             return WriteResult(WriteOutcome.STORED, etag=response.get("ETag"))
-        case DeleteObject(key, etag):
+        case DeleteObject(key, etag, version_id):
             params = {"Bucket": bucket, "Key": key}
             if etag is not None:
                 params["IfMatch"] = etag
+            if version_id is not None:
+                params["VersionId"] = version_id
             try:
                 yield AwsCall("delete_object", params)
             except Exception as exc:

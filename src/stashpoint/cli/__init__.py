@@ -1,0 +1,16 @@
+"""The `stashpoint` command (needs the `cli` extra: typer and rich)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    """Run the command line; explain how to install it when typer or rich is missing."""
+    try:
+        from stashpoint.cli.app import main as run
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        print(f"stashpoint's command needs its extra: pip install 'stashpoint[cli]' ({exc})",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(1)
+    run()

@@ -1,0 +1,438 @@
+"""The `stashpoint` command: look around a stash, repair its index, check a deployment.
+
+Every command takes `--url` (else `STASHPOINT_URL`, else the embedded default) and `--json`
+for machine-readable output. Errors print one line (what, which object, what to do) and
+exit non-zero; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import pydantic_core
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+import stashpoint
+from stashpoint import AttemptStatus, RunStatus, StashpointError
+from stashpoint.codec import FORMAT
+from stashpoint.errors import ErrorKind
+
+app = typer.Typer(
+    name="stashpoint",
+    help="Durable, versioned checkpoints for batch jobs and AI agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+runs_app = typer.Typer(help="Graph runs: list and inspect.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+
+# Pipes and CI logs get wide tables rather than ids cut at 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+Url = Annotated[
+    str | None,
+    typer.Option("--url", envvar="STASHPOINT_URL", help="Stash URL (default: local folder)."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+
+EXIT_CODES = {
+    ErrorKind.NOT_FOUND: 3,
+    ErrorKind.CONFLICT: 4,
+    ErrorKind.STORAGE_UNAVAILABLE: 5,
+    ErrorKind.CONFIGURATION: 6,
+}
+"""Exit status per error kind (1 for the others)."""
+
+HINTS = {
+    ErrorKind.NOT_FOUND: "check the id (stashpoint runs list, or list ids with --json)",
+    ErrorKind.CONFLICT: "another writer saved first: load the latest revision and retry",
+    ErrorKind.STORAGE_UNAVAILABLE: "check the endpoint, credentials and network "
+    "(stashpoint doctor)",
+    ErrorKind.CONFIGURATION: "check --url / STASHPOINT_URL and the AWS environment",
+    ErrorKind.UNSUPPORTED_FORMAT: "upgrade stashpoint to read this object",
+    ErrorKind.INVALID_PAYLOAD: "the object is damaged or not a stashpoint envelope; older "
+    "revisions may be intact (stashpoint history)",
+}
+"""What to do next, per error kind."""
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def _emit(data: Any) -> None:
+    out.print_json(pydantic_core.to_json(data).decode(), indent=2)
+
+
+def _open(url: str | None) -> stashpoint.Stash:
+    return stashpoint.open(url)
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _since(value: str | None) -> datetime | None:
+    """Parse `--since`: an ISO date/time, or a duration like 30m, 12h, 7d."""
+    if value is None:
+        return None
+    units = {"m": "minutes", "h": "hours", "d": "days"}
+    if value[-1:] in units and value[:-1].isdigit():
+        return datetime.now(UTC) - timedelta(**{units[value[-1]]: int(value[:-1])})
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: use an ISO date/time or 30m, 12h, 7d") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _document(envelope: stashpoint.Envelope) -> dict[str, Any]:
+    return {"format": FORMAT, **envelope.model_dump(mode="json")}
+
+
+@app.command()
+def demo(
+    url: Url = None,
+    items: Annotated[int, typer.Option(help="Items in the batch.")] = 300,
+    kill_after: Annotated[int, typer.Option(help="Checkpoints before the SIGKILL.")] = 8,
+) -> None:
+    """Run the main job: a batch killed with SIGKILL partway, resumed, checked exactly-once."""
+    from stashpoint import demo as demo_module
+
+    raise typer.Exit(demo_module.run_demo(url, items=items, kill_after=kill_after))
+
+
+@app.command()
+def show(
+    checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
+    revision: Annotated[int | None, typer.Option(help="An older revision.")] = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show a checkpoint's envelope, decoded, as pretty JSON."""
+    with _open(url) as stash:
+        envelope = stash.checkpoints.load(checkpoint_id, revision)
+    document = _document(envelope)
+    if as_json:
+        _emit(document)
+        return
+    out.print(f"[bold]{envelope.id}[/] revision {envelope.revision} ({envelope.kind})")
+    _emit(document)
+
+
+@app.command()
+def history(
+    checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
+    limit: Annotated[int | None, typer.Option(help="Most revisions to list.")] = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """List a checkpoint's revisions, newest first."""
+    with _open(url) as stash:
+        head = stash.checkpoints.load(checkpoint_id)
+        older = stash.checkpoints.history(checkpoint_id, limit)
+    revisions = [head, *older]
+    rows = [
+        {
+            "revision": e.revision,
+            "write_id": e.write_id,
+            "updated_at": e.updated_at.isoformat(),
+            "payload_bytes": len(pydantic_core.to_json(e.payload)),
+        }
+        for e in revisions
+    ]
+    if as_json:
+        _emit(rows)
+        return
+    table = Table(title=f"history of {checkpoint_id}")
+    for column in ("revision", "written", "write id", "payload bytes"):
+        table.add_column(column)
+    for e, row in zip(revisions, rows, strict=True):
+        table.add_row(str(e.revision), _when(e.updated_at), e.write_id, str(row["payload_bytes"]))
+    out.print(table)
+
+
+@app.command()
+def diff(
+    checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
+    rev_a: Annotated[int, typer.Argument(help="Older revision.")],
+    rev_b: Annotated[int, typer.Argument(help="Newer revision.")],
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show what changed in a checkpoint's payload between two revisions."""
+    from deepdiff import DeepDiff
+
+    with _open(url) as stash:
+        a = stash.checkpoints.load(checkpoint_id, rev_a)
+        b = stash.checkpoints.load(checkpoint_id, rev_b)
+    changes = DeepDiff(a.payload, b.payload, verbose_level=2)
+    lines = _diff_lines(changes.to_dict())
+    if as_json:
+        _emit({"from": rev_a, "to": rev_b, "changes": lines})
+        return
+    out.print(f"[bold]{checkpoint_id}[/]: revision {rev_a} -> {rev_b}")
+    if not lines:
+        out.print("no changes")
+    styles = {"+": "green", "-": "red", "~": "yellow"}
+    for line in lines:
+        style = styles[line["op"]]
+        value = line.get("new", line.get("old"))
+        if line["op"] == "~":
+            value = f"{json.dumps(line['old'])} -> {json.dumps(line['new'])}"
+        else:
+            value = json.dumps(value)
+        text = f"{line['op']} {line['path']}: {value}"
+        out.print(f"[{style}]{escape(text)}[/]")
+
+
+def _diff_lines(changes: dict[str, Any]) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    for kind, entries in changes.items():
+        for path, change in entries.items() if isinstance(entries, dict) else []:
+            path = path.replace("root", "payload", 1)
+            if kind in ("dictionary_item_added", "iterable_item_added"):
+                lines.append({"op": "+", "path": path, "new": change})
+            elif kind in ("dictionary_item_removed", "iterable_item_removed"):
+                lines.append({"op": "-", "path": path, "old": change})
+            else:
+                old = change.get("old_value") if isinstance(change, dict) else None
+                new = change.get("new_value") if isinstance(change, dict) else change
+                lines.append({"op": "~", "path": path, "old": old, "new": new})
+    return sorted(lines, key=lambda line: line["path"])
+
+
+@app.command()
+def export(
+    out_file: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
+    prefix: Annotated[str | None, typer.Option(help="Checkpoint ids starting with this.")] = None,
+    run: Annotated[list[str] | None, typer.Option(help="A run id (repeatable).")] = None,
+    with_history: Annotated[bool, typer.Option("--history", help="Older revisions too.")] = False,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Export checkpoints (envelopes, transcripts included) and runs as JSONL."""
+    from rich.progress import Progress
+
+    if prefix is None and not run:
+        raise typer.BadParameter("give --prefix and/or --run")
+    written = 0
+    with _open(url) as stash, out_file.open("w", encoding="utf-8") as sink:
+        ids = stash.checkpoints.list_ids(prefix) if prefix is not None else []
+        with Progress(console=err, transient=True, disable=as_json) as progress:
+            task = progress.add_task("exporting", total=len(ids) + len(run or []))
+            for checkpoint_id in ids:
+                envelopes = [stash.checkpoints.load(checkpoint_id)]
+                if with_history:
+                    envelopes += stash.checkpoints.history(checkpoint_id)
+                for envelope in envelopes:
+                    sink.write(json.dumps(_document(envelope), ensure_ascii=False) + "\n")
+                    written += 1
+                progress.advance(task)
+            for run_id in run or []:
+                state = stash.runs.load_run(run_id)
+                if state is None:
+                    raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
+                line = {"format": "stashpoint.run-export/1", **state.model_dump(mode="json")}
+                sink.write(json.dumps(line, ensure_ascii=False) + "\n")
+                written += 1
+                progress.advance(task)
+    if as_json:
+        _emit({"file": str(out_file), "records": written})
+    else:
+        out.print(f"wrote {written} records to {out_file}")
+
+
+@app.command()
+def reindex(
+    restart: Annotated[bool, typer.Option(help="Start over instead of resuming.")] = False,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Rebuild the run index from storage (idempotent; resumes an interrupted rebuild)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    spinner = Progress(
+        SpinnerColumn(), TextColumn("reindexing runs"), console=err, transient=True,
+        disable=as_json,
+    )  # fmt: skip
+    with _open(url) as stash, spinner:
+        count = stash.runs.reindex(resume=not restart)
+    if as_json:
+        _emit({"runs_indexed": count})
+    else:
+        out.print(f"indexed {count} runs")
+
+
+@app.command()
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
+    min_age_hours: Annotated[float, typer.Option(help="Keep blobs younger than this.")] = 1.0,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Delete blobs that no checkpoint or run head references."""
+    with _open(url) as stash:
+        report = stash.collect_garbage(dry_run=dry_run, min_age=timedelta(hours=min_age_hours))
+    if as_json:
+        _emit({"dry_run": dry_run, **report.__dict__})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    out.print(
+        f"{report.blobs} blobs, {report.referenced} referenced, {report.too_young} too young; "
+        f"{verb} {len(report.unreferenced)}"
+    )
+    for digest in report.unreferenced:
+        out.print(f"  {digest}")
+
+
+@app.command()
+def doctor(url: Url = None, as_json: AsJson = False) -> None:
+    """Probe the bucket and index: conditional writes, versioning, GSIs, TTL, latency."""
+    with _open(url) as stash:
+        checks = stash.doctor()
+        where = stash.url
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        _emit({"url": where, "ok": not failed, "checks": [c.__dict__ for c in checks]})
+    else:
+        table = Table(title=f"stashpoint doctor: {where}")
+        table.add_column("check")
+        table.add_column("result")
+        table.add_column("detail", overflow="fold")
+        colours = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+        for c in checks:
+            table.add_row(c.name, f"[{colours[c.status]}]{c.status.upper()}[/]", escape(c.detail))
+        out.print(table)
+    if failed:
+        raise typer.Exit(1)
+
+
+@runs_app.command("list")
+def runs_list(
+    graph: Annotated[str | None, typer.Option(help="Graph name.")] = None,
+    status: Annotated[RunStatus | None, typer.Option(help="Run status.")] = None,
+    since: Annotated[str | None, typer.Option(help="ISO time, or 30m / 12h / 7d.")] = None,
+    namespace: Annotated[str, typer.Option(help="Namespace.")] = "default",
+    limit: Annotated[int, typer.Option(help="Rows per page.")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Cursor of the next page.")] = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """List runs, newest first, from the index."""
+    with _open(url) as stash:
+        page = stash.runs.list_runs(
+            graph_name=graph, status=status, since=_since(since), namespace=namespace,
+            limit=limit, cursor=cursor,
+        )  # fmt: skip
+    if as_json:
+        _emit(page.model_dump(mode="json"))
+        return
+    out.print(runs_table(page.items))
+    if page.cursor:
+        out.print(f"more: --cursor {page.cursor}")
+
+
+def runs_table(rows: list[Any]) -> Table:
+    """Return a table of run rows."""
+    table = Table(title="runs")
+    table.add_column("run", no_wrap=True)
+    for column in ("graph", "status", "attempts", "failed", "running", "created", "updated"):
+        table.add_column(column)
+    colours = {"completed": "green", "failed": "red", "running": "cyan", "interrupted": "yellow"}
+    for r in rows:
+        colour = colours.get(r.status.value, "white")
+        table.add_row(
+            r.run_id, escape(r.graph_name), f"[{colour}]{r.status.value}[/]", str(r.attempts),
+            str(r.failed_attempts), str(r.running_attempts), _when(r.created_at),
+            _when(r.updated_at),
+        )  # fmt: skip
+    return table
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show a run: attempt timeline, errors, interrupts, snapshot size."""
+    with _open(url) as stash:
+        state = stash.runs.load_run(run_id, resolve_blobs=False)
+        summary = stash.runs.summarize_run(run_id)
+    if state is None or summary is None:
+        raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
+    snapshot_bytes = len(pydantic_core.to_json(state.state_snapshot))
+    if as_json:
+        _emit({"run": state.model_dump(mode="json"), "summary": summary.model_dump(mode="json"),
+               "snapshot_bytes": snapshot_bytes})  # fmt: skip
+        return
+    out.print(f"[bold]{state.run_id}[/] graph [bold]{state.graph_name}[/] "
+              f"status [bold]{state.status.value}[/]")  # fmt: skip
+    out.print(f"created {_when(state.created_at)}, updated {_when(state.updated_at)}, "
+              f"{summary.total_attempts} attempts over {summary.total_nodes_executed} nodes, "
+              f"{summary.failed_attempts} failed, snapshot {snapshot_bytes} bytes")  # fmt: skip
+    if state.error:
+        out.print(f"[red]error:[/] {escape(state.error)}")
+    if state.interrupted:
+        out.print(
+            f"[yellow]interrupted:[/] {state.interrupted.reason} ({state.interrupted.node_id})"
+        )
+    table = Table(title="attempts")
+    for column in ("started", "node", "attempt", "status", "took", "error"):
+        table.add_column(column)
+    for a in state.attempts:
+        took = (
+            "-"
+            if a.finished_at is None
+            else f"{(a.finished_at - a.started_at).total_seconds():.3f}s"
+        )
+        colour = {AttemptStatus.COMPLETED: "green", AttemptStatus.FAILED: "red"}.get(
+            a.status, "cyan"
+        )
+        table.add_row(_when(a.started_at), escape(a.node_id), str(a.attempt),
+                      f"[{colour}]{a.status.value}[/]", took, escape(a.error or ""))  # fmt: skip
+    out.print(table)
+
+
+def main() -> None:
+    """Entry point of the `stashpoint` console script."""
+    try:
+        # Without standalone mode click hands back typer.Exit codes instead of exiting.
+        code = app(standalone_mode=False)
+    except StashpointError as exc:
+        if _state["debug"]:
+            raise
+        hint = HINTS.get(exc.kind, "")
+        line = f"{exc}" + (f"; {hint}" if hint else "")
+        err.print(f"[red]error[/] ({exc.kind.value}): {escape(line)}")
+        sys.exit(EXIT_CODES.get(exc.kind, 1))
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # usage errors (typer's own click) and the unexpected
+        show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(exit_code, int):
+            show()
+            sys.exit(exit_code)
+        if _state["debug"]:
+            raise
+        err.print(f"[red]error[/]: {escape(f'{type(exc).__name__}: {exc}')} (--debug for details)")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,188 @@
+"""`stashpoint doctor`: probe a stash's storage and index, and say plainly what works.
+
+Many S3-compatible stores accept `If-None-Match` / `If-Match` and silently ignore them;
+on such a store no library can keep compare-and-swap, and stashpoint would lose updates.
+The doctor writes a probe object, checks that a second create and a stale update are
+refused with 412, checks versioning and the index, times one PUT and one GET, and removes
+every version of its probe before it finishes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+from stashpoint._sansio import Protocol
+from stashpoint.errors import ConfigurationError, StashpointError
+from stashpoint.ids import new_id
+from stashpoint.index.requests import DescribeIndex, IndexDescription
+from stashpoint.index.schema import SECONDARY_INDEXES, TTL_ATTRIBUTE
+from stashpoint.stores.cas import Layout
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    ListVersions,
+    Match,
+    ObjectInfo,
+    PutObject,
+    VersionRef,
+    WriteOutcome,
+    WriteResult,
+)
+
+_NO_INDEX = (
+    "no index configured: list_runs and status queries are unavailable "
+    "(add ?index=dynamodb://TABLE)"
+)
+_IGNORES_IF_NONE_MATCH = (
+    "the server accepted a create over an existing object: it ignores If-None-Match, so two "
+    "writers creating one checkpoint would silently overwrite each other. Use a store that "
+    "honours conditional writes (AWS S3, SeaweedFS, recent MinIO)"
+)
+_IGNORES_IF_MATCH = (
+    "the server accepted an update carrying a stale ETag: it ignores If-Match, so a zombie "
+    "worker would overwrite newer checkpoints and updates would be lost. stashpoint cannot "
+    "provide compare-and-swap on this server"
+)
+_NO_VERSIONING = (
+    "off: history, diff and restore of older revisions are unavailable; enable bucket versioning"
+)
+
+
+class Status(StrEnum):
+    """The verdict of one check."""
+
+    PASS = "pass"
+    """Works as stashpoint needs."""
+    WARN = "warn"
+    """Works, with a limitation the detail explains."""
+    FAIL = "fail"
+    """Broken: stashpoint's guarantees do not hold here."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    name: str
+    """What was checked."""
+    status: Status
+    """The verdict."""
+    detail: str
+    """What was seen, and what to do about a WARN or FAIL."""
+
+
+def _put(key: str, body: bytes, condition: Create | Match) -> Protocol[tuple[WriteResult, float]]:
+    start = time.perf_counter()
+    result: WriteResult = yield PutObject(key, body, condition, content_encoding=None)
+    return result, (time.perf_counter() - start) * 1000
+
+
+def diagnose(layout: Layout, has_index: bool) -> Protocol[list[Check]]:
+    """Run every check; return the report (the probe object is always removed)."""
+    checks: list[Check] = []
+    key = layout.key(".doctor", f"probe-{new_id()}")
+    try:
+        checks += yield from _conditional_writes(key)
+        checks.append((yield from _versioning(key)))
+    except StashpointError as exc:
+        checks.append(Check("storage", Status.FAIL, f"unreachable or refusing: {exc}"))
+    checks.append((yield from _cleanup(key)))
+    if has_index:
+        checks += yield from _index()
+    else:
+        checks.append(Check("index", Status.WARN, _NO_INDEX))
+    return checks
+
+
+def _conditional_writes(key: str) -> Protocol[list[Check]]:
+    checks: list[Check] = []
+    created, put_ms = yield from _put(key, b'{"probe": 1}', Create())
+    if created.outcome is not WriteOutcome.STORED or created.etag is None:
+        return [Check("create (If-None-Match: *)", Status.FAIL, f"probe not written: {created}")]
+    checks.append(Check("create (If-None-Match: *)", Status.PASS, f"PUT in {put_ms:.1f} ms"))
+
+    start = time.perf_counter()
+    read: ObjectInfo | None = yield GetObject(key)
+    get_ms = (time.perf_counter() - start) * 1000
+    ok = read is not None and read.body == b'{"probe": 1}'
+    checks.append(
+        Check("read back (GET)", Status.PASS if ok else Status.FAIL, f"GET in {get_ms:.1f} ms")
+    )
+
+    again, _ = yield from _put(key, b'{"probe": 2}', Create())
+    if again.outcome is WriteOutcome.PRECONDITION_FAILED:
+        checks.append(Check("second create refused (412)", Status.PASS, "If-None-Match honoured"))
+    else:
+        checks.append(Check("second create refused (412)", Status.FAIL, _IGNORES_IF_NONE_MATCH))
+        return checks
+
+    updated, _ = yield from _put(key, b'{"probe": 3}', Match(created.etag))
+    if updated.outcome is not WriteOutcome.STORED:
+        checks.append(Check("update (If-Match: ETag)", Status.FAIL, f"refused: {updated}"))
+        return checks
+    checks.append(Check("update (If-Match: ETag)", Status.PASS, "If-Match with the current ETag"))
+
+    stale, _ = yield from _put(key, b'{"probe": 4}', Match(created.etag))
+    if stale.outcome in (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND):
+        checks.append(Check("stale ETag refused (412)", Status.PASS, "If-Match honoured"))
+    else:
+        checks.append(Check("stale ETag refused (412)", Status.FAIL, _IGNORES_IF_MATCH))
+    return checks
+
+
+def _versioning(key: str) -> Protocol[Check]:
+    try:
+        versions: list[VersionRef] = yield ListVersions(key)
+    except ConfigurationError:
+        return Check("versioning", Status.WARN, _NO_VERSIONING)
+    except StashpointError as exc:
+        return Check("versioning", Status.WARN, f"could not be checked: {exc}")
+    live = [v for v in versions if not v.is_delete_marker]
+    if len(live) >= 2:
+        return Check("versioning", Status.PASS, f"on ({len(live)} probe versions kept)")
+    return Check("versioning", Status.WARN, "on, but older probe versions were not listed")
+
+
+def _cleanup(key: str) -> Protocol[Check]:
+    versioned = True
+    try:
+        versions: list[VersionRef] = yield ListVersions(key)
+    except StashpointError:
+        versioned, versions = False, []
+    for version in versions:  # every version and delete marker, for good
+        yield DeleteObject(key, version_id=version.version_id)
+    if not versioned:
+        yield DeleteObject(key)
+    remaining: list[VersionRef] = []
+    if versioned:
+        remaining = yield ListVersions(key)
+    left: ObjectInfo | None = yield GetObject(key)
+    if remaining or left is not None:
+        return Check("cleanup", Status.WARN, f"probe {key} could not be fully removed")
+    return Check("cleanup", Status.PASS, "probe and all its versions removed")
+
+
+def _index() -> Protocol[list[Check]]:
+    try:
+        described: IndexDescription = yield DescribeIndex()
+    except StashpointError as exc:
+        return [Check("index", Status.FAIL, f"unreachable: {exc}")]
+    if not described.exists:
+        return [Check("index", Status.FAIL, "the index table does not exist: deploy infra/")]
+    checks = [Check("index", Status.PASS, "reachable")]
+    wanted = {g.name for g in SECONDARY_INDEXES}
+    missing = wanted - set(described.secondary_indexes)
+    checks.append(
+        Check("index GSIs", Status.FAIL, f"missing: {', '.join(sorted(missing))}")
+        if missing
+        else Check("index GSIs", Status.PASS, ", ".join(sorted(wanted)))
+    )
+    checks.append(
+        Check("index TTL", Status.PASS, f"on {TTL_ATTRIBUTE}")
+        if described.ttl_attribute == TTL_ATTRIBUTE
+        else Check("index TTL", Status.WARN, f"TTL is not enabled on {TTL_ATTRIBUTE}")
+    )
+    return checks

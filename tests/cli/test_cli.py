@@ -1,0 +1,174 @@
+"""The `stashpoint` command, driven as a user would: in a subprocess, on real backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stashpoint
+from stashpoint import Envelope
+from tests.cli.fake_s3 import FakeS3
+
+
+def cli(*args: str, url: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if url is not None:
+        env["STASHPOINT_URL"] = url
+    result = subprocess.run(
+        [sys.executable, "-m", "stashpoint", *args], capture_output=True, text=True, env=env,
+        timeout=180, check=False,
+    )  # fmt: skip
+    if check:
+        assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["local", "s3-dynamodb"])
+def url(request: pytest.FixtureRequest) -> str:
+    base, options = request.getfixturevalue(request.param)
+    if options:
+        base += "".join(f"&{k}={v}" for k, v in options.items())
+    return str(base)
+
+
+@pytest.fixture
+def populated(url: str) -> dict[str, Any]:
+    """A stash with a checkpoint of three revisions and two runs, one failed."""
+    with stashpoint.open(url) as stash:
+        env = Envelope.initial("job-1", None, "stashpoint.job", 1, {"cursor": 0, "tags": ["a"]})
+        stash.checkpoints.compare_and_swap(env, None)
+        env2 = env.next({"cursor": 5, "tags": ["a", "b"]})
+        stash.checkpoints.compare_and_swap(env2, 0)
+        stash.checkpoints.compare_and_swap(env2.next({"cursor": 9, "tags": ["b"], "done": True}), 1)
+        ok = stash.runs.create_run("etl")
+        a = stash.runs.record_attempt(ok, "extract", 1, {"big": "x" * 100_000})
+        stash.runs.complete_attempt(a, {"rows": 3})
+        stash.runs.complete_run(ok)
+        bad = stash.runs.create_run("etl")
+        b = stash.runs.record_attempt(bad, "load", 1, None)
+        stash.runs.fail_attempt(b, "disk full")
+        stash.runs.fail_run(bad, "disk full")
+    return {"url": url, "ok": ok, "bad": bad}
+
+
+def test_show_history_and_diff(populated: dict[str, Any]) -> None:
+    url = populated["url"]
+    shown = json.loads(cli("show", "job-1", "--json", url=url).stdout)
+    assert shown["format"] == "stashpoint.envelope/1" and shown["revision"] == 2
+    assert shown["payload"] == {"cursor": 9, "tags": ["b"], "done": True}
+    assert "job-1" in cli("show", "job-1", url=url).stdout
+    history = json.loads(cli("history", "job-1", "--json", url=url).stdout)
+    assert [h["revision"] for h in history] == [2, 1, 0]
+    assert "history of job-1" in cli("history", "job-1", url=url).stdout
+    changes = json.loads(cli("diff", "job-1", "0", "2", "--json", url=url).stdout)["changes"]
+    ops = {(c["op"], c["path"]) for c in changes}
+    assert ("~", "payload['cursor']") in ops and ("+", "payload['done']") in ops
+    text = cli("diff", "job-1", "0", "2", url=url).stdout
+    assert "payload['cursor']: 0 -> 9" in text
+
+
+def test_runs_list_and_show(populated: dict[str, Any]) -> None:
+    url = populated["url"]
+    listed = json.loads(cli("runs", "list", "--json", url=url).stdout)
+    assert [r["run_id"] for r in listed["items"]] == [populated["bad"], populated["ok"]]
+    failed = json.loads(cli("runs", "list", "--status", "failed", "--json", url=url).stdout)
+    assert [r["run_id"] for r in failed["items"]] == [populated["bad"]]
+    paged = json.loads(cli("runs", "list", "--limit", "1", "--json", url=url).stdout)
+    assert len(paged["items"]) == 1 and paged["cursor"]
+    rest = json.loads(cli("runs", "list", "--limit", "1", "--cursor", paged["cursor"], "--json", url=url).stdout)
+    assert [r["run_id"] for r in rest["items"]] == [populated["ok"]]
+    assert json.loads(cli("runs", "list", "--since", "1m", "--json", url=url).stdout)["items"]
+    table = cli("runs", "list", "--graph", "etl", url=url).stdout
+    assert populated["ok"][:8] in table and "failed" in table
+    shown = json.loads(cli("runs", "show", populated["bad"], "--json", url=url).stdout)
+    assert shown["run"]["error"] == "disk full" and shown["summary"]["failed_attempts"] == 1
+    text = cli("runs", "show", populated["ok"], url=url).stdout
+    assert "extract" in text and "completed" in text
+
+
+def test_export_writes_jsonl_of_envelopes_and_runs(populated: dict[str, Any], tmp_path: Path) -> None:
+    target = tmp_path / "export.jsonl"
+    result = cli("export", "--prefix", "job-", "--run", populated["ok"], "--history",
+                 "--out", str(target), "--json", url=populated["url"])  # fmt: skip
+    assert json.loads(result.stdout)["records"] == 4
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert [line["format"] for line in lines] == ["stashpoint.envelope/1"] * 3 + ["stashpoint.run-export/1"]
+    assert lines[3]["attempts"][0]["input"] == {"big": "x" * 100_000}  # blobs resolved
+
+
+def test_reindex_and_gc(populated: dict[str, Any]) -> None:
+    url = populated["url"]
+    assert json.loads(cli("reindex", "--json", url=url).stdout) == {"runs_indexed": 2}
+    assert "indexed 2 runs" in cli("reindex", url=url).stdout
+    report = json.loads(cli("gc", "--dry-run", "--min-age-hours", "0", "--json", url=url).stdout)
+    assert report["blobs"] == 1 and report["referenced"] == 1 and report["unreferenced"] == []
+
+
+def test_gc_deletes_only_unreferenced_blobs(url: str) -> None:
+    with stashpoint.open(url, blob_threshold=100) as stash:
+        run_id = stash.runs.create_run("g")
+        stash.runs.save_state_snapshot(run_id, {"v": "first" * 100})
+        stash.runs.save_state_snapshot(run_id, {"v": "second" * 100})  # the first is now orphaned
+    dry = json.loads(cli("gc", "--dry-run", "--min-age-hours", "0", "--json", url=url).stdout)
+    assert dry["blobs"] == 2 and len(dry["unreferenced"]) == 1 and dry["deleted"] == 0
+    young = json.loads(cli("gc", "--json", url=url).stdout)
+    assert young["too_young"] == 1 and young["deleted"] == 0
+    done = json.loads(cli("gc", "--min-age-hours", "0", "--json", url=url).stdout)
+    assert done["deleted"] == 1
+    with stashpoint.open(url) as stash:
+        assert stash.runs.load_run(run_id).state_snapshot == {"v": "second" * 100}
+
+
+def test_doctor_passes_on_real_backends(url: str) -> None:
+    report = json.loads(cli("doctor", "--json", url=url).stdout)
+    assert report["ok"], report
+    assert {c["name"] for c in report["checks"] if c["status"] == "pass"} >= {
+        "create (If-None-Match: *)", "second create refused (412)", "update (If-Match: ETag)",
+        "stale ETag refused (412)", "versioning", "cleanup", "index", "index GSIs",
+    }  # fmt: skip
+    assert "PASS" in cli("doctor", url=url).stdout
+
+
+def test_doctor_passes_on_moto_server(stashpoint_moto_url: str) -> None:
+    report = json.loads(cli("doctor", "--json", url=stashpoint_moto_url).stdout)
+    assert report["ok"], report
+
+
+def test_doctor_fails_on_a_server_that_ignores_conditions() -> None:
+    with FakeS3() as fake:
+        url = f"s3://bucket/p?endpoint_url={fake.endpoint}&addressing_style=path"
+        result = cli("doctor", "--json", url=url, check=False)
+        assert result.returncode == 1
+        report = json.loads(result.stdout)
+        failed = {c["name"]: c["detail"] for c in report["checks"] if c["status"] == "fail"}
+        assert "second create refused (412)" in failed
+        assert "ignores If-None-Match" in failed["second create refused (412)"]
+        assert fake.objects == {}  # the probe was removed
+        assert "FAIL" in cli("doctor", url=url, check=False).stdout
+
+
+def test_errors_are_one_line_with_a_kind_and_an_exit_code(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'empty'}"
+    missing = cli("show", "nope", url=url, check=False)
+    assert missing.returncode == 3
+    assert missing.stderr.strip().count("\n") == 0 and "not_found" in missing.stderr
+    assert "Traceback" not in missing.stderr and "[nope]" in missing.stderr
+    debug = cli("--debug", "show", "nope", url=url, check=False)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+    bad_url = cli("runs", "list", url="ftp://nowhere", check=False)
+    assert bad_url.returncode == 6 and "unknown scheme" in bad_url.stderr
+    usage = cli("diff", "job-1", check=False)
+    assert usage.returncode == 2
+
+
+def test_demo_kills_resumes_and_verifies(tmp_path: Path) -> None:
+    result = cli("demo", "--items", "80", "--kill-after", "3", "--url", f"local://{tmp_path / 'd'}")
+    assert "killed with SIGKILL" in result.stdout
+    assert "every item processed exactly once: YES" in result.stdout
+    assert "1 killed mid-batch and retried" in result.stdout
