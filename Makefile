@@ -22,9 +22,10 @@ demo: $(STAMP)
 	$(VENV)/bin/stashpoint demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests bench examples moto_fixtures
+	$(PY) -m ruff check src tests bench examples moto_fixtures infra
 	$(PY) -m ruff format --check src
 	$(PY) -m mypy src
+	$(VENV)/bin/cfn-lint infra/*.yaml
 
 typecheck: lint
 

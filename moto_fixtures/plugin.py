@@ -69,8 +69,9 @@ def stack_url(prefix: str, endpoint_url: str | None = None, *, bucket: str = BUC
 @pytest.fixture
 def stashpoint_moto() -> Iterator[Any]:
     """A `Stash` on moto in-process (mock_aws): S3 bucket plus DynamoDB index."""
-    import stashpoint
     from moto import mock_aws
+
+    import stashpoint
 
     _fake_credentials()
     with mock_aws():

@@ -41,7 +41,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         query = urlsplit(self.path).query
         if "versioning" in query:
-            self._send(200, b'<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"/>')
+            self._send(
+                200, b'<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"/>'
+            )
             return
         if "versions" in query:
             self._send(200, b'<ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'

@@ -81,7 +81,9 @@ def test_runs_list_and_show(populated: dict[str, Any]) -> None:
     assert [r["run_id"] for r in failed["items"]] == [populated["bad"]]
     paged = json.loads(cli("runs", "list", "--limit", "1", "--json", url=url).stdout)
     assert len(paged["items"]) == 1 and paged["cursor"]
-    rest = json.loads(cli("runs", "list", "--limit", "1", "--cursor", paged["cursor"], "--json", url=url).stdout)
+    rest = json.loads(
+        cli("runs", "list", "--limit", "1", "--cursor", paged["cursor"], "--json", url=url).stdout
+    )
     assert [r["run_id"] for r in rest["items"]] == [populated["ok"]]
     assert json.loads(cli("runs", "list", "--since", "1m", "--json", url=url).stdout)["items"]
     table = cli("runs", "list", "--graph", "etl", url=url).stdout
@@ -92,13 +94,17 @@ def test_runs_list_and_show(populated: dict[str, Any]) -> None:
     assert "extract" in text and "completed" in text
 
 
-def test_export_writes_jsonl_of_envelopes_and_runs(populated: dict[str, Any], tmp_path: Path) -> None:
+def test_export_writes_jsonl_of_envelopes_and_runs(
+    populated: dict[str, Any], tmp_path: Path
+) -> None:
     target = tmp_path / "export.jsonl"
     result = cli("export", "--prefix", "job-", "--run", populated["ok"], "--history",
                  "--out", str(target), "--json", url=populated["url"])  # fmt: skip
     assert json.loads(result.stdout)["records"] == 4
     lines = [json.loads(line) for line in target.read_text().splitlines()]
-    assert [line["format"] for line in lines] == ["stashpoint.envelope/1"] * 3 + ["stashpoint.run-export/1"]
+    assert [line["format"] for line in lines] == ["stashpoint.envelope/1"] * 3 + [
+        "stashpoint.run-export/1"
+    ]
     assert lines[3]["attempts"][0]["input"] == {"big": "x" * 100_000}  # blobs resolved
 
 

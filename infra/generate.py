@@ -1,0 +1,260 @@
+"""Generate `stashpoint.yaml`, the CloudFormation template, from the library's own schema.
+
+The index table's keys and GSIs come from `stashpoint.index.schema`, the same definition
+the code and the tests use, so the deployed table cannot drift from what the code expects.
+A test fails if the committed template differs from what this prints.
+
+    .venv/bin/python infra/generate.py > infra/stashpoint.yaml
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from stashpoint.index.schema import TTL_ATTRIBUTE, dynamodb_table_definition
+
+RETAIN = {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"}
+NO_VALUE = {"Ref": "AWS::NoValue"}
+
+
+def _if(condition: str, then: Any, otherwise: Any) -> dict[str, Any]:
+    return {"Fn::If": [condition, then, otherwise]}
+
+
+def _bucket_arn(suffix: str = "") -> dict[str, Any]:
+    return {"Fn::Sub": "arn:${AWS::Partition}:s3:::${CheckpointBucket}" + suffix}
+
+
+def _worker_policy(*, with_kms: bool) -> dict[str, Any]:
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "StashObjects",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject"],
+            "Resource": _bucket_arn("/${Prefix}/*"),
+        },
+        {
+            "Sid": "ListStash",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket", "s3:ListBucketVersions"],
+            "Resource": _bucket_arn(),
+            "Condition": {"StringLike": {"s3:prefix": [{"Fn::Sub": "${Prefix}/*"}]}},
+        },
+        {
+            "Sid": "ReadVersioning",
+            "Effect": "Allow",
+            "Action": "s3:GetBucketVersioning",
+            "Resource": _bucket_arn(),
+        },
+        {
+            "Sid": "Index",
+            "Effect": "Allow",
+            "Action": [
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:DeleteItem",
+                "dynamodb:Query",
+                "dynamodb:DescribeTable",
+                "dynamodb:DescribeTimeToLive",
+            ],
+            "Resource": [
+                {"Fn::GetAtt": ["IndexTable", "Arn"]},
+                {"Fn::Sub": "${IndexTable.Arn}/index/*"},
+            ],
+        },
+    ]
+    if with_kms:
+        statements.append(
+            {
+                "Sid": "EncryptionKey",
+                "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": {"Ref": "KmsKeyArn"},
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def template() -> dict[str, Any]:
+    """Return the template as a dict."""
+    table = dynamodb_table_definition("unused")
+    del table["TableName"]
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Description": "stashpoint: versioned checkpoint bucket (conditional writes enforced), "
+        "run index table, least-privilege worker policy.",
+        "Parameters": {
+            "BucketName": {
+                "Type": "String",
+                "Default": "",
+                "Description": "Bucket name; empty for a generated one.",
+            },
+            "Prefix": {
+                "Type": "String",
+                "Default": "stashpoint",
+                "AllowedPattern": "^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$",
+                "Description": "Key prefix of the stash inside the bucket.",
+            },
+            "TableName": {
+                "Type": "String",
+                "Default": "",
+                "Description": "Index table name; empty for a generated one.",
+            },
+            "KmsKeyArn": {
+                "Type": "String",
+                "Default": "",
+                "Description": "KMS key for SSE-KMS; empty for SSE-S3.",
+            },
+            "NoncurrentArchiveDays": {
+                "Type": "Number",
+                "Default": 30,
+                "MinValue": 1,
+                "Description": "Days before older revisions move to Glacier Flexible Retrieval.",
+            },
+            "NoncurrentExpireDays": {
+                "Type": "Number",
+                "Default": 365,
+                "MinValue": 2,
+                "Description": "Days before older revisions are deleted "
+                "(must exceed NoncurrentArchiveDays).",
+            },
+        },
+        "Conditions": {
+            "HasBucketName": {"Fn::Not": [{"Fn::Equals": [{"Ref": "BucketName"}, ""]}]},
+            "HasTableName": {"Fn::Not": [{"Fn::Equals": [{"Ref": "TableName"}, ""]}]},
+            "UseKms": {"Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]},
+        },
+        "Resources": {
+            "CheckpointBucket": {
+                "Type": "AWS::S3::Bucket",
+                **RETAIN,
+                "Properties": {
+                    "BucketName": _if("HasBucketName", {"Ref": "BucketName"}, NO_VALUE),
+                    "VersioningConfiguration": {"Status": "Enabled"},
+                    "OwnershipControls": {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]},
+                    "PublicAccessBlockConfiguration": {
+                        "BlockPublicAcls": True,
+                        "BlockPublicPolicy": True,
+                        "IgnorePublicAcls": True,
+                        "RestrictPublicBuckets": True,
+                    },
+                    "BucketEncryption": {
+                        "ServerSideEncryptionConfiguration": [
+                            {
+                                "BucketKeyEnabled": True,
+                                "ServerSideEncryptionByDefault": {
+                                    "SSEAlgorithm": _if("UseKms", "aws:kms", "AES256"),
+                                    "KMSMasterKeyID": _if("UseKms", {"Ref": "KmsKeyArn"}, NO_VALUE),
+                                },
+                            }
+                        ]
+                    },
+                    "LifecycleConfiguration": {
+                        "Rules": [
+                            {
+                                "Id": "archive-then-expire-older-revisions",
+                                "Status": "Enabled",
+                                "NoncurrentVersionTransitions": [
+                                    {
+                                        "StorageClass": "GLACIER",
+                                        "TransitionInDays": {"Ref": "NoncurrentArchiveDays"},
+                                    }
+                                ],
+                                "NoncurrentVersionExpiration": {
+                                    "NoncurrentDays": {"Ref": "NoncurrentExpireDays"}
+                                },
+                                "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7},
+                            }
+                        ]
+                    },
+                },
+            },
+            "CheckpointBucketPolicy": {
+                "Type": "AWS::S3::BucketPolicy",
+                "Properties": {
+                    "Bucket": {"Ref": "CheckpointBucket"},
+                    "PolicyDocument": {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Sid": "DenyInsecureTransport",
+                                "Effect": "Deny",
+                                "Principal": "*",
+                                "Action": "s3:*",
+                                "Resource": [_bucket_arn(), _bucket_arn("/*")],
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            },
+                            {
+                                # AWS: "enforce conditional writes". A PUT under the prefix
+                                # must carry If-None-Match or If-Match: no blind overwrite.
+                                "Sid": "DenyUnconditionalWrites",
+                                "Effect": "Deny",
+                                "Principal": "*",
+                                "Action": "s3:PutObject",
+                                "Resource": _bucket_arn("/${Prefix}/*"),
+                                "Condition": {
+                                    "Null": {"s3:if-none-match": "true", "s3:if-match": "true"}
+                                },
+                            },
+                        ],
+                    },
+                },
+            },
+            "IndexTable": {
+                "Type": "AWS::DynamoDB::Table",
+                **RETAIN,
+                "Properties": {
+                    "TableName": _if("HasTableName", {"Ref": "TableName"}, NO_VALUE),
+                    **table,
+                    "TimeToLiveSpecification": {"AttributeName": TTL_ATTRIBUTE, "Enabled": True},
+                    "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+                    "SSESpecification": {"SSEEnabled": True},
+                },
+            },
+            "WorkerPolicy": {
+                "Type": "AWS::IAM::ManagedPolicy",
+                "Properties": {
+                    "Description": "What a stashpoint worker needs: the stash prefix and the "
+                    "index table, nothing else.",
+                    # Two whole documents rather than an Fn::If inside the statement list:
+                    # some CloudFormation implementations mishandle AWS::NoValue in lists.
+                    "PolicyDocument": _if(
+                        "UseKms",
+                        _worker_policy(with_kms=True),
+                        _worker_policy(with_kms=False),
+                    ),
+                },
+            },
+        },
+        "Outputs": {
+            "BucketName": {"Value": {"Ref": "CheckpointBucket"}},
+            "TableName": {"Value": {"Ref": "IndexTable"}},
+            "WorkerPolicyArn": {"Value": {"Ref": "WorkerPolicy"}},
+            "StashUrl": {
+                "Description": "Set STASHPOINT_URL to this.",
+                "Value": {
+                    "Fn::Sub": "s3://${CheckpointBucket}/${Prefix}?index=dynamodb://${IndexTable}"
+                },
+            },
+        },
+    }
+
+
+class _NoAliases(yaml.SafeDumper):
+    """CloudFormation rejects YAML aliases: write shared values out in full."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render() -> str:
+    """Return the template as YAML, with its do-not-edit header."""
+    header = "# Generated by infra/generate.py from stashpoint's schema. Do not edit by hand.\n"
+    return header + yaml.dump(template(), Dumper=_NoAliases, sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

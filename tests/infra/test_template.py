@@ -1,0 +1,114 @@
+"""The CloudFormation template: generated from the schema, lint-clean, deployable."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+import stashpoint
+from stashpoint import Envelope, RunStatus
+from stashpoint.index.schema import SECONDARY_INDEXES
+
+INFRA = Path(__file__).parents[2] / "infra"
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location("infra_generate", INFRA / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_template_is_what_the_schema_generates() -> None:
+    assert (INFRA / "stashpoint.yaml").read_text() == _generator().render(), (
+        "run: .venv/bin/python infra/generate.py > infra/stashpoint.yaml"
+    )
+
+
+def test_template_is_cfn_lint_clean() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), str(INFRA / "stashpoint.yaml")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bucket_is_versioned_private_and_encrypted() -> None:
+    bucket = _generator().template()["Resources"]["CheckpointBucket"]
+    properties = bucket["Properties"]
+    assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert all(properties["PublicAccessBlockConfiguration"].values())
+    rule = properties["LifecycleConfiguration"]["Rules"][0]
+    assert rule["NoncurrentVersionTransitions"][0]["TransitionInDays"] == {
+        "Ref": "NoncurrentArchiveDays"
+    }
+    assert rule["NoncurrentVersionExpiration"] == {
+        "NoncurrentDays": {"Ref": "NoncurrentExpireDays"}
+    }
+    assert bucket["DeletionPolicy"] == "Retain"
+
+
+def test_bucket_policy_denies_unconditional_puts_under_the_prefix() -> None:
+    statements = _generator().template()["Resources"]["CheckpointBucketPolicy"]["Properties"][
+        "PolicyDocument"]["Statement"]  # fmt: skip
+    deny = next(s for s in statements if s["Sid"] == "DenyUnconditionalWrites")
+    assert deny["Effect"] == "Deny" and deny["Action"] == "s3:PutObject"
+    assert deny["Condition"] == {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}
+    assert deny["Resource"] == {
+        "Fn::Sub": "arn:${AWS::Partition}:s3:::${CheckpointBucket}/${Prefix}/*"
+    }
+
+
+@pytest.fixture
+def deployed() -> Any:
+    with mock_aws():
+        cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+        cloudformation.create_stack(
+            StackName="stashpoint",
+            TemplateBody=(INFRA / "stashpoint.yaml").read_text(),
+            Parameters=[
+                {"ParameterKey": "BucketName", "ParameterValue": "team-checkpoints"},
+                {"ParameterKey": "TableName", "ParameterValue": "team-index"},
+                {"ParameterKey": "Prefix", "ParameterValue": "agents"},
+            ],
+            Capabilities=["CAPABILITY_IAM"],
+        )
+        stack = cloudformation.describe_stacks(StackName="stashpoint")["Stacks"][0]
+        assert stack["StackStatus"] == "CREATE_COMPLETE"
+        yield {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+
+
+def test_deployed_stack_on_moto_runs_the_library(deployed: dict[str, str]) -> None:
+    assert deployed["BucketName"] == "team-checkpoints" and deployed["TableName"] == "team-index"
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.head_bucket(Bucket="team-checkpoints")
+    # moto's CloudFormation creates the bucket but neither applies VersioningConfiguration
+    # nor supports AWS::S3::BucketPolicy: those are checked on the template itself.
+    table = boto3.client("dynamodb", region_name="us-east-1").describe_table(TableName="team-index")
+    names = {g["IndexName"] for g in table["Table"]["GlobalSecondaryIndexes"]}
+    assert names == {g.name for g in SECONDARY_INDEXES}
+    policy = boto3.client("iam", region_name="us-east-1").get_policy(
+        PolicyArn=deployed["WorkerPolicyArn"]
+    )
+    assert policy["Policy"]["DefaultVersionId"]
+
+    with stashpoint.open(deployed["StashUrl"]) as stash:
+        env = Envelope.initial("agent-1", None, "stashpoint.agent", 1, {"turns": 0})
+        stash.checkpoints.compare_and_swap(env, None)
+        stash.checkpoints.compare_and_swap(env.next({"turns": 1}), 0)
+        run_id = stash.runs.create_run("graph")
+        stash.runs.complete_run(run_id)
+        assert [r.status for r in stash.runs.list_runs().items] == [RunStatus.COMPLETED]
+        assert [c.status for c in stash.doctor() if c.status == "fail"] == []
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="team-checkpoints").get("Contents", [])]
+    assert sorted(keys) == ["agents/checkpoints/agent-1", f"agents/runs/{run_id}"]
+    assert json.loads(json.dumps(deployed))["StashUrl"].startswith("s3://team-checkpoints/agents?")
