@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 import botocore.exceptions
 
+from stashpoint._sansio import run_async, run_sync
 from stashpoint.errors import ConfigurationError, StashpointError
 
 
@@ -113,3 +114,65 @@ def setup_error(exc: Exception, key: str) -> StashpointError:
         f"AWS client setup: {exc} (credentials and region come from the AWS environment)",
         object_name=key,
     )
+
+
+class AwsTransport:
+    """Executes requests by running a service's protocol with one lazily made boto3 client.
+
+    The protocol (S3's, DynamoDB's) says which calls a request takes; this only makes them.
+    """
+
+    def __init__(
+        self,
+        service: str,
+        protocol: Callable[[Any], Generator[AwsCall, Any, Any]],
+        profile: str | None,
+        kwargs: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.client = LazyClient(service, profile, kwargs)
+        """The boto3 client, made on first use (or set `client.instance` to your own)."""
+        self._protocol = protocol
+
+    def execute(self, request: Any) -> Any:
+        """Execute one request."""
+        return run_sync(self._protocol(request), self._call)
+
+    def _call(self, call: AwsCall) -> Any:
+        response = getattr(self.client.get(), call.method)(**call.params)
+        if call.read_body:
+            response["Body"] = response["Body"].read()
+        return response
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.client.close()
+
+
+class AsyncAwsTransport:
+    """The aiobotocore twin of `AwsTransport`."""
+
+    def __init__(
+        self,
+        service: str,
+        protocol: Callable[[Any], Generator[AwsCall, Any, Any]],
+        profile: str | None,
+        kwargs: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.client = AsyncLazyClient(service, profile, kwargs)
+        """The aiobotocore client, made on first use inside the running loop."""
+        self._protocol = protocol
+
+    async def execute(self, request: Any) -> Any:
+        """Execute one request."""
+        return await run_async(self._protocol(request), self._call)
+
+    async def _call(self, call: AwsCall) -> Any:
+        response = await getattr(await self.client.get(), call.method)(**call.params)
+        if call.read_body:
+            async with response["Body"] as stream:
+                response["Body"] = await stream.read()
+        return response
+
+    async def close(self) -> None:
+        """Close the client and its connection pool."""
+        await self.client.close()

@@ -106,8 +106,8 @@ def _index_factories(
             region_name=own.get("index_region_name"),
         )
         return (
-            lambda: ddb.DynamoDBIndexTransport(settings),
-            lambda: ddb.AsyncDynamoDBIndexTransport(settings),
+            lambda: ddb.dynamodb_transport(settings),
+            lambda: ddb.async_dynamodb_transport(settings),
         )
     raise ConfigurationError(f"unknown index {spec!r}: use dynamodb://TABLE, sqlite://PATH or none")
 
@@ -150,8 +150,8 @@ def _backend(parsed: StashUrl, options: Options) -> _Backend:
         index, async_index = _index_factories(own.get("index"), None, own)
         return _Backend(
             Layout(parsed.prefix),
-            lambda: s3.S3Transport(settings),
-            lambda: s3.AsyncS3Transport(settings),
+            lambda: s3.s3_transport(settings),
+            lambda: s3.async_s3_transport(settings),
             index,
             async_index,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import botocore.config
@@ -19,13 +20,13 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from stashpoint._clients import (
     NEVER_SENT,
-    AsyncLazyClient,
+    AsyncAwsTransport,
     AwsCall,
-    LazyClient,
+    AwsTransport,
     client_kwargs,
     setup_error,
 )
-from stashpoint._sansio import Protocol, run_async, run_sync
+from stashpoint._sansio import Protocol
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
 from stashpoint.index.requests import (
     DeleteItem,
@@ -203,46 +204,20 @@ def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:
     return ItemPage(items, None if last is None else {k: v["S"] for k, v in last.items()})
 
 
-class DynamoDBIndexTransport:
-    """Executes index requests with one lazily created, thread-safe boto3 client."""
-
-    def __init__(self, settings: DynamoDBSettings) -> None:
-        self.settings = settings
-        """Table and client settings."""
-        self.client = LazyClient("dynamodb", settings.profile_name, settings.client_kwargs)
-        """The boto3 client, made on first use."""
-
-    def execute(self, request: Any) -> Any:
-        """Execute one index request."""
-        return run_sync(dynamodb_protocol(request, self.settings.table), self._call)
-
-    def _call(self, call: AwsCall) -> Any:
-        return getattr(self.client.get(), call.method)(**call.params)
-
-    def close(self) -> None:
-        """Close the client's connection pool."""
-        self.client.close()
+def dynamodb_transport(settings: DynamoDBSettings) -> AwsTransport:
+    """Return a blocking (boto3) transport for index requests."""
+    return AwsTransport(
+        "dynamodb", partial(dynamodb_protocol, table=settings.table), settings.profile_name,
+        settings.client_kwargs,
+    )  # fmt: skip
 
 
-class AsyncDynamoDBIndexTransport:
-    """Executes index requests with one lazily created aiobotocore client."""
-
-    def __init__(self, settings: DynamoDBSettings) -> None:
-        self.settings = settings
-        """Table and client settings."""
-        self.client = AsyncLazyClient("dynamodb", settings.profile_name, settings.client_kwargs)
-        """The aiobotocore client, made on first use."""
-
-    async def execute(self, request: Any) -> Any:
-        """Execute one index request."""
-        return await run_async(dynamodb_protocol(request, self.settings.table), self._call)
-
-    async def _call(self, call: AwsCall) -> Any:
-        return await getattr(await self.client.get(), call.method)(**call.params)
-
-    async def close(self) -> None:
-        """Close the client."""
-        await self.client.close()
+def async_dynamodb_transport(settings: DynamoDBSettings) -> AsyncAwsTransport:
+    """Return an asyncio (aiobotocore) transport for index requests."""
+    return AsyncAwsTransport(
+        "dynamodb", partial(dynamodb_protocol, table=settings.table), settings.profile_name,
+        settings.client_kwargs,
+    )  # fmt: skip
 
 
 def create_table(client: Any, table: str, *, wait: bool = True) -> None:

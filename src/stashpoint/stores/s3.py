@@ -2,7 +2,7 @@
 
 What each object request means in S3 calls, how answers and errors map back, pagination and
 the versioning check are written once, as a small protocol (`s3_protocol`) that yields
-`AwsCall`s. `S3Transport` (boto3) and `AsyncS3Transport` (aiobotocore) only perform calls.
+`AwsCall`s; the generic AWS transports (boto3, aiobotocore) only perform the calls.
 
 Clients are created on first use, never in a constructor, and reused for the life of the
 transport; endpoint, region and credentials come from the standard AWS environment
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import botocore.config
@@ -20,13 +21,13 @@ import botocore.exceptions
 
 from stashpoint._clients import (
     NEVER_SENT,
-    AsyncLazyClient,
+    AsyncAwsTransport,
     AwsCall,
-    LazyClient,
+    AwsTransport,
     client_kwargs,
     setup_error,
 )
-from stashpoint._sansio import Protocol, run_async, run_sync
+from stashpoint._sansio import Protocol
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
 from stashpoint.stores.objects import (
     Create,
@@ -287,50 +288,17 @@ def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
     return [ref for _, ref in entries]
 
 
-class S3Transport:
-    """Executes object requests with one lazily created, thread-safe boto3 client."""
-
-    def __init__(self, settings: S3Settings) -> None:
-        self.settings = settings
-        """Bucket, client configuration and write options."""
-        self.client = LazyClient("s3", settings.profile_name, settings.client_kwargs)
-        """The boto3 client, made on first use (or set `client.instance` to your own)."""
-
-    def execute(self, request: Any) -> Any:
-        """Execute one object request."""
-        return run_sync(s3_protocol(request, self.settings), self._call)
-
-    def _call(self, call: AwsCall) -> Any:
-        response = getattr(self.client.get(), call.method)(**call.params)
-        if call.read_body:
-            response["Body"] = response["Body"].read()
-        return response
-
-    def close(self) -> None:
-        """Close the client's connection pool."""
-        self.client.close()
+def s3_transport(settings: S3Settings) -> AwsTransport:
+    """Return a blocking (boto3) transport for S3 object requests."""
+    return AwsTransport(
+        "s3", partial(s3_protocol, settings=settings), settings.profile_name,
+        settings.client_kwargs,
+    )  # fmt: skip
 
 
-class AsyncS3Transport:
-    """Executes object requests with one lazily created aiobotocore client."""
-
-    def __init__(self, settings: S3Settings) -> None:
-        self.settings = settings
-        """Bucket, client configuration and write options."""
-        self.client = AsyncLazyClient("s3", settings.profile_name, settings.client_kwargs)
-        """The aiobotocore client, made on first use inside the running loop."""
-
-    async def execute(self, request: Any) -> Any:
-        """Execute one object request."""
-        return await run_async(s3_protocol(request, self.settings), self._call)
-
-    async def _call(self, call: AwsCall) -> Any:
-        response = await getattr(await self.client.get(), call.method)(**call.params)
-        if call.read_body:
-            async with response["Body"] as stream:
-                response["Body"] = await stream.read()
-        return response
-
-    async def close(self) -> None:
-        """Close the client and its connection pool."""
-        await self.client.close()
+def async_s3_transport(settings: S3Settings) -> AsyncAwsTransport:
+    """Return an asyncio (aiobotocore) transport for S3 object requests."""
+    return AsyncAwsTransport(
+        "s3", partial(s3_protocol, settings=settings), settings.profile_name,
+        settings.client_kwargs,
+    )  # fmt: skip
