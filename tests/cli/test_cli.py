@@ -153,8 +153,8 @@ def test_doctor_fails_on_a_server_that_ignores_conditions() -> None:
         assert result.returncode == 1
         report = json.loads(result.stdout)
         failed = {c["name"]: c["detail"] for c in report["checks"] if c["status"] == "fail"}
-        assert "second create refused (412)" in failed
         assert "ignores If-None-Match" in failed["second create refused (412)"]
+        assert "ignores If-Match" in failed["stale ETag refused (412)"]
         assert fake.objects == {}  # the probe was removed
         assert "FAIL" in cli("doctor", url=url, check=False).stdout
 
