@@ -189,7 +189,7 @@ def test_durable_conversation_commits_each_turn_minus_runtime_prefix(stash: Any)
         conversation_id=conversation, namespace="tenant-a", expected_version=0,
         persisted_prefix_len=1,
     )  # fmt: skip
-    runner = AgentRunner(AgentCheckpoint.new(stash.checkpoints), conversations=conversations)
+    runner = AgentRunner(AgentCheckpoint.new(stash.checkpoints))
     outcome = runner.run(
         fake_model.turn, agent="a", model=fake_model.MODEL, transcript=fake_model.opening(),
         durable=durable,

@@ -1,7 +1,17 @@
-"""Typed agent checkpoints (seed 000): state, turn phases, resume policy, conversations."""
+"""Typed agent checkpoints (seed 000): state, turn phases, resume policy, conversations.
 
-from stashpoint.agent.checkpoint import AgentCheckpoint, CheckpointCursor, parse_state
-from stashpoint.agent.conversation import ConversationStore
+Blocking handles work on `stash.checkpoints` (a `Store`), the `Async` ones on an
+`AsyncStash`'s; both run the same protocols (`agent.protocol`).
+"""
+
+from stashpoint.agent._io import AsyncTurn, Turn
+from stashpoint.agent.checkpoint import (
+    AgentCheckpoint,
+    AsyncAgentCheckpoint,
+    AsyncCheckpointCursor,
+    CheckpointCursor,
+)
+from stashpoint.agent.conversation import AsyncConversationStore, ConversationStore
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
@@ -19,7 +29,8 @@ from stashpoint.agent.models import (
     TurnInFlight,
     Usage,
 )
-from stashpoint.agent.runner import AgentRunner, Turn, TurnResult, after_turn, resume_state
+from stashpoint.agent.protocol import TurnResult, after_turn, parse_state, resume_state
+from stashpoint.agent.runner import AgentRunner, AsyncAgentRunner
 
 __all__ = [
     "AGENT_KIND",
@@ -29,6 +40,11 @@ __all__ = [
     "AgentCheckpointState",
     "AgentOutcome",
     "AgentRunner",
+    "AsyncAgentCheckpoint",
+    "AsyncAgentRunner",
+    "AsyncCheckpointCursor",
+    "AsyncConversationStore",
+    "AsyncTurn",
     "CheckpointCursor",
     "Completed",
     "ConversationStore",

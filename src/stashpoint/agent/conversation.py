@@ -2,29 +2,20 @@
 
 A turn commits its transcript only if the conversation is still at the version the turn
 loaded (`expected_version`), persisting the transcript minus its leading runtime-only
-messages. Committing the same messages again at the next version is recognised as the
-commit already made (a crash after commit, before the agent checkpoint moved on).
+messages. The rules live in `agent.protocol`; these are the blocking and asyncio handles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stashpoint._sansio import run_async, run_sync
+from stashpoint.agent import _io, protocol
 from stashpoint.agent.models import Message
-from stashpoint.envelope import Envelope
-from stashpoint.errors import CheckpointConflict, CheckpointNotFound, InvalidPayload
-from stashpoint.ids import validate_id
-from stashpoint.stores.store import Store
+from stashpoint.agent.protocol import CONVERSATION_KIND, conversation_key
+from stashpoint.stores.store import AsyncStore, Store
 
-CONVERSATION_KIND = "stashpoint.conversation"
-"""Envelope kind of a durable conversation."""
-
-
-def conversation_key(namespace: str, conversation_id: str) -> str:
-    """Return the checkpoint id of a conversation (unambiguous for any two valid ids)."""
-    validate_id(namespace, what="namespace")
-    validate_id(conversation_id, what="conversation id")
-    return f"conversation.{len(namespace)}.{namespace}.{conversation_id}"
+__all__ = ["CONVERSATION_KIND", "AsyncConversationStore", "ConversationStore", "conversation_key"]
 
 
 class ConversationStore:
@@ -36,55 +27,40 @@ class ConversationStore:
 
     def load(self, namespace: str, conversation_id: str) -> tuple[int, list[Message]]:
         """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
-        envelope = self._head(conversation_key(namespace, conversation_id))
-        if envelope is None:
-            return 0, []
-        return envelope.revision + 1, self._messages(envelope)
-
-    def commit(
-        self,
-        namespace: str,
-        conversation_id: str,
-        expected_version: int,
-        messages: Sequence[Message],
-    ) -> int:
-        """Replace the transcript if still at `expected_version`; return the new version.
-
-        Raises `CheckpointConflict` when another turn committed first.
-        """
-        key = conversation_key(namespace, conversation_id)
-        payload = {"messages": [m.model_dump(mode="json") for m in messages]}
-        head = self._head(key)
-        version = 0 if head is None else head.revision + 1
-        if version == expected_version:
-            following = (
-                Envelope.initial(key, None, CONVERSATION_KIND, 1, payload)
-                if head is None
-                else head.next(payload)
-            )
-            try:
-                self.store.compare_and_swap(following, None if head is None else head.revision)
-                return expected_version + 1
-            except CheckpointConflict:
-                head = self._head(key)
-                version = 0 if head is None else head.revision + 1
-        if head is not None and version == expected_version + 1 and head.payload == payload:
-            return version  # our own commit, made before a crash: nothing to do
-        raise CheckpointConflict(
-            key,
-            expected_revision=expected_version - 1 if expected_version else None,
-            actual_revision=None if head is None else head.revision,
-            message=f"conversation moved to version {version}; this turn loaded "
-            f"version {expected_version}",
+        return run_sync(
+            protocol.load_conversation(namespace, conversation_id), _io.blocking(self.store)
         )
 
-    def _head(self, key: str) -> Envelope | None:
-        try:
-            return self.store.load(key)
-        except CheckpointNotFound:
-            return None
+    def commit(
+        self, namespace: str, conversation_id: str, expected_version: int,
+        messages: Sequence[Message],
+    ) -> int:  # fmt: skip
+        """Replace the transcript if still at `expected_version`; return the new version."""
+        return run_sync(
+            protocol.commit_conversation(namespace, conversation_id, expected_version, messages),
+            _io.blocking(self.store),
+        )
 
-    def _messages(self, envelope: Envelope) -> list[Message]:
-        if envelope.kind != CONVERSATION_KIND or not isinstance(envelope.payload, dict):
-            raise InvalidPayload("not a conversation", object_name=envelope.id)
-        return [Message.model_validate(m) for m in envelope.payload.get("messages", [])]
+
+class AsyncConversationStore:
+    """The asyncio twin of `ConversationStore`."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self.store = store
+        """The checkpoint store holding conversations."""
+
+    async def load(self, namespace: str, conversation_id: str) -> tuple[int, list[Message]]:
+        """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
+        return await run_async(
+            protocol.load_conversation(namespace, conversation_id), _io.awaiting(self.store)
+        )
+
+    async def commit(
+        self, namespace: str, conversation_id: str, expected_version: int,
+        messages: Sequence[Message],
+    ) -> int:  # fmt: skip
+        """Replace the transcript if still at `expected_version`; return the new version."""
+        return await run_async(
+            protocol.commit_conversation(namespace, conversation_id, expected_version, messages),
+            _io.awaiting(self.store),
+        )
