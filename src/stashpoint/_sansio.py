@@ -10,12 +10,15 @@ handles them as if it had made the call itself. (h11/httpcore are the model.)
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 Protocol = Generator[Any, Any, T]
 """A protocol: yields requests, receives their results, returns its outcome."""
@@ -69,3 +72,44 @@ async def run_async(protocol: Protocol[T], execute: Callable[[Any], Awaitable[An
         return stop.value  # type: ignore[no-any-return]
     finally:
         protocol.close()
+
+
+def blocking(
+    operation: Callable[Concatenate[Any, P], Protocol[T]],
+) -> Callable[Concatenate[Any, P], T]:
+    """Turn an API operation that returns a protocol into a blocking method.
+
+    The operation is defined once (its signature, its docstring); the method runs its
+    protocol with the instance's `_execute`. `awaiting` makes the asyncio twin.
+    """
+
+    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(operation(self, *args, **kwargs), self._execute)
+
+    _describe(method, operation)
+    return method
+
+
+def awaiting(
+    operation: Callable[Concatenate[Any, P], Protocol[T]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """Turn an API operation that returns a protocol into an awaitable method."""
+
+    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_async(operation(self, *args, **kwargs), self._execute)
+
+    _describe(method, operation)
+    return method
+
+
+def _describe(method: Callable[..., Any], operation: Callable[..., Any]) -> None:
+    """Give `method` the operation's name, docstring and signature (for help() and editors).
+
+    The signature returns what the protocol returns, not the protocol.
+    """
+    functools.update_wrapper(method, operation)
+    signature = inspect.signature(operation)
+    returns = signature.return_annotation
+    if isinstance(returns, str) and returns.startswith("Protocol[") and returns.endswith("]"):
+        returns = returns.removeprefix("Protocol[")[:-1]
+    method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]

@@ -202,7 +202,7 @@ class Stash:
         """The URL this stash was opened with."""
         index = parts.backend.index
         self._transport = Router(parts.backend.objects(), None if index is None else index())
-        self.checkpoints = Store(parts.cas(CHECKPOINTS), self._transport)
+        self.checkpoints = Store(parts.cas(CHECKPOINTS), self._transport.execute)
         """Checkpoint envelopes: load, compare_and_swap, delete, history, list_ids."""
         self.runs = RunStore(parts.runs(), self._transport.execute)
         """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
@@ -248,7 +248,7 @@ class AsyncStash:
         self._transport = AsyncRouter(
             parts.backend.async_objects(), None if index is None else index()
         )
-        self.checkpoints = AsyncStore(parts.cas(CHECKPOINTS), self._transport)
+        self.checkpoints = AsyncStore(parts.cas(CHECKPOINTS), self._transport.execute)
         """Checkpoint envelopes: the `Store` methods, awaitable."""
         self.runs = AsyncRunStore(parts.runs(), self._transport.execute)
         """Graph runs: the `RunStore` methods, awaitable."""

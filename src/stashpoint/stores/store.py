@@ -1,14 +1,52 @@
 """The checkpoint store contract: `Store` (blocking) and `AsyncStore` (asyncio).
 
-Both run the same protocols from `stores.cas`; they differ only in how requests are executed.
+The contract is defined once, in `_StoreApi`: each operation returns the protocol from
+`stores.cas` that does the work; the two stores are made from it and differ only in how
+requests are executed.
 """
 
 from __future__ import annotations
 
-from stashpoint._sansio import run_async, run_sync
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from stashpoint._sansio import Protocol, awaiting, blocking
 from stashpoint.envelope import Envelope
 from stashpoint.stores.cas import CasProtocol
-from stashpoint.stores.objects import AsyncObjectTransport, ObjectTransport
+
+
+class _StoreApi:
+    """The checkpoint operations, each returning its protocol."""
+
+    _cas: CasProtocol
+
+    def load(self, checkpoint_id: str, revision: int | None = None) -> Protocol[Envelope]:
+        """Return the latest envelope, or an older `revision` from history.
+
+        Raises `CheckpointNotFound`, `InvalidPayload`, `UnsupportedFormat`, `InvalidId`.
+        """
+        return self._cas.load(checkpoint_id, revision)
+
+    def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> Protocol[None]:
+        """Save `next` only if the stored head is at `expected_revision`.
+
+        `None` creates: it fails if the id exists. Otherwise `next.revision` must be
+        `expected_revision + 1`. A lost race raises `CheckpointConflict`; an outcome that
+        storage would not confirm raises `StorageUnavailable` carrying the write id.
+        """
+        return self._cas.compare_and_swap(next, expected_revision)
+
+    def delete(self, checkpoint_id: str, expected_revision: int | None = None) -> Protocol[None]:
+        """Delete the head (history stays); with `expected_revision`, only if still at it."""
+        return self._cas.delete(checkpoint_id, expected_revision)
+
+    def history(self, checkpoint_id: str, limit: int | None = None) -> Protocol[list[Envelope]]:
+        """Return older revisions, newest first, the head excluded."""
+        return self._cas.history(checkpoint_id, limit)
+
+    def list_ids(self, prefix: str = "") -> Protocol[list[str]]:
+        """Return the ids of existing checkpoints starting with `prefix`, ascending."""
+        return self._cas.list_ids(prefix)
 
 
 class Store:
@@ -17,64 +55,26 @@ class Store:
     Thread-safe: share one per process.
     """
 
-    def __init__(self, cas: CasProtocol, transport: ObjectTransport) -> None:
+    def __init__(self, cas: CasProtocol, execute: Callable[[Any], Any]) -> None:
         self._cas = cas
-        self._transport = transport
+        self._execute = execute
 
-    def load(self, checkpoint_id: str, revision: int | None = None) -> Envelope:
-        """Return the latest envelope, or an older `revision` from history.
-
-        Raises `CheckpointNotFound`, `InvalidPayload`, `UnsupportedFormat`, `InvalidId`.
-        """
-        return run_sync(self._cas.load(checkpoint_id, revision), self._transport.execute)
-
-    def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> None:
-        """Save `next` only if the stored head is at `expected_revision`.
-
-        `None` creates: it fails if the id exists. Otherwise `next.revision` must be
-        `expected_revision + 1`. A lost race raises `CheckpointConflict`; an outcome that
-        storage would not confirm raises `StorageUnavailable` carrying the write id.
-        """
-        run_sync(self._cas.compare_and_swap(next, expected_revision), self._transport.execute)
-
-    def delete(self, checkpoint_id: str, expected_revision: int | None = None) -> None:
-        """Delete the head (history stays); with `expected_revision`, only if still at it."""
-        run_sync(self._cas.delete(checkpoint_id, expected_revision), self._transport.execute)
-
-    def history(self, checkpoint_id: str, limit: int | None = None) -> list[Envelope]:
-        """Return older revisions, newest first, the head excluded."""
-        return run_sync(self._cas.history(checkpoint_id, limit), self._transport.execute)
-
-    def list_ids(self, prefix: str = "") -> list[str]:
-        """Return the ids of existing checkpoints starting with `prefix`, ascending."""
-        return run_sync(self._cas.list_ids(prefix), self._transport.execute)
+    load = blocking(_StoreApi.load)
+    compare_and_swap = blocking(_StoreApi.compare_and_swap)
+    delete = blocking(_StoreApi.delete)
+    history = blocking(_StoreApi.history)
+    list_ids = blocking(_StoreApi.list_ids)
 
 
 class AsyncStore:
     """The asyncio twin of `Store`: the same methods, awaitable."""
 
-    def __init__(self, cas: CasProtocol, transport: AsyncObjectTransport) -> None:
+    def __init__(self, cas: CasProtocol, execute: Callable[[Any], Awaitable[Any]]) -> None:
         self._cas = cas
-        self._transport = transport
+        self._execute = execute
 
-    async def load(self, checkpoint_id: str, revision: int | None = None) -> Envelope:
-        """Return the latest envelope, or an older `revision` (see `Store.load`)."""
-        return await run_async(self._cas.load(checkpoint_id, revision), self._transport.execute)
-
-    async def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> None:
-        """Save `next` only if the head is at `expected_revision` (see `Store`)."""
-        await run_async(
-            self._cas.compare_and_swap(next, expected_revision), self._transport.execute
-        )
-
-    async def delete(self, checkpoint_id: str, expected_revision: int | None = None) -> None:
-        """Delete the head (see `Store.delete`)."""
-        await run_async(self._cas.delete(checkpoint_id, expected_revision), self._transport.execute)
-
-    async def history(self, checkpoint_id: str, limit: int | None = None) -> list[Envelope]:
-        """Return older revisions, newest first (see `Store.history`)."""
-        return await run_async(self._cas.history(checkpoint_id, limit), self._transport.execute)
-
-    async def list_ids(self, prefix: str = "") -> list[str]:
-        """Return existing checkpoint ids starting with `prefix` (see `Store.list_ids`)."""
-        return await run_async(self._cas.list_ids(prefix), self._transport.execute)
+    load = awaiting(_StoreApi.load)
+    compare_and_swap = awaiting(_StoreApi.compare_and_swap)
+    delete = awaiting(_StoreApi.delete)
+    history = awaiting(_StoreApi.history)
+    list_ids = awaiting(_StoreApi.list_ids)
