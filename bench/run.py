@@ -7,9 +7,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import codec_bench, s3_bench
+from bench import codec_bench, import_bench, s3_bench
 
 if __name__ == "__main__":
+    import_bench.main()
+    print()
     codec_bench.main()
     print()
     s3_bench.main()

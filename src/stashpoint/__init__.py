@@ -5,6 +5,9 @@ env = stashpoint.Envelope.initial(stashpoint.new_id(), None, "job", 1, {"done": 
 stash.checkpoints.compare_and_swap(env, None)
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from stashpoint.codec import Codec, Limits
 from stashpoint.envelope import Envelope
 from stashpoint.errors import (
@@ -26,19 +29,44 @@ from stashpoint.errors import (
 )
 from stashpoint.ids import new_id, validate_id
 from stashpoint.retry import RetryPolicy
-from stashpoint.runs import (
-    AsyncRunStore,
-    AttemptStatus,
-    CheckpointMetadata,
-    Interrupt,
-    RunState,
-    RunStatus,
-    RunStore,
-    RunSummary,
-    TraceContext,
-)
 from stashpoint.stash import AsyncStash, Options, Stash, open, open_async
 from stashpoint.stores import AsyncStore, Store
+
+if TYPE_CHECKING:
+    from stashpoint.runs import (
+        AsyncRunStore,
+        AttemptStatus,
+        CheckpointMetadata,
+        Interrupt,
+        RunState,
+        RunStatus,
+        RunStore,
+        RunSummary,
+        TraceContext,
+    )
+
+_LAZY = {
+    name: "stashpoint.runs"
+    for name in (
+        "AsyncRunStore",
+        "AttemptStatus",
+        "CheckpointMetadata",
+        "Interrupt",
+        "RunState",
+        "RunStatus",
+        "RunStore",
+        "RunSummary",
+        "TraceContext",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The run API loads on first use: `import stashpoint` stays light for Lambda cold starts.
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'stashpoint' has no attribute {name!r}")
+
 
 __all__ = [
     "AmbiguousResume",

@@ -6,25 +6,20 @@ the stash (Lambda cold starts, one long-lived client per process).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stashpoint._routing import AsyncRouter, Router
 from stashpoint._sansio import Protocol, run_async, run_sync
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
-from stashpoint.doctor import Check, diagnose
 from stashpoint.errors import ConfigurationError
-from stashpoint.index.protocol import IndexProtocol
-from stashpoint.index.sqlite import SqliteIndexTransport
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
-from stashpoint.runs.protocol import RunProtocol
-from stashpoint.runs.store import AsyncRunStore, RunStore
-from stashpoint.stores.blobs import DEFAULT_THRESHOLD, BlobProtocol, GcReport, collect_garbage
 from stashpoint.stores.cas import CHECKPOINTS, RUNS, CasProtocol, EtagCache, Layout
 from stashpoint.stores.local import LocalTransport
 from stashpoint.stores.memory import MemoryTransport
@@ -32,7 +27,14 @@ from stashpoint.stores.store import AsyncStore, Store
 from stashpoint.stores.threaded import ThreadedAsyncTransport
 from stashpoint.url import StashUrl, parse_url, resolve_url
 
-_shared_memory: dict[str, tuple[MemoryTransport, SqliteIndexTransport]] = {}
+if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
+    from stashpoint.doctor import Check
+    from stashpoint.index.sqlite import SqliteIndexTransport
+    from stashpoint.runs.protocol import RunProtocol
+    from stashpoint.runs.store import AsyncRunStore, RunStore
+    from stashpoint.stores.blobs import GcReport
+
+_shared_memory: dict[str, tuple[MemoryTransport, Any]] = {}
 _shared_memory_lock = threading.Lock()
 
 _INDEX_OPTIONS = ("index_endpoint_url", "index_region_name", "index_client_config")
@@ -87,6 +89,8 @@ def _index_factories(
             raise ConfigurationError("sqlite:// index needs a file path")
 
         def sqlite() -> SqliteIndexTransport:
+            from stashpoint.index.sqlite import SqliteIndexTransport
+
             return SqliteIndexTransport(Path(path).expanduser() if path != ":memory:" else path)
 
         return sqlite, lambda: ThreadedAsyncTransport(sqlite())
@@ -115,6 +119,8 @@ def _index_factories(
 def _backend(parsed: StashUrl, options: Options) -> _Backend:
     object_options, own = _split(parsed, options)
     if parsed.scheme == "memory":
+        from stashpoint.index.sqlite import SqliteIndexTransport
+
         if parsed.location:
             with _shared_memory_lock:
                 objects, memory_index = _shared_memory.setdefault(
@@ -170,27 +176,34 @@ class _Parts:
         self.retry = options.retry
         self.cache = EtagCache()
         ttl_days = own.get("ttl_days")
-        self.index = (
-            None
-            if self.backend.index is None
-            else IndexProtocol(None if ttl_days is None else int(float(ttl_days) * 86400))
-        )
-        self.blob_threshold = int(own.get("blob_threshold", DEFAULT_THRESHOLD))
+        self.ttl_seconds = None if ttl_days is None else int(float(ttl_days) * 86400)
+        threshold = own.get("blob_threshold")
+        self.blob_threshold = None if threshold is None else int(threshold)
 
     def cas(self, namespace: str) -> CasProtocol:
         return CasProtocol(namespace, self.backend.layout, self.codec, self.retry, self.cache)
 
     def gc(self, dry_run: bool, min_age: timedelta) -> Protocol[GcReport]:
+        from stashpoint.stores.blobs import collect_garbage
+
         return collect_garbage(
             self.backend.layout, self.codec, (CHECKPOINTS, RUNS), dry_run=dry_run, min_age=min_age
         )
 
     def doctor(self) -> Protocol[list[Check]]:
+        from stashpoint.doctor import diagnose
+
         return diagnose(self.backend.layout, self.backend.index is not None)
 
     def runs(self) -> RunProtocol:
-        blobs = BlobProtocol(self.backend.layout, self.codec, self.blob_threshold)
-        return RunProtocol(self.cas(RUNS), blobs, self.index)
+        from stashpoint.index.protocol import IndexProtocol
+        from stashpoint.runs.protocol import RunProtocol
+        from stashpoint.stores.blobs import DEFAULT_THRESHOLD, BlobProtocol
+
+        index = None if self.backend.index is None else IndexProtocol(self.ttl_seconds)
+        threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
+        blobs = BlobProtocol(self.backend.layout, self.codec, threshold)
+        return RunProtocol(self.cas(RUNS), blobs, index)
 
 
 class Stash:
@@ -204,9 +217,14 @@ class Stash:
         self._transport = Router(parts.backend.objects(), None if index is None else index())
         self.checkpoints = Store(parts.cas(CHECKPOINTS), self._transport.execute)
         """Checkpoint envelopes: load, compare_and_swap, delete, history, list_ids."""
-        self.runs = RunStore(parts.runs(), self._transport.execute)
-        """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
         self._parts = parts
+
+    @functools.cached_property
+    def runs(self) -> RunStore:
+        """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
+        from stashpoint.runs.store import RunStore
+
+        return RunStore(self._parts.runs(), self._transport.execute)
 
     def collect_garbage(
         self, *, dry_run: bool = True, min_age: timedelta = timedelta(hours=1)
@@ -250,9 +268,14 @@ class AsyncStash:
         )
         self.checkpoints = AsyncStore(parts.cas(CHECKPOINTS), self._transport.execute)
         """Checkpoint envelopes: the `Store` methods, awaitable."""
-        self.runs = AsyncRunStore(parts.runs(), self._transport.execute)
-        """Graph runs: the `RunStore` methods, awaitable."""
         self._parts = parts
+
+    @functools.cached_property
+    def runs(self) -> AsyncRunStore:
+        """Graph runs: the `RunStore` methods, awaitable."""
+        from stashpoint.runs.store import AsyncRunStore
+
+        return AsyncRunStore(self._parts.runs(), self._transport.execute)
 
     async def collect_garbage(
         self, *, dry_run: bool = True, min_age: timedelta = timedelta(hours=1)
