@@ -26,14 +26,27 @@ class AwsCall:
     """Whether the driver must read the response's streaming `Body` into bytes."""
 
 
-def client_kwargs(config: Any, endpoint_url: str | None, region_name: str | None) -> dict[str, Any]:
-    """Return client keyword arguments (endpoint, region: the AWS environment's if None)."""
-    kwargs: dict[str, Any] = {"config": config}
-    if endpoint_url:
-        kwargs["endpoint_url"] = endpoint_url
-    if region_name:
-        kwargs["region_name"] = region_name
-    return kwargs
+@dataclass(frozen=True, kw_only=True)
+class AwsClientSettings:
+    """How to make an AWS client; what the standard AWS environment says, unless given."""
+
+    client_config: Any = None
+    """botocore client settings: timeouts, retries, pool size, addressing style."""
+    endpoint_url: str | None = None
+    """Explicit endpoint; None lets the AWS environment decide."""
+    region_name: str | None = None
+    """Explicit region; None lets the AWS environment decide."""
+    profile_name: str | None = None
+    """Named AWS profile; None uses the default credential chain."""
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Return the keyword arguments for creating the client."""
+        kwargs: dict[str, Any] = {"config": self.client_config}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.region_name:
+            kwargs["region_name"] = self.region_name
+        return kwargs
 
 
 class LazyClient:

@@ -8,6 +8,8 @@ invocation) gets `CheckpointConflict` on its first save instead of forking the t
 
 from __future__ import annotations
 
+from typing import Generic, Self, TypeVar
+
 from stashpoint._sansio import run_async, run_sync
 from stashpoint.agent import _io, protocol
 from stashpoint.agent.models import AgentCheckpointState
@@ -15,22 +17,24 @@ from stashpoint.envelope import Envelope
 from stashpoint.ids import new_id, validate_id
 from stashpoint.stores.store import AsyncStore, Store
 
+StoreT = TypeVar("StoreT", Store, AsyncStore)
 
-class AgentCheckpoint:
-    """Stable handle binding one checkpoint identity to a store."""
 
-    def __init__(self, checkpoint_id: str, store: Store) -> None:
+class _Handle(Generic[StoreT]):
+    """Identity and store of a checkpoint handle, shared by the blocking and async ones."""
+
+    def __init__(self, checkpoint_id: str, store: StoreT) -> None:
         self._id = validate_id(checkpoint_id)
-        self.store = store
+        self.store: StoreT = store
         """The store holding the checkpoint."""
 
     @classmethod
-    def new(cls, store: Store) -> AgentCheckpoint:
+    def new(cls, store: StoreT) -> Self:
         """Create a handle with a new unique (time-ordered) identity."""
         return cls(new_id(), store)
 
     @classmethod
-    def existing(cls, checkpoint_id: str, store: Store) -> AgentCheckpoint:
+    def existing(cls, checkpoint_id: str, store: StoreT) -> Self:
         """Reconnect to an existing checkpoint identity."""
         return cls(checkpoint_id, store)
 
@@ -39,22 +43,43 @@ class AgentCheckpoint:
         """The stable checkpoint identity."""
         return self._id
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._id!r})"
+
+
+class AgentCheckpoint(_Handle[Store]):
+    """Stable handle binding one checkpoint identity to a store."""
+
     def load(self) -> tuple[Envelope, AgentCheckpointState]:
         """Load and validate the latest typed agent state."""
         return run_sync(protocol.load(self._id), _io.blocking(self.store))
 
-    def __repr__(self) -> str:
-        return f"AgentCheckpoint({self._id!r})"
+
+HandleT = TypeVar("HandleT", "AgentCheckpoint", "AsyncAgentCheckpoint")
 
 
-class CheckpointCursor:
-    """The latest saved envelope of one execution; each save is a compare-and-swap on it."""
+class _Cursor(Generic[HandleT]):
+    """The latest envelope of one execution, shared by the blocking and async cursors."""
 
-    def __init__(self, handle: AgentCheckpoint, envelope: Envelope) -> None:
-        self.handle = handle
+    def __init__(self, handle: HandleT, envelope: Envelope) -> None:
+        self.handle: HandleT = handle
         """The checkpoint this cursor saves to."""
         self.envelope = envelope
         """The envelope last saved or loaded."""
+
+    @property
+    def revision(self) -> int:
+        """Revision of the envelope last saved or loaded."""
+        return self.envelope.revision
+
+    @property
+    def id(self) -> str:
+        """The checkpoint identity."""
+        return self.envelope.id
+
+
+class CheckpointCursor(_Cursor["AgentCheckpoint"]):
+    """The latest saved envelope of one execution; each save is a compare-and-swap on it."""
 
     @classmethod
     def create(
@@ -79,56 +104,17 @@ class CheckpointCursor:
             protocol.save(self.envelope, state), _io.blocking(self.handle.store)
         )
 
-    @property
-    def revision(self) -> int:
-        """Revision of the envelope last saved or loaded."""
-        return self.envelope.revision
 
-    @property
-    def id(self) -> str:
-        """The checkpoint identity."""
-        return self.envelope.id
-
-
-class AsyncAgentCheckpoint:
+class AsyncAgentCheckpoint(_Handle[AsyncStore]):
     """The asyncio twin of `AgentCheckpoint`, on an `AsyncStore`."""
-
-    def __init__(self, checkpoint_id: str, store: AsyncStore) -> None:
-        self._id = validate_id(checkpoint_id)
-        self.store = store
-        """The store holding the checkpoint."""
-
-    @classmethod
-    def new(cls, store: AsyncStore) -> AsyncAgentCheckpoint:
-        """Create a handle with a new unique (time-ordered) identity."""
-        return cls(new_id(), store)
-
-    @classmethod
-    def existing(cls, checkpoint_id: str, store: AsyncStore) -> AsyncAgentCheckpoint:
-        """Reconnect to an existing checkpoint identity."""
-        return cls(checkpoint_id, store)
-
-    @property
-    def id(self) -> str:
-        """The stable checkpoint identity."""
-        return self._id
 
     async def load(self) -> tuple[Envelope, AgentCheckpointState]:
         """Load and validate the latest typed agent state."""
         return await run_async(protocol.load(self._id), _io.awaiting(self.store))
 
-    def __repr__(self) -> str:
-        return f"AsyncAgentCheckpoint({self._id!r})"
 
-
-class AsyncCheckpointCursor:
+class AsyncCheckpointCursor(_Cursor["AsyncAgentCheckpoint"]):
     """The asyncio twin of `CheckpointCursor`."""
-
-    def __init__(self, handle: AsyncAgentCheckpoint, envelope: Envelope) -> None:
-        self.handle = handle
-        """The checkpoint this cursor saves to."""
-        self.envelope = envelope
-        """The envelope last saved or loaded."""
 
     @classmethod
     async def create(
@@ -145,13 +131,3 @@ class AsyncCheckpointCursor:
         self.envelope = await run_async(
             protocol.save(self.envelope, state), _io.awaiting(self.handle.store)
         )
-
-    @property
-    def revision(self) -> int:
-        """Revision of the envelope last saved or loaded."""
-        return self.envelope.revision
-
-    @property
-    def id(self) -> str:
-        """The checkpoint identity."""
-        return self.envelope.id

@@ -9,6 +9,8 @@ protocols of `agent.protocol`; these classes only run them.
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from stashpoint._sansio import run_async, run_sync
 from stashpoint.agent import _io, protocol
 from stashpoint.agent._io import AsyncTurn, Turn
@@ -27,23 +29,29 @@ from stashpoint.agent.models import (
     ResumePolicy,
 )
 
+HandleT = TypeVar("HandleT", AgentCheckpoint, AsyncAgentCheckpoint)
 
-class AgentRunner:
-    """Runs an agent's turns against one checkpoint, saving each boundary with CAS."""
+
+class _Runner(Generic[HandleT]):
+    """A runner's settings, shared by the blocking and async runners."""
 
     def __init__(
         self,
-        checkpoint: AgentCheckpoint,
+        checkpoint: HandleT,
         *,
         policy: ResumePolicy = ResumePolicy.REJECT_AMBIGUOUS,
         commit_conversations: bool = True,
     ) -> None:
-        self.checkpoint = checkpoint
+        self.checkpoint: HandleT = checkpoint
         """The checkpoint this runner saves to."""
         self.policy = policy
         """What to do with a turn found in flight."""
         self.commit_conversations = commit_conversations
         """Whether turns commit their durable conversation (same store) at the end."""
+
+
+class AgentRunner(_Runner[AgentCheckpoint]):
+    """Runs an agent's turns against one checkpoint, saving each boundary with CAS."""
 
     def start(
         self,
@@ -109,22 +117,8 @@ class AgentRunner:
         )  # fmt: skip
 
 
-class AsyncAgentRunner:
+class AsyncAgentRunner(_Runner[AsyncAgentCheckpoint]):
     """The asyncio twin of `AgentRunner`; turns may be coroutine functions."""
-
-    def __init__(
-        self,
-        checkpoint: AsyncAgentCheckpoint,
-        *,
-        policy: ResumePolicy = ResumePolicy.REJECT_AMBIGUOUS,
-        commit_conversations: bool = True,
-    ) -> None:
-        self.checkpoint = checkpoint
-        """The checkpoint this runner saves to."""
-        self.policy = policy
-        """What to do with a turn found in flight."""
-        self.commit_conversations = commit_conversations
-        """Whether turns commit their durable conversation (same store) at the end."""
 
     async def start(
         self,

@@ -22,8 +22,8 @@ from stashpoint._clients import (
     NEVER_SENT,
     AsyncAwsTransport,
     AwsCall,
+    AwsClientSettings,
     AwsTransport,
-    client_kwargs,
     setup_error,
 )
 from stashpoint._sansio import Protocol
@@ -60,24 +60,14 @@ _GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
 _CONDITION = f"attribute_not_exists({PARTITION_KEY}) OR {REVISION} < :revision"
 
 
-@dataclass(frozen=True)
-class DynamoDBSettings:
+@dataclass(frozen=True, kw_only=True)
+class DynamoDBSettings(AwsClientSettings):
     """Everything a DynamoDB index transport needs."""
 
     table: str
     """The index table's name."""
     client_config: botocore.config.Config = DEFAULT_CLIENT_CONFIG
     """botocore client settings."""
-    endpoint_url: str | None = None
-    """Explicit endpoint; None lets the AWS environment decide."""
-    region_name: str | None = None
-    """Explicit region; None lets the AWS environment decide."""
-    profile_name: str | None = None
-    """Named AWS profile; None uses the default credential chain."""
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Return the keyword arguments for creating a DynamoDB client."""
-        return client_kwargs(self.client_config, self.endpoint_url, self.region_name)
 
 
 def to_attributes(item: Mapping[str, Any]) -> dict[str, Any]:

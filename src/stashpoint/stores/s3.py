@@ -23,8 +23,8 @@ from stashpoint._clients import (
     NEVER_SENT,
     AsyncAwsTransport,
     AwsCall,
+    AwsClientSettings,
     AwsTransport,
-    client_kwargs,
     setup_error,
 )
 from stashpoint._sansio import Protocol
@@ -58,20 +58,14 @@ _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchVersion"})
 _CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "OperationAborted"})
 
 
-@dataclass(frozen=True)
-class S3Settings:
+@dataclass(frozen=True, kw_only=True)
+class S3Settings(AwsClientSettings):
     """Everything an S3 transport needs to make its client and its requests."""
 
     bucket: str
     """The bucket holding the stash."""
     client_config: botocore.config.Config = DEFAULT_CLIENT_CONFIG
     """botocore client settings: timeouts, retries, pool size, addressing style."""
-    endpoint_url: str | None = None
-    """Explicit endpoint; None lets the AWS environment decide."""
-    region_name: str | None = None
-    """Explicit region; None lets the AWS environment decide."""
-    profile_name: str | None = None
-    """Named AWS profile; None uses the default credential chain."""
     sse: str | None = None
     """Server-side encryption: `AES256` (SSE-S3) or `aws:kms` (SSE-KMS)."""
     kms_key_id: str | None = None
@@ -109,10 +103,6 @@ class S3Settings:
         if merged.get("kms_key_id") and merged.get("sse") in (None, "aws:kms"):
             merged["sse"] = "aws:kms"
         return cls(bucket=bucket, client_config=config, **merged)
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Return the keyword arguments for creating an S3 client."""
-        return client_kwargs(self.client_config, self.endpoint_url, self.region_name)
 
 
 def _error_code(exc: botocore.exceptions.ClientError) -> tuple[str, int]:
