@@ -257,6 +257,21 @@ def test_encryption_and_storage_class_pass_through(s3_moto_url: tuple[str, Any])
     assert head["ContentType"] == "application/json"
 
 
+def test_kms_key_id_selects_sse_kms(s3_moto_url: tuple[str, Any]) -> None:
+    import boto3
+
+    key_id = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]["KeyId"]
+    url = s3_moto_url[0]
+    with stashpoint.open(url, kms_key_id=key_id) as stash:
+        env = _created(stash)
+        client: Any = stash._transport.objects.client.get()  # type: ignore[attr-defined]
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        head = client.head_object(Bucket=bucket, Key=f"{prefix}/checkpoints/{env.id}")
+        assert stash.checkpoints.load(env.id) == env
+    assert head["ServerSideEncryption"] == "aws:kms"
+    assert head["SSEKMSKeyId"].endswith(key_id)
+
+
 def test_unknown_s3_option_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="colour"):
         stashpoint.open("s3://bucket/prefix", colour="blue")
