@@ -116,8 +116,7 @@ def _index_factories(
     raise ConfigurationError(f"unknown index {spec!r}: use dynamodb://TABLE, sqlite://PATH or none")
 
 
-def _backend(parsed: StashUrl, options: Options) -> _Backend:
-    object_options, own = _split(parsed, options)
+def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, Any]) -> _Backend:
     if parsed.scheme == "memory":
         from stashpoint.index.sqlite import SqliteIndexTransport
 
@@ -170,8 +169,8 @@ class _Parts:
     def __init__(self, url: str | None, options: Options) -> None:
         self.url = resolve_url(url)
         parsed = parse_url(self.url)
-        self.backend = _backend(parsed, options)
-        _, own = _split(parsed, options)
+        object_options, own = _split(parsed, options)
+        self.backend = _backend(parsed, object_options, own)
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
         self.cache = EtagCache()
