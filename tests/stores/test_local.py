@@ -98,3 +98,27 @@ def test_sigkill_mid_write_leaves_old_or_new_revision_never_torn(tmp_path: Path)
             assert [h.revision for h in history] == list(range(head.revision - 1, -1, -1))
     leftovers = list((tmp_path / "stash" / ".tmp").iterdir())
     assert len(leftovers) <= 6  # at most one abandoned temp file per kill, never read
+
+
+def test_version_linked_by_a_crashed_write_is_not_history(tmp_path: Path) -> None:
+    """A crash between linking the new version and renaming it over the head leaves a
+    version newer than the head: it was never acknowledged, so it is not listed."""
+    import os as _os
+
+    from stashpoint.codec import Codec
+
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        env = Envelope.initial("c", None, "k", 1, {"n": 0})
+        stash.checkpoints.compare_and_swap(env, None)
+        stash.checkpoints.compare_and_swap(env.next({"n": 1}), 0)
+    versions = tmp_path / "stash" / ".versions" / "checkpoints" / "c"
+    orphan = env.next({"n": 1}).next({"n": 99})
+    (versions / f"{time.time_ns() + 10**9:020d}-deadbeef").write_bytes(Codec().encode(orphan))
+    with stashpoint.open(url) as stash:
+        head = stash.checkpoints.load("c")
+        assert head.payload == {"n": 1}
+        assert [h.payload for h in stash.checkpoints.history("c")] == [{"n": 0}]
+        stash.checkpoints.compare_and_swap(head.next({"n": 2}), 1)
+        assert [h.payload["n"] for h in stash.checkpoints.history("c")] == [1, 0]
+    assert len(_os.listdir(versions)) == 4  # the orphan stays on disk, never read as history
