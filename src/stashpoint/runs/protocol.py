@@ -38,12 +38,9 @@ from stashpoint.runs import transitions
 from stashpoint.runs.models import (
     RUN_KIND,
     RUN_SCHEMA_VERSION,
-    AttemptRow,
     AttemptStatus,
     CheckpointMetadata,
     Interrupt,
-    Page,
-    RunRow,
     RunState,
     RunStatus,
     RunSummary,
@@ -274,7 +271,8 @@ class RunProtocol:
 
     # -- listings (index only) -------------------------------------------------------------
 
-    def _require_index(self) -> IndexProtocol:
+    def require_index(self) -> IndexProtocol:
+        """Return the index, or say plainly that this stash has none."""
         if self.index is None:
             raise ConfigurationError(
                 "this stash has no index: open it with ?index=dynamodb://TABLE (S3) or use the "
@@ -282,51 +280,13 @@ class RunProtocol:
             )
         return self.index
 
-    def list_runs(
-        self,
-        *,
-        namespace: str,
-        graph_name: str | None,
-        status: RunStatus | None,
-        since: datetime | None,
-        limit: int,
-        cursor: str | None,
-    ) -> Protocol[Page[RunRow]]:
-        """One page of runs, newest first, from the index only."""
-        return (
-            yield from self._require_index().list_runs(
-                namespace=namespace,
-                graph_name=graph_name,
-                status=status,
-                since=since,
-                limit=limit,
-                cursor=cursor,
-            )
-        )
-
-    def list_attempts(
-        self,
-        *,
-        namespace: str,
-        status: AttemptStatus,
-        since: datetime | None,
-        limit: int,
-        cursor: str | None,
-    ) -> Protocol[Page[AttemptRow]]:
-        """One page of attempts in a status (e.g. running), from the index only."""
-        return (
-            yield from self._require_index().list_attempts(
-                namespace=namespace, status=status, since=since, limit=limit, cursor=cursor
-            )
-        )
-
     def reindex(self, *, resume: bool, page_size: int = 100) -> Protocol[int]:
         """Rebuild the index from storage; return how many runs were indexed.
 
         Idempotent (writes are conditional on revision) and resumable: progress is kept in
         the index after every page, and a new call continues after it unless `resume=False`.
         """
-        index = self._require_index()
+        index = self.require_index()
         marker = f"runs:{self.cas.layout.prefix or '-'}"
         start_after = (yield from index.read_marker(marker)) if resume else None
         base = self.cas.layout.namespace_prefix(self.cas.namespace)

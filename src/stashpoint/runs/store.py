@@ -132,7 +132,7 @@ class _RunApi:
         cursor: str | None = None,
     ) -> Protocol[Page[RunRow]]:
         """Return one page of runs, newest first, from the index only."""
-        return self._runs.list_runs(
+        return self._runs.require_index().list_runs(
             namespace=namespace,
             graph_name=graph_name,
             status=status,
@@ -151,7 +151,7 @@ class _RunApi:
         cursor: str | None = None,
     ) -> Protocol[Page[AttemptRow]]:
         """Return one page of attempts in `status` (running by default), from the index."""
-        return self._runs.list_attempts(
+        return self._runs.require_index().list_attempts(
             namespace=namespace, status=status, since=since, limit=limit, cursor=cursor
         )
 
