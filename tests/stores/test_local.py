@@ -100,25 +100,69 @@ def test_sigkill_mid_write_leaves_old_or_new_revision_never_torn(tmp_path: Path)
     assert len(leftovers) <= 6  # at most one abandoned temp file per kill, never read
 
 
-def test_version_linked_by_a_crashed_write_is_not_history(tmp_path: Path) -> None:
-    """A crash between linking the new version and renaming it over the head leaves a
-    version newer than the head: it was never acknowledged, so it is not listed."""
-    import os as _os
-
-    from stashpoint.codec import Codec
-
-    url = f"local://{tmp_path / 'stash'}"
+def _two_revisions(url: str) -> Envelope:
     with stashpoint.open(url) as stash:
         env = Envelope.initial("c", None, "k", 1, {"n": 0})
         stash.checkpoints.compare_and_swap(env, None)
         stash.checkpoints.compare_and_swap(env.next({"n": 1}), 0)
+        return stash.checkpoints.load("c")
+
+
+def test_write_that_crashed_before_replacing_the_head_is_never_history(tmp_path: Path) -> None:
+    """A crash between linking the new version and renaming it over the head leaves a
+    pending version that never landed. The next write (which then builds the same revision
+    again) must not list it: that was the CI failure where one revision showed up twice."""
+    from stashpoint.codec import Codec
+
+    url = f"local://{tmp_path / 'stash'}"
+    head = _two_revisions(url)
     versions = tmp_path / "stash" / ".versions" / "checkpoints" / "c"
-    orphan = env.next({"n": 1}).next({"n": 99})
-    (versions / f"{time.time_ns() + 10**9:020d}-deadbeef").write_bytes(Codec().encode(orphan))
+    (versions / ".pending").write_bytes(Codec().encode(head.next({"n": 99})))
     with stashpoint.open(url) as stash:
-        head = stash.checkpoints.load("c")
-        assert head.payload == {"n": 1}
+        assert stash.checkpoints.load("c").payload == {"n": 1}
         assert [h.payload for h in stash.checkpoints.history("c")] == [{"n": 0}]
         stash.checkpoints.compare_and_swap(head.next({"n": 2}), 1)
-        assert [h.payload["n"] for h in stash.checkpoints.history("c")] == [1, 0]
-    assert len(_os.listdir(versions)) == 4  # the orphan stays on disk, never read as history
+        stash.checkpoints.compare_and_swap(head.next({"n": 2}).next({"n": 3}), 2)
+        assert [(h.revision, h.payload["n"]) for h in stash.checkpoints.history("c")] == [
+            (2, 2),
+            (1, 1),
+            (0, 0),
+        ]
+    assert sorted(os.listdir(versions))[-1] != ".pending"
+    assert len(os.listdir(versions)) == 4
+
+
+def test_write_that_crashed_after_replacing_the_head_is_promoted(tmp_path: Path) -> None:
+    """A crash after the head was replaced but before the pending version got its final name:
+    the write landed, so the next operation keeps it as a real version."""
+    from stashpoint.codec import Codec
+
+    url = f"local://{tmp_path / 'stash'}"
+    head = _two_revisions(url)
+    versions = tmp_path / "stash" / ".versions" / "checkpoints" / "c"
+    landed = head.next({"n": 2})
+    body = Codec().encode(landed)
+    (tmp_path / "stash" / "checkpoints" / "c").unlink()  # a hard link to the last version
+    (tmp_path / "stash" / "checkpoints" / "c").write_bytes(body)
+    (versions / ".pending").write_bytes(body)
+    with stashpoint.open(url) as stash:
+        assert stash.checkpoints.load("c").payload == {"n": 2}
+        assert [h.revision for h in stash.checkpoints.history("c")] == [1, 0]
+        stash.checkpoints.compare_and_swap(landed.next({"n": 3}), 2)
+        assert [h.revision for h in stash.checkpoints.history("c")] == [2, 1, 0]
+    assert ".pending" not in os.listdir(versions)
+
+
+def test_version_newer_than_the_head_is_not_history(tmp_path: Path) -> None:
+    """A stray version file newer than the head (for example from an older layout that
+    linked versions under their final name) was never acknowledged, so it is not listed."""
+    from stashpoint.codec import Codec
+
+    url = f"local://{tmp_path / 'stash'}"
+    head = _two_revisions(url)
+    versions = tmp_path / "stash" / ".versions" / "checkpoints" / "c"
+    orphan = head.next({"n": 99})
+    (versions / f"{time.time_ns() + 10**12:020d}-deadbeef").write_bytes(Codec().encode(orphan))
+    with stashpoint.open(url) as stash:
+        assert stash.checkpoints.load("c").payload == {"n": 1}
+        assert [h.payload for h in stash.checkpoints.history("c")] == [{"n": 0}]

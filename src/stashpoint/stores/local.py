@@ -4,13 +4,21 @@ Layout under the root folder (keys as in S3):
 
     {key}                               the head: a plain zstd frame, `zstd -d < f | jq` works
     .versions/{key}/{ns}-{etag}         every stored version (a hard link, no copy)
+    .versions/{key}/.pending            the version of a write in progress (a hard link)
     .locks/{key}.lock                   one lock file per key (flock)
     .tmp/                               files being written
 
-A write takes the key's lock, checks the condition against the head, writes a temp file,
-fsyncs it, links it into the versions, renames it over the head and fsyncs the folders. A
-crash leaves the old head or the new one, never a torn file; a version linked but never
-renamed into place (a crash in between) is recognised as unacknowledged and not listed.
+A write takes the key's lock, settles any write a crash interrupted (below), checks the
+condition against the head, writes a temp file, fsyncs it, links it as the key's `.pending`
+version, renames it over the head, then renames `.pending` to its final version name and
+fsyncs the folders. A crash leaves the old head or the new one, never a torn file.
+
+Why `.pending`: a version has to be linked before the head is replaced (after the rename the
+temp name is gone), so a crash in between leaves a version that was never the head. Linked
+under its final name, that orphan sat between two real revisions once the next write landed
+and `history` listed one revision twice. Under the fixed name `.pending`, the next locked
+operation settles it: if its bytes are the head's, the write landed and it is promoted to a
+version; otherwise it never landed and is removed. Readers of history settle it first too.
 """
 
 from __future__ import annotations
@@ -46,11 +54,24 @@ from stashpoint.stores.objects import (
 _VERSIONS = ".versions"
 _LOCKS = ".locks"
 _TMP = ".tmp"
+_PENDING = ".pending"
 _RESERVED = frozenset({_VERSIONS, _LOCKS, _TMP})
 
 
 def _etag(body: bytes) -> str:
     return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def _version_name(etag: str) -> str:
+    return f"{time.time_ns():020d}-{etag}"
+
+
+def _version_names(folder: Path) -> list[str]:
+    """Return the names of a key's settled versions, newest first."""
+    try:
+        return sorted((n for n in os.listdir(folder) if n != _PENDING), reverse=True)
+    except FileNotFoundError:
+        return []
 
 
 def _fsync_dir(path: Path) -> None:
@@ -85,7 +106,9 @@ class LocalTransport:
                 case DeleteObject(key, etag):
                     return self._delete(key, etag)
                 case ListVersions(key):
-                    return self._versions(key)
+                    with self._locked(key):
+                        self._settle_pending(key)
+                        return self._versions(key)
                 case ListKeys(prefix, token, page_size, start_after):
                     return self._list(prefix, max(token or "", start_after or ""), page_size)
         except OSError as exc:
@@ -137,6 +160,7 @@ class LocalTransport:
     def _put(self, request: PutObject) -> WriteResult:
         head = self._path(request.key)
         with self._locked(request.key):
+            self._settle_pending(request.key)
             current = self._read(head)
             condition = request.condition
             if isinstance(condition, Create) and current is not None:
@@ -164,20 +188,39 @@ class LocalTransport:
                         os.fsync(f.fileno())
                 versions = self.root / _VERSIONS / request.key
                 versions.mkdir(parents=True, exist_ok=True)
-                os.link(tmp, versions / f"{time.time_ns():020d}-{etag}")
+                os.link(tmp, versions / _PENDING)
                 head.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, head)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
             if self.fsync:
-                _fsync_dir(versions)
                 _fsync_dir(head.parent)
+            os.replace(versions / _PENDING, versions / _version_name(etag))
+            if self.fsync:
+                _fsync_dir(versions)
             return WriteResult(WriteOutcome.STORED, etag=etag)
+
+    def _settle_pending(self, key: str) -> None:
+        """Finish or undo a write a crash interrupted; the caller holds the key's lock."""
+        versions = self.root / _VERSIONS / key
+        pending = self._read(versions / _PENDING)
+        if pending is None:
+            return
+        current = self._read(self._path(key))
+        if current is not None and _etag(current) == _etag(pending):
+            # The head was replaced before the crash: the version is real.
+            os.replace(versions / _PENDING, versions / _version_name(_etag(pending)))
+        else:
+            # The crash came before the head was replaced: it never landed.
+            (versions / _PENDING).unlink(missing_ok=True)
+        if self.fsync:
+            _fsync_dir(versions)
 
     def _delete(self, key: str, etag: str | None) -> WriteResult:
         head = self._path(key)
         with self._locked(key):
+            self._settle_pending(key)
             current = self._read(head)
             if current is None:
                 return WriteResult(WriteOutcome.NOT_FOUND if etag else WriteOutcome.STORED)
@@ -193,6 +236,7 @@ class LocalTransport:
     def _delete_version(self, key: str, version_id: str) -> WriteResult:
         """Delete one version for good; if it was current, the previous one becomes current."""
         with self._locked(key):
+            self._settle_pending(key)
             was_current = self._versions(key)[:1] == [VersionRef(version_id, True)]
             (self.root / _VERSIONS / key / version_id).unlink(missing_ok=True)
             if was_current:
@@ -211,17 +255,13 @@ class LocalTransport:
 
     def _versions_unlocked_newest(self, key: str) -> Path | None:
         folder = self.root / _VERSIONS / key
-        try:
-            names = sorted(os.listdir(folder), reverse=True)
-        except FileNotFoundError:
-            return None
+        names = _version_names(folder)
         return folder / names[0] if names else None
 
     def _versions(self, key: str) -> list[VersionRef]:
         folder = self.root / _VERSIONS / key
-        try:
-            names = sorted(os.listdir(folder), reverse=True)
-        except FileNotFoundError:
+        names = _version_names(folder)
+        if not names:
             return []
         current = self._read(self._path(key))
         head_etag = None if current is None else _etag(current)
