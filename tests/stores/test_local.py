@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import stashpoint
 from stashpoint import Envelope
 
@@ -166,3 +168,31 @@ def test_version_newer_than_the_head_is_not_history(tmp_path: Path) -> None:
     with stashpoint.open(url) as stash:
         assert stash.checkpoints.load("c").payload == {"n": 1}
         assert [h.payload for h in stash.checkpoints.history("c")] == [{"n": 0}]
+
+
+def test_history_keeps_write_order_when_the_wall_clock_steps_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version names start with a timestamp; a clock stepped back (NTP, a restored VM) must
+    not sort a new revision below older ones, or history would drop revisions."""
+    import stashpoint.stores.local as local
+
+    real = time.time_ns
+    offset = [0]
+    monkeypatch.setattr(local.time, "time_ns", lambda: real() + offset[0])
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        env = Envelope.initial("c", None, "k", 1, {"n": 0})
+        stash.checkpoints.compare_and_swap(env, None)
+        for n in range(1, 7):
+            if n == 3:
+                offset[0] = -3600 * 10**9  # an hour back
+            if n == 5:
+                # A lost or foreign lock file: the next name comes from listing the folder.
+                for lock in (tmp_path / "stash" / ".locks").rglob("*.lock"):
+                    lock.write_bytes(b"garbage")
+                offset[0] = -7200 * 10**9
+            stash.checkpoints.compare_and_swap(env.next({"n": n}), n - 1)
+            env = env.next({"n": n})
+        assert stash.checkpoints.load("c").revision == 6
+        assert [h.revision for h in stash.checkpoints.history("c")] == [5, 4, 3, 2, 1, 0]

@@ -55,15 +55,12 @@ _VERSIONS = ".versions"
 _LOCKS = ".locks"
 _TMP = ".tmp"
 _PENDING = ".pending"
+_NS_DIGITS = 20
 _RESERVED = frozenset({_VERSIONS, _LOCKS, _TMP})
 
 
 def _etag(body: bytes) -> str:
     return hashlib.blake2b(body, digest_size=16).hexdigest()
-
-
-def _version_name(etag: str) -> str:
-    return f"{time.time_ns():020d}-{etag}"
 
 
 def _version_names(folder: Path) -> list[str]:
@@ -106,8 +103,8 @@ class LocalTransport:
                 case DeleteObject(key, etag):
                     return self._delete(key, etag)
                 case ListVersions(key):
-                    with self._locked(key):
-                        self._settle_pending(key)
+                    with self._locked(key) as lock_fd:
+                        self._settle_pending(lock_fd, key)
                         return self._versions(key)
                 case ListKeys(prefix, token, page_size, start_after):
                     return self._list(prefix, max(token or "", start_after or ""), page_size)
@@ -126,15 +123,41 @@ class LocalTransport:
         return self.root / key
 
     @contextlib.contextmanager
-    def _locked(self, key: str) -> Iterator[None]:
+    def _locked(self, key: str) -> Iterator[int]:
         lock_path = self.root / _LOCKS / f"{key}.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            yield fd
         finally:
             os.close(fd)  # closing releases the lock
+
+    def _name_version(self, lock_fd: int, key: str, head: bytes | None, etag: str) -> str:
+        """Name the key's next version so that names sort in write order.
+
+        Names start with a nanosecond timestamp, but a wall clock can step backwards (NTP,
+        a restored VM); a name sorting below the previous head would drop revisions from
+        history. So a name is always above the previous one, which the key's lock file
+        records; the record is trusted only if that version is still the head, otherwise
+        the folder is listed once (after a crash, a deleted version, or an older layout).
+        `head` is the key's head before this version replaces it. The caller holds the lock.
+        """
+        versions = self.root / _VERSIONS / key
+        raw = os.pread(lock_fd, _NS_DIGITS, 0)
+        previous = int(raw) if len(raw) == _NS_DIGITS and raw.isdigit() else None
+        trusted = (
+            previous is not None
+            and head is not None
+            and (versions / f"{previous:0{_NS_DIGITS}d}-{_etag(head)}").exists()
+        )
+        if not trusted:
+            names = _version_names(versions)
+            previous = int(names[0].partition("-")[0]) if names else 0
+        assert previous is not None
+        ns = max(time.time_ns(), previous + 1)
+        os.pwrite(lock_fd, b"%0*d" % (_NS_DIGITS, ns), 0)
+        return f"{ns:0{_NS_DIGITS}d}-{etag}"
 
     def _read(self, path: Path) -> bytes | None:
         try:
@@ -159,8 +182,8 @@ class LocalTransport:
 
     def _put(self, request: PutObject) -> WriteResult:
         head = self._path(request.key)
-        with self._locked(request.key):
-            self._settle_pending(request.key)
+        with self._locked(request.key) as lock_fd:
+            self._settle_pending(lock_fd, request.key)
             current = self._read(head)
             condition = request.condition
             if isinstance(condition, Create) and current is not None:
@@ -177,6 +200,7 @@ class LocalTransport:
                         WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
                     )
             etag = _etag(request.body)
+            version = self._name_version(lock_fd, request.key, current, etag)
             tmp_dir = self.root / _TMP
             tmp_dir.mkdir(parents=True, exist_ok=True)
             tmp = tmp_dir / uuid.uuid4().hex
@@ -196,12 +220,12 @@ class LocalTransport:
                     tmp.unlink()
             if self.fsync:
                 _fsync_dir(head.parent)
-            os.replace(versions / _PENDING, versions / _version_name(etag))
+            os.replace(versions / _PENDING, versions / version)
             if self.fsync:
                 _fsync_dir(versions)
             return WriteResult(WriteOutcome.STORED, etag=etag)
 
-    def _settle_pending(self, key: str) -> None:
+    def _settle_pending(self, lock_fd: int, key: str) -> None:
         """Finish or undo a write a crash interrupted; the caller holds the key's lock."""
         versions = self.root / _VERSIONS / key
         pending = self._read(versions / _PENDING)
@@ -210,7 +234,9 @@ class LocalTransport:
         current = self._read(self._path(key))
         if current is not None and _etag(current) == _etag(pending):
             # The head was replaced before the crash: the version is real.
-            os.replace(versions / _PENDING, versions / _version_name(_etag(pending)))
+            # The lock file records the version before it, so this lists the folder once.
+            name = self._name_version(lock_fd, key, None, _etag(pending))
+            os.replace(versions / _PENDING, versions / name)
         else:
             # The crash came before the head was replaced: it never landed.
             (versions / _PENDING).unlink(missing_ok=True)
@@ -219,8 +245,8 @@ class LocalTransport:
 
     def _delete(self, key: str, etag: str | None) -> WriteResult:
         head = self._path(key)
-        with self._locked(key):
-            self._settle_pending(key)
+        with self._locked(key) as lock_fd:
+            self._settle_pending(lock_fd, key)
             current = self._read(head)
             if current is None:
                 return WriteResult(WriteOutcome.NOT_FOUND if etag else WriteOutcome.STORED)
@@ -235,8 +261,8 @@ class LocalTransport:
 
     def _delete_version(self, key: str, version_id: str) -> WriteResult:
         """Delete one version for good; if it was current, the previous one becomes current."""
-        with self._locked(key):
-            self._settle_pending(key)
+        with self._locked(key) as lock_fd:
+            self._settle_pending(lock_fd, key)
             was_current = self._versions(key)[:1] == [VersionRef(version_id, True)]
             (self.root / _VERSIONS / key / version_id).unlink(missing_ok=True)
             if was_current:
