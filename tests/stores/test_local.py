@@ -196,3 +196,17 @@ def test_history_keeps_write_order_when_the_wall_clock_steps_back(
             env = env.next({"n": n})
         assert stash.checkpoints.load("c").revision == 6
         assert [h.revision for h in stash.checkpoints.history("c")] == [5, 4, 3, 2, 1, 0]
+
+
+def test_temp_files_abandoned_by_killed_writers_are_swept(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    tmp_dir = tmp_path / "stash" / ".tmp"
+    tmp_dir.mkdir(parents=True)
+    abandoned, in_flight = tmp_dir / "abandoned", tmp_dir / "in-flight"
+    abandoned.write_bytes(b"half a checkpoint")
+    in_flight.write_bytes(b"another writer's checkpoint")
+    two_hours_ago = time.time() - 7200
+    os.utime(abandoned, (two_hours_ago, two_hours_ago))
+    with stashpoint.open(url) as stash:
+        stash.checkpoints.compare_and_swap(Envelope.initial("c", None, "k", 1, {}), None)
+    assert sorted(p.name for p in tmp_dir.iterdir()) == ["in-flight"]

@@ -6,7 +6,7 @@ Layout under the root folder (keys as in S3):
     .versions/{key}/{ns}-{etag}         every stored version (a hard link, no copy)
     .versions/{key}/.pending            the version of a write in progress (a hard link)
     .locks/{key}.lock                   one lock file per key (flock)
-    .tmp/                               files being written
+    .tmp/                               files being written (swept after an hour)
 
 A write takes the key's lock, settles any write a crash interrupted (below), checks the
 condition against the head, writes a temp file, fsyncs it, links it as the key's `.pending`
@@ -57,6 +57,8 @@ _TMP = ".tmp"
 _PENDING = ".pending"
 _NS_DIGITS = 20
 _RESERVED = frozenset({_VERSIONS, _LOCKS, _TMP})
+_ABANDONED_AFTER_SECONDS = 3600
+"""A temp file this old belongs to a writer that died (a write takes milliseconds)."""
 
 
 def _etag(body: bytes) -> str:
@@ -87,6 +89,7 @@ class LocalTransport:
         """The folder holding the objects."""
         self.fsync = fsync
         """Whether writes are flushed to disk before they are acknowledged."""
+        self._swept = False
 
     def execute(self, request: Any) -> Any:
         """Execute one object request and return its result."""
@@ -203,6 +206,8 @@ class LocalTransport:
             version = self._name_version(lock_fd, request.key, current, etag)
             tmp_dir = self.root / _TMP
             tmp_dir.mkdir(parents=True, exist_ok=True)
+            if not self._swept:
+                self._sweep_abandoned(tmp_dir)
             tmp = tmp_dir / uuid.uuid4().hex
             try:
                 with open(tmp, "wb") as f:
@@ -224,6 +229,20 @@ class LocalTransport:
             if self.fsync:
                 _fsync_dir(versions)
             return WriteResult(WriteOutcome.STORED, etag=etag)
+
+    def _sweep_abandoned(self, tmp_dir: Path) -> None:
+        """Remove temp files left by writers killed mid-write, once per transport.
+
+        Safe even for a writer that is only paused: losing its temp file fails its link,
+        which it reports as an unclear outcome that the read-back settles.
+        """
+        self._swept = True
+        cutoff = time.time() - _ABANDONED_AFTER_SECONDS
+        with os.scandir(tmp_dir) as entries:
+            for entry in entries:
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
 
     def _settle_pending(self, lock_fd: int, key: str) -> None:
         """Finish or undo a write a crash interrupted; the caller holds the key's lock."""
