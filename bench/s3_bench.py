@@ -8,6 +8,8 @@
   + zstd decompress + JSON parse (`raw-dec`), the least any reader of the bytes must do.
 - fan-out: 200 concurrent creates on one event loop (aiobotocore) vs 200 sequential sync
   creates.
+- large fan-out: 16 concurrent 1 MB saves on one loop, with large (de)compression on worker
+  threads (the default) vs all of it on the event loop (the baseline).
 
 Starts SeaweedFS on 127.0.0.1 unless STASHPOINT_TEST_S3_ENDPOINT names a running server.
 Run: .venv/bin/python -m bench.s3_bench
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -116,6 +119,39 @@ def run(server: servers.S3Server) -> None:
     concurrent = asyncio.run(fan_out())
     print(f"\n{n} saves: sequential sync {sequential * 1e3:.0f} ms, async fan-out on one loop "
           f"{concurrent * 1e3:.0f} ms, speed-up x{sequential / concurrent:.1f}")  # fmt: skip
+    large_fan_out(url)
+
+
+def large_fan_out(url: str, n: int = 16, rounds: int = 5) -> None:
+    """Concurrent large saves, compression off the loop vs on it (alternating rounds)."""
+    import stashpoint._sansio as sansio
+
+    payload = transcript(1 << 20)
+
+    async def saves(tag: str) -> float:
+        async with open_async(url) as astash:
+            start = time.perf_counter()
+            await asyncio.gather(*(
+                astash.checkpoints.compare_and_swap(
+                    Envelope.initial(f"{tag}-{uuid.uuid4().hex}", None, "b", 1, payload), None)
+                for _ in range(n)
+            ))  # fmt: skip
+            return time.perf_counter() - start
+
+    default = sansio.OFFLOAD_BYTES
+    times: dict[str, list[float]] = {"on loop": [], "off loop": []}
+    try:
+        for _ in range(rounds):
+            for name, threshold in (("on loop", 1 << 62), ("off loop", default)):
+                sansio.OFFLOAD_BYTES = threshold
+                times[name].append(asyncio.run(saves(name.replace(" ", "-"))))
+    finally:
+        sansio.OFFLOAD_BYTES = default
+    on, off = (statistics.median(times[k]) for k in ("on loop", "off loop"))
+    print(
+        f"{n} concurrent 1MB saves (median of {rounds}): compression on the loop "
+        f"{on * 1e3:.0f} ms, off the loop {off * 1e3:.0f} ms, ratio off/on {off / on:.2f}"
+    )
 
 
 def main() -> None:

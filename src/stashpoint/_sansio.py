@@ -9,7 +9,6 @@ handles them as if it had made the call itself. (h11/httpcore are the model.)
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import time
@@ -32,6 +31,26 @@ class Sleep:
     """How long to wait."""
 
 
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Request: do CPU-bound work (compressing, decompressing) and send back its result.
+
+    The sync driver does it in place. The async driver does large work on a worker thread,
+    so one big transcript does not stall every other task on the event loop (zstd releases
+    the GIL, so it also runs beside them); small work stays on the loop, where a thread hop
+    would cost more than it saves.
+    """
+
+    work: Callable[[], Any]
+    """The work; its exceptions are raised into the protocol like a failed request's."""
+    size: int
+    """Bytes the work goes through, which decides where the async driver runs it."""
+
+
+OFFLOAD_BYTES = 256 * 1024
+"""Work on at least this many bytes leaves the event loop (about half a millisecond)."""
+
+
 def run_sync(protocol: Protocol[T], execute: Callable[[Any], Any]) -> T:
     """Drive `protocol` to completion with a blocking `execute(request) -> result`."""
     try:
@@ -42,7 +61,7 @@ def run_sync(protocol: Protocol[T], execute: Callable[[Any], Any]) -> T:
                 request = protocol.send(None)
                 continue
             try:
-                result = execute(request)
+                result = request.work() if isinstance(request, Compute) else execute(request)
             except Exception as exc:  # handed to the protocol, which decides
                 request = protocol.throw(exc)
             else:
@@ -55,6 +74,8 @@ def run_sync(protocol: Protocol[T], execute: Callable[[Any], Any]) -> T:
 
 async def run_async(protocol: Protocol[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
     """Drive `protocol` to completion with an awaitable `execute(request) -> result`."""
+    import asyncio  # here, not at module level: sync users (Lambda cold starts) skip it
+
     try:
         request = next(protocol)
         while True:
@@ -63,7 +84,12 @@ async def run_async(protocol: Protocol[T], execute: Callable[[Any], Awaitable[An
                 request = protocol.send(None)
                 continue
             try:
-                result = await execute(request)
+                if not isinstance(request, Compute):
+                    result = await execute(request)
+                elif request.size >= OFFLOAD_BYTES:
+                    result = await asyncio.to_thread(request.work)
+                else:
+                    result = request.work()
             except Exception as exc:  # handed to the protocol, which decides
                 request = protocol.throw(exc)
             else:

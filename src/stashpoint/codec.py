@@ -7,6 +7,7 @@ to gigabytes fails fast with bounded memory, and JSON nesting depth is bounded.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +17,7 @@ import pydantic
 import pydantic_core
 import zstandard
 
+from stashpoint._sansio import Compute, Protocol
 from stashpoint.envelope import Envelope
 from stashpoint.errors import InvalidPayload, LimitExceeded, StashpointError, UnsupportedFormat
 
@@ -65,11 +67,25 @@ class Codec:
         """The bounds this codec enforces."""
         self.level = level
         """zstd compression level used when encoding."""
-        # Compressor objects are not thread-safe; they are cheap to create per call.
         self._max_window = limits.max_window_bytes
 
     def encode(self, envelope: Envelope) -> bytes:
         """Return the stored bytes of `envelope` (a zstd frame with size and checksum)."""
+        return self.compress(self.serialize(envelope), name=envelope.id)
+
+    def encoding(self, envelope: Envelope) -> Protocol[bytes]:
+        """Encode `envelope` as a protocol that yields its compression as `Compute`.
+
+        The async driver then takes a large compression off the event loop.
+        """
+        raw = self.serialize(envelope)
+        body: bytes = yield Compute(
+            functools.partial(self.compress, raw, name=envelope.id), len(raw)
+        )
+        return body
+
+    def serialize(self, envelope: Envelope) -> bytes:
+        """Return the envelope's JSON document, checked for non-finite numbers and size."""
         document = {
             "format": FORMAT,
             "id": envelope.id,
@@ -99,6 +115,11 @@ class Codec:
                 f"{self.limits.max_decompressed_bytes}",
                 object_name=envelope.id,
             )
+        return raw
+
+    def compress(self, raw: bytes, *, name: str | None = None) -> bytes:
+        """Return `raw` JSON as a zstd frame with size and checksum, within the size limit."""
+        # Compressor objects are not thread-safe; they are cheap to create per call.
         compressor = zstandard.ZstdCompressor(
             level=self.level, write_checksum=True, write_content_size=True
         )
@@ -107,7 +128,7 @@ class Codec:
             raise LimitExceeded(
                 f"envelope compresses to {len(data)} bytes, over the limit of "
                 f"{self.limits.max_compressed_bytes}",
-                object_name=envelope.id,
+                object_name=name,
             )
         return data
 
@@ -119,8 +140,21 @@ class Codec:
         document = self.decode_document(data, name=name)
         return self.envelope_from_document(document, name=name)
 
+    def decoding(self, data: bytes, *, name: str | None = None) -> Protocol[Envelope]:
+        """Decode `data` as a protocol that yields its decompression as `Compute`.
+
+        The async driver then takes a large decompression off the event loop.
+        """
+        size = max(len(data), _declared_size(data))
+        raw: bytes = yield Compute(functools.partial(self.unwrap, data, name=name), size)
+        return self.envelope_from_document(self.parse_document(raw, name=name), name=name)
+
     def decode_document(self, data: bytes, *, name: str | None = None) -> dict[str, Any]:
         """Return the envelope's JSON object, checked for format, size and depth."""
+        return self.parse_document(self.unwrap(data, name=name), name=name)
+
+    def unwrap(self, data: bytes, *, name: str | None = None) -> bytes:
+        """Return the JSON inside stored bytes (decompressed within the limits)."""
         if len(data) > self.limits.max_compressed_bytes:
             raise LimitExceeded(
                 f"object is {len(data)} bytes, over the limit of "
@@ -139,6 +173,10 @@ class Codec:
             raise InvalidPayload(
                 "object is neither a zstd frame nor a JSON object", object_name=name
             )
+        return raw
+
+    def parse_document(self, raw: bytes, *, name: str | None = None) -> dict[str, Any]:
+        """Return the envelope's JSON object parsed from `raw`, checked for format and depth."""
         try:
             document = pydantic_core.from_json(raw)
         except ValueError as exc:
@@ -214,6 +252,17 @@ class Codec:
                     )
                 chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _declared_size(data: bytes) -> int:
+    """Return the content size a zstd frame declares (0 when unknown or not a frame)."""
+    if data[:4] != _ZSTD_MAGIC:
+        return 0
+    try:
+        size = zstandard.frame_content_size(data)
+    except zstandard.ZstdError:
+        return 0
+    return max(size, 0)
 
 
 def _has_non_finite(raw: bytes) -> bool:

@@ -66,7 +66,7 @@ class BlobProtocol:
             return value
         digest = hashlib.sha256(raw).hexdigest()
         key = self.layout.key(BLOBS, digest)
-        body = self.codec.encode(Envelope.initial(digest, None, BLOB_KIND, 1, value))
+        body = yield from self.codec.encoding(Envelope.initial(digest, None, BLOB_KIND, 1, value))
         for _ in range(3):
             result: WriteResult = yield PutObject(key, body, Create())
             if result.outcome in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED):
@@ -88,7 +88,7 @@ class BlobProtocol:
         info: ObjectInfo | None = yield GetObject(key)
         if info is None or info.body is None:
             raise StashpointError(f"blob {digest} is missing", object_name=key)
-        resolved = self.codec.decode(info.body, name=key).payload
+        resolved = (yield from self.codec.decoding(info.body, name=key)).payload
         if hashlib.sha256(pydantic_core.to_json(resolved)).hexdigest() != digest:
             raise InvalidPayload("blob content does not match its hash", object_name=key)
         return resolved
@@ -145,7 +145,8 @@ def collect_garbage(
             info: ObjectInfo | None = yield GetObject(key)
             if info is not None and info.body is not None:
                 try:
-                    _refs(codec.decode(info.body, name=key).payload, referenced)
+                    envelope = yield from codec.decoding(info.body, name=key)
+                    _refs(envelope.payload, referenced)
                 except StashpointError:
                     continue
     now = datetime.now(UTC)

@@ -200,8 +200,6 @@ def judge_write(
         return _Verdict.LANDED
     if refused_for_sure:
         return _Verdict.LOST
-    if refused_for_sure:
-        return _Verdict.LOST
     if facts.revision - envelope.revision >= LINEAGE_DEPTH - 1:
         # So many saves since that our pair would have left the lineage: cannot tell.
         return _Verdict.UNKNOWN
@@ -237,7 +235,7 @@ class CasProtocol:
         info: ObjectInfo | None = yield GetObject(key)
         if info is None:
             raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
-        envelope = self._decode(info, key, object_id)
+        envelope = yield from self._decode(info, key, object_id)
         self.cache.remember(key, envelope.revision, info.etag)
         if revision is None or envelope.revision == revision:
             return envelope
@@ -253,7 +251,7 @@ class CasProtocol:
             old: ObjectInfo | None = yield GetObject(key, version.version_id)
             if old is None:
                 continue
-            candidate = self._decode(old, key, object_id)
+            candidate = yield from self._decode(old, key, object_id)
             if candidate.revision == revision:
                 return candidate
             if candidate.revision < revision:
@@ -269,7 +267,8 @@ class CasProtocol:
                 object_name=envelope.id,
             )
         key = self.key(envelope.id)
-        body = self.codec.encode(envelope)  # a payload over the limits fails before any I/O
+        # A payload over the limits fails here, before any I/O.
+        body = yield from self.codec.encoding(envelope)
         condition: Create | Match
         if expected_revision is None:
             condition = Create()
@@ -365,7 +364,8 @@ class CasProtocol:
             if info is None:
                 return None
         assert info.body is not None
-        return facts_from_envelope(info.etag, self.codec.decode(info.body, name=key))
+        envelope = yield from self.codec.decoding(info.body, name=key)
+        return facts_from_envelope(info.etag, envelope)
 
     def _search_history(self, key: str, envelope: Envelope) -> Protocol[_Verdict]:
         """Find whether `envelope`'s save landed, from the stored versions (binary search).
@@ -437,7 +437,7 @@ class CasProtocol:
                 break
             info: ObjectInfo | None = yield GetObject(key, version.version_id)
             if info is not None:
-                envelopes.append(self._decode(info, key, object_id))
+                envelopes.append((yield from self._decode(info, key, object_id)))
         return envelopes
 
     def list_ids(self, prefix: str = "", page_size: int = 1000) -> Protocol[list[str]]:
@@ -452,9 +452,9 @@ class CasProtocol:
             if token is None:
                 return ids
 
-    def _decode(self, info: ObjectInfo, key: str, object_id: str) -> Envelope:
+    def _decode(self, info: ObjectInfo, key: str, object_id: str) -> Protocol[Envelope]:
         assert info.body is not None
-        envelope = self.codec.decode(info.body, name=key)
+        envelope = yield from self.codec.decoding(info.body, name=key)
         if envelope.id != object_id:
             raise InvalidPayload(
                 f"object holds envelope {envelope.id!r}, not {object_id!r}", object_name=key

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from stashpoint.stores.objects import ObjectTransport
@@ -21,6 +20,8 @@ class ThreadedAsyncTransport:
         """Execute one request without blocking the event loop."""
         if not self.offload:
             return self.transport.execute(request)
+        import asyncio  # lazily: only async users pay for importing it
+
         return await asyncio.to_thread(self.transport.execute, request)
 
     async def close(self) -> None:
