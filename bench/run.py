@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import codec_bench, import_bench, s3_bench
+from bench import async_bench, codec_bench, import_bench, s3_bench
 
 if __name__ == "__main__":
     import_bench.main()
@@ -15,3 +15,5 @@ if __name__ == "__main__":
     codec_bench.main()
     print()
     s3_bench.main()
+    print()
+    async_bench.main()
