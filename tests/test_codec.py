@@ -192,3 +192,24 @@ def _frame_claiming(size: int) -> bytes:
     header.append(0b11100000)  # FCS 8 bytes, single segment
     header += size.to_bytes(8, "little")
     return bytes(header) + zlib.compress(b"x")[:8]
+
+
+def test_one_codec_decodes_correctly_after_every_kind_of_failure() -> None:
+    """The codec reuses its zstd contexts per thread: a failed decode or encode must not
+    leave state behind that corrupts the next one."""
+    codec = Codec(Limits(max_decompressed_bytes=1 << 20))
+    good = sample({"text": "fine " * 200})
+    data = codec.encode(good)
+    chunker = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    bomb = b"".join(chunker.compress(b"\0" * (1 << 20)) for _ in range(4)) + chunker.flush()
+    flipped = bytearray(data)
+    flipped[len(flipped) // 2] ^= 0x10
+    bad_inputs = [data[: len(data) - 10], bytes(flipped), data + b"extra", bomb]
+    for bad in bad_inputs:
+        with pytest.raises((InvalidPayload, LimitExceeded)):
+            codec.decode(bad)
+        assert codec.decode(data) == good
+    with pytest.raises(LimitExceeded):
+        codec.encode(sample({"text": "x" * (2 << 20)}))
+    assert codec.encode(good) == data
+    assert codec.decode(codec.encode(good)) == good

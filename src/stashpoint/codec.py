@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -68,6 +69,9 @@ class Codec:
         self.level = level
         """zstd compression level used when encoding."""
         self._max_window = limits.max_window_bytes
+        # zstd contexts cost ~20 us to create, more than compressing a small envelope, and
+        # are not thread-safe: each thread keeps its own pair.
+        self._contexts = threading.local()
 
     def encode(self, envelope: Envelope) -> bytes:
         """Return the stored bytes of `envelope` (a zstd frame with size and checksum)."""
@@ -120,9 +124,12 @@ class Codec:
     def compress(self, raw: bytes, *, name: str | None = None) -> bytes:
         """Return `raw` JSON as a zstd frame with size and checksum, within the size limit."""
         # Compressor objects are not thread-safe; they are cheap to create per call.
-        compressor = zstandard.ZstdCompressor(
-            level=self.level, write_checksum=True, write_content_size=True
-        )
+        compressor: zstandard.ZstdCompressor | None = getattr(self._contexts, "compressor", None)
+        if compressor is None:
+            compressor = zstandard.ZstdCompressor(
+                level=self.level, write_checksum=True, write_content_size=True
+            )
+            self._contexts.compressor = compressor
         data = compressor.compress(raw)
         if len(data) > self.limits.max_compressed_bytes:
             raise LimitExceeded(
@@ -222,7 +229,10 @@ class Codec:
             raise LimitExceeded(
                 f"zstd frame asks for a {params.window_size}-byte window", object_name=name
             )
-        dctx = zstandard.ZstdDecompressor(max_window_size=self._max_window)
+        dctx: zstandard.ZstdDecompressor | None = getattr(self._contexts, "decompressor", None)
+        if dctx is None:
+            dctx = zstandard.ZstdDecompressor(max_window_size=self._max_window)
+            self._contexts.decompressor = dctx
         try:
             if declared != zstandard.CONTENTSIZE_UNKNOWN:
                 # zstd checks the declared size against the real one, so this bounds memory.
