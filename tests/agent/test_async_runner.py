@@ -84,6 +84,7 @@ def test_two_async_resumers_exactly_one_proceeds(url: str) -> None:
             checkpoint_id = stashpoint.new_id()
             with pytest.raises(Boom):
                 await run(stash, checkpoint_id, crashing(2))
+            both_resumed = asyncio.Barrier(2)
 
             async def resumer() -> str:
                 runner = AsyncAgentRunner(
@@ -91,7 +92,7 @@ def test_two_async_resumers_exactly_one_proceeds(url: str) -> None:
                     policy=ResumePolicy.RETRY_INTERRUPTED_TURN,
                 )
                 cursor, state = await runner.resume()
-                await asyncio.sleep(0.05)  # both hold the same revision now
+                await both_resumed.wait()  # both hold the same revision now
                 try:
                     await runner.run_turn(cursor, state, model_turn)
                     return "proceeded"
