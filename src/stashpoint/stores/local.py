@@ -136,7 +136,7 @@ class LocalTransport:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _name_version(self, lock_fd: int, key: str, head: bytes | None, etag: str) -> str:
+    def _name_version(self, lock_fd: int, key: str, head_etag: str | None, etag: str) -> str:
         """Name the key's next version so that names sort in write order.
 
         Names start with a nanosecond timestamp, but a wall clock can step backwards (NTP,
@@ -144,15 +144,15 @@ class LocalTransport:
         history. So a name is always above the previous one, which the key's lock file
         records; the record is trusted only if that version is still the head, otherwise
         the folder is listed once (after a crash, a deleted version, or an older layout).
-        `head` is the key's head before this version replaces it. The caller holds the lock.
+        `head_etag` is the ETag of the head this version replaces. The caller holds the lock.
         """
         versions = self.root / _VERSIONS / key
         raw = os.pread(lock_fd, _NS_DIGITS, 0)
         previous = int(raw) if len(raw) == _NS_DIGITS and raw.isdigit() else None
         trusted = (
             previous is not None
-            and head is not None
-            and (versions / f"{previous:0{_NS_DIGITS}d}-{_etag(head)}").exists()
+            and head_etag is not None
+            and (versions / f"{previous:0{_NS_DIGITS}d}-{head_etag}").exists()
         )
         if not trusted:
             names = _version_names(versions)
@@ -188,6 +188,7 @@ class LocalTransport:
         with self._locked(request.key) as lock_fd:
             self._settle_pending(lock_fd, request.key)
             current = self._read(head)
+            current_etag = None if current is None else _etag(current)
             condition = request.condition
             if isinstance(condition, Create) and current is not None:
                 return WriteResult(
@@ -198,12 +199,12 @@ class LocalTransport:
                     return WriteResult(
                         WriteOutcome.NOT_FOUND, detail="no object to match", retried=False
                     )
-                if _etag(current) != condition.etag:
+                if current_etag != condition.etag:
                     return WriteResult(
                         WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
                     )
             etag = _etag(request.body)
-            version = self._name_version(lock_fd, request.key, current, etag)
+            version = self._name_version(lock_fd, request.key, current_etag, etag)
             tmp_dir = self.root / _TMP
             tmp_dir.mkdir(parents=True, exist_ok=True)
             if not self._swept:
