@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from stashpoint.codec import Codec, Limits
-from stashpoint.envelope import Envelope
+from stashpoint.envelope import CheckpointInfo, Envelope
 from stashpoint.errors import (
     AmbiguousResume,
     AttemptNotFound,
@@ -76,6 +76,7 @@ __all__ = [
     "AttemptNotFound",
     "AttemptStatus",
     "CheckpointConflict",
+    "CheckpointInfo",
     "CheckpointMetadata",
     "CheckpointNotFound",
     "Codec",

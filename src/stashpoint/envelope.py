@@ -7,6 +7,7 @@ payload shapes and validate `kind` and `schema_version` on load.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -140,3 +141,21 @@ class Envelope(BaseModel):
     def with_timestamps(self, created_at: datetime, updated_at: datetime) -> Envelope:
         """Return a copy with the given timestamps (used when restoring archives)."""
         return self.model_copy(update={"created_at": created_at, "updated_at": updated_at})
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """What a head says about itself without its payload (on S3: one HEAD request)."""
+
+    id: str
+    """The checkpoint id."""
+    kind: str
+    """The envelope's kind."""
+    revision: int
+    """The head's revision."""
+    run_id: str | None
+    """The run the checkpoint belongs to, if any."""
+    stored_bytes: int | None
+    """Size of the stored (compressed) head, where the backend says."""
+    updated_at: datetime | None
+    """When the head was written: the storage's clock where it says, else the envelope's."""

@@ -73,6 +73,26 @@ def test_show_history_and_diff(populated: dict[str, Any]) -> None:
     assert "payload['cursor']: 0 -> 9" in text
 
 
+def test_list_describes_checkpoints(populated: dict[str, Any]) -> None:
+    url = populated["url"]
+    with stashpoint.open(url) as stash:
+        for n in range(3):
+            stash.checkpoints.compare_and_swap(
+                Envelope.initial(f"agent-{n}", f"run-{n}", "stashpoint.agent", 1, {"n": n}), None
+            )
+    listed = json.loads(cli("list", "--json", url=url).stdout)
+    rows = {c["id"]: c for c in listed["checkpoints"]}
+    assert listed["total"] == len(rows) == 4
+    assert (rows["job-1"]["kind"], rows["job-1"]["revision"]) == ("stashpoint.job", 2)
+    assert rows["agent-2"]["run_id"] == "run-2" and rows["agent-2"]["stored_bytes"] > 0
+    limited = json.loads(cli("list", "agent-", "--limit", "2", "--json", url=url).stdout)
+    assert limited["total"] == 3
+    assert [c["id"] for c in limited["checkpoints"]] == ["agent-0", "agent-1"]
+    table = cli("list", "agent-", "--limit", "2", url=url).stdout
+    assert "checkpoints (2 of 3)" in table and "stashpoint.agent" in table
+    assert "agent-2" not in table
+
+
 def test_runs_list_and_show(populated: dict[str, Any]) -> None:
     url = populated["url"]
     listed = json.loads(cli("runs", "list", "--json", url=url).stdout)

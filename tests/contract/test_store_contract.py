@@ -165,6 +165,25 @@ def test_list_ids_filters_by_prefix(store: Any) -> None:
     assert set(ids) <= set(store.list_ids())
 
 
+def test_describe_tells_kind_revision_run_and_size_without_the_payload(store: Any) -> None:
+    env = initial({"transcript": ["x" * 5000]}, run_id="run-7")
+    store.compare_and_swap(env, None)
+    store.compare_and_swap(env.next({"transcript": ["y" * 9000]}), 0)
+    alone = Envelope.initial(stashpoint.new_id(), None, "other.kind", 1, {})
+    store.compare_and_swap(alone, None)
+    info = store.describe(env.id)
+    assert (info.id, info.kind, info.revision, info.run_id) == (env.id, "test.kind", 1, "run-7")
+    assert info.stored_bytes is not None and 0 < info.stored_bytes < 9000  # compressed
+    assert info.updated_at is not None
+    assert abs((info.updated_at - env.updated_at).total_seconds()) < 600
+    other = store.describe(alone.id)
+    assert (other.kind, other.revision, other.run_id) == ("other.kind", 0, None)
+    with pytest.raises(CheckpointNotFound):
+        store.describe("never-written")
+    with pytest.raises(InvalidId):
+        store.describe("../escape")
+
+
 def test_corrupt_object_raises_invalid_payload_naming_it(store: Any, raw_put: Any) -> None:
     raw_put("corrupt-1", b"\x28\xb5\x2f\xfd" + b"\x00garbage" * 10)
     with pytest.raises(InvalidPayload) as info:
@@ -182,6 +201,24 @@ def test_envelope_stored_under_another_id_is_rejected(store: Any, raw_put: Any) 
     raw_put("wrong-home", Codec().encode(initial(id="elsewhere")))
     with pytest.raises(InvalidPayload):
         store.load("wrong-home")
+    with pytest.raises(InvalidPayload):
+        store.describe("wrong-home")
+
+
+def test_describe_reads_a_head_written_without_our_metadata(store: Any, raw_put: Any) -> None:
+    """An envelope put by another tool (no object metadata): the body answers."""
+    body = Codec().encode(initial(id="foreign-1", run_id="run-9").next({"count": 1}))
+    raw_put("foreign-1", body)
+    info = store.describe("foreign-1")
+    assert (info.kind, info.revision, info.run_id, info.stored_bytes) == (
+        "test.kind",
+        1,
+        "run-9",
+        len(body),
+    )
+    raw_put("corrupt-2", b"\x28\xb5\x2f\xfd" + b"\x00garbage" * 10)
+    with pytest.raises(InvalidPayload):
+        store.describe("corrupt-2")
 
 
 def test_oversize_payload_is_refused_and_previous_revision_kept(backend: Any) -> None:

@@ -318,6 +318,10 @@ def test_request_counts(seaweedfs: servers.S3Server) -> None:
         stash.checkpoints.compare_and_swap(loaded.next({"n": 2}), 1)
         assert counts == {"PUT": 1}, "save after load = 1 PUT"
 
+        counts.clear()
+        assert stash.checkpoints.describe(env.id).revision == 2
+        assert counts == {"HEAD": 1}, "describe = 1 HEAD, no payload downloaded"
+
         rival_head = rival.checkpoints.load(env.id)
         rival.checkpoints.compare_and_swap(rival_head.next({"n": 3}), 2)
         counts.clear()

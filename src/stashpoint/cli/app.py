@@ -7,6 +7,7 @@ exit non-zero; `--debug` shows the traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from datetime import UTC, datetime, timedelta
@@ -53,7 +54,7 @@ EXIT_CODES = {
 """Exit status per error kind (1 for the others)."""
 
 HINTS = {
-    ErrorKind.NOT_FOUND: "check the id (stashpoint runs list, or list ids with --json)",
+    ErrorKind.NOT_FOUND: "check the id (stashpoint list, stashpoint runs list)",
     ErrorKind.CONFLICT: "another writer saved first: load the latest revision and retry",
     ErrorKind.STORAGE_UNAVAILABLE: "check the endpoint, credentials and network "
     "(stashpoint doctor)",
@@ -132,6 +133,37 @@ def show(
         return
     out.print(f"[bold]{envelope.id}[/] revision {envelope.revision} ({envelope.kind})")
     _emit(document)
+
+
+@app.command("list")
+def list_checkpoints(
+    prefix: Annotated[str, typer.Argument(help="Only ids starting with this.")] = "",
+    limit: Annotated[int, typer.Option(help="Most checkpoints to describe.")] = 100,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """List checkpoints: id, kind, revision, run, size, time (no payload is downloaded)."""
+    with _open(url) as stash:
+        ids = stash.checkpoints.list_ids(prefix)
+        infos = []
+        for checkpoint_id in ids[:limit]:
+            try:
+                infos.append(stash.checkpoints.describe(checkpoint_id))
+            except stashpoint.CheckpointNotFound:
+                continue  # deleted since it was listed
+    if as_json:
+        _emit({"total": len(ids), "checkpoints": [dataclasses.asdict(i) for i in infos]})
+        return
+    shown = f"{len(infos)} of {len(ids)}" if len(ids) > limit else str(len(infos))
+    table = Table(title=f"checkpoints ({shown})")
+    for column in ("id", "kind", "revision", "run", "stored bytes", "updated"):
+        table.add_column(column)
+    for i in infos:
+        table.add_row(
+            escape(i.id), escape(i.kind), str(i.revision), escape(i.run_id or "-"),
+            "-" if i.stored_bytes is None else str(i.stored_bytes), _when(i.updated_at),
+        )  # fmt: skip
+    out.print(table)
 
 
 @app.command()

@@ -19,7 +19,7 @@ from enum import Enum
 
 from stashpoint._sansio import Protocol, Sleep
 from stashpoint.codec import Codec
-from stashpoint.envelope import LINEAGE_DEPTH, Envelope
+from stashpoint.envelope import LINEAGE_DEPTH, CheckpointInfo, Envelope
 from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
@@ -391,6 +391,39 @@ class CasProtocol:
             else:
                 return _Verdict.LANDED if facts.remembers(envelope) else _Verdict.LOST
         return _Verdict.LOST  # no version holds our revision: it never landed
+
+    def describe(self, object_id: str) -> Protocol[CheckpointInfo]:
+        """Return what the head says about itself: its metadata (one HEAD), else its body."""
+        key = self.key(object_id)
+        info: ObjectInfo | None = yield HeadObject(key)
+        if info is None:
+            raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
+        metadata = info.metadata or {}
+        facts = facts_from_metadata(info.etag, metadata)
+        if facts is not None and META_KIND in metadata:
+            return CheckpointInfo(
+                id=object_id,
+                kind=metadata[META_KIND],
+                revision=facts.revision,
+                run_id=metadata.get(META_RUN_ID) or None,
+                stored_bytes=info.size,
+                updated_at=info.last_modified,
+            )
+        if info.body is None:
+            # A backend without metadata, or a head written by another tool: the body answers.
+            info = yield GetObject(key)
+            if info is None:
+                raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
+        assert info.body is not None
+        envelope = yield from self._decode(info, key, object_id)
+        return CheckpointInfo(
+            id=object_id,
+            kind=envelope.kind,
+            revision=envelope.revision,
+            run_id=envelope.run_id,
+            stored_bytes=len(info.body),
+            updated_at=info.last_modified or envelope.updated_at,
+        )
 
     def delete(self, object_id: str, expected_revision: int | None = None) -> Protocol[None]:
         """Delete the head; with `expected_revision`, only if the head is still at it."""

@@ -180,7 +180,11 @@ class LocalTransport:
         except FileNotFoundError:
             modified = None
         return ObjectInfo(
-            etag=_etag(body), body=body, version_id=version_id, last_modified=modified
+            etag=_etag(body),
+            body=body,
+            version_id=version_id,
+            last_modified=modified,
+            size=len(body),
         )
 
     def _put(self, request: PutObject) -> WriteResult:

@@ -103,6 +103,7 @@ class MemoryTransport:
             body=version.body if with_body else None,
             version_id=version.version_id,
             last_modified=version.written_at,
+            size=len(version.body),
         )
 
     def _put(self, request: PutObject) -> WriteResult:

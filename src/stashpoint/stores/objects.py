@@ -45,6 +45,8 @@ class ObjectInfo:
     """Storage version id, where the backend versions objects."""
     last_modified: datetime | None = None
     """When the object was written, where the backend says."""
+    size: int | None = None
+    """Stored size in bytes, where the backend says without the body."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,6 +179,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
                 body=response.get("Body") if is_get else None,
                 version_id=response.get("VersionId"),
                 last_modified=response.get("LastModified"),
+                size=response.get("ContentLength"),
             )
         case PutObject():
             try:

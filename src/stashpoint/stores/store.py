@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from stashpoint._sansio import Protocol, awaiting, blocking
-from stashpoint.envelope import Envelope
+from stashpoint.envelope import CheckpointInfo, Envelope
 from stashpoint.stores.cas import CasProtocol
 
 
@@ -48,6 +48,14 @@ class _StoreApi:
         """Return the ids of existing checkpoints starting with `prefix`, ascending."""
         return self._cas.list_ids(prefix)
 
+    def describe(self, checkpoint_id: str) -> Protocol[CheckpointInfo]:
+        """Return the head's kind, revision, run, size and time without its payload.
+
+        On S3 this is one HEAD request: listing large transcripts downloads none of them.
+        Raises `CheckpointNotFound`, `InvalidId`.
+        """
+        return self._cas.describe(checkpoint_id)
+
 
 class Store:
     """Checkpoint envelopes with compare-and-swap saves, over any object transport.
@@ -64,6 +72,7 @@ class Store:
     delete = blocking(_StoreApi.delete)
     history = blocking(_StoreApi.history)
     list_ids = blocking(_StoreApi.list_ids)
+    describe = blocking(_StoreApi.describe)
 
 
 class AsyncStore:
@@ -78,3 +87,4 @@ class AsyncStore:
     delete = awaiting(_StoreApi.delete)
     history = awaiting(_StoreApi.history)
     list_ids = awaiting(_StoreApi.list_ids)
+    describe = awaiting(_StoreApi.describe)
