@@ -210,3 +210,31 @@ def test_temp_files_abandoned_by_killed_writers_are_swept(tmp_path: Path) -> Non
     with stashpoint.open(url) as stash:
         stash.checkpoints.compare_and_swap(Envelope.initial("c", None, "k", 1, {}), None)
     assert sorted(p.name for p in tmp_dir.iterdir()) == ["in-flight"]
+
+
+def test_head_without_a_version_file_is_versioned_when_history_is_read(tmp_path: Path) -> None:
+    """A power loss can keep the head's rename but lose the version link made just before
+    it (another folder). History then still lists every older revision, once."""
+    url = f"local://{tmp_path / 'stash'}"
+    head = _two_revisions(url)
+    versions = tmp_path / "stash" / ".versions" / "checkpoints" / "c"
+    newest = sorted(os.listdir(versions))[-1]
+    (versions / newest).unlink()  # the head's own version file is gone
+    with stashpoint.open(url) as stash:
+        assert [h.revision for h in stash.checkpoints.history("c")] == [0]
+        stash.checkpoints.compare_and_swap(head.next({"n": 2}), 1)
+        assert [h.revision for h in stash.checkpoints.history("c")] == [1, 0]
+        assert stash.checkpoints.load("c", revision=1).payload == {"n": 1}
+    assert len(os.listdir(versions)) == 3
+
+
+def test_head_without_a_version_file_is_versioned_before_a_write_replaces_it(
+    tmp_path: Path,
+) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    head = _two_revisions(url)
+    versions = tmp_path / "stash" / ".versions" / "checkpoints" / "c"
+    (versions / sorted(os.listdir(versions))[-1]).unlink()
+    with stashpoint.open(url) as stash:
+        stash.checkpoints.compare_and_swap(head.next({"n": 2}), 1)  # no history read first
+        assert [h.payload["n"] for h in stash.checkpoints.history("c")] == [1, 0]

@@ -5,7 +5,8 @@ Layout under the root folder (keys as in S3):
     {key}                               the head: a plain zstd frame, `zstd -d < f | jq` works
     .versions/{key}/{ns}-{etag}         every stored version (a hard link, no copy)
     .versions/{key}/.pending            the version of a write in progress (a hard link)
-    .locks/{key}.lock                   one lock file per key (flock)
+    .locks/{key}.lock                   one lock file per key (flock); it records the
+                                        newest version name, so names keep write order
     .tmp/                               files being written (swept after an hour)
 
 A write takes the key's lock, settles any write a crash interrupted (below), checks the
@@ -19,6 +20,9 @@ under its final name, that orphan sat between two real revisions once the next w
 and `history` listed one revision twice. Under the fixed name `.pending`, the next locked
 operation settles it: if its bytes are the head's, the write landed and it is promoted to a
 version; otherwise it never landed and is removed. Readers of history settle it first too.
+A head found without any version (a power loss that kept the head's rename but not the link
+in the other folder, or a file copied in by hand) is given one before anything lists or
+replaces it.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ class LocalTransport:
                 case ListVersions(key):
                     with self._locked(key) as lock_fd:
                         self._settle_pending(lock_fd, key)
-                        return self._versions(key)
+                        return self._versions(lock_fd, key)
                 case ListKeys(prefix, token, page_size, start_after):
                     return self._list(prefix, max(token or "", start_after or ""), page_size)
         except OSError as exc:
@@ -149,18 +153,39 @@ class LocalTransport:
         versions = self.root / _VERSIONS / key
         raw = os.pread(lock_fd, _NS_DIGITS, 0)
         previous = int(raw) if len(raw) == _NS_DIGITS and raw.isdigit() else None
-        trusted = (
-            previous is not None
-            and head_etag is not None
-            and (versions / f"{previous:0{_NS_DIGITS}d}-{head_etag}").exists()
-        )
-        if not trusted:
-            names = _version_names(versions)
+        if (
+            previous is None
+            or head_etag is None
+            or not (versions / f"{previous:0{_NS_DIGITS}d}-{head_etag}").exists()
+        ):
+            names = self._version_head(lock_fd, key, head_etag)
             previous = int(names[0].partition("-")[0]) if names else 0
-        assert previous is not None
-        ns = max(time.time_ns(), previous + 1)
+        return self._record_name(lock_fd, previous, etag)
+
+    def _record_name(self, lock_fd: int, previous_ns: int, etag: str) -> str:
+        ns = max(time.time_ns(), previous_ns + 1)
         os.pwrite(lock_fd, b"%0*d" % (_NS_DIGITS, ns), 0)
         return f"{ns:0{_NS_DIGITS}d}-{etag}"
+
+    def _version_head(self, lock_fd: int, key: str, head_etag: str | None) -> list[str]:
+        """Return the key's version names, newest first, after versioning an unversioned head.
+
+        A head has no version when a power loss kept its rename but not the link made just
+        before it in another folder, or when the file was copied in by hand. Left so, the
+        next write would drop it from history, and every version would look newer than the
+        head (unacknowledged) and go unlisted. The caller holds the key's lock.
+        """
+        versions = self.root / _VERSIONS / key
+        names = _version_names(versions)
+        if head_etag is None or any(n.endswith(f"-{head_etag}") for n in names):
+            return names
+        previous = int(names[0].partition("-")[0]) if names else 0
+        name = self._record_name(lock_fd, previous, head_etag)
+        versions.mkdir(parents=True, exist_ok=True)
+        os.link(self._path(key), versions / name)
+        if self.fsync:
+            _fsync_dir(versions)
+        return [name, *names]
 
     def _read(self, path: Path) -> bytes | None:
         try:
@@ -287,7 +312,7 @@ class LocalTransport:
         """Delete one version for good; if it was current, the previous one becomes current."""
         with self._locked(key) as lock_fd:
             self._settle_pending(lock_fd, key)
-            was_current = self._versions(key)[:1] == [VersionRef(version_id, True)]
+            was_current = self._versions(lock_fd, key)[:1] == [VersionRef(version_id, True)]
             (self.root / _VERSIONS / key / version_id).unlink(missing_ok=True)
             if was_current:
                 previous = self._versions_unlocked_newest(key)
@@ -308,13 +333,11 @@ class LocalTransport:
         names = _version_names(folder)
         return folder / names[0] if names else None
 
-    def _versions(self, key: str) -> list[VersionRef]:
-        folder = self.root / _VERSIONS / key
-        names = _version_names(folder)
-        if not names:
-            return []
+    def _versions(self, lock_fd: int, key: str) -> list[VersionRef]:
+        """Return the key's versions, newest first; the caller holds the key's lock."""
         current = self._read(self._path(key))
         head_etag = None if current is None else _etag(current)
+        names = self._version_head(lock_fd, key, head_etag)
         refs: list[VersionRef] = []
         seen_head = head_etag is None
         for name in names:
