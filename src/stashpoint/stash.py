@@ -182,11 +182,16 @@ class _Parts:
     def cas(self, namespace: str) -> CasProtocol:
         return CasProtocol(namespace, self.backend.layout, self.codec, self.retry, self.cache)
 
-    def gc(self, dry_run: bool, min_age: timedelta) -> Protocol[GcReport]:
+    def gc(self, dry_run: bool, min_age: timedelta, history: bool) -> Protocol[GcReport]:
         from stashpoint.stores.blobs import collect_garbage
 
         return collect_garbage(
-            self.backend.layout, self.codec, (CHECKPOINTS, RUNS), dry_run=dry_run, min_age=min_age
+            self.backend.layout,
+            self.codec,
+            (CHECKPOINTS, RUNS),
+            dry_run=dry_run,
+            min_age=min_age,
+            history=history,
         )
 
     def doctor(self) -> Protocol[list[Check]]:
@@ -226,10 +231,18 @@ class Stash:
         return RunStore(self._parts.runs(), self._transport.execute)
 
     def collect_garbage(
-        self, *, dry_run: bool = True, min_age: timedelta = timedelta(hours=1)
+        self,
+        *,
+        dry_run: bool = True,
+        min_age: timedelta = timedelta(hours=1),
+        history: bool = False,
     ) -> GcReport:
-        """Find (and unless `dry_run`, delete) blobs no checkpoint or run head references."""
-        return run_sync(self._parts.gc(dry_run, min_age), self._transport.execute)
+        """Find (and unless `dry_run`, delete) blobs no checkpoint or run head references.
+
+        With `history`, a blob any older revision references stays too (every revision is
+        read). Nothing is deleted while some head cannot be decoded (`GcReport.unreadable`).
+        """
+        return run_sync(self._parts.gc(dry_run, min_age, history), self._transport.execute)
 
     def doctor(self) -> list[Check]:
         """Probe storage and index; see `stashpoint.doctor`. Leaves nothing behind."""
@@ -277,10 +290,15 @@ class AsyncStash:
         return AsyncRunStore(self._parts.runs(), self._transport.execute)
 
     async def collect_garbage(
-        self, *, dry_run: bool = True, min_age: timedelta = timedelta(hours=1)
+        self,
+        *,
+        dry_run: bool = True,
+        min_age: timedelta = timedelta(hours=1),
+        history: bool = False,
     ) -> GcReport:
         """Find (and unless `dry_run`, delete) unreferenced blobs (see `Stash`)."""
-        return await run_async(self._parts.gc(dry_run, min_age), self._transport.execute)
+        protocol = self._parts.gc(dry_run, min_age, history)
+        return await run_async(protocol, self._transport.execute)
 
     async def close(self) -> None:
         """Release clients and files."""

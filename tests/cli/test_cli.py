@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 import stashpoint
 from stashpoint import Envelope
+from stashpoint.stores.objects import PutObject
 from tests.cli.fake_s3 import FakeS3
 
 
@@ -149,6 +151,39 @@ def test_gc_deletes_only_unreferenced_blobs(url: str) -> None:
     assert done["deleted"] == 1
     with stashpoint.open(url) as stash:
         assert stash.runs.load_run(run_id).state_snapshot == {"v": "second" * 100}
+
+
+def test_gc_with_history_keeps_blobs_older_revisions_reference(url: str) -> None:
+    with stashpoint.open(url, blob_threshold=100) as stash:
+        run_id = stash.runs.create_run("g")
+        stash.runs.save_state_snapshot(run_id, {"v": "first" * 100})
+        stash.runs.save_state_snapshot(run_id, {"v": "second" * 100})
+    kept = json.loads(
+        cli("gc", "--history", "--min-age-hours", "0", "--json", url=url).stdout
+    )  # fmt: skip
+    assert kept["blobs"] == 2 and kept["unreferenced"] == [] and kept["deleted"] == 0
+    with stashpoint.open(url) as stash:
+        assert stash.collect_garbage(dry_run=True, min_age=timedelta(0)).unreferenced
+
+
+def test_gc_deletes_nothing_while_a_head_cannot_be_read(url: str) -> None:
+    """A head in a newer format (or corrupt) may reference any blob: gc must not guess."""
+    with stashpoint.open(url, blob_threshold=100) as stash:
+        run_id = stash.runs.create_run("g")
+        stash.runs.save_state_snapshot(run_id, {"v": "first" * 100})
+        stash.runs.save_state_snapshot(run_id, {"v": "second" * 100})  # one orphan
+        key = stash.checkpoints._cas.key("from-the-future")
+        body = b'{"format": "stashpoint.envelope/9", "id": "from-the-future"}'
+        stash._transport.execute(PutObject(key, body, None))
+    result = cli("gc", "--min-age-hours", "0", "--json", url=url, check=False)
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["deleted"] == 0 and len(report["unreferenced"]) == 1
+    assert report["unreadable"] == [key]
+    assert "nothing deleted" in result.stderr and key in result.stderr
+    with stashpoint.open(url) as stash:
+        stash.checkpoints.delete("from-the-future")
+    assert json.loads(cli("gc", "--min-age-hours", "0", "--json", url=url).stdout)["deleted"] == 1
 
 
 def test_doctor_passes_on_real_backends(url: str) -> None:

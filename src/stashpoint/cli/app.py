@@ -314,22 +314,36 @@ def reindex(
 def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
     min_age_hours: Annotated[float, typer.Option(help="Keep blobs younger than this.")] = 1.0,
+    with_history: Annotated[
+        bool, typer.Option("--history", help="Also keep blobs older revisions reference.")
+    ] = False,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """Delete blobs that no checkpoint or run head references."""
+    """Delete blobs that no checkpoint or run head references (--history: no revision)."""
     with _open(url) as stash:
-        report = stash.collect_garbage(dry_run=dry_run, min_age=timedelta(hours=min_age_hours))
+        report = stash.collect_garbage(
+            dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history
+        )
     if as_json:
-        _emit({"dry_run": dry_run, **report.__dict__})
-        return
-    verb = "would delete" if dry_run else "deleted"
-    out.print(
-        f"{report.blobs} blobs, {report.referenced} referenced, {report.too_young} too young; "
-        f"{verb} {len(report.unreferenced)}"
-    )
-    for digest in report.unreferenced:
-        out.print(f"  {digest}")
+        _emit({"dry_run": dry_run, **dataclasses.asdict(report)})
+    else:
+        done = (
+            f"would delete {len(report.unreferenced)}" if dry_run else f"deleted {report.deleted}"
+        )
+        out.print(
+            f"{report.blobs} blobs, {report.referenced} referenced, {report.too_young} too "
+            f"young; {done}"
+        )
+        for digest in report.unreferenced:
+            out.print(f"  {digest}")
+    if report.unreadable:
+        err.print(
+            f"error: nothing deleted: {len(report.unreadable)} object(s) could not be read, "
+            f"so their blob references are unknown: {', '.join(report.unreadable[:5])}; "
+            "repair or delete them (stashpoint show ID says why), then run gc again"
+        )
+        raise typer.Exit(1)
 
 
 @app.command()

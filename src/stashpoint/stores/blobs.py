@@ -9,7 +9,7 @@ reference. Blobs are self-describing envelopes of kind `stashpoint.blob`, readab
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,12 @@ import pydantic_core
 from stashpoint._sansio import Protocol
 from stashpoint.codec import Codec
 from stashpoint.envelope import Envelope
-from stashpoint.errors import InvalidPayload, StashpointError, StorageUnavailable
+from stashpoint.errors import (
+    ConfigurationError,
+    InvalidPayload,
+    StashpointError,
+    StorageUnavailable,
+)
 from stashpoint.stores.cas import BLOBS, Layout
 from stashpoint.stores.objects import (
     Create,
@@ -27,8 +32,10 @@ from stashpoint.stores.objects import (
     HeadObject,
     KeyPage,
     ListKeys,
+    ListVersions,
     ObjectInfo,
     PutObject,
+    VersionRef,
     WriteOutcome,
     WriteResult,
 )
@@ -108,6 +115,10 @@ class GcReport:
     """Blobs deleted."""
     too_young: int
     """Unreferenced blobs kept because a writer may be about to reference them."""
+    unreadable: list[str] = field(default_factory=list)
+    """Heads (or revisions) that could not be decoded; while there are any, nothing is
+    deleted, since their references are unknown (a corrupt object, or a newer format
+    written by a newer stashpoint)."""
 
 
 def _refs(value: Any, found: set[str]) -> None:
@@ -130,25 +141,34 @@ def collect_garbage(
     *,
     dry_run: bool,
     min_age: timedelta,
+    history: bool = False,
 ) -> Protocol[GcReport]:
     """Delete blobs that no head in `namespaces` references and that are older than `min_age`.
 
-    Only heads count: a blob referenced by an older revision alone is collected. Blobs
-    younger than `min_age` stay, since a writer stores its blobs just before its
-    compare-and-swap references them.
+    Only heads count unless `history`: then every older revision of every head is read too,
+    and a blob any of them references stays. Blobs younger than `min_age` stay, since a
+    writer stores its blobs just before its compare-and-swap references them. If any head
+    cannot be decoded, nothing is deleted: its references are unknown.
     """
     blob_prefix = layout.namespace_prefix(BLOBS)
     blobs = yield from _all_keys(blob_prefix)
     referenced: set[str] = set()
+    unreadable: list[str] = []
     for namespace in namespaces:
         for key in (yield from _all_keys(layout.namespace_prefix(namespace))):
-            info: ObjectInfo | None = yield GetObject(key)
-            if info is not None and info.body is not None:
+            versions: list[str | None] = [None]
+            if history:
+                versions += yield from _older_versions(key)
+            for version_id in versions:
+                info: ObjectInfo | None = yield GetObject(key, version_id)
+                if info is None or info.body is None:
+                    continue  # deleted since it was listed
                 try:
                     envelope = yield from codec.decoding(info.body, name=key)
-                    _refs(envelope.payload, referenced)
                 except StashpointError:
+                    unreadable.append(key if version_id is None else f"{key}@{version_id}")
                     continue
+                _refs(envelope.payload, referenced)
     now = datetime.now(UTC)
     doomed: list[str] = []
     young = 0
@@ -164,11 +184,22 @@ def collect_garbage(
             continue
         doomed.append(digest)
     deleted = 0
-    if not dry_run:
+    if not dry_run and not unreadable:
         for digest in doomed:
             yield DeleteObject(layout.key(BLOBS, digest))
             deleted += 1
-    return GcReport(len(blobs), len(blobs) - len(doomed) - young, doomed, deleted, young)
+    return GcReport(
+        len(blobs), len(blobs) - len(doomed) - young, doomed, deleted, young, unreadable
+    )
+
+
+def _older_versions(key: str) -> Protocol[list[str | None]]:
+    """Return the version ids of a head's older revisions (none where nothing is versioned)."""
+    try:
+        refs: list[VersionRef] = yield ListVersions(key)
+    except ConfigurationError:
+        return []  # a bucket without versioning keeps no older revisions
+    return [r.version_id for r in refs if not r.is_latest and not r.is_delete_marker]
 
 
 def _all_keys(prefix: str) -> Protocol[list[str]]:
