@@ -352,23 +352,32 @@ def _increment(store: Any, checkpoint_id: str, tally: Counter[str], who: str, ti
         tally[who] += 1
 
 
+def _race_increments(
+    stash: stashpoint.Stash, threads: int, times: int
+) -> tuple[Envelope, Counter[str]]:
+    """Create a counter, let `threads` threads each increment it `times` times through one
+    shared client, and return the final head and the tally of successes and conflicts."""
+    stash.checkpoints.compare_and_swap(
+        Envelope.initial("counter", None, "k", 1, {"count": 0, "by": {}}), None
+    )
+    tally: Counter[str] = Counter()
+    workers = [
+        threading.Thread(
+            target=_increment, args=(stash.checkpoints, "counter", tally, f"t{i}", times)
+        )
+        for i in range(threads)
+    ]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return stash.checkpoints.load("counter"), tally
+
+
 def test_sixteen_threads_fifty_increments_each_end_at_800(seaweedfs: servers.S3Server) -> None:
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
     with stashpoint.open(url) as stash:  # one client shared by every thread
-        env = Envelope.initial("counter", None, "k", 1, {"count": 0, "by": {}})
-        stash.checkpoints.compare_and_swap(env, None)
-        tally: Counter[str] = Counter()
-        threads = [
-            threading.Thread(
-                target=_increment, args=(stash.checkpoints, "counter", tally, f"t{i}", 50)
-            )
-            for i in range(16)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        final = stash.checkpoints.load("counter")
+        final, tally = _race_increments(stash, threads=16, times=50)
     assert final.payload["count"] == 800 and final.revision == 800
     assert final.payload["by"] == {f"t{i}": 50 for i in range(16)}
     assert tally["conflicts"] > 0
@@ -439,20 +448,7 @@ def test_fault_proxy_loses_and_duplicates_nothing(seaweedfs: servers.S3Server) -
             read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
         )
         with stashpoint.open(url, client_config=config) as stash:
-            env = Envelope.initial("counter", None, "k", 1, {"count": 0, "by": {}})
-            stash.checkpoints.compare_and_swap(env, None)
-            tally: Counter[str] = Counter()
-            threads = [
-                threading.Thread(
-                    target=_increment, args=(stash.checkpoints, "counter", tally, f"t{i}", 50)
-                )
-                for i in range(8)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            final = stash.checkpoints.load("counter")
+            final, tally = _race_increments(stash, threads=8, times=50)
     acknowledged = sum(tally[f"t{i}"] for i in range(8))
     assert acknowledged == 400
     assert final.payload["count"] == acknowledged  # nothing lost, nothing duplicated
