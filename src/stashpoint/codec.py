@@ -123,7 +123,6 @@ class Codec:
 
     def compress(self, raw: bytes, *, name: str | None = None) -> bytes:
         """Return `raw` JSON as a zstd frame with size and checksum, within the size limit."""
-        # Compressor objects are not thread-safe; they are cheap to create per call.
         compressor: zstandard.ZstdCompressor | None = getattr(self._contexts, "compressor", None)
         if compressor is None:
             compressor = zstandard.ZstdCompressor(

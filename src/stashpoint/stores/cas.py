@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
 
 from stashpoint._sansio import Protocol, Sleep
@@ -103,33 +103,69 @@ class HeadFacts:
     """The head's revision."""
     pairs: frozenset[tuple[int, str]]
     """The `(revision, write_id)` pairs the head remembers, its own included."""
+    kind: str
+    """The envelope's kind."""
+    run_id: str | None
+    """The envelope's run id."""
+    stored_bytes: int | None = None
+    """Size of the stored object, where the read says."""
+    written_at: datetime | None = None
+    """When the object was written, where the storage says."""
     envelope: Envelope | None = None
     """The decoded envelope, when the read returned the body."""
+
+    def info(self, object_id: str) -> CheckpointInfo:
+        """Return these facts as the public `CheckpointInfo` of `object_id`."""
+        written_at = self.written_at
+        if written_at is None and self.envelope is not None:
+            written_at = self.envelope.updated_at
+        return CheckpointInfo(
+            id=object_id,
+            kind=self.kind,
+            revision=self.revision,
+            run_id=self.run_id,
+            stored_bytes=self.stored_bytes,
+            updated_at=written_at,
+        )
 
     def remembers(self, envelope: Envelope) -> bool:
         """Whether `envelope`'s save is this head or one of its remembered ancestors."""
         return (envelope.revision, envelope.write_id) in self.pairs
 
 
-def facts_from_metadata(etag: str, metadata: Mapping[str, str]) -> HeadFacts | None:
+def facts_from_metadata(info: ObjectInfo) -> HeadFacts | None:
     """Return the facts in a head's metadata, or None if it carries none (or bad ones)."""
+    metadata = info.metadata or {}
     try:
         revision = int(metadata[META_REVISION])
         write_id = metadata[META_WRITE_ID]
+        kind = metadata[META_KIND]
     except (KeyError, ValueError):
         return None
     lineage = [w for w in metadata.get(META_LINEAGE, "").split(".") if w]
     pairs = {(revision, write_id)}
     pairs.update((revision - 1 - i, w) for i, w in enumerate(lineage))
-    return HeadFacts(etag=etag, revision=revision, pairs=frozenset(pairs))
+    return HeadFacts(
+        etag=info.etag,
+        revision=revision,
+        pairs=frozenset(pairs),
+        kind=kind,
+        run_id=metadata.get(META_RUN_ID) or None,
+        stored_bytes=info.size,
+        written_at=info.last_modified,
+    )
 
 
-def facts_from_envelope(etag: str, envelope: Envelope) -> HeadFacts:
+def facts_from_envelope(info: ObjectInfo, envelope: Envelope) -> HeadFacts:
     """Return the facts of a head whose envelope was read."""
     return HeadFacts(
-        etag=etag,
+        etag=info.etag,
         revision=envelope.revision,
         pairs=frozenset(envelope.lineage_pairs()),
+        kind=envelope.kind,
+        run_id=envelope.run_id,
+        stored_bytes=info.size if info.size is not None else len(info.body or b""),
+        written_at=info.last_modified,
         envelope=envelope,
     )
 
@@ -354,10 +390,9 @@ class CasProtocol:
         info: ObjectInfo | None = yield HeadObject(key, version_id)
         if info is None:
             return None
-        if info.metadata is not None:
-            facts = facts_from_metadata(info.etag, info.metadata)
-            if facts is not None:
-                return facts
+        facts = facts_from_metadata(info)
+        if facts is not None:
+            return facts
         if info.body is None:
             # A head without our metadata (written by another tool): its envelope answers.
             info = yield GetObject(key, version_id)
@@ -365,7 +400,7 @@ class CasProtocol:
                 return None
         assert info.body is not None
         envelope = yield from self.codec.decoding(info.body, name=key)
-        return facts_from_envelope(info.etag, envelope)
+        return facts_from_envelope(info, envelope)
 
     def _search_history(self, key: str, envelope: Envelope) -> Protocol[_Verdict]:
         """Find whether `envelope`'s save landed, from the stored versions (binary search).
@@ -395,35 +430,12 @@ class CasProtocol:
     def describe(self, object_id: str) -> Protocol[CheckpointInfo]:
         """Return what the head says about itself: its metadata (one HEAD), else its body."""
         key = self.key(object_id)
-        info: ObjectInfo | None = yield HeadObject(key)
-        if info is None:
+        facts = yield from self.read_head(key)
+        if facts is None:
             raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
-        metadata = info.metadata or {}
-        facts = facts_from_metadata(info.etag, metadata)
-        if facts is not None and META_KIND in metadata:
-            return CheckpointInfo(
-                id=object_id,
-                kind=metadata[META_KIND],
-                revision=facts.revision,
-                run_id=metadata.get(META_RUN_ID) or None,
-                stored_bytes=info.size,
-                updated_at=info.last_modified,
-            )
-        if info.body is None:
-            # A backend without metadata, or a head written by another tool: the body answers.
-            info = yield GetObject(key)
-            if info is None:
-                raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
-        assert info.body is not None
-        envelope = yield from self._decode(info, key, object_id)
-        return CheckpointInfo(
-            id=object_id,
-            kind=envelope.kind,
-            revision=envelope.revision,
-            run_id=envelope.run_id,
-            stored_bytes=len(info.body),
-            updated_at=info.last_modified or envelope.updated_at,
-        )
+        if facts.envelope is not None:
+            _check_home(facts.envelope, key, object_id)
+        return facts.info(object_id)
 
     def delete(self, object_id: str, expected_revision: int | None = None) -> Protocol[None]:
         """Delete the head; with `expected_revision`, only if the head is still at it."""
@@ -488,8 +500,13 @@ class CasProtocol:
     def _decode(self, info: ObjectInfo, key: str, object_id: str) -> Protocol[Envelope]:
         assert info.body is not None
         envelope = yield from self.codec.decoding(info.body, name=key)
-        if envelope.id != object_id:
-            raise InvalidPayload(
-                f"object holds envelope {envelope.id!r}, not {object_id!r}", object_name=key
-            )
+        _check_home(envelope, key, object_id)
         return envelope
+
+
+def _check_home(envelope: Envelope, key: str, object_id: str) -> None:
+    """Refuse an envelope stored under another id's key (copied or misplaced by hand)."""
+    if envelope.id != object_id:
+        raise InvalidPayload(
+            f"object holds envelope {envelope.id!r}, not {object_id!r}", object_name=key
+        )
