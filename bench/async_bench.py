@@ -17,7 +17,7 @@ import asyncio
 import statistics
 import time
 
-import stashpoint._sansio as sansio
+import stashpoint.steps as sansio
 from bench.common import transcript
 from stashpoint import Envelope, open_async
 

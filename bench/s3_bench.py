@@ -124,7 +124,7 @@ def run(server: servers.S3Server) -> None:
 
 def large_fan_out(url: str, n: int = 16, rounds: int = 5) -> None:
     """Concurrent large saves, compression off the loop vs on it (alternating rounds)."""
-    import stashpoint._sansio as sansio
+    import stashpoint.steps as sansio
 
     payload = transcript(1 << 20)
 

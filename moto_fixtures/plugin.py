@@ -43,7 +43,7 @@ def create_stack(
     """Create the versioned bucket and the index table if missing (moto, or any endpoint)."""
     import boto3
 
-    from stashpoint.index.dynamodb import create_table
+    from stashpoint._backends.dynamodb import create_table
 
     kwargs: dict[str, Any] = {"region_name": "us-east-1"}
     if endpoint_url:

@@ -86,7 +86,7 @@ def dynamodb_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers
 @pytest.fixture
 def dynamodb_table(dynamodb_local: servers.DynamoDBServer) -> str:
     """A fresh index table on DynamoDB Local, created from the library's schema."""
-    from stashpoint.index.dynamodb import create_table
+    from stashpoint._backends.dynamodb import create_table
 
     name = f"idx-{uuid.uuid4().hex[:12]}"
     create_table(dynamodb_local.client(), name)

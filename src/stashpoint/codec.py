@@ -18,9 +18,9 @@ import pydantic
 import pydantic_core
 import zstandard
 
-from stashpoint._sansio import Compute, Protocol
 from stashpoint.envelope import Envelope
 from stashpoint.errors import InvalidPayload, LimitExceeded, StashpointError, UnsupportedFormat
+from stashpoint.steps import Compute, Steps, ask
 
 FORMAT_NAME = "stashpoint.envelope"
 """The name in the `format` field of every envelope."""
@@ -77,16 +77,17 @@ class Codec:
         """Return the stored bytes of `envelope` (a zstd frame with size and checksum)."""
         return self.compress(self.serialize(envelope), name=envelope.id)
 
-    def encoding(self, envelope: Envelope) -> Protocol[bytes]:
-        """Encode `envelope` as a protocol that yields its compression as `Compute`.
+    def encoding(self, envelope: Envelope) -> Steps[bytes]:
+        """Encode `envelope` as steps that yield its compression as `Compute`.
 
         The async driver then takes a large compression off the event loop.
         """
         raw = self.serialize(envelope)
-        body: bytes = yield Compute(
-            functools.partial(self.compress, raw, name=envelope.id), len(raw)
+        return (
+            yield from ask(
+                Compute(functools.partial(self.compress, raw, name=envelope.id), len(raw))
+            )
         )
-        return body
 
     def serialize(self, envelope: Envelope) -> bytes:
         """Return the envelope's JSON document, checked for non-finite numbers and size."""
@@ -146,13 +147,13 @@ class Codec:
         document = self.decode_document(data, name=name)
         return self.envelope_from_document(document, name=name)
 
-    def decoding(self, data: bytes, *, name: str | None = None) -> Protocol[Envelope]:
-        """Decode `data` as a protocol that yields its decompression as `Compute`.
+    def decoding(self, data: bytes, *, name: str | None = None) -> Steps[Envelope]:
+        """Decode `data` as steps that yield its decompression as `Compute`.
 
         The async driver then takes a large decompression off the event loop.
         """
         size = max(len(data), _declared_size(data))
-        raw: bytes = yield Compute(functools.partial(self.unwrap, data, name=name), size)
+        raw = yield from ask(Compute(functools.partial(self.unwrap, data, name=name), size))
         return self.envelope_from_document(self.parse_document(raw, name=name), name=name)
 
     def decode_document(self, data: bytes, *, name: str | None = None) -> dict[str, Any]:

@@ -13,19 +13,18 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stashpoint._sansio import Protocol
 from stashpoint.errors import ConfigurationError, StashpointError
 from stashpoint.ids import new_id
-from stashpoint.index.requests import DescribeIndex, IndexDescription
+from stashpoint.index.requests import DescribeIndex
 from stashpoint.index.schema import SECONDARY_INDEXES, TTL_ATTRIBUTE
-from stashpoint.stores.cas import Layout
+from stashpoint.steps import Steps, ask
+from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
     GetObject,
     ListVersions,
     Match,
-    ObjectInfo,
     PutObject,
     VersionRef,
     WriteOutcome,
@@ -74,13 +73,13 @@ class Check:
     """What was seen, and what to do about a WARN or FAIL."""
 
 
-def _put(key: str, body: bytes, condition: Create | Match) -> Protocol[tuple[WriteResult, float]]:
+def _put(key: str, body: bytes, condition: Create | Match) -> Steps[tuple[WriteResult, float]]:
     start = time.perf_counter()
-    result: WriteResult = yield PutObject(key, body, condition, content_encoding=None)
+    result = yield from ask(PutObject(key, body, condition, content_encoding=None))
     return result, (time.perf_counter() - start) * 1000
 
 
-def diagnose(layout: Layout, has_index: bool) -> Protocol[list[Check]]:
+def diagnose(layout: Layout, has_index: bool) -> Steps[list[Check]]:
     """Run every check; return the report (the probe object is always removed)."""
     checks: list[Check] = []
     key = layout.key(".doctor", f"probe-{new_id()}")
@@ -97,7 +96,7 @@ def diagnose(layout: Layout, has_index: bool) -> Protocol[list[Check]]:
     return checks
 
 
-def _conditional_writes(key: str) -> Protocol[list[Check]]:
+def _conditional_writes(key: str) -> Steps[list[Check]]:
     checks: list[Check] = []
     created, put_ms = yield from _put(key, b'{"probe": 1}', Create())
     if created.outcome is not WriteOutcome.STORED or created.etag is None:
@@ -105,7 +104,7 @@ def _conditional_writes(key: str) -> Protocol[list[Check]]:
     checks.append(Check("create (If-None-Match: *)", Status.PASS, f"PUT in {put_ms:.1f} ms"))
 
     start = time.perf_counter()
-    read: ObjectInfo | None = yield GetObject(key)
+    read = yield from ask(GetObject(key))
     get_ms = (time.perf_counter() - start) * 1000
     ok = read is not None and read.body == b'{"probe": 1}'
     checks.append(
@@ -134,9 +133,9 @@ def _conditional_writes(key: str) -> Protocol[list[Check]]:
     return checks
 
 
-def _versioning(key: str) -> Protocol[Check]:
+def _versioning(key: str) -> Steps[Check]:
     try:
-        versions: list[VersionRef] = yield ListVersions(key)
+        versions = yield from ask(ListVersions(key))
     except ConfigurationError:
         return Check("versioning", Status.WARN, _NO_VERSIONING)
     except StashpointError as exc:
@@ -147,28 +146,28 @@ def _versioning(key: str) -> Protocol[Check]:
     return Check("versioning", Status.WARN, "on, but older probe versions were not listed")
 
 
-def _cleanup(key: str) -> Protocol[Check]:
+def _cleanup(key: str) -> Steps[Check]:
     versioned = True
     try:
-        versions: list[VersionRef] = yield ListVersions(key)
+        versions = yield from ask(ListVersions(key))
     except StashpointError:
         versioned, versions = False, []
     for version in versions:  # every version and delete marker, for good
-        yield DeleteObject(key, version_id=version.version_id)
+        yield from ask(DeleteObject(key, version_id=version.version_id))
     if not versioned:
-        yield DeleteObject(key)
+        yield from ask(DeleteObject(key))
     remaining: list[VersionRef] = []
     if versioned:
-        remaining = yield ListVersions(key)
-    left: ObjectInfo | None = yield GetObject(key)
+        remaining = yield from ask(ListVersions(key))
+    left = yield from ask(GetObject(key))
     if remaining or left is not None:
         return Check("cleanup", Status.WARN, f"probe {key} could not be fully removed")
     return Check("cleanup", Status.PASS, "probe and all its versions removed")
 
 
-def _index() -> Protocol[list[Check]]:
+def _index() -> Steps[list[Check]]:
     try:
-        described: IndexDescription = yield DescribeIndex()
+        described = yield from ask(DescribeIndex())
     except StashpointError as exc:
         return [Check("index", Status.FAIL, f"unreachable: {exc}")]
     if not described.exists:

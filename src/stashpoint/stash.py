@@ -13,26 +13,30 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from stashpoint._routing import AsyncRouter, Router
-from stashpoint._sansio import Protocol, run_async, run_sync
+from stashpoint._backends.local import LocalTransport
+from stashpoint._backends.memory import MemoryTransport
+from stashpoint._backends.router import AsyncRouter, Router
+from stashpoint._backends.threaded import ThreadedAsyncTransport
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
 from stashpoint.errors import ConfigurationError
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
-from stashpoint.stores.cas import CHECKPOINTS, RUNS, CasProtocol, EtagCache, Layout
-from stashpoint.stores.local import LocalTransport
-from stashpoint.stores.memory import MemoryTransport
+from stashpoint.steps import Steps
+from stashpoint.stores.cas import CompareAndSwap, EtagCache
+from stashpoint.stores.layout import CHECKPOINTS, RUNS, Layout
 from stashpoint.stores.store import AsyncStore, Store
-from stashpoint.stores.threaded import ThreadedAsyncTransport
+from stashpoint.twins import Awaiting, Blocking, operation
 from stashpoint.url import StashUrl, parse_url, resolve_url
 
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
+    from stashpoint._backends.sqlite import SqliteIndexTransport
     from stashpoint.doctor import Check
-    from stashpoint.index.sqlite import SqliteIndexTransport
-    from stashpoint.runs.protocol import RunProtocol
+    from stashpoint.garbage import GcReport
     from stashpoint.runs.store import AsyncRunStore, RunStore
-    from stashpoint.stores.blobs import GcReport
+
+StoreT = TypeVar("StoreT", Store, AsyncStore)
+RunsT = TypeVar("RunsT", "RunStore", "AsyncRunStore")
 
 _shared_memory: dict[str, tuple[MemoryTransport, Any]] = {}
 _shared_memory_lock = threading.Lock()
@@ -89,7 +93,7 @@ def _index_factories(
             raise ConfigurationError("sqlite:// index needs a file path")
 
         def sqlite() -> SqliteIndexTransport:
-            from stashpoint.index.sqlite import SqliteIndexTransport
+            from stashpoint._backends.sqlite import SqliteIndexTransport
 
             return SqliteIndexTransport(Path(path).expanduser() if path != ":memory:" else path)
 
@@ -98,7 +102,7 @@ def _index_factories(
         table = spec.removeprefix("dynamodb://").strip("/")
         if not table:
             raise ConfigurationError("dynamodb:// index needs a table name")
-        import stashpoint.index.dynamodb as ddb  # boto3 loads only for DynamoDB indexes
+        import stashpoint._backends.dynamodb as ddb  # boto3 loads only for DynamoDB indexes
 
         config = ddb.DEFAULT_CLIENT_CONFIG
         if own.get("index_client_config") is not None:
@@ -118,7 +122,7 @@ def _index_factories(
 
 def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, Any]) -> _Backend:
     if parsed.scheme == "memory":
-        from stashpoint.index.sqlite import SqliteIndexTransport
+        from stashpoint._backends.sqlite import SqliteIndexTransport
 
         if parsed.location:
             with _shared_memory_lock:
@@ -149,7 +153,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
             async_index,
         )
     if parsed.scheme == "s3":
-        import stashpoint.stores.s3 as s3  # boto3 loads only for S3 stashes
+        import stashpoint._backends.s3 as s3  # boto3 loads only for S3 stashes
 
         settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
         index, async_index = _index_factories(own.get("index"), None, own)
@@ -179,11 +183,11 @@ class _Parts:
         threshold = own.get("blob_threshold")
         self.blob_threshold = None if threshold is None else int(threshold)
 
-    def cas(self, namespace: str) -> CasProtocol:
-        return CasProtocol(namespace, self.backend.layout, self.codec, self.retry, self.cache)
+    def cas(self, namespace: str) -> CompareAndSwap:
+        return CompareAndSwap(namespace, self.backend.layout, self.codec, self.retry, self.cache)
 
-    def gc(self, dry_run: bool, min_age: timedelta, history: bool) -> Protocol[GcReport]:
-        from stashpoint.stores.blobs import collect_garbage
+    def gc(self, dry_run: bool, min_age: timedelta, history: bool) -> Steps[GcReport]:
+        from stashpoint.garbage import collect_garbage
 
         return collect_garbage(
             self.backend.layout,
@@ -194,59 +198,79 @@ class _Parts:
             history=history,
         )
 
-    def doctor(self) -> Protocol[list[Check]]:
+    def doctor(self) -> Steps[list[Check]]:
         from stashpoint.doctor import diagnose
 
         return diagnose(self.backend.layout, self.backend.index is not None)
 
-    def runs(self) -> RunProtocol:
-        from stashpoint.index.protocol import IndexProtocol
-        from stashpoint.runs.protocol import RunProtocol
-        from stashpoint.stores.blobs import DEFAULT_THRESHOLD, BlobProtocol
+    def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
+        from stashpoint.runs.index import RunIndex
+        from stashpoint.stores.blobs import DEFAULT_THRESHOLD, Blobs
 
-        index = None if self.backend.index is None else IndexProtocol(self.ttl_seconds)
+        index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
-        blobs = BlobProtocol(self.backend.layout, self.codec, threshold)
-        return RunProtocol(self.cas(RUNS), blobs, index)
+        blobs = Blobs(self.backend.layout, self.codec, threshold)
+        return store_type(self.cas(RUNS), blobs, index, execute)
 
 
-class Stash:
-    """An open stash: checkpoints and runs, sharing one client. Close it (or use `with`)."""
+class _StashApi(Generic[StoreT]):
+    """What a stash is and does, defined once; see `Stash`."""
+
+    _store_type: type[StoreT]
 
     def __init__(self, url: str | None = None, options: Options | None = None) -> None:
         parts = _Parts(url, options or Options())
         self.url = parts.url
         """The URL this stash was opened with."""
-        index = parts.backend.index
-        self._transport = Router(parts.backend.objects(), None if index is None else index())
-        self.checkpoints = Store(parts.cas(CHECKPOINTS), self._transport.execute)
-        """Checkpoint envelopes: load, compare_and_swap, delete, history, list_ids."""
         self._parts = parts
+        self._transport = self._connect(parts.backend)
+        self._execute = self._transport.execute
+        self.checkpoints: StoreT = self._store_type(parts.cas(CHECKPOINTS), self._execute)
+        """Checkpoint envelopes: load, compare_and_swap, update, delete, history, list_ids,
+        describe."""
 
-    @functools.cached_property
-    def runs(self) -> RunStore:
-        """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
-        from stashpoint.runs.store import RunStore
+    def _connect(self, backend: _Backend) -> Any:
+        raise NotImplementedError
 
-        return RunStore(self._parts.runs(), self._transport.execute)
-
+    @operation
     def collect_garbage(
         self,
         *,
         dry_run: bool = True,
         min_age: timedelta = timedelta(hours=1),
         history: bool = False,
-    ) -> GcReport:
+    ) -> Steps[GcReport]:
         """Find (and unless `dry_run`, delete) blobs no checkpoint or run head references.
 
         With `history`, a blob any older revision references stays too (every revision is
         read). Nothing is deleted while some head cannot be decoded (`GcReport.unreadable`).
         """
-        return run_sync(self._parts.gc(dry_run, min_age, history), self._transport.execute)
+        return self._parts.gc(dry_run, min_age, history)
 
-    def doctor(self) -> list[Check]:
+    @operation
+    def doctor(self) -> Steps[list[Check]]:
         """Probe storage and index; see `stashpoint.doctor`. Leaves nothing behind."""
-        return run_sync(self._parts.doctor(), self._transport.execute)
+        return self._parts.doctor()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+class Stash(Blocking, _StashApi[Store]):
+    """An open stash: checkpoints and runs, sharing one client. Close it (or use `with`)."""
+
+    _store_type = Store
+
+    def _connect(self, backend: _Backend) -> Router:
+        index = backend.index
+        return Router(backend.objects(), None if index is None else index())
+
+    @functools.cached_property
+    def runs(self) -> RunStore:
+        """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
+        from stashpoint.runs.store import RunStore
+
+        return self._parts.runs(RunStore, self._execute)
 
     def close(self) -> None:
         """Release clients and files."""
@@ -263,42 +287,22 @@ class Stash:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"Stash({self.url!r})"
 
-
-class AsyncStash:
+class AsyncStash(Awaiting, _StashApi[AsyncStore]):
     """The asyncio twin of `Stash`; `async with` closes its clients."""
 
-    def __init__(self, url: str | None = None, options: Options | None = None) -> None:
-        parts = _Parts(url, options or Options())
-        self.url = parts.url
-        """The URL this stash was opened with."""
-        index = parts.backend.async_index
-        self._transport = AsyncRouter(
-            parts.backend.async_objects(), None if index is None else index()
-        )
-        self.checkpoints = AsyncStore(parts.cas(CHECKPOINTS), self._transport.execute)
-        """Checkpoint envelopes: the `Store` methods, awaitable."""
-        self._parts = parts
+    _store_type = AsyncStore
+
+    def _connect(self, backend: _Backend) -> AsyncRouter:
+        index = backend.async_index
+        return AsyncRouter(backend.async_objects(), None if index is None else index())
 
     @functools.cached_property
     def runs(self) -> AsyncRunStore:
-        """Graph runs: the `RunStore` methods, awaitable."""
+        """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
         from stashpoint.runs.store import AsyncRunStore
 
-        return AsyncRunStore(self._parts.runs(), self._transport.execute)
-
-    async def collect_garbage(
-        self,
-        *,
-        dry_run: bool = True,
-        min_age: timedelta = timedelta(hours=1),
-        history: bool = False,
-    ) -> GcReport:
-        """Find (and unless `dry_run`, delete) unreferenced blobs (see `Stash`)."""
-        protocol = self._parts.gc(dry_run, min_age, history)
-        return await run_async(protocol, self._transport.execute)
+        return self._parts.runs(AsyncRunStore, self._execute)
 
     async def close(self) -> None:
         """Release clients and files."""
@@ -314,9 +318,6 @@ class AsyncStash:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        return f"AsyncStash({self.url!r})"
 
 
 def open(url: str | None = None, **options: Any) -> Stash:

@@ -36,7 +36,7 @@ def _drop_index(url: str, options: dict[str, Any]) -> None:
             if path.exists():
                 path.unlink()
         return
-    from stashpoint.index.dynamodb import create_table
+    from stashpoint._backends.dynamodb import create_table
 
     table = url.split("index=dynamodb://")[1].split("&")[0]
     client = servers.DynamoDBServer(options["index_endpoint_url"]).client()

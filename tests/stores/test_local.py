@@ -175,7 +175,7 @@ def test_history_keeps_write_order_when_the_wall_clock_steps_back(
 ) -> None:
     """Version names start with a timestamp; a clock stepped back (NTP, a restored VM) must
     not sort a new revision below older ones, or history would drop revisions."""
-    import stashpoint.stores.local as local
+    import stashpoint._backends.local as local
 
     real = time.time_ns
     offset = [0]

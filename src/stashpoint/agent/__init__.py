@@ -1,10 +1,9 @@
 """Typed agent checkpoints (seed 000): state, turn phases, resume policy, conversations.
 
 Blocking handles work on `stash.checkpoints` (a `Store`), the `Async` ones on an
-`AsyncStash`'s; both run the same protocols (`agent.protocol`).
+`AsyncStash`'s; both are made from one definition of the steps in `agent.logic`.
 """
 
-from stashpoint.agent._io import AsyncTurn, Turn
 from stashpoint.agent.checkpoint import (
     AgentCheckpoint,
     AsyncAgentCheckpoint,
@@ -12,6 +11,14 @@ from stashpoint.agent.checkpoint import (
     CheckpointCursor,
 )
 from stashpoint.agent.conversation import AsyncConversationStore, ConversationStore
+from stashpoint.agent.logic import (
+    AsyncTurn,
+    Turn,
+    TurnResult,
+    after_turn,
+    parse_state,
+    resume_state,
+)
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
@@ -29,7 +36,6 @@ from stashpoint.agent.models import (
     TurnInFlight,
     Usage,
 )
-from stashpoint.agent.protocol import TurnResult, after_turn, parse_state, resume_state
 from stashpoint.agent.runner import AgentRunner, AsyncAgentRunner
 
 __all__ = [

@@ -2,31 +2,35 @@
 
 A second process resuming the same checkpoint (a zombie spot worker, a duplicated Lambda
 invocation) gets `CheckpointConflict` on its first save instead of forking the transcript.
-`AgentCheckpoint` / `CheckpointCursor` work on a `Store`; the `Async` twins on an
-`AsyncStore`; both run the protocols of `agent.protocol`.
+`AgentCheckpoint` / `CheckpointCursor` work on a `Store`, the `Async` twins on an
+`AsyncStore`; both are made from one definition (`stashpoint.twins`) of the steps in
+`agent.logic`.
 """
 
 from __future__ import annotations
 
-from typing import Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
-from stashpoint._sansio import run_async, run_sync
-from stashpoint.agent import _io, protocol
+from stashpoint.agent import logic
 from stashpoint.agent.models import AgentCheckpointState
 from stashpoint.envelope import Envelope
 from stashpoint.ids import new_id, validate_id
+from stashpoint.steps import Steps
 from stashpoint.stores.store import AsyncStore, Store
+from stashpoint.twins import Awaiting, Blocking, classoperation, operation
 
 StoreT = TypeVar("StoreT", Store, AsyncStore)
 
 
-class _Handle(Generic[StoreT]):
-    """Identity and store of a checkpoint handle, shared by the blocking and async ones."""
+class _CheckpointApi(Generic[StoreT]):
+    """A checkpoint handle, defined once; see `AgentCheckpoint`."""
 
     def __init__(self, checkpoint_id: str, store: StoreT) -> None:
         self._id = validate_id(checkpoint_id)
         self.store: StoreT = store
         """The store holding the checkpoint."""
+        self._cas = store._cas
+        self._execute = store._execute
 
     @classmethod
     def new(cls, store: StoreT) -> Self:
@@ -43,29 +47,49 @@ class _Handle(Generic[StoreT]):
         """The stable checkpoint identity."""
         return self._id
 
+    @operation
+    def load(self) -> Steps[tuple[Envelope, AgentCheckpointState]]:
+        """Load and validate the latest typed agent state."""
+        return logic.load(self._cas, self._id)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._id!r})"
 
 
-class AgentCheckpoint(_Handle[Store]):
+class AgentCheckpoint(Blocking, _CheckpointApi[Store]):
     """Stable handle binding one checkpoint identity to a store."""
 
-    def load(self) -> tuple[Envelope, AgentCheckpointState]:
-        """Load and validate the latest typed agent state."""
-        return run_sync(protocol.load(self._id), _io.blocking(self.store))
+
+class AsyncAgentCheckpoint(Awaiting, _CheckpointApi[AsyncStore]):
+    """The asyncio twin of `AgentCheckpoint`, on an `AsyncStore`."""
 
 
-HandleT = TypeVar("HandleT", "AgentCheckpoint", "AsyncAgentCheckpoint")
+HandleT = TypeVar("HandleT", AgentCheckpoint, AsyncAgentCheckpoint)
+CursorT = TypeVar("CursorT")
 
 
-class _Cursor(Generic[HandleT]):
-    """The latest envelope of one execution, shared by the blocking and async cursors."""
+class _CursorApi(Generic[HandleT, CursorT]):
+    """A cursor, defined once; see `CheckpointCursor`."""
 
     def __init__(self, handle: HandleT, envelope: Envelope) -> None:
         self.handle: HandleT = handle
         """The checkpoint this cursor saves to."""
         self.envelope = envelope
         """The envelope last saved or loaded."""
+        self._execute = handle._execute
+
+    @classoperation
+    def create(
+        cls: type[Any], handle: HandleT, state: AgentCheckpointState, run_id: str | None = None
+    ) -> Steps[CursorT]:
+        """Save the first state (create-only: fails if the id exists)."""
+        envelope = yield from logic.create(handle._cas, handle.id, state, run_id)
+        return cls(handle, envelope)  # type: ignore[no-any-return]
+
+    @classmethod
+    def loaded(cls, handle: HandleT, envelope: Envelope) -> Self:
+        """Continue from an envelope that was loaded."""
+        return cls(handle, envelope)
 
     @property
     def revision(self) -> int:
@@ -77,57 +101,19 @@ class _Cursor(Generic[HandleT]):
         """The checkpoint identity."""
         return self.envelope.id
 
-
-class CheckpointCursor(_Cursor["AgentCheckpoint"]):
-    """The latest saved envelope of one execution; each save is a compare-and-swap on it."""
-
-    @classmethod
-    def create(
-        cls, handle: AgentCheckpoint, state: AgentCheckpointState, run_id: str | None = None
-    ) -> CheckpointCursor:
-        """Save the first state (create-only: fails if the id exists)."""
-        envelope = run_sync(protocol.create(handle.id, state, run_id), _io.blocking(handle.store))
-        return cls(handle, envelope)
-
-    @classmethod
-    def loaded(cls, handle: AgentCheckpoint, envelope: Envelope) -> CheckpointCursor:
-        """Continue from an envelope that was loaded."""
-        return cls(handle, envelope)
-
     def next(self, state: AgentCheckpointState) -> Envelope:
         """Return the envelope that would save `state` next."""
         return self.envelope.next(state.to_payload())
 
-    def save(self, state: AgentCheckpointState) -> None:
+    @operation
+    def save(self, state: AgentCheckpointState) -> Steps[None]:
         """Save `state` as the next revision; `CheckpointConflict` if another writer won."""
-        self.envelope = run_sync(
-            protocol.save(self.envelope, state), _io.blocking(self.handle.store)
-        )
+        self.envelope = yield from logic.save(self.handle._cas, self.envelope, state)
 
 
-class AsyncAgentCheckpoint(_Handle[AsyncStore]):
-    """The asyncio twin of `AgentCheckpoint`, on an `AsyncStore`."""
-
-    async def load(self) -> tuple[Envelope, AgentCheckpointState]:
-        """Load and validate the latest typed agent state."""
-        return await run_async(protocol.load(self._id), _io.awaiting(self.store))
+class CheckpointCursor(Blocking, _CursorApi[AgentCheckpoint, "CheckpointCursor"]):
+    """The latest saved envelope of one execution; each save is a compare-and-swap on it."""
 
 
-class AsyncCheckpointCursor(_Cursor["AsyncAgentCheckpoint"]):
+class AsyncCheckpointCursor(Awaiting, _CursorApi[AsyncAgentCheckpoint, "AsyncCheckpointCursor"]):
     """The asyncio twin of `CheckpointCursor`."""
-
-    @classmethod
-    async def create(
-        cls, handle: AsyncAgentCheckpoint, state: AgentCheckpointState, run_id: str | None = None
-    ) -> AsyncCheckpointCursor:
-        """Save the first state (create-only: fails if the id exists)."""
-        envelope = await run_async(
-            protocol.create(handle.id, state, run_id), _io.awaiting(handle.store)
-        )
-        return cls(handle, envelope)
-
-    async def save(self, state: AgentCheckpointState) -> None:
-        """Save `state` as the next revision; `CheckpointConflict` if another writer won."""
-        self.envelope = await run_async(
-            protocol.save(self.envelope, state), _io.awaiting(self.handle.store)
-        )

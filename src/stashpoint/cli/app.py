@@ -22,6 +22,7 @@ from rich.table import Table
 
 import stashpoint
 from stashpoint import AttemptStatus, RunStatus, StashpointError
+from stashpoint.cli.tables import runs_table, when
 from stashpoint.codec import FORMAT
 from stashpoint.errors import ErrorKind
 
@@ -83,10 +84,6 @@ def _open(url: str | None) -> stashpoint.Stash:
     return stashpoint.open(url)
 
 
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _since(value: str | None) -> datetime | None:
     """Parse `--since`: an ISO date/time, or a duration like 30m, 12h, 7d."""
     if value is None:
@@ -112,7 +109,7 @@ def demo(
     kill_after: Annotated[int, typer.Option(help="Checkpoints before the SIGKILL.")] = 8,
 ) -> None:
     """Run the main job: a batch killed with SIGKILL partway, resumed, checked exactly-once."""
-    from stashpoint import demo as demo_module
+    from stashpoint.cli import demo as demo_module
 
     raise typer.Exit(demo_module.run_demo(url, items=items, kill_after=kill_after))
 
@@ -161,7 +158,7 @@ def list_checkpoints(
     for i in infos:
         table.add_row(
             escape(i.id), escape(i.kind), str(i.revision), escape(i.run_id or "-"),
-            "-" if i.stored_bytes is None else str(i.stored_bytes), _when(i.updated_at),
+            "-" if i.stored_bytes is None else str(i.stored_bytes), when(i.updated_at),
         )  # fmt: skip
     out.print(table)
 
@@ -194,7 +191,7 @@ def history(
     for column in ("revision", "written", "write id", "payload bytes"):
         table.add_column(column)
     for e, row in zip(revisions, rows, strict=True):
-        table.add_row(str(e.revision), _when(e.updated_at), e.write_id, str(row["payload_bytes"]))
+        table.add_row(str(e.revision), when(e.updated_at), e.write_id, str(row["payload_bytes"]))
     out.print(table)
 
 
@@ -393,23 +390,6 @@ def runs_list(
         out.print(f"more: --cursor {page.cursor}")
 
 
-def runs_table(rows: list[Any]) -> Table:
-    """Return a table of run rows."""
-    table = Table(title="runs")
-    table.add_column("run", no_wrap=True)
-    for column in ("graph", "status", "attempts", "failed", "running", "created", "updated"):
-        table.add_column(column)
-    colours = {"completed": "green", "failed": "red", "running": "cyan", "interrupted": "yellow"}
-    for r in rows:
-        colour = colours.get(r.status.value, "white")
-        table.add_row(
-            r.run_id, escape(r.graph_name), f"[{colour}]{r.status.value}[/]", str(r.attempts),
-            str(r.failed_attempts), str(r.running_attempts), _when(r.created_at),
-            _when(r.updated_at),
-        )  # fmt: skip
-    return table
-
-
 @runs_app.command("show")
 def runs_show(
     run_id: Annotated[str, typer.Argument(help="Run id.")],
@@ -429,7 +409,7 @@ def runs_show(
         return
     out.print(f"[bold]{state.run_id}[/] graph [bold]{state.graph_name}[/] "
               f"status [bold]{state.status.value}[/]")  # fmt: skip
-    out.print(f"created {_when(state.created_at)}, updated {_when(state.updated_at)}, "
+    out.print(f"created {when(state.created_at)}, updated {when(state.updated_at)}, "
               f"{summary.total_attempts} attempts over {summary.total_nodes_executed} nodes, "
               f"{summary.failed_attempts} failed, snapshot {snapshot_bytes} bytes")  # fmt: skip
     if state.error:
@@ -450,7 +430,7 @@ def runs_show(
         colour = {AttemptStatus.COMPLETED: "green", AttemptStatus.FAILED: "red"}.get(
             a.status, "cyan"
         )
-        table.add_row(_when(a.started_at), escape(a.node_id), str(a.attempt),
+        table.add_row(when(a.started_at), escape(a.node_id), str(a.attempt),
                       f"[{colour}]{a.status.value}[/]", took, escape(a.error or ""))  # fmt: skip
     out.print(table)
 

@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stashpoint.steps import Request
+
 Item = Mapping[str, Any]
 """One index item: string keys, values that are str, int or None (None: absent)."""
 
 
 @dataclass(frozen=True, slots=True)
-class PutItems:
+class PutItems(Request["int"]):
     """Request: write items, each only if its stored `revision` is lower (or it is absent).
 
     Result: the number of items written (stale ones are skipped, not errors).
@@ -22,7 +24,7 @@ class PutItems:
 
 
 @dataclass(frozen=True, slots=True)
-class GetItem:
+class GetItem(Request["dict[str, Any] | None"]):
     """Request: read one item by key. Result: the item or None."""
 
     pk: str
@@ -32,7 +34,7 @@ class GetItem:
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteItem:
+class DeleteItem(Request["None"]):
     """Request: delete one item by key. Result: None."""
 
     pk: str
@@ -42,7 +44,7 @@ class DeleteItem:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryItems:
+class QueryItems(Request["ItemPage"]):
     """Request: one page of a secondary index partition, sort key descending.
 
     Result: `ItemPage`. `after` is the cursor of the previous page (an item's keys).
@@ -73,7 +75,7 @@ class ItemPage:
 
 
 @dataclass(frozen=True, slots=True)
-class DescribeIndex:
+class DescribeIndex(Request["IndexDescription"]):
     """Request: what the index store has. Result: `IndexDescription`."""
 
 

@@ -1,18 +1,47 @@
 """`RunStore` (blocking) and `AsyncRunStore` (asyncio): the graph-run API of seed 004.
 
-The API is defined once, in `_RunApi`: each operation names its parameters, documents
-itself and returns the protocol (`runs.protocol`) that does the work. The two stores are
-made from it, so they cannot drift apart in signature, documentation or behaviour.
+A run's state is one envelope (kind `stashpoint.run`) under `runs/{run_id}`. Every
+transition loads it, applies a pure transition (`runs.transitions`), saves the result with
+the store's one optimistic-update loop (`CompareAndSwap.update`), so concurrent workers
+completing attempts of one run lose nothing. The index is written after storage, never
+before (`runs.index`).
+
+The API is defined once, in `_RunApi`: each operation has its signature, docstring and
+logic there, as steps. `RunStore` and `AsyncRunStore` inherit it and differ only in their
+driver (`stashpoint.twins`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from stashpoint._sansio import Protocol, awaiting, blocking
+import pydantic
+
+from stashpoint.envelope import Envelope, utc_now
+from stashpoint.errors import (
+    AttemptNotFound,
+    CheckpointConflict,
+    CheckpointNotFound,
+    ConfigurationError,
+    GraphDriftError,
+    InvalidPayload,
+    RunNotFound,
+    StashpointError,
+    UnsupportedFormat,
+)
+from stashpoint.ids import new_id, validate_id
+from stashpoint.index.requests import PutItems
+from stashpoint.retry import RetryPolicy
+from stashpoint.runs import transitions
+from stashpoint.runs.index import RunIndex
 from stashpoint.runs.models import (
+    RUN_KIND,
+    RUN_SCHEMA_VERSION,
     AttemptRow,
     AttemptStatus,
     CheckpointMetadata,
@@ -24,14 +53,69 @@ from stashpoint.runs.models import (
     RunSummary,
     TraceContext,
 )
-from stashpoint.runs.protocol import RunProtocol
+from stashpoint.steps import Steps, ask
+from stashpoint.stores.blobs import Blobs
+from stashpoint.stores.cas import CompareAndSwap
+from stashpoint.stores.objects import ListKeys
+from stashpoint.twins import Awaiting, Blocking, operation
+
+RUN_RETRY = RetryPolicy(max_attempts=100, base_delay=0.005, max_delay=0.25)
+"""Retry policy of transition loops: many workers may update one run at once."""
+
+ATTEMPT_SEPARATOR = "~"
+"""Separates the run id from the unique part of an attempt id (`{run_id}~{uuid7}`)."""
+
+
+def run_of(attempt_id: str) -> str:
+    """Return the run id embedded in an attempt id (no scan needed to find the run)."""
+    run_id, sep, _ = attempt_id.rpartition(ATTEMPT_SEPARATOR)
+    if not sep or not run_id:
+        raise AttemptNotFound("not an attempt id of this library", object_name=attempt_id)
+    return run_id
+
+
+def state_of(envelope: Envelope) -> RunState:
+    """Return the typed run state of an envelope, checking its kind and schema version."""
+    if envelope.kind != RUN_KIND:
+        raise InvalidPayload(f"not a run: kind is {envelope.kind!r}", object_name=envelope.id)
+    if envelope.schema_version > RUN_SCHEMA_VERSION:
+        raise UnsupportedFormat(
+            f"run schema version {envelope.schema_version} is newer than this library reads",
+            object_name=envelope.id,
+        )
+    try:
+        return RunState.model_validate(envelope.payload)
+    except pydantic.ValidationError as exc:
+        raise InvalidPayload(f"run state is invalid: {exc}", object_name=envelope.id) from exc
 
 
 class _RunApi:
-    """The run operations, each returning its protocol."""
+    """The run operations, defined once as steps; see `RunStore`."""
 
-    _runs: RunProtocol
+    def __init__(
+        self,
+        cas: CompareAndSwap,
+        blobs: Blobs,
+        index: RunIndex | None,
+        execute: Callable[[Any], Any],
+        *,
+        retry: RetryPolicy = RUN_RETRY,
+        cache_size: int = 1024,
+    ) -> None:
+        self._cas = cas
+        self._blobs = blobs
+        self._index = index
+        self._execute = execute
+        self._retry = retry
+        # The last envelope this process wrote or read per run: a single writer then saves
+        # with one PUT and no GET. A stale entry only costs a conflict and a reload.
+        self._latest: OrderedDict[str, Envelope] = OrderedDict()
+        self._latest_lock = threading.Lock()
+        self._cache_size = cache_size
 
+    # -- the seed's operations -------------------------------------------------------------
+
+    @operation
     def create_run(
         self,
         graph_name: str,
@@ -40,16 +124,29 @@ class _RunApi:
         namespace: str = "default",
         graph_hash: str | None = None,
         trace_ctx: TraceContext | None = None,
-    ) -> Protocol[str]:
+    ) -> Steps[str]:
         """Create a running run; return its id (a new UUIDv7 unless `run_id` is given)."""
-        return self._runs.create_run(
-            graph_name,
+        run_id = validate_id(run_id or new_id(), what="run id")
+        now = utc_now()
+        state = RunState(
             run_id=run_id,
+            graph_name=graph_name,
             namespace=namespace,
             graph_hash=graph_hash,
             trace_ctx=trace_ctx,
+            created_at=now,
+            updated_at=now,
         )
+        envelope = Envelope.initial(
+            run_id, run_id, RUN_KIND, RUN_SCHEMA_VERSION, state.model_dump(mode="json")
+        )
+        yield from self._cas.compare_and_swap(envelope, None)
+        self._remember(envelope)
+        if self._index is not None:
+            yield from self._index.record(None, state, envelope.revision)
+        return run_id
 
+    @operation
     def record_attempt(
         self,
         run_id: str,
@@ -58,33 +155,77 @@ class _RunApi:
         input: Any = None,
         *,
         trace_ctx: TraceContext | None = None,
-    ) -> Protocol[str]:
+    ) -> Steps[str]:
         """Record a running attempt of `node_id`; return the attempt id.
 
         Recording an attempt resumes an interrupted run.
         """
-        return self._runs.record_attempt(run_id, node_id, attempt, input, trace_ctx)
+        attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+        stored_input = yield from self._blobs.offload(input)
+        yield from self._apply(
+            run_id,
+            lambda state, now: transitions.record_attempt(
+                state,
+                attempt_id=attempt_id,
+                node_id=node_id,
+                attempt=attempt,
+                input=stored_input,
+                trace_ctx=trace_ctx,
+                now=now,
+            ),
+        )
+        return attempt_id
 
+    @operation
     def complete_attempt(
         self, attempt_id: str, output: Any, meta: dict[str, Any] | None = None
-    ) -> Protocol[None]:
+    ) -> Steps[None]:
         """Mark a running attempt completed with its output and metadata."""
-        return self._runs.complete_attempt(attempt_id, output, meta or {})
+        stored_output = yield from self._blobs.offload(output)
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda state, now: transitions.complete_attempt(
+                state, attempt_id, output=stored_output, meta=meta or {}, now=now
+            ),
+        )
 
-    def fail_attempt(self, attempt_id: str, error: str) -> Protocol[None]:
+    @operation
+    def fail_attempt(self, attempt_id: str, error: str) -> Steps[None]:
         """Mark a running attempt failed."""
-        return self._runs.fail_attempt(attempt_id, error)
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda state, now: transitions.fail_attempt(state, attempt_id, error=error, now=now),
+        )
 
-    def record_interrupt(self, attempt_id: str, interrupt: Interrupt) -> Protocol[None]:
+    @operation
+    def record_interrupt(self, attempt_id: str, interrupt: Interrupt) -> Steps[None]:
         """Mark a running attempt, and its run, interrupted."""
-        return self._runs.record_interrupt(attempt_id, interrupt)
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda state, now: transitions.record_interrupt(
+                state, attempt_id, interrupt=interrupt, now=now
+            ),
+        )
 
+    @operation
     def save_state_snapshot(
         self, run_id: str, state: dict[str, Any], *, metadata: CheckpointMetadata | None = None
-    ) -> Protocol[None]:
-        """Replace the run's state snapshot (with its graph-hash metadata, if given)."""
-        return self._runs.save_state_snapshot(run_id, state, metadata)
+    ) -> Steps[None]:
+        """Replace the run's state snapshot (with its graph-hash metadata, if given).
 
+        Large values are stored once as blobs.
+        """
+        stored: dict[str, Any] = {}
+        for key, value in state.items():
+            stored[key] = yield from self._blobs.offload(value)
+        yield from self._apply(
+            run_id,
+            lambda current, now: transitions.save_state_snapshot(
+                current, stored, metadata=metadata, now=now
+            ),
+        )
+
+    @operation
     def load_run(
         self,
         run_id: str,
@@ -92,35 +233,56 @@ class _RunApi:
         graph_hash: str | None = None,
         allow_graph_drift: bool = False,
         resolve_blobs: bool = True,
-    ) -> Protocol[RunState | None]:
+    ) -> Steps[RunState | None]:
         """Return the run's full state, None if unknown.
 
         With `graph_hash`, a run recorded with another graph raises `GraphDriftError`
         unless `allow_graph_drift`. Repairs the index if it lags behind storage.
         """
-        return self._runs.load_run(
-            run_id,
-            graph_hash=graph_hash,
-            allow_graph_drift=allow_graph_drift,
-            resolve_blobs=resolve_blobs,
+        return self._load_run(run_id, graph_hash, allow_graph_drift, resolve_blobs)
+
+    @operation
+    def complete_run(self, run_id: str) -> Steps[None]:
+        """Mark a running run completed (only from running: else `TerminalStateConflict`)."""
+        return self._finish_run(run_id, RunStatus.COMPLETED, None)
+
+    @operation
+    def fail_run(self, run_id: str, error: str) -> Steps[None]:
+        """Mark a running run failed, keeping the error."""
+        return self._finish_run(run_id, RunStatus.FAILED, error)
+
+    @operation
+    def cancel_run(self, run_id: str) -> Steps[None]:
+        """Cancel a running or interrupted run and its running attempts."""
+        yield from self._apply(run_id, lambda state, now: transitions.cancel_run(state, now=now))
+
+    @operation
+    def summarize_run(self, run_id: str) -> Steps[RunSummary | None]:
+        """Return the run's summary, None if unknown."""
+        state = yield from self._load_run(run_id, None, True, False)
+        if state is None:
+            return None
+        trace_id = next(
+            (a.meta["trace_id"] for a in state.attempts if isinstance(a.meta.get("trace_id"), str)),
+            None,
+        )
+        trace_ctx = next((a.trace_ctx for a in state.attempts if a.trace_ctx), state.trace_ctx)
+        return RunSummary(
+            run_id=state.run_id,
+            graph_name=state.graph_name,
+            status=state.status,
+            total_nodes_executed=len({a.node_id for a in state.attempts}),
+            total_attempts=len(state.attempts),
+            failed_attempts=sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED),
+            trace_id=trace_id,
+            trace_ctx=trace_ctx,
+            started_at=state.created_at,
+            finished_at=None if state.status is RunStatus.RUNNING else state.updated_at,
         )
 
-    def complete_run(self, run_id: str) -> Protocol[None]:
-        """Mark a running run completed (only from running: else `TerminalStateConflict`)."""
-        return self._runs.finish_run(run_id, RunStatus.COMPLETED, None)
+    # -- listings (index only) -------------------------------------------------------------
 
-    def fail_run(self, run_id: str, error: str) -> Protocol[None]:
-        """Mark a running run failed, keeping the error."""
-        return self._runs.finish_run(run_id, RunStatus.FAILED, error)
-
-    def cancel_run(self, run_id: str) -> Protocol[None]:
-        """Cancel a running or interrupted run and its running attempts."""
-        return self._runs.cancel_run(run_id)
-
-    def summarize_run(self, run_id: str) -> Protocol[RunSummary | None]:
-        """Return the run's summary, None if unknown."""
-        return self._runs.summarize_run(run_id)
-
+    @operation
     def list_runs(
         self,
         *,
@@ -130,9 +292,9 @@ class _RunApi:
         namespace: str = "default",
         limit: int = 50,
         cursor: str | None = None,
-    ) -> Protocol[Page[RunRow]]:
+    ) -> Steps[Page[RunRow]]:
         """Return one page of runs, newest first, from the index only."""
-        return self._runs.require_index().list_runs(
+        return self._require_index().list_runs(
             namespace=namespace,
             graph_name=graph_name,
             status=status,
@@ -141,6 +303,7 @@ class _RunApi:
             cursor=cursor,
         )
 
+    @operation
     def list_attempts(
         self,
         status: AttemptStatus = AttemptStatus.RUNNING,
@@ -149,62 +312,149 @@ class _RunApi:
         since: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
-    ) -> Protocol[Page[AttemptRow]]:
+    ) -> Steps[Page[AttemptRow]]:
         """Return one page of attempts in `status` (running by default), from the index."""
-        return self._runs.require_index().list_attempts(
+        return self._require_index().list_attempts(
             namespace=namespace, status=status, since=since, limit=limit, cursor=cursor
         )
 
-    def reindex(self, *, resume: bool = True) -> Protocol[int]:
-        """Rebuild the index from storage (idempotent, resumable); return runs indexed."""
-        return self._runs.reindex(resume=resume)
+    @operation
+    def reindex(self, *, resume: bool = True) -> Steps[int]:
+        """Rebuild the index from storage (idempotent, resumable); return runs indexed.
+
+        Writes are conditional on revision; progress is kept in the index after every page,
+        and a new call continues after it unless `resume=False`.
+        """
+        index = self._require_index()
+        marker = f"runs:{self._cas.layout.prefix or '-'}"
+        start_after = (yield from index.read_marker(marker)) if resume else None
+        base = self._cas.layout.namespace_prefix(self._cas.namespace)
+        indexed = 0
+        while True:
+            page = yield from ask(ListKeys(base, None, 100, start_after))
+            for key in page.keys:
+                run_id = key[len(base) :]
+                if "/" in run_id:
+                    continue
+                try:
+                    envelope = yield from self._cas.load(run_id)
+                except CheckpointNotFound:
+                    continue
+                yield from ask(PutItems(index.items(None, state_of(envelope), envelope.revision)))
+                indexed += 1
+            if not page.keys:
+                break
+            start_after = page.keys[-1]
+            yield from index.write_marker(marker, start_after)
+            if page.next_token is None:
+                break
+        yield from index.clear_marker(marker)
+        return indexed
+
+    # -- logic shared by the operations ----------------------------------------------------
+
+    def _require_index(self) -> RunIndex:
+        if self._index is None:
+            raise ConfigurationError(
+                "this stash has no index: open it with ?index=dynamodb://TABLE (S3) or use the "
+                "local default, which keeps one in SQLite"
+            )
+        return self._index
+
+    def _load_run(
+        self, run_id: str, graph_hash: str | None, allow_graph_drift: bool, resolve_blobs: bool
+    ) -> Steps[RunState | None]:
+        try:
+            envelope = yield from self._cas.load(run_id)
+        except CheckpointNotFound:
+            return None
+        self._remember(envelope)
+        state = state_of(envelope)
+        if (
+            graph_hash is not None
+            and state.graph_hash is not None
+            and state.graph_hash != graph_hash
+            and not allow_graph_drift
+        ):
+            raise GraphDriftError(run_id, stored_hash=state.graph_hash, current_hash=graph_hash)
+        if self._index is not None:
+            # The index is derived: a failed repair must not fail a read.
+            with contextlib.suppress(StashpointError):
+                yield from self._index.repair(state, envelope.revision)
+        if resolve_blobs:
+            state = yield from self._resolve(state)
+        return state
+
+    def _finish_run(self, run_id: str, status: RunStatus, error: str | None) -> Steps[None]:
+        yield from self._apply(
+            run_id, lambda state, now: transitions.finish_run(state, status, error=error, now=now)
+        )
+
+    def _apply(
+        self, run_id: str, transition: Callable[[RunState, datetime], RunState]
+    ) -> Steps[RunState]:
+        """Apply a pure transition with the store's optimistic-update loop, then index it."""
+        seen: list[tuple[RunState, RunState]] = []
+
+        def mutate(envelope: Envelope) -> Any:
+            old = state_of(envelope)
+            new = transition(old, utc_now())
+            seen.append((old, new))
+            return new.model_dump(mode="json")
+
+        try:
+            saved = yield from self._cas.update(
+                run_id, mutate, retry=self._retry, known=self._cached(run_id)
+            )
+        except CheckpointNotFound:
+            raise RunNotFound("no run with this id", object_name=run_id) from None
+        except CheckpointConflict:
+            self._forget(run_id)
+            raise
+        self._remember(saved)
+        old, new = seen[-1]
+        if self._index is not None:
+            yield from self._index.record(old, new, saved.revision)
+        return new
+
+    def _resolve(self, state: RunState) -> Steps[RunState]:
+        attempts = []
+        for record in state.attempts:
+            resolved_input = yield from self._blobs.resolve(record.input)
+            resolved_output = yield from self._blobs.resolve(record.output)
+            attempts.append(
+                record.model_copy(update={"input": resolved_input, "output": resolved_output})
+            )
+        snapshot = {}
+        for key, value in state.state_snapshot.items():
+            snapshot[key] = yield from self._blobs.resolve(value)
+        return state.model_copy(update={"attempts": tuple(attempts), "state_snapshot": snapshot})
+
+    def _cached(self, run_id: str) -> Envelope | None:
+        with self._latest_lock:
+            return self._latest.get(run_id)
+
+    def _remember(self, envelope: Envelope) -> None:
+        with self._latest_lock:
+            current = self._latest.get(envelope.id)
+            if current is None or current.revision <= envelope.revision:
+                self._latest[envelope.id] = envelope
+                self._latest.move_to_end(envelope.id)
+            while len(self._latest) > self._cache_size:
+                self._latest.popitem(last=False)
+
+    def _forget(self, run_id: str) -> None:
+        with self._latest_lock:
+            self._latest.pop(run_id, None)
 
 
-class RunStore:
+class RunStore(Blocking, _RunApi):
     """Durable per-attempt recording of graph runs. Thread-safe: share one per process.
 
     Unknown runs raise `RunNotFound`, unknown attempts `AttemptNotFound`, transitions out of
     a final state `TerminalStateConflict`.
     """
 
-    def __init__(self, protocol: RunProtocol, execute: Callable[[Any], Any]) -> None:
-        self._runs = protocol
-        self._execute = execute
 
-    create_run = blocking(_RunApi.create_run)
-    record_attempt = blocking(_RunApi.record_attempt)
-    complete_attempt = blocking(_RunApi.complete_attempt)
-    fail_attempt = blocking(_RunApi.fail_attempt)
-    record_interrupt = blocking(_RunApi.record_interrupt)
-    save_state_snapshot = blocking(_RunApi.save_state_snapshot)
-    load_run = blocking(_RunApi.load_run)
-    complete_run = blocking(_RunApi.complete_run)
-    fail_run = blocking(_RunApi.fail_run)
-    cancel_run = blocking(_RunApi.cancel_run)
-    summarize_run = blocking(_RunApi.summarize_run)
-    list_runs = blocking(_RunApi.list_runs)
-    list_attempts = blocking(_RunApi.list_attempts)
-    reindex = blocking(_RunApi.reindex)
-
-
-class AsyncRunStore:
+class AsyncRunStore(Awaiting, _RunApi):
     """The asyncio twin of `RunStore`: the same methods, awaitable."""
-
-    def __init__(self, protocol: RunProtocol, execute: Callable[[Any], Awaitable[Any]]) -> None:
-        self._runs = protocol
-        self._execute = execute
-
-    create_run = awaiting(_RunApi.create_run)
-    record_attempt = awaiting(_RunApi.record_attempt)
-    complete_attempt = awaiting(_RunApi.complete_attempt)
-    fail_attempt = awaiting(_RunApi.fail_attempt)
-    record_interrupt = awaiting(_RunApi.record_interrupt)
-    save_state_snapshot = awaiting(_RunApi.save_state_snapshot)
-    load_run = awaiting(_RunApi.load_run)
-    complete_run = awaiting(_RunApi.complete_run)
-    fail_run = awaiting(_RunApi.fail_run)
-    cancel_run = awaiting(_RunApi.cancel_run)
-    summarize_run = awaiting(_RunApi.summarize_run)
-    list_runs = awaiting(_RunApi.list_runs)
-    list_attempts = awaiting(_RunApi.list_attempts)
-    reindex = awaiting(_RunApi.reindex)

@@ -1,4 +1,4 @@
-"""The compare-and-swap protocol over object storage, written once and free of I/O.
+"""The compare-and-swap logic over object storage, written once and free of I/O.
 
 Every save is a conditional PUT: create with `If-None-Match: *`, update with `If-Match:
 <ETag of the revision the writer read>`. When the answer is not definite (a timeout, a reset,
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
-from stashpoint._sansio import Protocol, Sleep
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH, CheckpointInfo, Envelope
 from stashpoint.errors import (
@@ -29,20 +30,19 @@ from stashpoint.errors import (
 )
 from stashpoint.ids import validate_id
 from stashpoint.retry import RetryPolicy
+from stashpoint.steps import Sleep, Steps, ask
+from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
     GetObject,
     HeadObject,
-    KeyPage,
     ListKeys,
     ListVersions,
     Match,
     ObjectInfo,
     PutObject,
-    VersionRef,
     WriteOutcome,
-    WriteResult,
 )
 
 META_KIND = "stashpoint-kind"
@@ -55,29 +55,6 @@ META_RUN_ID = "stashpoint-run-id"
 """Object metadata: the envelope's run id (absent when it has none)."""
 META_LINEAGE = "stashpoint-lineage"
 """Object metadata: write ids of the preceding revisions, newest first, joined by '.'."""
-
-CHECKPOINTS = "checkpoints"
-"""Namespace of agent and job checkpoint heads."""
-RUNS = "runs"
-"""Namespace of graph-run heads."""
-BLOBS = "blobs"
-"""Namespace of immutable content-addressed blobs."""
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """Where things live under a store's prefix: `{prefix}/{namespace}/{id}`."""
-
-    prefix: str = ""
-    """Key prefix shared by every object of this store (no leading or trailing '/')."""
-
-    def key(self, namespace: str, object_id: str) -> str:
-        """Return the object key of `object_id` in `namespace`."""
-        return f"{self.namespace_prefix(namespace)}{object_id}"
-
-    def namespace_prefix(self, namespace: str) -> str:
-        """Return the key prefix of every object in `namespace`."""
-        return f"{self.prefix}/{namespace}/" if self.prefix else f"{namespace}/"
 
 
 def head_metadata(envelope: Envelope) -> dict[str, str]:
@@ -244,14 +221,14 @@ def judge_write(
     return _Verdict.LOST
 
 
-class CasProtocol:
-    """Load, compare-and-swap, delete and list envelopes in one namespace, as protocols."""
+class CompareAndSwap:
+    """Load, compare-and-swap, update, delete and list envelopes in one namespace, as steps."""
 
     def __init__(
         self, namespace: str, layout: Layout, codec: Codec, retry: RetryPolicy, cache: EtagCache
     ) -> None:
         self.namespace = namespace
-        """The namespace (`checkpoints`, `runs`) this protocol works in."""
+        """The namespace (`checkpoints`, `runs`) these steps work in."""
         self.layout = layout
         """Where the namespace lives."""
         self.codec = codec
@@ -259,16 +236,16 @@ class CasProtocol:
         self.retry = retry
         """Retry policy for 409s and resends."""
         self.cache = cache
-        """ETags of revisions seen, shared by the store's protocols."""
+        """ETags of revisions seen, shared by every namespace of the stash."""
 
     def key(self, object_id: str) -> str:
         """Return the object key of a (validated) id."""
         return self.layout.key(self.namespace, validate_id(object_id))
 
-    def load(self, object_id: str, revision: int | None = None) -> Protocol[Envelope]:
+    def load(self, object_id: str, revision: int | None = None) -> Steps[Envelope]:
         """Return the head envelope, or the given older revision (searched in history)."""
         key = self.key(object_id)
-        info: ObjectInfo | None = yield GetObject(key)
+        info = yield from ask(GetObject(key))
         if info is None:
             raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
         envelope = yield from self._decode(info, key, object_id)
@@ -280,11 +257,11 @@ class CasProtocol:
                 f"revision {revision} does not exist (head is {envelope.revision})",
                 object_name=object_id,
             )
-        versions: list[VersionRef] = yield ListVersions(key)
+        versions = yield from ask(ListVersions(key))
         for version in versions:
             if version.is_delete_marker or version.is_latest:
                 continue
-            old: ObjectInfo | None = yield GetObject(key, version.version_id)
+            old = yield from ask(GetObject(key, version.version_id))
             if old is None:
                 continue
             candidate = yield from self._decode(old, key, object_id)
@@ -294,7 +271,7 @@ class CasProtocol:
                 break
         raise CheckpointNotFound(f"revision {revision} is not in history", object_name=object_id)
 
-    def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Protocol[None]:
+    def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Steps[None]:
         """Store `envelope` if the head is at `expected_revision` (None: if there is none)."""
         if expected_revision is not None and envelope.revision != expected_revision + 1:
             raise InvalidPayload(
@@ -328,7 +305,7 @@ class CasProtocol:
         copy_may_have_landed = False
         while True:
             attempt += 1
-            result: WriteResult = yield request
+            result = yield from ask(request)
             if result.outcome is WriteOutcome.STORED:
                 if result.etag:
                     self.cache.remember(key, envelope.revision, result.etag)
@@ -385,9 +362,55 @@ class CasProtocol:
                 write_id=envelope.write_id,
             )
 
-    def read_head(self, key: str, version_id: str | None = None) -> Protocol[HeadFacts | None]:
+    def update(
+        self,
+        object_id: str,
+        mutate: Callable[[Envelope], Any],
+        *,
+        max_attempts: int | None = None,
+        retry: RetryPolicy | None = None,
+        known: Envelope | None = None,
+    ) -> Steps[Envelope]:
+        """Load the head, compute its next payload with `mutate`, save it; retry on conflict.
+
+        The one optimistic-update loop (SlateDB's `maybe_apply_update`): `mutate` receives
+        the current envelope and returns the next payload; it may raise to abort (nothing is
+        written). `known` is a head the caller already holds (a cache): it is tried first,
+        saving the GET; if `mutate` refuses it with a `StashpointError`, it is judged again
+        on a fresh load, since a stale copy may be what it objected to. A lost race reloads
+        and retries with backoff (`retry`, else the store's policy), `max_attempts` times in
+        all (default: the policy's); the last conflict is raised. Returns the envelope saved.
+        """
+        retry = retry or self.retry
+        max_attempts = max_attempts or retry.max_attempts
+        envelope = known
+        attempt = 0
+        while True:
+            attempt += 1
+            fresh = envelope is None
+            if envelope is None:
+                envelope = yield from self.load(object_id)
+            try:
+                payload = mutate(envelope)
+            except StashpointError:
+                if fresh:
+                    raise
+                envelope = None
+                continue
+            following = envelope.next(payload)
+            try:
+                yield from self.compare_and_swap(following, envelope.revision)
+            except CheckpointConflict:
+                if attempt >= max_attempts:
+                    raise
+                envelope = None
+                yield Sleep(retry.delay(min(attempt, 6)))
+                continue
+            return following
+
+    def read_head(self, key: str, version_id: str | None = None) -> Steps[HeadFacts | None]:
         """Return what the head (or one version) says about itself: one HEAD, a GET if need be."""
-        info: ObjectInfo | None = yield HeadObject(key, version_id)
+        info = yield from ask(HeadObject(key, version_id))
         if info is None:
             return None
         facts = facts_from_metadata(info)
@@ -395,21 +418,21 @@ class CasProtocol:
             return facts
         if info.body is None:
             # A head without our metadata (written by another tool): its envelope answers.
-            info = yield GetObject(key, version_id)
+            info = yield from ask(GetObject(key, version_id))
             if info is None:
                 return None
         assert info.body is not None
         envelope = yield from self.codec.decoding(info.body, name=key)
         return facts_from_envelope(info, envelope)
 
-    def _search_history(self, key: str, envelope: Envelope) -> Protocol[_Verdict]:
+    def _search_history(self, key: str, envelope: Envelope) -> Steps[_Verdict]:
         """Find whether `envelope`'s save landed, from the stored versions (binary search).
 
         Versions are newest first with falling revisions; one whose lineage window covers
         our revision says whether our pair is there. Without versioning: UNKNOWN.
         """
         try:
-            versions: list[VersionRef] = yield ListVersions(key)
+            versions = yield from ask(ListVersions(key))
         except StashpointError:
             return _Verdict.UNKNOWN
         live = [v for v in versions if not v.is_delete_marker]
@@ -427,7 +450,7 @@ class CasProtocol:
                 return _Verdict.LANDED if facts.remembers(envelope) else _Verdict.LOST
         return _Verdict.LOST  # no version holds our revision: it never landed
 
-    def describe(self, object_id: str) -> Protocol[CheckpointInfo]:
+    def describe(self, object_id: str) -> Steps[CheckpointInfo]:
         """Return what the head says about itself: its metadata (one HEAD), else its body."""
         key = self.key(object_id)
         facts = yield from self.read_head(key)
@@ -437,7 +460,7 @@ class CasProtocol:
             _check_home(facts.envelope, key, object_id)
         return facts.info(object_id)
 
-    def delete(self, object_id: str, expected_revision: int | None = None) -> Protocol[None]:
+    def delete(self, object_id: str, expected_revision: int | None = None) -> Steps[None]:
         """Delete the head; with `expected_revision`, only if the head is still at it."""
         key = self.key(object_id)
         etag: str | None = None
@@ -454,7 +477,7 @@ class CasProtocol:
                 etag = facts.etag
         self.cache.forget(key)
         for attempt in range(1, self.retry.max_attempts + 1):
-            result: WriteResult = yield DeleteObject(key, etag)
+            result = yield from ask(DeleteObject(key, etag))
             if result.outcome in (WriteOutcome.STORED, WriteOutcome.NOT_FOUND):
                 return
             if result.outcome is WriteOutcome.CONDITION_CONFLICT:
@@ -470,34 +493,34 @@ class CasProtocol:
             yield Sleep(self.retry.delay(attempt))
         raise StorageUnavailable("delete did not complete", object_name=object_id)
 
-    def history(self, object_id: str, limit: int | None = None) -> Protocol[list[Envelope]]:
+    def history(self, object_id: str, limit: int | None = None) -> Steps[list[Envelope]]:
         """Return older revisions of a head, newest first (the head itself excluded)."""
         key = self.key(object_id)
-        versions: list[VersionRef] = yield ListVersions(key)
+        versions = yield from ask(ListVersions(key))
         envelopes: list[Envelope] = []
         for version in versions:
             if version.is_delete_marker or version.is_latest:
                 continue
             if limit is not None and len(envelopes) >= limit:
                 break
-            info: ObjectInfo | None = yield GetObject(key, version.version_id)
+            info = yield from ask(GetObject(key, version.version_id))
             if info is not None:
                 envelopes.append((yield from self._decode(info, key, object_id)))
         return envelopes
 
-    def list_ids(self, prefix: str = "", page_size: int = 1000) -> Protocol[list[str]]:
+    def list_ids(self, prefix: str = "", page_size: int = 1000) -> Steps[list[str]]:
         """Return the ids in this namespace that start with `prefix`, ascending."""
         base = self.layout.namespace_prefix(self.namespace)
         ids: list[str] = []
         token: str | None = None
         while True:
-            page: KeyPage = yield ListKeys(base + prefix, token, page_size)
+            page = yield from ask(ListKeys(base + prefix, token, page_size))
             ids.extend(k[len(base) :] for k in page.keys if "/" not in k[len(base) :])
             token = page.next_token
             if token is None:
                 return ids
 
-    def _decode(self, info: ObjectInfo, key: str, object_id: str) -> Protocol[Envelope]:
+    def _decode(self, info: ObjectInfo, key: str, object_id: str) -> Steps[Envelope]:
         assert info.body is not None
         envelope = yield from self.codec.decoding(info.body, name=key)
         _check_home(envelope, key, object_id)

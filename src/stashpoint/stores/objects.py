@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol
 
+from stashpoint.steps import Request
+
 
 @dataclass(frozen=True, slots=True)
 class Create:
@@ -102,7 +104,7 @@ class WriteResult:
 
 
 @dataclass(frozen=True, slots=True)
-class GetObject:
+class GetObject(Request["ObjectInfo | None"]):
     """Request: read an object's bytes. Result: `ObjectInfo` or None if absent."""
 
     key: str
@@ -112,7 +114,7 @@ class GetObject:
 
 
 @dataclass(frozen=True, slots=True)
-class HeadObject:
+class HeadObject(Request["ObjectInfo | None"]):
     """Request: read an object's ETag and metadata. Result: `ObjectInfo` or None if absent.
 
     Transports without metadata return the body instead (metadata None).
@@ -125,7 +127,7 @@ class HeadObject:
 
 
 @dataclass(frozen=True, slots=True)
-class PutObject:
+class PutObject(Request["WriteResult"]):
     """Request: write an object under a condition. Result: `WriteResult`."""
 
     key: str
@@ -143,7 +145,7 @@ class PutObject:
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteObject:
+class DeleteObject(Request["WriteResult"]):
     """Request: delete an object, optionally only if its ETag matches. Result: `WriteResult`."""
 
     key: str
@@ -155,7 +157,7 @@ class DeleteObject:
 
 
 @dataclass(frozen=True, slots=True)
-class ListVersions:
+class ListVersions(Request["list[VersionRef]"]):
     """Request: an object's versions, newest first. Result: `list[VersionRef]`.
 
     Raises `ConfigurationError` where the backend keeps no versions.
@@ -166,7 +168,7 @@ class ListVersions:
 
 
 @dataclass(frozen=True, slots=True)
-class ListKeys:
+class ListKeys(Request["KeyPage"]):
     """Request: one page of keys under a prefix. Result: `KeyPage`."""
 
     prefix: str

@@ -1,33 +1,38 @@
 """The checkpoint store contract: `Store` (blocking) and `AsyncStore` (asyncio).
 
-The contract is defined once, in `_StoreApi`: each operation returns the protocol from
-`stores.cas` that does the work; the two stores are made from it and differ only in how
-requests are executed.
+The contract is defined once, in `_StoreApi`: each operation returns the steps of
+`stores.cas` that do the work. `Store` and `AsyncStore` inherit it and differ only in their
+driver (`stashpoint.twins`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from stashpoint._sansio import Protocol, awaiting, blocking
 from stashpoint.envelope import CheckpointInfo, Envelope
-from stashpoint.stores.cas import CasProtocol
+from stashpoint.steps import Steps
+from stashpoint.stores.cas import CompareAndSwap
+from stashpoint.twins import Awaiting, Blocking, operation
 
 
 class _StoreApi:
-    """The checkpoint operations, each returning its protocol."""
+    """The checkpoint operations, each returning its steps."""
 
-    _cas: CasProtocol
+    def __init__(self, cas: CompareAndSwap, execute: Callable[[Any], Any]) -> None:
+        self._cas = cas
+        self._execute = execute
 
-    def load(self, checkpoint_id: str, revision: int | None = None) -> Protocol[Envelope]:
+    @operation
+    def load(self, checkpoint_id: str, revision: int | None = None) -> Steps[Envelope]:
         """Return the latest envelope, or an older `revision` from history.
 
         Raises `CheckpointNotFound`, `InvalidPayload`, `UnsupportedFormat`, `InvalidId`.
         """
         return self._cas.load(checkpoint_id, revision)
 
-    def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> Protocol[None]:
+    @operation
+    def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> Steps[None]:
         """Save `next` only if the stored head is at `expected_revision`.
 
         `None` creates: it fails if the id exists. Otherwise `next.revision` must be
@@ -36,19 +41,45 @@ class _StoreApi:
         """
         return self._cas.compare_and_swap(next, expected_revision)
 
-    def delete(self, checkpoint_id: str, expected_revision: int | None = None) -> Protocol[None]:
+    @operation
+    def update(
+        self,
+        checkpoint_id: str,
+        mutate: Callable[[Envelope], Any],
+        *,
+        max_attempts: int | None = None,
+        known: Envelope | None = None,
+    ) -> Steps[Envelope]:
+        """Apply `mutate` to the head and save the result, retrying lost races.
+
+        `mutate(head)` returns the next payload; it runs again on a fresh head after every
+        lost race, so it must not have side effects. It may raise to abort: nothing is
+        written and the error propagates. After `max_attempts` lost races (default: the
+        stash's retry policy) the last `CheckpointConflict` is raised. Returns the saved
+        envelope. Raises `CheckpointNotFound` if there is no head to update.
+
+        `known`: the head as the caller last saved or loaded it. It is tried first, so a
+        single writer updates with one PUT and no GET; a lost race loads the fresh head.
+        """
+        return self._cas.update(checkpoint_id, mutate, max_attempts=max_attempts, known=known)
+
+    @operation
+    def delete(self, checkpoint_id: str, expected_revision: int | None = None) -> Steps[None]:
         """Delete the head (history stays); with `expected_revision`, only if still at it."""
         return self._cas.delete(checkpoint_id, expected_revision)
 
-    def history(self, checkpoint_id: str, limit: int | None = None) -> Protocol[list[Envelope]]:
+    @operation
+    def history(self, checkpoint_id: str, limit: int | None = None) -> Steps[list[Envelope]]:
         """Return older revisions, newest first, the head excluded."""
         return self._cas.history(checkpoint_id, limit)
 
-    def list_ids(self, prefix: str = "") -> Protocol[list[str]]:
+    @operation
+    def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of existing checkpoints starting with `prefix`, ascending."""
         return self._cas.list_ids(prefix)
 
-    def describe(self, checkpoint_id: str) -> Protocol[CheckpointInfo]:
+    @operation
+    def describe(self, checkpoint_id: str) -> Steps[CheckpointInfo]:
         """Return the head's kind, revision, run, size and time without its payload.
 
         On S3 this is one HEAD request: listing large transcripts downloads none of them.
@@ -57,34 +88,12 @@ class _StoreApi:
         return self._cas.describe(checkpoint_id)
 
 
-class Store:
+class Store(Blocking, _StoreApi):
     """Checkpoint envelopes with compare-and-swap saves, over any object transport.
 
     Thread-safe: share one per process.
     """
 
-    def __init__(self, cas: CasProtocol, execute: Callable[[Any], Any]) -> None:
-        self._cas = cas
-        self._execute = execute
 
-    load = blocking(_StoreApi.load)
-    compare_and_swap = blocking(_StoreApi.compare_and_swap)
-    delete = blocking(_StoreApi.delete)
-    history = blocking(_StoreApi.history)
-    list_ids = blocking(_StoreApi.list_ids)
-    describe = blocking(_StoreApi.describe)
-
-
-class AsyncStore:
+class AsyncStore(Awaiting, _StoreApi):
     """The asyncio twin of `Store`: the same methods, awaitable."""
-
-    def __init__(self, cas: CasProtocol, execute: Callable[[Any], Awaitable[Any]]) -> None:
-        self._cas = cas
-        self._execute = execute
-
-    load = awaiting(_StoreApi.load)
-    compare_and_swap = awaiting(_StoreApi.compare_and_swap)
-    delete = awaiting(_StoreApi.delete)
-    history = awaiting(_StoreApi.history)
-    list_ids = awaiting(_StoreApi.list_ids)
-    describe = awaiting(_StoreApi.describe)

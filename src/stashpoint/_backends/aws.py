@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import botocore.exceptions
 
-from stashpoint._sansio import run_async, run_sync
 from stashpoint.errors import ConfigurationError, StashpointError
+from stashpoint.steps import Request, Steps, run_async, run_sync
 
 
 @dataclass(frozen=True, slots=True)
-class AwsCall:
+class AwsCall(Request[Any]):
     """One AWS API call, as a protocol describes it: the client method and its parameters."""
 
     method: str
@@ -91,12 +90,15 @@ class AsyncLazyClient:
         self._profile = profile
         self._kwargs = kwargs
         self._context: Any = None
-        self._lock: asyncio.Lock | None = None
+        self._lock: Any = None  # an asyncio.Lock, made inside the running loop
 
     async def get(self) -> Any:
         """Return the client, making it on first use."""
         if self.instance is None:
-            self._lock = self._lock or asyncio.Lock()
+            if self._lock is None:
+                import asyncio  # here: sync users (Lambda cold starts) never import it
+
+                self._lock = asyncio.Lock()
             async with self._lock:
                 if self.instance is None:
                     from aiobotocore.session import AioSession
@@ -129,26 +131,34 @@ def setup_error(exc: Exception, key: str) -> StashpointError:
     )
 
 
-class AwsTransport:
-    """Executes requests by running a service's protocol with one lazily made boto3 client.
-
-    The protocol (S3's, DynamoDB's) says which calls a request takes; this only makes them.
-    """
+class _AwsTransportBase:
+    """A service's call mapping and its lazily made client, shared by both transports."""
 
     def __init__(
         self,
         service: str,
-        protocol: Callable[[Any], Generator[AwsCall, Any, Any]],
+        calls: Callable[[Any], Steps[Any]],
         profile: str | None,
         kwargs: Callable[[], dict[str, Any]],
     ) -> None:
-        self.client = LazyClient(service, profile, kwargs)
-        """The boto3 client, made on first use (or set `client.instance` to your own)."""
-        self._protocol = protocol
+        self.client = self._client_type(service, profile, kwargs)
+        """The client, made on first use (or set `client.instance` to your own)."""
+        self._calls = calls
+
+    _client_type: Any = None
+
+
+class AwsTransport(_AwsTransportBase):
+    """Executes requests by running a service's call mapping with one lazily made boto3 client.
+
+    The mapping (S3's, DynamoDB's) says which calls a request takes; this only makes them.
+    """
+
+    _client_type = LazyClient
 
     def execute(self, request: Any) -> Any:
         """Execute one request."""
-        return run_sync(self._protocol(request), self._call)
+        return run_sync(self._calls(request), self._call)
 
     def _call(self, call: AwsCall) -> Any:
         response = getattr(self.client.get(), call.method)(**call.params)
@@ -161,23 +171,14 @@ class AwsTransport:
         self.client.close()
 
 
-class AsyncAwsTransport:
+class AsyncAwsTransport(_AwsTransportBase):
     """The aiobotocore twin of `AwsTransport`."""
 
-    def __init__(
-        self,
-        service: str,
-        protocol: Callable[[Any], Generator[AwsCall, Any, Any]],
-        profile: str | None,
-        kwargs: Callable[[], dict[str, Any]],
-    ) -> None:
-        self.client = AsyncLazyClient(service, profile, kwargs)
-        """The aiobotocore client, made on first use inside the running loop."""
-        self._protocol = protocol
+    _client_type = AsyncLazyClient
 
     async def execute(self, request: Any) -> Any:
         """Execute one request."""
-        return await run_async(self._protocol(request), self._call)
+        return await run_async(self._calls(request), self._call)
 
     async def _call(self, call: AwsCall) -> Any:
         response = await getattr(await self.client.get(), call.method)(**call.params)

@@ -1,20 +1,21 @@
-"""The agent layer's logic, written once as protocols over the public store contract.
+"""The agent layer's logic, written once as steps over the compare-and-swap logic.
 
-Each operation yields three kinds of request: load an envelope, save one with
-compare-and-swap, and run a turn (the caller's model-and-tools function). The blocking
-handles execute them with a `Store` and a plain function, the asyncio ones with an
-`AsyncStore` and a coroutine, so phases, resume policy and conversation commits exist once.
+Phases, the resume policy and conversation commits exist once, here. Each operation
+`yield from`s the store's compare-and-swap steps directly (one driver per call, no store
+inside a store) and runs the caller's turn function as a `Call` request, which the blocking
+driver calls and the asyncio driver awaits. The handles, cursors, runners and conversation
+stores (`agent.checkpoint`, `agent.runner`, `agent.conversation`) only bind these steps to a
+store and a driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
 
-from stashpoint._sansio import Protocol
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
@@ -39,37 +40,11 @@ from stashpoint.errors import (
     UnsupportedFormat,
 )
 from stashpoint.ids import new_id, validate_id
+from stashpoint.steps import Call, Steps, ask
+from stashpoint.stores.cas import CompareAndSwap
 
 CONVERSATION_KIND = "stashpoint.conversation"
 """Envelope kind of a durable conversation."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadEnvelope:
-    """Request: the latest envelope of a checkpoint. Raises `CheckpointNotFound`."""
-
-    checkpoint_id: str
-    """Checkpoint to load."""
-
-
-@dataclass(frozen=True, slots=True)
-class SaveEnvelope:
-    """Request: compare-and-swap an envelope. Raises `CheckpointConflict` on a lost race."""
-
-    envelope: Envelope
-    """The envelope to store."""
-    expected_revision: int | None
-    """The revision the head must be at (None: create-only)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunTurn:
-    """Request: run one model-and-tools turn. Result: `TurnResult`."""
-
-    state: AgentCheckpointState
-    """The stable state the turn starts from."""
-    number: int
-    """The one-based turn number."""
 
 
 @dataclass
@@ -86,6 +61,12 @@ class TurnResult:
     """Local tool attempts completed in the turn."""
     delegations: int = 0
     """Successful delegations completed in the turn."""
+
+
+Turn = Callable[[AgentCheckpointState, int], TurnResult]
+"""A turn: given the stable state and the one-based turn number, call the model and tools."""
+AsyncTurn = Callable[[AgentCheckpointState, int], Awaitable[TurnResult] | TurnResult]
+"""A turn for the asyncio API: a coroutine function (or a plain function)."""
 
 
 # -- pure rules ------------------------------------------------------------------------------
@@ -167,34 +148,35 @@ def conversation_key(namespace: str, conversation_id: str) -> str:
     return f"conversation.{len(namespace)}.{namespace}.{conversation_id}"
 
 
-# -- protocols -------------------------------------------------------------------------------
+# -- steps -----------------------------------------------------------------------------------
 
 
-def load(checkpoint_id: str) -> Protocol[tuple[Envelope, AgentCheckpointState]]:
+def load(cas: CompareAndSwap, checkpoint_id: str) -> Steps[tuple[Envelope, AgentCheckpointState]]:
     """Load and validate the latest typed agent state."""
-    envelope: Envelope = yield LoadEnvelope(checkpoint_id)
+    envelope = yield from cas.load(checkpoint_id)
     return envelope, parse_state(envelope)
 
 
 def create(
-    checkpoint_id: str, state: AgentCheckpointState, run_id: str | None
-) -> Protocol[Envelope]:
+    cas: CompareAndSwap, checkpoint_id: str, state: AgentCheckpointState, run_id: str | None
+) -> Steps[Envelope]:
     """Save the first state (create-only: fails if the id exists)."""
     envelope = Envelope.initial(
         checkpoint_id, run_id, AGENT_KIND, AGENT_SCHEMA_VERSION, state.to_payload()
     )
-    yield SaveEnvelope(envelope, None)
+    yield from cas.compare_and_swap(envelope, None)
     return envelope
 
 
-def save(envelope: Envelope, state: AgentCheckpointState) -> Protocol[Envelope]:
+def save(cas: CompareAndSwap, envelope: Envelope, state: AgentCheckpointState) -> Steps[Envelope]:
     """Save `state` as the revision after `envelope`; `CheckpointConflict` if beaten."""
     following = envelope.next(state.to_payload())
-    yield SaveEnvelope(following, envelope.revision)
+    yield from cas.compare_and_swap(following, envelope.revision)
     return following
 
 
 def start(
+    cas: CompareAndSwap,
     checkpoint_id: str,
     *,
     agent: str,
@@ -203,7 +185,7 @@ def start(
     execution_id: str | None,
     run_id: str | None,
     durable: DurableConversationCheckpoint | None,
-) -> Protocol[tuple[Envelope, AgentCheckpointState]]:
+) -> Steps[tuple[Envelope, AgentCheckpointState]]:
     """Create the checkpoint with a ready state."""
     state = AgentCheckpointState(
         execution_id=execution_id or new_id(),
@@ -212,33 +194,44 @@ def start(
         transcript=transcript,
         durable_conversation=durable,
     )
-    envelope = yield from create(checkpoint_id, state, run_id)
+    envelope = yield from create(cas, checkpoint_id, state, run_id)
     return envelope, state
 
 
 def resume(
-    checkpoint_id: str, policy: ResumePolicy, agent: str | None, model: ModelRef | None
-) -> Protocol[tuple[Envelope, AgentCheckpointState]]:
+    cas: CompareAndSwap,
+    checkpoint_id: str,
+    policy: ResumePolicy,
+    agent: str | None,
+    model: ModelRef | None,
+) -> Steps[tuple[Envelope, AgentCheckpointState]]:
     """Load the checkpoint, check its identity and apply the resume policy."""
-    envelope, state = yield from load(checkpoint_id)
+    envelope, state = yield from load(cas, checkpoint_id)
     check_identity(checkpoint_id, state, agent, model)
     return envelope, resume_state(state, policy)
 
 
 def run_turn(
-    envelope: Envelope, state: AgentCheckpointState, commit_conversations: bool
-) -> Protocol[tuple[Envelope, AgentCheckpointState]]:
+    cas: CompareAndSwap,
+    envelope: Envelope,
+    state: AgentCheckpointState,
+    commit_conversations: bool,
+    turn: AsyncTurn,
+) -> Steps[tuple[Envelope, AgentCheckpointState]]:
     """Run one turn durably: in flight before the model runs, stable after."""
     number = state.turns + 1
     # Durable *before* the model or any tool runs: a crash from here on is ambiguous.
     envelope = yield from save(
-        envelope, state.model_copy(update={"phase": TurnInFlight(turn=number)})
+        cas, envelope, state.model_copy(update={"phase": TurnInFlight(turn=number)})
     )
-    result: TurnResult = yield RunTurn(state, number)
+    result = yield from ask(Call(turn, (state, number)))
+    if not isinstance(result, TurnResult):
+        raise TypeError(f"a turn must return a TurnResult, not {type(result).__name__}")
     after = after_turn(state, result)
     durable = after.durable_conversation
     if durable is not None and commit_conversations:
         version = yield from commit_conversation(
+            cas,
             durable.namespace,
             durable.conversation_id,
             durable.expected_version,
@@ -246,12 +239,14 @@ def run_turn(
         )
         durable = durable.model_copy(update={"expected_version": version})
         after = after.model_copy(update={"durable_conversation": durable})
-    envelope = yield from save(envelope, after)
+    envelope = yield from save(cas, envelope, after)
     return envelope, after
 
 
 def run(
+    cas: CompareAndSwap,
     checkpoint_id: str,
+    turn: AsyncTurn,
     *,
     policy: ResumePolicy,
     commit_conversations: bool,
@@ -260,16 +255,16 @@ def run(
     transcript: list[Message],
     max_turns: int,
     durable: DurableConversationCheckpoint | None,
-) -> Protocol[AgentOutcome]:
+) -> Steps[AgentOutcome]:
     """Resume (or start) and run turns until completion.
 
     A completed checkpoint returns its outcome without running a turn.
     """
     try:
-        envelope, state = yield from resume(checkpoint_id, policy, agent, model)
+        envelope, state = yield from resume(cas, checkpoint_id, policy, agent, model)
     except CheckpointNotFound:
         envelope, state = yield from start(
-            checkpoint_id, agent=agent, model=model, transcript=transcript,
+            cas, checkpoint_id, agent=agent, model=model, transcript=transcript,
             execution_id=None, run_id=None, durable=durable,
         )  # fmt: skip
     while (outcome := state.outcome()) is None:
@@ -277,21 +272,22 @@ def run(
             raise InvalidPayload(
                 f"agent did not complete within {max_turns} turns", object_name=checkpoint_id
             )
-        envelope, state = yield from run_turn(envelope, state, commit_conversations)
+        envelope, state = yield from run_turn(cas, envelope, state, commit_conversations, turn)
     return outcome
 
 
-def _conversation_head(key: str) -> Protocol[Envelope | None]:
+def _conversation_head(cas: CompareAndSwap, key: str) -> Steps[Envelope | None]:
     try:
-        envelope: Envelope = yield LoadEnvelope(key)
+        return (yield from cas.load(key))
     except CheckpointNotFound:
         return None
-    return envelope
 
 
-def load_conversation(namespace: str, conversation_id: str) -> Protocol[tuple[int, list[Message]]]:
+def load_conversation(
+    cas: CompareAndSwap, namespace: str, conversation_id: str
+) -> Steps[tuple[int, list[Message]]]:
     """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
-    envelope = yield from _conversation_head(conversation_key(namespace, conversation_id))
+    envelope = yield from _conversation_head(cas, conversation_key(namespace, conversation_id))
     if envelope is None:
         return 0, []
     if envelope.kind != CONVERSATION_KIND or not isinstance(envelope.payload, dict):
@@ -302,8 +298,12 @@ def load_conversation(namespace: str, conversation_id: str) -> Protocol[tuple[in
 
 
 def commit_conversation(
-    namespace: str, conversation_id: str, expected_version: int, messages: Sequence[Message]
-) -> Protocol[int]:
+    cas: CompareAndSwap,
+    namespace: str,
+    conversation_id: str,
+    expected_version: int,
+    messages: Sequence[Message],
+) -> Steps[int]:
     """Replace the transcript if still at `expected_version`; return the new version.
 
     Version N means N commits (0: none yet). Committing the same messages again at the next
@@ -312,20 +312,22 @@ def commit_conversation(
     """
     key = conversation_key(namespace, conversation_id)
     payload = {"messages": [m.model_dump(mode="json") for m in messages]}
-    head = yield from _conversation_head(key)
+
+    def replace(head: Envelope) -> Any:
+        if head.revision + 1 != expected_version:  # another turn committed: abort
+            raise CheckpointConflict(key, expected_revision=expected_version - 1)
+        return payload
+
+    try:
+        if expected_version == 0:
+            initial = Envelope.initial(key, None, CONVERSATION_KIND, 1, payload)
+            yield from cas.compare_and_swap(initial, None)
+        else:
+            yield from cas.update(key, replace)
+        return expected_version + 1
+    except (CheckpointConflict, CheckpointNotFound):
+        head = yield from _conversation_head(cas, key)
     version = 0 if head is None else head.revision + 1
-    if version == expected_version:
-        following = (
-            Envelope.initial(key, None, CONVERSATION_KIND, 1, payload)
-            if head is None
-            else head.next(payload)
-        )
-        try:
-            yield SaveEnvelope(following, None if head is None else head.revision)
-            return expected_version + 1
-        except CheckpointConflict:
-            head = yield from _conversation_head(key)
-            version = 0 if head is None else head.revision + 1
     if head is not None and version == expected_version + 1 and head.payload == payload:
         return version  # our own commit, made before a crash: nothing to do
     raise CheckpointConflict(

@@ -1,6 +1,6 @@
 """DynamoDB as the index: one table, three GSIs (see `index.schema`), boto3 and aiobotocore.
 
-What each index request means in DynamoDB calls is written once (`dynamodb_protocol`);
+What each index request means in DynamoDB calls is written once (`dynamodb_calls`);
 the sync and async transports only perform the calls. Writes are conditional on `revision`
 (`attribute_not_exists(pk) OR revision < :revision`), so a stale writer never regresses an
 item; its refusal is not an error.
@@ -18,7 +18,7 @@ import botocore.config
 import botocore.exceptions
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from stashpoint._clients import (
+from stashpoint._backends.aws import (
     NEVER_SENT,
     AsyncAwsTransport,
     AwsCall,
@@ -26,7 +26,6 @@ from stashpoint._clients import (
     AwsTransport,
     setup_error,
 )
-from stashpoint._sansio import Protocol
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
 from stashpoint.index.requests import (
     DeleteItem,
@@ -45,6 +44,7 @@ from stashpoint.index.schema import (
     TTL_ATTRIBUTE,
     dynamodb_table_definition,
 )
+from stashpoint.steps import Steps, ask
 
 DEFAULT_CLIENT_CONFIG = botocore.config.Config(
     connect_timeout=5,
@@ -89,7 +89,7 @@ def _failure(exc: Exception, table: str) -> StashpointError:
         if code == "ResourceNotFoundException":
             return ConfigurationError(
                 f"index table {table!r} does not exist; deploy infra/ or call "
-                "stashpoint.index.dynamodb.create_table",
+                "stashpoint._backends.dynamodb.create_table",
                 object_name=table,
             )
         return StorageUnavailable(f"DynamoDB {code}: {exc}", object_name=table)
@@ -105,7 +105,7 @@ def _conditional_refusal(exc: Exception) -> bool:
     )
 
 
-def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
+def dynamodb_calls(request: Any, table: str) -> Steps[Any]:
     """Carry out one index request as DynamoDB calls; return the request's result."""
     try:
         match request:
@@ -119,7 +119,7 @@ def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
                         "ExpressionAttributeValues": {":revision": {"N": str(item[REVISION])}},
                     }
                     try:
-                        yield AwsCall("put_item", params)
+                        yield from ask(AwsCall("put_item", params))
                         written += 1
                     except Exception as exc:
                         if not _conditional_refusal(exc):
@@ -127,14 +127,14 @@ def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
                 return written
             case GetItem(pk, sk):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
-                response = yield AwsCall(
-                    "get_item", {"TableName": table, "Key": key, "ConsistentRead": True}
+                response = yield from ask(
+                    AwsCall("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
                 )
                 found = response.get("Item")
                 return None if found is None else from_attributes(found)
             case DeleteItem(pk, sk):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
-                yield AwsCall("delete_item", {"TableName": table, "Key": key})
+                yield from ask(AwsCall("delete_item", {"TableName": table, "Key": key}))
                 return None
             case QueryItems():
                 return (yield from _query(request, table))
@@ -147,21 +147,21 @@ def dynamodb_protocol(request: Any, table: str) -> Protocol[Any]:
     raise TypeError(f"DynamoDB index cannot execute {request!r}")
 
 
-def _describe(table: str) -> Protocol[IndexDescription]:
+def _describe(table: str) -> Steps[IndexDescription]:
     try:
-        described = yield AwsCall("describe_table", {"TableName": table})
+        described = yield from ask(AwsCall("describe_table", {"TableName": table}))
     except botocore.exceptions.ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
             return IndexDescription(False, (), None)
         raise
     names = tuple(g["IndexName"] for g in described["Table"].get("GlobalSecondaryIndexes", []))
-    ttl = yield AwsCall("describe_time_to_live", {"TableName": table})
+    ttl = yield from ask(AwsCall("describe_time_to_live", {"TableName": table}))
     spec = ttl.get("TimeToLiveDescription", {})
     enabled = spec.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
     return IndexDescription(True, names, spec.get("AttributeName") if enabled else None)
 
 
-def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:
+def _query(request: QueryItems, table: str) -> Steps[ItemPage]:
     gsi = _GSI[request.index]
     names = {"#p": gsi.partition_key}
     values: dict[str, Any] = {":p": {"S": request.partition}}
@@ -188,7 +188,7 @@ def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:
     params["ExpressionAttributeValues"] = values
     if request.after is not None:
         params["ExclusiveStartKey"] = {k: {"S": v} for k, v in request.after.items()}
-    response = yield AwsCall("query", params)
+    response = yield from ask(AwsCall("query", params))
     items = [from_attributes(i) for i in response.get("Items", [])]
     last = response.get("LastEvaluatedKey")
     return ItemPage(items, None if last is None else {k: v["S"] for k, v in last.items()})
@@ -197,7 +197,7 @@ def _query(request: QueryItems, table: str) -> Protocol[ItemPage]:
 def dynamodb_transport(settings: DynamoDBSettings) -> AwsTransport:
     """Return a blocking (boto3) transport for index requests."""
     return AwsTransport(
-        "dynamodb", partial(dynamodb_protocol, table=settings.table), settings.profile_name,
+        "dynamodb", partial(dynamodb_calls, table=settings.table), settings.profile_name,
         settings.client_kwargs,
     )  # fmt: skip
 
@@ -205,7 +205,7 @@ def dynamodb_transport(settings: DynamoDBSettings) -> AwsTransport:
 def async_dynamodb_transport(settings: DynamoDBSettings) -> AsyncAwsTransport:
     """Return an asyncio (aiobotocore) transport for index requests."""
     return AsyncAwsTransport(
-        "dynamodb", partial(dynamodb_protocol, table=settings.table), settings.profile_name,
+        "dynamodb", partial(dynamodb_calls, table=settings.table), settings.profile_name,
         settings.client_kwargs,
     )  # fmt: skip
 

@@ -7,7 +7,7 @@ instance), starts a new worker that marks the dead worker's attempt failed and r
 the last checkpoint, then checks that every item's result was committed exactly once and
 prints the run table. It exits non-zero if anything is off.
 
-    stashpoint demo            (or: python -m stashpoint.demo)
+    stashpoint demo            (or: python -m stashpoint.cli.demo)
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import stashpoint
-from stashpoint import AttemptStatus, CheckpointNotFound, Envelope
+from stashpoint import AttemptStatus, CheckpointConflict, CheckpointNotFound, Envelope
 from stashpoint.url import resolve_url
 
 KIND = "stashpoint.demo.batch"
@@ -60,13 +61,17 @@ def worker(url: str, run_id: str, items: int, delay: float) -> None:
                 run_id, node, retries.get(node, 0) + 1, {"items": [batch.start, batch.stop]}
             )
             print(f"started {node}", flush=True)
-            results = dict(current.payload["results"])
+            done: dict[str, str] = {}
             for item in batch:
                 time.sleep(delay)
-                results[str(item)] = work(item)
-            following = current.next({"cursor": batch.stop, "results": results})
-            store.compare_and_swap(following, current.revision)  # a zombie twin would conflict
-            current = following
+                done[str(item)] = work(item)
+
+            def commit(head: Envelope, start: int = start, done: dict[str, str] = done) -> Any:
+                if head.payload["cursor"] != start:  # a zombie twin got here first: abort
+                    raise CheckpointConflict(run_id, expected_revision=head.revision - 1)
+                return {"cursor": start + len(done), "results": head.payload["results"] | done}
+
+            current = store.update(run_id, commit, known=current)  # one PUT, no GET
             runs.complete_attempt(attempt_id, {"committed": len(batch)})
             print(f"checkpoint revision={current.revision} cursor={batch.stop}", flush=True)
 
@@ -77,7 +82,7 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
     with stashpoint.open(url) as stash:
         run_id = stash.runs.create_run(GRAPH)
     print(f"stash: {url}\nrun: {run_id}\nitems: {items}")
-    command = [sys.executable, "-m", "stashpoint.demo", "--url", url, "--items", str(items)]
+    command = [sys.executable, "-m", "stashpoint.cli.demo", "--url", url, "--items", str(items)]
 
     first = subprocess.Popen(
         [*command, "--worker", run_id, "0.002"], stdout=subprocess.PIPE, text=True
@@ -142,7 +147,7 @@ def _print_runs(rows: list[stashpoint.runs.RunRow]) -> None:
     try:
         from rich.console import Console
 
-        from stashpoint.cli.app import runs_table
+        from stashpoint.cli.tables import runs_table
     except ImportError:
         for r in rows:
             print(f"{r.run_id}  {r.graph_name}  {r.status.value}  attempts={r.attempts}")

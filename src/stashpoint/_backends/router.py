@@ -10,8 +10,8 @@ from stashpoint.index.requests import INDEX_REQUESTS
 _NO_INDEX = "this stash has no index (open it with ?index=...)"
 
 
-class Router:
-    """Blocking router: object requests to one transport, index requests to another."""
+class _Routes:
+    """Which transport serves a request: index requests to the index, the rest to objects."""
 
     def __init__(self, objects: Any, index: Any | None) -> None:
         self.objects = objects
@@ -19,13 +19,21 @@ class Router:
         self.index = index
         """The index transport, None where there is none."""
 
-    def execute(self, request: Any) -> Any:
-        """Execute one request on the transport that serves it."""
+    def route(self, request: Any) -> Any:
+        """Return the transport that executes `request`."""
         if isinstance(request, INDEX_REQUESTS):
             if self.index is None:
                 raise ConfigurationError(_NO_INDEX)
-            return self.index.execute(request)
-        return self.objects.execute(request)
+            return self.index
+        return self.objects
+
+
+class Router(_Routes):
+    """Blocking router over blocking transports."""
+
+    def execute(self, request: Any) -> Any:
+        """Execute one request on the transport that serves it."""
+        return self.route(request).execute(request)
 
     def close(self) -> None:
         """Close both transports."""
@@ -34,22 +42,12 @@ class Router:
             self.index.close()
 
 
-class AsyncRouter:
+class AsyncRouter(_Routes):
     """The asyncio twin of `Router`."""
-
-    def __init__(self, objects: Any, index: Any | None) -> None:
-        self.objects = objects
-        """The object-storage transport."""
-        self.index = index
-        """The index transport, None where there is none."""
 
     async def execute(self, request: Any) -> Any:
         """Execute one request on the transport that serves it."""
-        if isinstance(request, INDEX_REQUESTS):
-            if self.index is None:
-                raise ConfigurationError(_NO_INDEX)
-            return await self.index.execute(request)
-        return await self.objects.execute(request)
+        return await self.route(request).execute(request)
 
     async def close(self) -> None:
         """Close both transports."""

@@ -1,7 +1,7 @@
 """S3 (and S3-compatible stores) as object storage: boto3 and aiobotocore drivers.
 
 What each object request means in S3 calls, how answers and errors map back, pagination and
-the versioning check are written once, as a small protocol (`s3_protocol`) that yields
+the versioning check are written once, as a small protocol (`s3_calls`) that yields
 `AwsCall`s; the generic AWS transports (boto3, aiobotocore) only perform the calls.
 
 Clients are created on first use, never in a constructor, and reused for the life of the
@@ -19,7 +19,7 @@ from typing import Any
 import botocore.config
 import botocore.exceptions
 
-from stashpoint._clients import (
+from stashpoint._backends.aws import (
     NEVER_SENT,
     AsyncAwsTransport,
     AwsCall,
@@ -27,8 +27,8 @@ from stashpoint._clients import (
     AwsTransport,
     setup_error,
 )
-from stashpoint._sansio import Protocol
 from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
+from stashpoint.steps import Steps, ask
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -157,7 +157,7 @@ def _is_absent(exc: Exception) -> bool:
     return status in (404, 405) or code in _NOT_FOUND_CODES
 
 
-def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
+def s3_calls(request: Any, settings: S3Settings) -> Steps[Any]:
     """Carry out one object request as S3 calls; return the object request's result."""
     bucket = settings.bucket
     match request:
@@ -168,7 +168,9 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             if request.version_id is not None:
                 params["VersionId"] = request.version_id
             try:
-                response = yield AwsCall("get_object" if is_get else "head_object", params, is_get)
+                response = yield from ask(
+                    AwsCall("get_object" if is_get else "head_object", params, is_get)
+                )
             except Exception as exc:
                 if _is_absent(exc):
                     return None
@@ -183,7 +185,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             )
         case PutObject():
             try:
-                response = yield AwsCall("put_object", _put_params(request, settings))
+                response = yield from ask(AwsCall("put_object", _put_params(request, settings)))
             except Exception as exc:
                 return _classify_write(exc, request.key)
             return WriteResult(WriteOutcome.STORED, etag=response.get("ETag"))
@@ -194,7 +196,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             if version_id is not None:
                 params["VersionId"] = version_id
             try:
-                yield AwsCall("delete_object", params)
+                yield from ask(AwsCall("delete_object", params))
             except Exception as exc:
                 return _classify_write(exc, key)
             return WriteResult(WriteOutcome.STORED)
@@ -205,7 +207,7 @@ def s3_protocol(request: Any, settings: S3Settings) -> Protocol[Any]:
             elif start_after:
                 params["StartAfter"] = start_after
             try:
-                response = yield AwsCall("list_objects_v2", params)
+                response = yield from ask(AwsCall("list_objects_v2", params))
             except Exception as exc:
                 raise _read_failed(exc, prefix) from exc
             keys = [item["Key"] for item in response.get("Contents", [])]
@@ -240,9 +242,9 @@ def _put_params(request: PutObject, settings: S3Settings) -> dict[str, Any]:
     return params
 
 
-def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
+def _list_versions(key: str, bucket: str) -> Steps[list[VersionRef]]:
     try:
-        status = yield AwsCall("get_bucket_versioning", {"Bucket": bucket})
+        status = yield from ask(AwsCall("get_bucket_versioning", {"Bucket": bucket}))
     except Exception as exc:
         raise _read_failed(exc, key) from exc
     if status.get("Status") not in ("Enabled", "Suspended"):
@@ -255,7 +257,7 @@ def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
     params: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
     while True:
         try:
-            page = yield AwsCall("list_object_versions", params)
+            page = yield from ask(AwsCall("list_object_versions", params))
         except Exception as exc:
             raise _read_failed(exc, key) from exc
         for item in page.get("Versions", []):
@@ -282,7 +284,7 @@ def _list_versions(key: str, bucket: str) -> Protocol[list[VersionRef]]:
 def s3_transport(settings: S3Settings) -> AwsTransport:
     """Return a blocking (boto3) transport for S3 object requests."""
     return AwsTransport(
-        "s3", partial(s3_protocol, settings=settings), settings.profile_name,
+        "s3", partial(s3_calls, settings=settings), settings.profile_name,
         settings.client_kwargs,
     )  # fmt: skip
 
@@ -290,6 +292,6 @@ def s3_transport(settings: S3Settings) -> AwsTransport:
 def async_s3_transport(settings: S3Settings) -> AsyncAwsTransport:
     """Return an asyncio (aiobotocore) transport for S3 object requests."""
     return AsyncAwsTransport(
-        "s3", partial(s3_protocol, settings=settings), settings.profile_name,
+        "s3", partial(s3_calls, settings=settings), settings.profile_name,
         settings.client_kwargs,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Index upkeep and queries as protocols: what to write after a storage write, how to page.
+"""The run index as steps: what to write after a storage write, how to page listings.
 
 Index writes always follow the storage write they describe and are conditional on the
 run revision, so a crash leaves the index behind, never ahead, and a stale writer never
@@ -13,12 +13,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from stashpoint._sansio import Protocol
 from stashpoint.errors import StashpointError
-from stashpoint.index import items as mapping
-from stashpoint.index.requests import DeleteItem, GetItem, ItemPage, PutItems, QueryItems
+from stashpoint.index.requests import DeleteItem, GetItem, PutItems, QueryItems
 from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS
+from stashpoint.runs import indexing as mapping
 from stashpoint.runs.models import AttemptRow, AttemptStatus, Page, RunRow, RunState, RunStatus
+from stashpoint.steps import Steps, ask
 
 log = logging.getLogger("stashpoint.index")
 
@@ -27,7 +27,7 @@ Row = TypeVar("Row", RunRow, AttemptRow)
 _MARKER_PK = "meta#progress"
 
 
-class IndexProtocol:
+class RunIndex:
     """Keeps the run/attempt index in step with storage, and answers listings from it."""
 
     def __init__(self, ttl_seconds: int | None = None) -> None:
@@ -43,36 +43,36 @@ class IndexProtocol:
         """Return the items a transition changes (every item of the run if `old` is None)."""
         return mapping.items_for(old, new, revision, self._expires_at())
 
-    def read_marker(self, name: str) -> Protocol[str | None]:
+    def read_marker(self, name: str) -> Steps[str | None]:
         """Return the progress a resumable job (reindex) recorded under `name`."""
-        item = yield GetItem(_MARKER_PK, name)
+        item = yield from ask(GetItem(_MARKER_PK, name))
         return None if item is None else str(item["position"])
 
-    def write_marker(self, name: str, position: str) -> Protocol[None]:
+    def write_marker(self, name: str, position: str) -> Steps[None]:
         """Record the progress of a resumable job."""
         marker = {"pk": _MARKER_PK, "sk": name, "revision": time.time_ns(), "position": position}
-        yield PutItems((marker,))
+        yield from ask(PutItems((marker,)))
 
-    def clear_marker(self, name: str) -> Protocol[None]:
+    def clear_marker(self, name: str) -> Steps[None]:
         """Forget a finished job's progress."""
-        yield DeleteItem(_MARKER_PK, name)
+        yield from ask(DeleteItem(_MARKER_PK, name))
 
-    def record(self, old: RunState | None, new: RunState, revision: int) -> Protocol[bool]:
+    def record(self, old: RunState | None, new: RunState, revision: int) -> Steps[bool]:
         """Write the items a transition changed; return False if the index lags instead.
 
         An index failure does not undo or fail the storage write before it (storage is the
         truth): it is logged, and `reindex` or the next `load_run` repairs the index.
         """
         try:
-            yield PutItems(self.items(old, new, revision))
+            yield from ask(PutItems(self.items(old, new, revision)))
         except StashpointError as exc:
             log.warning("index write for run %s failed; index lags: %s", new.run_id, exc)
             return False
         return True
 
-    def repair(self, state: RunState, revision: int) -> Protocol[bool]:
+    def repair(self, state: RunState, revision: int) -> Steps[bool]:
         """Rewrite a run's items if the index is behind storage; return whether it was."""
-        item = yield GetItem(mapping.run_pk(state.run_id), mapping.RUN_SORT)
+        item = yield from ask(GetItem(mapping.run_pk(state.run_id), mapping.RUN_SORT))
         if item is not None and int(item["revision"]) >= revision:
             return False
         yield from self.record(None, state, revision)
@@ -87,7 +87,7 @@ class IndexProtocol:
         since: datetime | None,
         limit: int,
         cursor: str | None,
-    ) -> Protocol[Page[RunRow]]:
+    ) -> Steps[Page[RunRow]]:
         """Return one page of runs, newest first."""
         filters: dict[str, str] = {}
         if graph_name is not None:
@@ -113,7 +113,7 @@ class IndexProtocol:
         since: datetime | None,
         limit: int,
         cursor: str | None,
-    ) -> Protocol[Page[AttemptRow]]:
+    ) -> Steps[Page[AttemptRow]]:
         """Return one page of attempts in a status, most recently started first."""
         partition = mapping.attempt_status_partition(namespace, status)
         since_key = None if since is None else mapping.sortable(since)
@@ -132,7 +132,7 @@ class IndexProtocol:
         limit: int,
         cursor: str | None,
         to_row: Callable[[dict[str, Any]], Row],
-    ) -> Protocol[Page[Row]]:
+    ) -> Steps[Page[Row]]:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         gsi = {g.name: g for g in (BY_GRAPH, BY_STATUS, BY_NAMESPACE)}[index]
@@ -141,7 +141,7 @@ class IndexProtocol:
         while len(found) < limit:
             # With filters, a page can come back short: ask for a full page each time.
             want = limit if filters else limit - len(found)
-            page: ItemPage = yield QueryItems(index, partition, want, after, since, filters)
+            page = yield from ask(QueryItems(index, partition, want, after, since, filters))
             found.extend(page.items)
             after = page.last_keys
             if after is None:

@@ -10,11 +10,11 @@ import pytest
 
 import stashpoint
 from stashpoint import Envelope
-from stashpoint._sansio import OFFLOAD_BYTES, Compute, Protocol, run_async, run_sync
 from stashpoint.codec import Codec
+from stashpoint.steps import OFFLOAD_BYTES, Compute, Steps, run_async, run_sync
 
 
-def _where(size: int) -> Protocol[tuple[str, str]]:
+def _where(size: int) -> Steps[tuple[str, str]]:
     """Yield two pieces of work and return the threads they ran on."""
     small: str = yield Compute(lambda: threading.current_thread().name, 10)
     large: str = yield Compute(lambda: threading.current_thread().name, size)
@@ -50,7 +50,7 @@ async def test_async_driver_keeps_the_loop_running_during_large_work() -> None:
         assert release.wait(10), "the loop never got to release the work"
         return "done"
 
-    def protocol() -> Protocol[str]:
+    def protocol() -> Steps[str]:
         result: str = yield Compute(work, OFFLOAD_BYTES)
         return result
 
@@ -68,7 +68,7 @@ async def test_work_errors_are_raised_into_the_protocol(size: int) -> None:
     def fail() -> None:
         raise stashpoint.InvalidPayload("bad bytes", object_name="x")
 
-    def protocol() -> Protocol[str]:
+    def protocol() -> Steps[str]:
         try:
             yield Compute(fail, size)
         except stashpoint.InvalidPayload as exc:

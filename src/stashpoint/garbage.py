@@ -1,0 +1,132 @@
+"""Garbage collection of blobs: delete what no checkpoint or run references any more.
+
+Blobs (`stores.blobs`) are written before the compare-and-swap that references them, so a
+young unreferenced blob may be about to be referenced: only blobs older than `min_age` go.
+A head that cannot be decoded (corrupt, or written by a newer stashpoint) has unknown
+references: while there is one, nothing is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from stashpoint.codec import Codec
+from stashpoint.errors import ConfigurationError, StashpointError
+from stashpoint.steps import Steps, ask
+from stashpoint.stores.blobs import REF_KEY, is_ref
+from stashpoint.stores.layout import BLOBS, Layout
+from stashpoint.stores.objects import DeleteObject, GetObject, HeadObject, ListKeys, ListVersions
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What a garbage collection found and did."""
+
+    blobs: int
+    """Blobs examined."""
+    referenced: int
+    """Blobs some head references."""
+    unreferenced: list[str]
+    """Unreferenced blobs old enough to go (deleted unless it was a dry run)."""
+    deleted: int
+    """Blobs deleted."""
+    too_young: int
+    """Unreferenced blobs kept because a writer may be about to reference them."""
+    unreadable: list[str] = field(default_factory=list)
+    """Heads (or revisions) that could not be decoded; while there are any, nothing is
+    deleted, since their references are unknown (a corrupt object, or a newer format
+    written by a newer stashpoint)."""
+
+
+def _refs(value: Any, found: set[str]) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if is_ref(item):
+                found.add(str(item[REF_KEY]))
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def collect_garbage(
+    layout: Layout,
+    codec: Codec,
+    namespaces: tuple[str, ...],
+    *,
+    dry_run: bool,
+    min_age: timedelta,
+    history: bool = False,
+) -> Steps[GcReport]:
+    """Delete blobs that no head in `namespaces` references and that are older than `min_age`.
+
+    Only heads count unless `history`: then every older revision of every head is read too,
+    and a blob any of them references stays. Blobs younger than `min_age` stay, since a
+    writer stores its blobs just before its compare-and-swap references them. If any head
+    cannot be decoded, nothing is deleted: its references are unknown.
+    """
+    blob_prefix = layout.namespace_prefix(BLOBS)
+    blobs = yield from _all_keys(blob_prefix)
+    referenced: set[str] = set()
+    unreadable: list[str] = []
+    for namespace in namespaces:
+        for key in (yield from _all_keys(layout.namespace_prefix(namespace))):
+            versions: list[str | None] = [None]
+            if history:
+                versions += yield from _older_versions(key)
+            for version_id in versions:
+                info = yield from ask(GetObject(key, version_id))
+                if info is None or info.body is None:
+                    continue  # deleted since it was listed
+                try:
+                    envelope = yield from codec.decoding(info.body, name=key)
+                except StashpointError:
+                    unreadable.append(key if version_id is None else f"{key}@{version_id}")
+                    continue
+                _refs(envelope.payload, referenced)
+    now = datetime.now(UTC)
+    doomed: list[str] = []
+    young = 0
+    for key in blobs:
+        digest = key[len(blob_prefix) :]
+        if digest in referenced:
+            continue
+        head = yield from ask(HeadObject(key))
+        if head is None:
+            continue
+        if head.last_modified is not None and now - head.last_modified < min_age:
+            young += 1
+            continue
+        doomed.append(digest)
+    deleted = 0
+    if not dry_run and not unreadable:
+        for digest in doomed:
+            yield from ask(DeleteObject(layout.key(BLOBS, digest)))
+            deleted += 1
+    return GcReport(
+        len(blobs), len(blobs) - len(doomed) - young, doomed, deleted, young, unreadable
+    )
+
+
+def _older_versions(key: str) -> Steps[list[str | None]]:
+    """Return the version ids of a head's older revisions (none where nothing is versioned)."""
+    try:
+        refs = yield from ask(ListVersions(key))
+    except ConfigurationError:
+        return []  # a bucket without versioning keeps no older revisions
+    return [r.version_id for r in refs if not r.is_latest and not r.is_delete_marker]
+
+
+def _all_keys(prefix: str) -> Steps[list[str]]:
+    keys: list[str] = []
+    token: str | None = None
+    while True:
+        page = yield from ask(ListKeys(prefix, token))
+        keys.extend(k for k in page.keys if "/" not in k[len(prefix) :])
+        token = page.next_token
+        if token is None:
+            return keys

@@ -1,0 +1,157 @@
+"""Steps: logic written once, free of I/O, and the two drivers that run it.
+
+Every operation with logic (compare-and-swap, read-back, run transitions, index upkeep, the
+agent's turn phases) is a generator of *steps*: it yields `Request` objects and receives
+their results. A driver executes the requests: `run_sync` with a blocking `execute`,
+`run_async` with an awaitable one. Errors raised while executing a request are thrown into
+the generator, so the logic handles them as if it had made the call itself. h11 and
+httpcore are the model.
+
+Each request type names its result type (`class GetObject(Request[ObjectInfo | None])`),
+so `info = yield from ask(GetObject(key))` is typed without a local annotation.
+
+Three requests are understood by the drivers themselves, so every backend gets them free:
+`Sleep` (backoff), `Compute` (CPU-bound work the async driver may move to a thread) and
+`Call` (a caller's own function, such as an agent turn, awaited if it returns an
+awaitable).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Request(Generic[R]):
+    """Base of every request a step yields; `R` is the type of its result."""
+
+    __slots__ = ()
+
+
+Steps = Generator[Request[Any], Any, T]
+"""Logic that yields requests, receives their results and returns a `T`."""
+
+
+def ask(request: Request[R]) -> Steps[R]:
+    """Yield `request` and return its result, typed by the request's result type."""
+    result: R = yield request
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep(Request[None]):
+    """Request: wait this long before going on (backoff between retries)."""
+
+    seconds: float
+    """How long to wait."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compute(Request[R]):
+    """Request: do CPU-bound work (compressing, decompressing) and send back its result.
+
+    The sync driver does it in place. The async driver does large work on a worker thread,
+    so one big transcript does not stall every other task on the event loop (zstd releases
+    the GIL, so it also runs beside them); small work stays on the loop, where a thread hop
+    would cost more than it saves.
+    """
+
+    work: Callable[[], R]
+    """The work; its exceptions are raised into the steps like a failed request's."""
+    size: int
+    """Bytes the work goes through, which decides where the async driver runs it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Request[Any]):
+    """Request: call a caller's function (an agent turn) and send back what it returns.
+
+    The async driver awaits the result when it is awaitable, so the asyncio API takes
+    coroutine functions; the blocking driver refuses an awaitable with a `TypeError`.
+    """
+
+    function: Callable[..., Any]
+    """The caller's function."""
+    args: tuple[Any, ...]
+    """Its positional arguments."""
+
+
+OFFLOAD_BYTES = 256 * 1024
+"""Work on at least this many bytes leaves the event loop (about half a millisecond)."""
+
+
+def _blocking_call(request: Call) -> Any:
+    result = request.function(*request.args)
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning for a coroutine handed to the wrong API
+        raise TypeError(
+            f"{request.function!r} returned an awaitable: use the asyncio API for coroutines"
+        )
+    return result
+
+
+def run_sync(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
+    """Drive `steps` to completion with a blocking `execute(request) -> result`."""
+    try:
+        request = next(steps)
+        while True:
+            if isinstance(request, Sleep):
+                time.sleep(request.seconds)
+                request = steps.send(None)
+                continue
+            try:
+                if isinstance(request, Compute):
+                    result = request.work()
+                elif isinstance(request, Call):
+                    result = _blocking_call(request)
+                else:
+                    result = execute(request)
+            except Exception as exc:  # handed to the logic, which decides
+                request = steps.throw(exc)
+            else:
+                request = steps.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        steps.close()
+
+
+async def run_async(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
+    """Drive `steps` to completion with an awaitable `execute(request) -> result`."""
+    import asyncio  # here, not at module level: sync users (Lambda cold starts) skip it
+
+    try:
+        request = next(steps)
+        while True:
+            if isinstance(request, Sleep):
+                await asyncio.sleep(request.seconds)
+                request = steps.send(None)
+                continue
+            try:
+                if isinstance(request, Compute):
+                    if request.size >= OFFLOAD_BYTES:
+                        result = await asyncio.to_thread(request.work)
+                    else:
+                        result = request.work()
+                elif isinstance(request, Call):
+                    result = request.function(*request.args)
+                    if inspect.isawaitable(result):
+                        result = await result
+                else:
+                    result = await execute(request)
+            except Exception as exc:  # handed to the logic, which decides
+                request = steps.throw(exc)
+            else:
+                request = steps.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        steps.close()
