@@ -25,6 +25,8 @@ lint: $(STAMP)
 	$(PY) -m ruff check src tests bench examples moto_fixtures infra
 	$(PY) -m ruff format --check src
 	$(PY) -m mypy src
+	$(PY) -m mypy --strict tests/typing
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/cfn-lint infra/*.yaml
 
 typecheck: lint

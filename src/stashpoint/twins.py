@@ -47,13 +47,34 @@ class Awaiting:
     """Base of every asyncio twin: its operations are coroutines run with `run_async`."""
 
 
-def _describe(method: Callable[..., Any], steps: Callable[..., Any], returns: str) -> None:
-    """Give `method` the operation's name, docstring and signature, returning `returns`."""
+Executor = Callable[[Any, tuple[Any, ...]], Callable[[Any], Any]]
+"""Given the bound first argument and the other arguments, return the `execute` to use."""
+
+
+def _drivers(steps: Callable[..., Steps[Any]], executor: Executor) -> tuple[Any, Any]:
+    """Return the blocking function and the coroutine function that run `steps`."""
+
+    def blocking(first: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return run_sync(steps(first, *args, **kwargs), executor(first, args))
+
+    async def awaiting(first: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return await run_async(steps(first, *args, **kwargs), executor(first, args))
+
+    for function in (blocking, awaiting):
+        _describe(function, steps)
+    return blocking, awaiting
+
+
+def _describe(method: Callable[..., Any], steps: Callable[..., Any]) -> None:
+    """Give `method` the operation's name, docstring and signature (for help() and editors).
+
+    The signature returns what the steps return (`Steps[Envelope]` becomes `Envelope`).
+    """
     functools.update_wrapper(method, steps)
     signature = inspect.signature(steps)
     annotation = signature.return_annotation
     if isinstance(annotation, str) and annotation.startswith("Steps[") and annotation[-1] == "]":
-        annotation = returns.format(annotation.removeprefix("Steps[")[:-1])
+        annotation = annotation.removeprefix("Steps[")[:-1]
     method.__signature__ = signature.replace(return_annotation=annotation)  # type: ignore[attr-defined]
 
 
@@ -67,17 +88,7 @@ class operation(Generic[S, P, T]):
     def __init__(self, steps: Callable[Concatenate[S, P], Steps[T]]) -> None:
         self.steps = steps
         """The operation's definition: returns the steps that do the work."""
-
-        def blocking(instance: Any, /, *args: Any, **kwargs: Any) -> Any:
-            return run_sync(steps(instance, *args, **kwargs), instance._execute)
-
-        async def awaiting(instance: Any, /, *args: Any, **kwargs: Any) -> Any:
-            return await run_async(steps(instance, *args, **kwargs), instance._execute)
-
-        _describe(blocking, steps, "{}")
-        _describe(awaiting, steps, "{}")
-        self._blocking = blocking
-        self._awaiting = awaiting
+        self._blocking, self._awaiting = _drivers(steps, lambda owner, args: owner._execute)
         self.__doc__ = steps.__doc__
 
     @overload
@@ -110,17 +121,7 @@ class classoperation(Generic[P, T]):
     def __init__(self, steps: Callable[Concatenate[type[Any], P], Steps[T]]) -> None:
         self.steps = steps
         """The constructor's definition: returns the steps that build the object."""
-
-        def blocking(owner: type[Any], /, *args: Any, **kwargs: Any) -> Any:
-            return run_sync(steps(owner, *args, **kwargs), args[0]._execute)
-
-        async def awaiting(owner: type[Any], /, *args: Any, **kwargs: Any) -> Any:
-            return await run_async(steps(owner, *args, **kwargs), args[0]._execute)
-
-        _describe(blocking, steps, "{}")
-        _describe(awaiting, steps, "{}")
-        self._blocking = blocking
-        self._awaiting = awaiting
+        self._blocking, self._awaiting = _drivers(steps, lambda owner, args: args[0]._execute)
         self.__doc__ = steps.__doc__
 
     @overload

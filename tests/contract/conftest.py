@@ -109,3 +109,34 @@ def raw_put(backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
             raw._transport.execute(PutObject(key, body, None))
 
         yield put
+
+
+class AgentKit:
+    """The agent API of one driver, used the same way by every agent contract test.
+
+    Sync: the blocking classes on a `Store`. Async: the asyncio classes on an `AsyncStore`,
+    behind blocking facades, with turns passed as coroutine functions.
+    """
+
+    def __init__(self, stash: Any, driver: str) -> None:
+        from stashpoint import agent
+
+        self.driver = driver
+        self.store = stash.checkpoints
+        """The checkpoint store (a facade over an `AsyncStore` for the async driver)."""
+        prefix = "" if driver == "sync" else "Async"
+        for name in ("AgentCheckpoint", "AgentRunner", "CheckpointCursor", "ConversationStore"):
+            cls = getattr(agent, prefix + name)
+            setattr(self, name, cls if driver == "sync" else stash._wrap(cls))
+
+    def turn(self, function: Any) -> Any:
+        """Return a turn as this driver's users write it."""
+        from tests.contract.drivers import as_coroutine
+
+        return function if self.driver == "sync" else as_coroutine(function)
+
+
+@pytest.fixture
+def agent(stash: Any, backend: tuple[str, dict[str, Any], str]) -> AgentKit:
+    """The agent API of the driver under test, on the backend under test."""
+    return AgentKit(stash, backend[2])

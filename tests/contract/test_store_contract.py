@@ -255,3 +255,62 @@ def test_racing_creates_have_exactly_one_winner(backend: Any) -> None:
     assert len(winners) == 1 and outcomes.count("conflict") == 7
     with stashpoint.open(url, **options) as check:
         assert check.checkpoints.load(checkpoint_id).payload == {"n": int(winners[0][4:])}
+
+
+def test_update_applies_mutate_to_the_head_and_can_abort(store: Any) -> None:
+    env = initial({"count": 0})
+    store.compare_and_swap(env, None)
+    saved = store.update(env.id, lambda head: {"count": head.payload["count"] + 1})
+    assert saved.revision == 1 and store.load(env.id) == saved
+
+    def refuse(head: Envelope) -> Any:
+        raise ValueError("not today")
+
+    with pytest.raises(ValueError, match="not today"):
+        store.update(env.id, refuse)
+    assert store.load(env.id).revision == 1  # nothing written
+    again = store.update(env.id, lambda head: {"count": 7}, known=saved)
+    assert again.revision == 2 and again.payload == {"count": 7}
+    with pytest.raises(CheckpointNotFound):
+        store.update(stashpoint.new_id(), lambda head: {})
+
+
+def test_update_from_a_stale_known_head_reloads_and_loses_nothing(
+    store: Any, other_store: Any
+) -> None:
+    env = initial({"count": 0})
+    store.compare_and_swap(env, None)
+    other_store.update(env.id, lambda head: {"count": head.payload["count"] + 1})
+    saved = store.update(env.id, lambda head: {"count": head.payload["count"] + 1}, known=env)
+    assert saved.revision == 2 and saved.payload == {"count": 2}
+
+
+def test_concurrent_updates_from_threads_lose_no_increment(
+    backend: tuple[str, dict[str, Any], str], store: Any
+) -> None:
+    url, options, _ = backend
+    if url.startswith("s3://moto"):
+        pytest.skip("moto loses updates under concurrent conditional writes")
+    env = initial({"count": 0})
+    store.compare_and_swap(env, None)
+    workers, each = 4, 8
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        with stashpoint.open(url, **options) as own:  # one process's stash per worker
+            for _ in range(each):
+                try:
+                    own.checkpoints.update(
+                        env.id, lambda h: {"count": h.payload["count"] + 1}, max_attempts=200
+                    )
+                except BaseException as exc:
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    final = store.load(env.id)
+    assert final.payload == {"count": workers * each} and final.revision == workers * each

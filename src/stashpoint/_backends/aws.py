@@ -156,7 +156,7 @@ class AwsTransport(_AwsTransportBase):
 
     _client_type = LazyClient
 
-    def execute(self, request: Any) -> Any:
+    def execute(self, request: Request[Any]) -> Any:
         """Execute one request."""
         return run_sync(self._calls(request), self._call)
 
@@ -176,7 +176,7 @@ class AsyncAwsTransport(_AwsTransportBase):
 
     _client_type = AsyncLazyClient
 
-    async def execute(self, request: Any) -> Any:
+    async def execute(self, request: Request[Any]) -> Any:
         """Execute one request."""
         return await run_async(self._calls(request), self._call)
 

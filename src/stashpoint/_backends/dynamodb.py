@@ -32,6 +32,7 @@ from stashpoint.index.requests import (
     DescribeIndex,
     GetItem,
     IndexDescription,
+    IndexRequest,
     ItemPage,
     PutItems,
     QueryItems,
@@ -105,7 +106,7 @@ def _conditional_refusal(exc: Exception) -> bool:
     )
 
 
-def dynamodb_calls(request: Any, table: str) -> Steps[Any]:
+def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
     """Carry out one index request as DynamoDB calls; return the request's result."""
     try:
         match request:

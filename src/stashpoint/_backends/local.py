@@ -49,6 +49,7 @@ from stashpoint.stores.objects import (
     ListVersions,
     Match,
     ObjectInfo,
+    ObjectRequest,
     PutObject,
     VersionRef,
     WriteOutcome,
@@ -95,7 +96,7 @@ class LocalTransport:
         """Whether writes are flushed to disk before they are acknowledged."""
         self._swept = False
 
-    def execute(self, request: Any) -> Any:
+    def execute(self, request: ObjectRequest) -> Any:
         """Execute one object request and return its result."""
         try:
             match request:

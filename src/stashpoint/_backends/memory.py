@@ -22,6 +22,7 @@ from stashpoint.stores.objects import (
     ListVersions,
     Match,
     ObjectInfo,
+    ObjectRequest,
     PutObject,
     VersionRef,
     WriteOutcome,
@@ -46,7 +47,7 @@ class MemoryTransport:
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
 
-    def execute(self, request: Any) -> Any:
+    def execute(self, request: ObjectRequest) -> Any:
         """Execute one object request and return its result."""
         with self._lock:
             match request:

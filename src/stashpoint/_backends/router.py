@@ -6,6 +6,7 @@ from typing import Any
 
 from stashpoint.errors import ConfigurationError
 from stashpoint.index.requests import INDEX_REQUESTS
+from stashpoint.steps import Request
 
 _NO_INDEX = "this stash has no index (open it with ?index=...)"
 
@@ -19,7 +20,7 @@ class _Routes:
         self.index = index
         """The index transport, None where there is none."""
 
-    def route(self, request: Any) -> Any:
+    def route(self, request: Request[Any]) -> Any:
         """Return the transport that executes `request`."""
         if isinstance(request, INDEX_REQUESTS):
             if self.index is None:
@@ -31,7 +32,7 @@ class _Routes:
 class Router(_Routes):
     """Blocking router over blocking transports."""
 
-    def execute(self, request: Any) -> Any:
+    def execute(self, request: Request[Any]) -> Any:
         """Execute one request on the transport that serves it."""
         return self.route(request).execute(request)
 
@@ -45,7 +46,7 @@ class Router(_Routes):
 class AsyncRouter(_Routes):
     """The asyncio twin of `Router`."""
 
-    async def execute(self, request: Any) -> Any:
+    async def execute(self, request: Request[Any]) -> Any:
         """Execute one request on the transport that serves it."""
         return await self.route(request).execute(request)
 

@@ -39,6 +39,7 @@ from stashpoint.stores.objects import (
     ListVersions,
     Match,
     ObjectInfo,
+    ObjectRequest,
     PutObject,
     VersionRef,
     WriteOutcome,
@@ -157,7 +158,7 @@ def _is_absent(exc: Exception) -> bool:
     return status in (404, 405) or code in _NOT_FOUND_CODES
 
 
-def s3_calls(request: Any, settings: S3Settings) -> Steps[Any]:
+def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
     """Carry out one object request as S3 calls; return the object request's result."""
     bucket = settings.bucket
     match request:

@@ -20,6 +20,7 @@ from stashpoint.index.requests import (
     DescribeIndex,
     GetItem,
     IndexDescription,
+    IndexRequest,
     ItemPage,
     PutItems,
     QueryItems,
@@ -80,7 +81,7 @@ class SqliteIndexTransport:
             connection.execute(statement)
         return connection
 
-    def execute(self, request: Any) -> Any:
+    def execute(self, request: IndexRequest) -> Any:
         """Execute one index request."""
         try:
             if self.path == ":memory:":
@@ -90,7 +91,7 @@ class SqliteIndexTransport:
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"SQLite index error: {exc}", object_name=self.path) from exc
 
-    def _execute(self, request: Any) -> Any:
+    def _execute(self, request: IndexRequest) -> Any:
         db = self._connection()
         match request:
             case PutItems(items):

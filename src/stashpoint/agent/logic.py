@@ -14,8 +14,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pydantic
-
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
@@ -31,13 +29,12 @@ from stashpoint.agent.models import (
     TurnInFlight,
     Usage,
 )
-from stashpoint.envelope import Envelope
+from stashpoint.envelope import Envelope, typed_payload
 from stashpoint.errors import (
     AmbiguousResume,
     CheckpointConflict,
     CheckpointNotFound,
     InvalidPayload,
-    UnsupportedFormat,
 )
 from stashpoint.ids import new_id, validate_id
 from stashpoint.steps import Call, Steps, ask
@@ -77,20 +74,13 @@ def parse_state(envelope: Envelope) -> AgentCheckpointState:
 
     Another kind is `InvalidPayload`; another schema version is `UnsupportedFormat`.
     """
-    if envelope.kind != AGENT_KIND:
-        raise InvalidPayload(
-            f"not an agent checkpoint: kind is {envelope.kind!r}", object_name=envelope.id
-        )
-    if envelope.schema_version != AGENT_SCHEMA_VERSION:
-        raise UnsupportedFormat(
-            f"agent schema version {envelope.schema_version} is not supported "
-            f"(this library reads {AGENT_SCHEMA_VERSION})",
-            object_name=envelope.id,
-        )
-    try:
-        return AgentCheckpointState.model_validate(envelope.payload)
-    except pydantic.ValidationError as exc:
-        raise InvalidPayload(f"agent state is invalid: {exc}", object_name=envelope.id) from exc
+    return typed_payload(
+        envelope,
+        AgentCheckpointState,
+        kind=AGENT_KIND,
+        schema_version=AGENT_SCHEMA_VERSION,
+        what="agent checkpoint",
+    )
 
 
 def resume_state(state: AgentCheckpointState, policy: ResumePolicy) -> AgentCheckpointState:

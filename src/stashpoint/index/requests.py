@@ -91,5 +91,8 @@ class IndexDescription:
     """The attribute TTL deletes on, None when TTL is off."""
 
 
+IndexRequest = PutItems | GetItem | DeleteItem | QueryItems | DescribeIndex
+"""Every request an index transport executes."""
+
 INDEX_REQUESTS = (PutItems, GetItem, DeleteItem, QueryItems, DescribeIndex)
 """Every index request type (for routing requests between transports)."""

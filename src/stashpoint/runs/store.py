@@ -20,19 +20,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import pydantic
-
-from stashpoint.envelope import Envelope, utc_now
+from stashpoint.envelope import Envelope, typed_payload, utc_now
 from stashpoint.errors import (
     AttemptNotFound,
     CheckpointConflict,
     CheckpointNotFound,
     ConfigurationError,
     GraphDriftError,
-    InvalidPayload,
     RunNotFound,
     StashpointError,
-    UnsupportedFormat,
 )
 from stashpoint.ids import new_id, validate_id
 from stashpoint.index.requests import PutItems
@@ -76,17 +72,9 @@ def run_of(attempt_id: str) -> str:
 
 def state_of(envelope: Envelope) -> RunState:
     """Return the typed run state of an envelope, checking its kind and schema version."""
-    if envelope.kind != RUN_KIND:
-        raise InvalidPayload(f"not a run: kind is {envelope.kind!r}", object_name=envelope.id)
-    if envelope.schema_version > RUN_SCHEMA_VERSION:
-        raise UnsupportedFormat(
-            f"run schema version {envelope.schema_version} is newer than this library reads",
-            object_name=envelope.id,
-        )
-    try:
-        return RunState.model_validate(envelope.payload)
-    except pydantic.ValidationError as exc:
-        raise InvalidPayload(f"run state is invalid: {exc}", object_name=envelope.id) from exc
+    return typed_payload(
+        envelope, RunState, kind=RUN_KIND, schema_version=RUN_SCHEMA_VERSION, what="run"
+    )
 
 
 class _RunApi:

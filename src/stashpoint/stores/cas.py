@@ -354,6 +354,13 @@ class CompareAndSwap:
             if verdict is _Verdict.NOT_LANDED and attempt < self.retry.max_attempts:
                 yield Sleep(self.retry.delay(attempt))
                 continue
+            if not copy_may_have_landed:
+                raise StorageUnavailable(
+                    f"write not stored: storage refused it {attempt} times "
+                    f"({result.detail or result.outcome.value}) and the head is unchanged; "
+                    "retry later",
+                    object_name=envelope.id,
+                )
             raise StorageUnavailable(
                 f"write outcome unknown after {attempt} attempts "
                 f"({result.detail or result.outcome.value}); look for write id "

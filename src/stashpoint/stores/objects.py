@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Protocol
+from typing import Protocol
 
 from stashpoint.steps import Request
 
@@ -181,10 +181,14 @@ class ListKeys(Request["KeyPage"]):
     """Only keys after this one (ascending), for resuming a walk."""
 
 
+ObjectRequest = GetObject | HeadObject | PutObject | DeleteObject | ListVersions | ListKeys
+"""Every request an object transport executes."""
+
+
 class ObjectTransport(Protocol):
     """Executes object requests with blocking I/O."""
 
-    def execute(self, request: Any) -> Any:
+    def execute(self, request: ObjectRequest) -> object:
         """Execute one request and return its result."""
         ...
 
@@ -196,7 +200,7 @@ class ObjectTransport(Protocol):
 class AsyncObjectTransport(Protocol):
     """Executes object requests with asyncio."""
 
-    def execute(self, request: Any) -> Awaitable[Any]:
+    def execute(self, request: ObjectRequest) -> Awaitable[object]:
         """Execute one request and return its result."""
         ...
 

@@ -1,0 +1,301 @@
+"""The compare-and-swap steps driven by scripted storage answers: no server, no network.
+
+Each test is one row of the README's Guarantees table, played as the exact sequence of
+answers a server (or botocore) gives. The steps are I/O-free, so a script stands in for
+storage and every request the logic makes is checked, in order. The same rows are tested
+end to end through a fault proxy against SeaweedFS in `tests/stores/test_s3.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from stashpoint import CheckpointConflict, ConfigurationError, Envelope, StorageUnavailable
+from stashpoint.codec import Codec
+from stashpoint.envelope import LINEAGE_DEPTH
+from stashpoint.retry import RetryPolicy
+from stashpoint.steps import Compute, Sleep, Steps
+from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
+from stashpoint.stores.layout import CHECKPOINTS, Layout
+from stashpoint.stores.objects import (
+    Create,
+    HeadObject,
+    ListVersions,
+    Match,
+    ObjectInfo,
+    PutObject,
+    VersionRef,
+    WriteOutcome,
+    WriteResult,
+)
+
+Answer = Any  # a result, an exception to raise, or a function of the request
+
+
+@dataclass
+class Script:
+    """Storage that answers each request with the next scripted answer, checking its type."""
+
+    answers: list[tuple[type[Any], Answer]]
+    requests: list[Any] = field(default_factory=list)
+    sleeps: int = 0
+
+    def run(self, steps: Steps[Any]) -> Any:
+        try:
+            request = next(steps)
+            while True:
+                if isinstance(request, Sleep):
+                    self.sleeps += 1
+                    request = steps.send(None)
+                    continue
+                if isinstance(request, Compute):
+                    request = steps.send(request.work())
+                    continue
+                assert self.answers, f"unscripted request {request!r}"
+                kind, answer = self.answers.pop(0)
+                assert isinstance(request, kind), f"expected {kind.__name__}, got {request!r}"
+                self.requests.append(request)
+                if callable(answer) and not isinstance(answer, type):
+                    answer = answer(request)
+                if isinstance(answer, BaseException):
+                    request = steps.throw(answer)
+                else:
+                    request = steps.send(answer)
+        except StopIteration as stop:
+            assert not self.answers, f"scripted answers left over: {self.answers}"
+            return stop.value
+
+    def puts(self) -> list[PutObject]:
+        return [r for r in self.requests if isinstance(r, PutObject)]
+
+
+def cas() -> CompareAndSwap:
+    retry = RetryPolicy(max_attempts=4, base_delay=0, max_delay=0)
+    return CompareAndSwap(CHECKPOINTS, Layout(), Codec(), retry, EtagCache())
+
+
+def chain(length: int) -> list[Envelope]:
+    """Revisions 0..length-1 of one checkpoint, each built on the one before."""
+    envelopes = [Envelope.initial("job", None, "test.job", 1, {"n": 0})]
+    for n in range(1, length):
+        envelopes.append(envelopes[-1].next({"n": n}))
+    return envelopes
+
+
+def head(envelope: Envelope, etag: str | None = None) -> ObjectInfo:
+    """What a HEAD of `envelope` as the current object returns."""
+    return ObjectInfo(etag=etag or f"etag-{envelope.revision}", metadata=head_metadata(envelope))
+
+
+STORED = WriteResult(WriteOutcome.STORED, etag="etag-new")
+TIMEOUT = WriteResult(WriteOutcome.AMBIGUOUS, detail="ReadTimeoutError")
+REFUSED = WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="HTTP 412", retried=False)
+REFUSED_AFTER_RETRY = WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="HTTP 412")
+BUSY = WriteResult(WriteOutcome.CONDITION_CONFLICT, detail="HTTP 409", retried=False)
+
+
+def save(store: CompareAndSwap, envelope: Envelope, expected: int | None, script: Script) -> None:
+    if expected is not None:
+        store.cache.remember(store.key(envelope.id), expected, f"etag-{expected}")
+    script.run(store.compare_and_swap(envelope, expected))
+
+
+def test_save_is_one_conditional_put() -> None:
+    envelopes, script = chain(2), Script([(PutObject, STORED)])
+    save(cas(), envelopes[1], 0, script)
+    assert len(script.requests) == 1
+    assert script.puts()[0].condition == Match("etag-0")
+
+
+def test_create_is_if_none_match() -> None:
+    script = Script([(PutObject, STORED)])
+    save(cas(), chain(1)[0], None, script)
+    assert script.puts()[0].condition == Create()
+
+
+def test_lost_race_is_a_conflict_and_stores_nothing() -> None:
+    envelopes = chain(3)
+    winner = envelopes[1]
+    loser = envelopes[0].next({"n": "mine"})
+    script = Script([(PutObject, REFUSED), (HeadObject, head(winner, "etag-winner"))])
+    with pytest.raises(CheckpointConflict) as info:
+        save(cas(), loser, 0, script)
+    assert info.value.actual_revision == 1 and len(script.puts()) == 1
+
+
+def test_412_after_a_client_retry_of_our_landed_write_is_success() -> None:
+    envelopes = chain(2)
+    script = Script([(PutObject, REFUSED_AFTER_RETRY), (HeadObject, head(envelopes[1]))])
+    save(cas(), envelopes[1], 0, script)  # no error: botocore's repeat tripped on our write
+    assert len(script.puts()) == 1
+
+
+def test_timeout_then_head_still_at_expected_resends_the_same_bytes() -> None:
+    envelopes = chain(2)
+    script = Script(
+        [
+            (PutObject, TIMEOUT),
+            (HeadObject, head(envelopes[0], "etag-0")),  # not landed (yet)
+            (PutObject, STORED),
+        ]
+    )
+    save(cas(), envelopes[1], 0, script)
+    first, second = script.puts()
+    assert first.body == second.body and first.condition == second.condition == Match("etag-0")
+    assert first.metadata == second.metadata  # the same write id: at most one copy lands
+
+
+def test_timeout_on_create_then_nothing_there_resends_create() -> None:
+    envelope = chain(1)[0]
+    script = Script([(PutObject, TIMEOUT), (HeadObject, None), (PutObject, STORED)])
+    save(cas(), envelope, None, script)
+    assert [p.condition for p in script.puts()] == [Create(), Create()]
+
+
+def test_timeout_then_others_built_on_our_write_is_success() -> None:
+    envelopes = chain(6)
+    # Our revision 1 landed; four more saves by others followed within milliseconds.
+    script = Script([(PutObject, TIMEOUT), (HeadObject, head(envelopes[5]))])
+    save(cas(), envelopes[1], 0, script)
+    assert len(script.puts()) == 1  # never resent: resending would duplicate the update
+
+
+def test_timeout_then_head_moved_without_our_write_is_a_conflict() -> None:
+    envelopes = chain(3)
+    mine = envelopes[0].next({"n": "mine"})
+    script = Script([(PutObject, TIMEOUT), (HeadObject, head(envelopes[2]))])
+    with pytest.raises(CheckpointConflict):
+        save(cas(), mine, 0, script)
+
+
+def _versions(envelopes: list[Envelope]) -> list[VersionRef]:
+    newest_first = list(reversed(envelopes))
+    return [VersionRef(f"v{e.revision}", i == 0) for i, e in enumerate(newest_first)]
+
+
+def _version_head(envelopes: list[Envelope]) -> Callable[[HeadObject], ObjectInfo]:
+    by_version = {f"v{e.revision}": e for e in envelopes}
+    return lambda request: head(by_version[request.version_id or ""])
+
+
+def test_head_moved_past_the_lineage_window_asks_the_version_history() -> None:
+    envelopes = chain(LINEAGE_DEPTH + 10)
+    ours = envelopes[1]
+    steps: list[tuple[type[Any], Answer]] = [
+        (PutObject, TIMEOUT),
+        (HeadObject, head(envelopes[-1])),
+        (ListVersions, _versions(envelopes)),
+    ]
+    # Binary search over the versions: every HEAD is answered from the stored chain.
+    steps += [(HeadObject, _version_head(envelopes))] * 8
+    script = Script(steps)
+    store = cas()
+    store.cache.remember(store.key(ours.id), 0, "etag-0")
+    with pytest.raises(AssertionError, match="left over"):
+        script.run(store.compare_and_swap(ours, 0))  # found before using all 8 HEADs
+    version_heads = [r for r in script.requests if isinstance(r, HeadObject) and r.version_id]
+    assert 1 <= len(version_heads) <= 7  # a search, not a walk through 42 versions
+
+
+def test_head_moved_past_the_window_finds_a_foreign_write_is_a_conflict() -> None:
+    envelopes = chain(LINEAGE_DEPTH + 10)
+    mine = envelopes[0].next({"n": "mine"})  # revision 1, never landed: theirs did
+    steps: list[tuple[type[Any], Answer]] = [
+        (PutObject, TIMEOUT),
+        (HeadObject, head(envelopes[-1])),
+        (ListVersions, _versions(envelopes)),
+    ]
+    script = Script(steps + [(HeadObject, _version_head(envelopes))] * 8)
+    store = cas()
+    store.cache.remember(store.key(mine.id), 0, "etag-0")
+    with pytest.raises(CheckpointConflict):
+        Script.run(script, store.compare_and_swap(mine, 0))
+
+
+def test_head_moved_past_the_window_without_versioning_is_unavailable_with_write_id() -> None:
+    envelopes = chain(LINEAGE_DEPTH + 10)
+    ours = envelopes[1]
+    script = Script(
+        [
+            (PutObject, TIMEOUT),
+            (HeadObject, head(envelopes[-1])),
+            (ListVersions, ConfigurationError("versioning is off")),
+        ]
+    )
+    with pytest.raises(StorageUnavailable) as info:
+        save(cas(), ours, 0, script)
+    assert info.value.write_id == ours.write_id  # the caller can look for it later
+
+
+def test_409_conditional_request_conflict_is_retried_with_backoff() -> None:
+    envelopes = chain(2)
+    script = Script([(PutObject, BUSY), (PutObject, BUSY), (PutObject, STORED)])
+    save(cas(), envelopes[1], 0, script)
+    assert len(script.puts()) == 3 and script.sleeps == 2
+
+
+def test_409_on_every_attempt_is_a_certain_failure_not_an_unknown_outcome() -> None:
+    envelopes = chain(2)
+    busy = [(PutObject, BUSY)] * 4
+    script = Script([*busy, (HeadObject, head(envelopes[0], "etag-0"))])
+    with pytest.raises(StorageUnavailable, match="not stored") as info:
+        save(cas(), envelopes[1], 0, script)  # refused every time: certainly not landed
+    assert info.value.write_id is None and len(script.puts()) == 4
+
+
+def test_read_back_failure_is_unavailable_carrying_the_write_id() -> None:
+    envelopes = chain(2)
+    script = Script(
+        [(PutObject, TIMEOUT), (HeadObject, StorageUnavailable("connection refused"))]
+    )
+    with pytest.raises(StorageUnavailable) as info:
+        save(cas(), envelopes[1], 0, script)
+    assert info.value.write_id == envelopes[1].write_id
+    assert "lineage" in str(info.value)
+
+
+def test_resends_that_never_land_end_as_unavailable_not_success() -> None:
+    envelopes = chain(2)
+    answers: list[tuple[type[Any], Answer]] = []
+    for _ in range(4):
+        answers += [(PutObject, TIMEOUT), (HeadObject, head(envelopes[0], "etag-0"))]
+    script = Script(answers)
+    with pytest.raises(StorageUnavailable) as info:
+        save(cas(), envelopes[1], 0, script)
+    assert info.value.write_id == envelopes[1].write_id and len(script.puts()) == 4
+
+
+def test_update_retries_a_lost_race_on_the_fresh_head_and_mutate_can_abort() -> None:
+    envelopes = chain(3)
+    store = cas()
+    from stashpoint.stores.objects import GetObject
+
+    codec = store.codec
+
+    def body(envelope: Envelope) -> ObjectInfo:
+        return ObjectInfo(etag=f"etag-{envelope.revision}", body=codec.encode(envelope))
+
+    script = Script(
+        [
+            (GetObject, body(envelopes[0])),
+            (PutObject, REFUSED),  # someone saved revision 1 first
+            (HeadObject, head(envelopes[1])),
+            (GetObject, body(envelopes[1])),
+            (PutObject, STORED),
+        ]
+    )
+    saved = script.run(store.update("job", lambda h: {"n": h.payload["n"] + 10}))
+    assert saved.revision == 2 and saved.payload == {"n": 11}
+    assert script.sleeps == 1
+
+    def refuse(head: Envelope) -> Any:
+        raise CheckpointConflict("job", expected_revision=head.revision, message="abort")
+
+    abort = Script([(GetObject, body(envelopes[2]))])
+    with pytest.raises(CheckpointConflict, match="abort"):
+        abort.run(store.update("job", refuse))
+    assert abort.puts() == []  # nothing written
