@@ -3,22 +3,34 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
 DYNAMODB_LOCAL := .servers/dynamodb-local/.version-2.9.30
 
-.PHONY: install demo test lint typecheck bench clean
+.PHONY: install demo test lint typecheck bench clean prerequisites
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
-	touch $(STAMP)
+	@echo "==> installing stashpoint with the dev extra into $(VENV) (tests, lint, servers)"
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	touch $(STAMP) $(DEMO_STAMP)
+
+# The demo needs only the runtime and the cli extra: no servers, linters or test tools.
+$(DEMO_STAMP): pyproject.toml
+	@echo "==> creating $(VENV) and installing stashpoint with the cli extra (runtime only)"
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -e ".[cli]" \
+		| grep -E --line-buffered "^(Collecting|Successfully)" || true
+	$(PY) -c "import stashpoint.cli"
+	touch $(DEMO_STAMP)
 
 $(DYNAMODB_LOCAL): tests/dynamodb_local/install.sh
 	bash tests/dynamodb_local/install.sh .servers/dynamodb-local
 
 install: $(STAMP) $(DYNAMODB_LOCAL)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
+	@echo "==> running the demo on the embedded default (a local folder + SQLite)"
 	$(VENV)/bin/stashpoint demo
 
 lint: $(STAMP)
@@ -31,9 +43,12 @@ lint: $(STAMP)
 
 typecheck: lint
 
-# The tests start SeaweedFS and DynamoDB Local on 127.0.0.1 themselves (tests/servers.py)
-# and stop them by PID when the session ends.
-test: $(STAMP) $(DYNAMODB_LOCAL)
+# The tests start SeaweedFS and DynamoDB Local on free 127.0.0.1 ports themselves
+# (tests/servers.py) and stop them by PID when the session ends.
+prerequisites:
+	@PYTHON=$(PYTHON) bash tests/prerequisites.sh
+
+test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	$(MAKE) lint
 	$(PY) -m pytest -q
 

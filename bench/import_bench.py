@@ -22,6 +22,12 @@ CASES = {
         "with stashpoint.open('local://' + d) as s:\n"
         "    s.checkpoints.compare_and_swap(stashpoint.Envelope.initial('a', None, 'k', 1, {}), None)"
     ),
+    "import, open local, save + load once": (
+        "import stashpoint, tempfile; d = tempfile.mkdtemp()\n"
+        "with stashpoint.open('local://' + d) as s:\n"
+        "    s.checkpoints.compare_and_swap(stashpoint.Envelope.initial('a', None, 'k', 1, {}), None)\n"
+        "    s.checkpoints.load('a')"
+    ),
     "open an S3 stash (imports boto3)": (
         "import stashpoint; stashpoint.open('s3://bucket/prefix').checkpoints.load"
     ),

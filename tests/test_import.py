@@ -33,6 +33,33 @@ def test_import_loads_no_heavy_or_optional_module() -> None:
     assert _loaded(script) == set()
 
 
+DEFERRED = ("pydantic", "zstandard", "stashpoint.envelope", "stashpoint.codec", "stashpoint.stash")
+
+
+def test_import_defers_even_the_codec_and_models_until_first_use() -> None:
+    # `import stashpoint` loads the error types only; every other name loads when touched.
+    script = (
+        "import sys, stashpoint\n"
+        "before = [m for m in sys.argv[1:] if m in sys.modules]\n"
+        "stashpoint.Envelope\n"
+        "after = [m for m in sys.argv[1:] if m in sys.modules]\n"
+        "print(len(before), ' '.join(after))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, *DEFERRED], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == "0"
+    assert {"pydantic", "stashpoint.envelope"} <= set(out[1:])
+
+
+def test_every_public_name_resolves() -> None:
+    import stashpoint
+
+    for name in stashpoint.__all__:
+        assert getattr(stashpoint, name) is not None, name
+    assert set(dir(stashpoint)) >= set(stashpoint.__all__)
+
+
 def test_sync_checkpoints_on_the_local_default_load_no_async_or_aws_module() -> None:
     # The local default's index is SQLite; everything else stays unloaded.
     assert _loaded(SYNC_LOCAL_USE) <= {"sqlite3"}

@@ -3,13 +3,14 @@
 stash = stashpoint.open("local://./.stashpoint")   # or s3://bucket/prefix
 env = stashpoint.Envelope.initial(stashpoint.new_id(), None, "job", 1, {"done": 0})
 stash.checkpoints.compare_and_swap(env, None)
+
+Only the error types load with the package; every other name loads on first use, so
+`import stashpoint` costs a Lambda cold start next to nothing (see `bench/import_bench.py`).
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from stashpoint.codec import Codec, Limits
-from stashpoint.envelope import CheckpointInfo, Envelope
 from stashpoint.errors import (
     AmbiguousResume,
     AttemptNotFound,
@@ -27,12 +28,12 @@ from stashpoint.errors import (
     TerminalStateConflict,
     UnsupportedFormat,
 )
-from stashpoint.ids import new_id, validate_id
-from stashpoint.retry import RetryPolicy
-from stashpoint.stash import AsyncStash, Options, Stash, open, open_async
-from stashpoint.stores import AsyncStore, Store
 
 if TYPE_CHECKING:
+    from stashpoint.codec import Codec, Limits
+    from stashpoint.envelope import CheckpointInfo, Envelope
+    from stashpoint.ids import new_id, validate_id
+    from stashpoint.retry import RetryPolicy
     from stashpoint.runs import (
         AsyncRunStore,
         AttemptStatus,
@@ -44,28 +45,45 @@ if TYPE_CHECKING:
         RunSummary,
         TraceContext,
     )
+    from stashpoint.stash import AsyncStash, Options, Stash, open, open_async
+    from stashpoint.stores import AsyncStore, Store
 
 _LAZY = {
-    name: "stashpoint.runs"
-    for name in (
-        "AsyncRunStore",
-        "AttemptStatus",
-        "CheckpointMetadata",
-        "Interrupt",
-        "RunState",
-        "RunStatus",
-        "RunStore",
-        "RunSummary",
-        "TraceContext",
-    )
+    **dict.fromkeys(("Codec", "Limits"), "stashpoint.codec"),
+    **dict.fromkeys(("CheckpointInfo", "Envelope"), "stashpoint.envelope"),
+    **dict.fromkeys(("new_id", "validate_id"), "stashpoint.ids"),
+    "RetryPolicy": "stashpoint.retry",
+    **dict.fromkeys(("AsyncStash", "Options", "Stash", "open", "open_async"), "stashpoint.stash"),
+    **dict.fromkeys(("AsyncStore", "Store"), "stashpoint.stores"),
+    **dict.fromkeys(
+        (
+            "AsyncRunStore",
+            "AttemptStatus",
+            "CheckpointMetadata",
+            "Interrupt",
+            "RunState",
+            "RunStatus",
+            "RunStore",
+            "RunSummary",
+            "TraceContext",
+        ),
+        "stashpoint.runs",
+    ),
 }
 
 
 def __getattr__(name: str) -> Any:
-    # The run API loads on first use: `import stashpoint` stays light for Lambda cold starts.
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'stashpoint' has no attribute {name!r}")
+    # Names load on first use: `import stashpoint` stays light for Lambda cold starts.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stashpoint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 __all__ = [

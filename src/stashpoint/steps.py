@@ -18,7 +18,6 @@ awaitable).
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -88,7 +87,7 @@ OFFLOAD_BYTES = 256 * 1024
 
 def _blocking_call(request: Call) -> Any:
     result = request.function(*request.args)
-    if inspect.isawaitable(result):
+    if isinstance(result, Awaitable):
         close = getattr(result, "close", None)
         if close is not None:
             close()  # no "never awaited" warning for a coroutine handed to the wrong API
@@ -143,7 +142,7 @@ async def run_async(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -
                         result = request.work()
                 elif isinstance(request, Call):
                     result = request.function(*request.args)
-                    if inspect.isawaitable(result):
+                    if isinstance(result, Awaitable):
                         result = await result
                 else:
                     result = await execute(request)

@@ -111,3 +111,13 @@ def test_spot_worker_flushes_on_sigterm_and_the_next_one_finishes(tmp_path: Path
     with stashpoint.open(url) as stash:
         final = stash.checkpoints.load("batch").payload
     assert final == {"cursor": 3000, "sums": sum(i * i for i in range(3000)), "workers": 2}
+
+
+def test_lambda_example_runs_locally_with_a_fake_context(tmp_path: Path) -> None:
+    command = [sys.executable, str(EXAMPLES / "lambda_agent.py"), "--local", "--url",
+               f"local://{tmp_path / 'stash'}", "--checkpoint-id", "local-run"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["status"], r["turns_here"]) for r in lines] == [("continue", 2), ("done", 2)]
+    assert "42" in lines[-1]["answer"]

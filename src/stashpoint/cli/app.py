@@ -105,7 +105,7 @@ def _document(envelope: stashpoint.Envelope) -> dict[str, Any]:
 @app.command()
 def demo(
     url: Url = None,
-    items: Annotated[int, typer.Option(help="Items in the batch.")] = 300,
+    items: Annotated[int, typer.Option(help="Items in the batch.", min=11)] = 300,
     kill_after: Annotated[int, typer.Option(help="Checkpoints before the SIGKILL.")] = 8,
 ) -> None:
     """Run the main job: a batch killed with SIGKILL partway, resumed, checked exactly-once."""

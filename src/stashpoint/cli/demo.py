@@ -22,7 +22,13 @@ import time
 from typing import Any
 
 import stashpoint
-from stashpoint import AttemptStatus, CheckpointConflict, CheckpointNotFound, Envelope
+from stashpoint import (
+    AttemptStatus,
+    CheckpointConflict,
+    CheckpointNotFound,
+    ConfigurationError,
+    Envelope,
+)
 from stashpoint.url import resolve_url
 
 KIND = "stashpoint.demo.batch"
@@ -79,6 +85,15 @@ def worker(url: str, run_id: str, items: int, delay: float) -> None:
 def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
     """Run the demo; return 0 when every item was processed exactly once."""
     url = resolve_url(url)
+    if url.startswith("memory:"):
+        raise ConfigurationError(
+            "the demo kills and restarts worker processes, and memory:// lives in one "
+            "process: use local://PATH or s3://BUCKET/PREFIX"
+        )
+    batches = -(-items // BATCH)
+    if batches < 2:
+        raise ConfigurationError(f"the demo needs at least {BATCH + 1} items (two batches)")
+    kill_after = max(1, min(kill_after, batches - 1))  # always some batches left to resume
     with stashpoint.open(url) as stash:
         run_id = stash.runs.create_run(GRAPH)
     print(f"stash: {url}\nrun: {run_id}\nitems: {items}")
@@ -106,14 +121,20 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
     with stashpoint.open(url) as stash:
         at_kill = stash.checkpoints.load(run_id)
     print(f"  resuming from revision {at_kill.revision}, cursor {at_kill.payload['cursor']}")
-    second = subprocess.run(
-        [*command, "--worker", run_id, "0"], capture_output=True, text=True, check=False
+    second = subprocess.Popen(
+        [*command, "--worker", run_id, "0"], stdout=subprocess.PIPE, text=True
     )
-    lines = [line for line in second.stdout.splitlines() if line.startswith("checkpoint")]
-    print(f"  worker 2: {len(lines)} checkpoints, last: {lines[-1] if lines else '-'}")
-    if second.returncode != 0:
-        print(second.stderr, file=sys.stderr)
+    assert second.stdout is not None
+    lines = []
+    step = max(1, (batches - checkpoints) // 10)  # about ten progress lines, whatever the size
+    for line in second.stdout:
+        if line.startswith("checkpoint"):
+            lines.append(line.strip())
+            if len(lines) % step == 0:
+                print(f"  worker 2: {line.strip()}", flush=True)
+    if second.wait() != 0:
         return 1
+    print(f"  worker 2: {len(lines)} checkpoints, last: {lines[-1] if lines else '-'}")
 
     with stashpoint.open(url) as stash:
         final = stash.checkpoints.load(run_id)
@@ -122,7 +143,6 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
         assert state is not None
         completed = [a for a in state.attempts if a.status is AttemptStatus.COMPLETED]
         killed = [a for a in state.attempts if a.status is AttemptStatus.FAILED]
-        batches = -(-items // BATCH)
         results = final.payload["results"]
         ok = (
             results == {str(i): work(i) for i in range(items)}
