@@ -95,7 +95,9 @@ def test_zstd_bomb_declaring_huge_size_fails_fast() -> None:
 
 def test_zstd_bomb_without_declared_size_stops_at_limit() -> None:
     chunker = zstandard.ZstdCompressor(write_content_size=False).compressobj()
-    bomb = b"".join(chunker.compress(b"\0" * (1 << 20)) for _ in range(64)) + chunker.flush()
+    start = chunker.compress(b'{"format":"stashpoint.envelope/1","payload":"')  # looks right
+    bomb = start + b"".join(chunker.compress(b"a" * (1 << 20)) for _ in range(64))
+    bomb += chunker.flush()
     assert len(bomb) < 16 * 1024  # 64 MiB of zeros in a few KB
     with pytest.raises(LimitExceeded, match="inflates"):
         Codec(Limits(max_decompressed_bytes=1 << 20)).decode(bomb)

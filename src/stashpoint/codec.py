@@ -8,7 +8,7 @@ to gigabytes fails fast with bounded memory, and JSON nesting depth is bounded.
 from __future__ import annotations
 
 import functools
-import json
+import math
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +19,13 @@ import pydantic_core
 import zstandard
 
 from stashpoint.envelope import Envelope
-from stashpoint.errors import InvalidPayload, LimitExceeded, StashpointError, UnsupportedFormat
+from stashpoint.errors import (
+    ConfigurationError,
+    InvalidPayload,
+    LimitExceeded,
+    StashpointError,
+    UnsupportedFormat,
+)
 from stashpoint.steps import Compute, Steps, ask
 
 FORMAT_NAME = "stashpoint.envelope"
@@ -34,26 +40,46 @@ PARSER_MAX_DEPTH = 200
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _STREAM_CHUNK = 1 << 20
+_RATIO_FLOOR = 1 << 20
+"""Documents up to this size are never refused for their inflation ratio."""
+_PREFIX_BYTES = 256
+"""How much of a document is decompressed first, to check it starts with the format."""
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Bounds applied when encoding and decoding envelopes."""
+    """Bounds applied when encoding and decoding envelopes: one object for both directions.
+
+    What a save accepts, a load accepts: the writer refuses anything a reader with the
+    same limits would refuse, so nothing acknowledged is ever unreadable.
+    """
 
     max_compressed_bytes: int = 256 * 1024 * 1024
-    """Largest stored object accepted (compressed bytes)."""
-    max_decompressed_bytes: int = 1024 * 1024 * 1024
+    """Largest stored object accepted (compressed bytes); larger ones are refused from
+    their size, before their body is read."""
+    max_decompressed_bytes: int = 256 * 1024 * 1024
     """Largest JSON document accepted once decompressed."""
     max_depth: int = PARSER_MAX_DEPTH
     """Deepest JSON nesting accepted, the envelope object itself counting as 1."""
     max_window_bytes: int = 1 << 27
     """Largest zstd window a frame may ask for (bounds decoder memory)."""
+    max_inflation_ratio: int = 1000
+    """Largest decompressed/compressed size ratio past the first MiB: real checkpoints
+    compress 3-50x, zstd bombs thousands of times (refused before they inflate)."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_depth <= PARSER_MAX_DEPTH:
-            raise ValueError(f"max_depth must be between 1 and {PARSER_MAX_DEPTH}")
-        if self.max_compressed_bytes < 1 or self.max_decompressed_bytes < 1:
-            raise ValueError("size limits must be positive")
+        for name in (
+            "max_compressed_bytes",
+            "max_decompressed_bytes",
+            "max_depth",
+            "max_window_bytes",
+            "max_inflation_ratio",
+        ):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ConfigurationError(f"Limits.{name} must be a positive int, not {value!r}")
+        if self.max_depth > PARSER_MAX_DEPTH:
+            raise ConfigurationError(f"Limits.max_depth must be at most {PARSER_MAX_DEPTH}")
 
 
 DEFAULT_LIMITS = Limits()
@@ -90,7 +116,7 @@ class Codec:
         )
 
     def serialize(self, envelope: Envelope) -> bytes:
-        """Return the envelope's JSON document, checked for non-finite numbers and size."""
+        """Return the envelope's JSON document, checked for JSON types, depth and size."""
         document = {
             "format": FORMAT,
             "id": envelope.id,
@@ -104,16 +130,14 @@ class Codec:
             "updated_at": _timestamp(envelope.updated_at),
             "payload": envelope.payload,
         }
+        # The envelope object is depth 1, so its payload starts at depth 2.
+        check_json(envelope.payload, self.limits.max_depth, name=envelope.id, start_depth=2)
         try:
-            raw = pydantic_core.to_json(document, inf_nan_mode="constants")
+            raw = pydantic_core.to_json(document)
         except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
             raise InvalidPayload(
                 f"payload is not JSON-serialisable: {exc}", object_name=envelope.id
             ) from exc
-        if (b"NaN" in raw or b"Infinity" in raw) and _has_non_finite(raw):
-            raise InvalidPayload(
-                "payload holds NaN or Infinity, which JSON cannot carry", object_name=envelope.id
-            )
         if len(raw) > self.limits.max_decompressed_bytes:
             raise LimitExceeded(
                 f"envelope is {len(raw)} bytes of JSON, over the limit of "
@@ -174,6 +198,7 @@ class Codec:
             raw = data
             if len(raw) > self.limits.max_decompressed_bytes:
                 raise LimitExceeded("JSON document over the size limit", object_name=name)
+            _check_prefix(raw[:_PREFIX_BYTES], name)
         elif not data:
             raise InvalidPayload("object is empty", object_name=name)
         else:
@@ -214,18 +239,27 @@ class Codec:
             raise InvalidPayload(f"envelope fields are invalid: {exc}", object_name=name) from exc
 
     def _decompress(self, data: bytes, name: str | None) -> bytes:
-        limit = self.limits.max_decompressed_bytes
+        limits = self.limits
         try:
             params = zstandard.get_frame_parameters(data)
         except zstandard.ZstdError as exc:
             raise InvalidPayload(f"corrupt zstd frame header: {exc}", object_name=name) from exc
+        # Past the first MiB, a document may be at most `ratio` times its stored size.
+        ceiling = min(
+            limits.max_decompressed_bytes,
+            max(_RATIO_FLOOR, limits.max_inflation_ratio * len(data)),
+        )
         declared = params.content_size
-        if declared != zstandard.CONTENTSIZE_UNKNOWN and declared > limit:
-            raise LimitExceeded(
-                f"zstd frame declares {declared} bytes, over the limit of {limit}",
-                object_name=name,
-            )
-        if params.window_size > self.limits.max_window_bytes:
+        if declared != zstandard.CONTENTSIZE_UNKNOWN and declared > ceiling:
+            if declared > limits.max_decompressed_bytes:
+                reason = f"over the limit of {limits.max_decompressed_bytes}"
+            else:
+                reason = (
+                    f"a {declared // max(1, len(data))}x inflation of {len(data)} stored "
+                    f"bytes, over max_inflation_ratio={limits.max_inflation_ratio}"
+                )
+            raise LimitExceeded(f"zstd frame declares {declared} bytes, {reason}", object_name=name)
+        if params.window_size > limits.max_window_bytes:
             raise LimitExceeded(
                 f"zstd frame asks for a {params.window_size}-byte window", object_name=name
             )
@@ -234,6 +268,9 @@ class Codec:
             dctx = zstandard.ZstdDecompressor(max_window_size=self._max_window)
             self._contexts.decompressor = dctx
         try:
+            # The first bytes must name the format: anything else stops here, uninflated.
+            with dctx.stream_reader(data, read_across_frames=False) as reader:
+                _check_prefix(reader.read(_PREFIX_BYTES), name)
             if declared != zstandard.CONTENTSIZE_UNKNOWN:
                 # zstd checks the declared size against the real one, so this bounds memory.
                 dobj = dctx.decompressobj()
@@ -243,7 +280,7 @@ class Codec:
                 if dobj.unused_data:
                     raise InvalidPayload("trailing bytes after the zstd frame", object_name=name)
                 return raw
-            return self._decompress_streaming(dctx, data, limit, name)
+            return self._decompress_streaming(dctx, data, ceiling, name)
         except zstandard.ZstdError as exc:
             raise InvalidPayload(f"corrupt zstd frame: {exc}", object_name=name) from exc
 
@@ -258,7 +295,9 @@ class Codec:
                 total += len(chunk)
                 if total > limit:
                     raise LimitExceeded(
-                        f"zstd frame inflates past the limit of {limit} bytes", object_name=name
+                        f"zstd frame inflates past {limit} bytes (size limit, or "
+                        f"max_inflation_ratio times its {len(data)} stored bytes)",
+                        object_name=name,
                     )
                 chunks.append(chunk)
         return b"".join(chunks)
@@ -275,17 +314,87 @@ def _declared_size(data: bytes) -> int:
     return max(size, 0)
 
 
-def _has_non_finite(raw: bytes) -> bool:
-    # Only reached when the bytes mention NaN/Infinity: a strict parse tells a number from
-    # a string that merely contains the word.
-    def reject(_: str) -> None:
-        raise ValueError
+def _check_prefix(first: bytes, name: str | None) -> None:
+    """Refuse a document whose first bytes are not `{"format":` (whitespace allowed)."""
+    head = first.lstrip()
+    if not head.startswith(b"{"):
+        raise InvalidPayload("object is not a JSON object", object_name=name)
+    if not head[1:].lstrip().startswith(b'"format"') and len(head) > 1:
+        raise UnsupportedFormat(
+            "not a stashpoint envelope: it does not start with its 'format' field",
+            object_name=name,
+        )
 
-    try:
-        json.loads(raw, parse_constant=reject)
-    except ValueError:
-        return True
-    return False
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def check_json(
+    value: Any,
+    max_depth: int,
+    *,
+    name: str | None = None,
+    start_depth: int = 1,
+    root: str = "payload",
+) -> None:
+    """Refuse a value that JSON cannot carry unchanged, or that nests deeper than `max_depth`.
+
+    Allowed: dict with str keys, list, str, int, finite float, bool, None (exact types, so
+    an Enum, a tuple, a set, a datetime or a Decimal is refused instead of coming back as
+    something else). Raises `InvalidPayload` (or `LimitExceeded` for depth) naming the path.
+    """
+    stack: list[tuple[Any, int]] = [(value, start_depth)]
+    ok = True
+    while stack and ok:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth > max_depth:
+                ok = False
+                break
+            children = item.values() if kind is dict else item
+            if kind is dict and any(type(key) is not str for key in item):
+                ok = False
+                break
+            for child in children:
+                child_kind = type(child)
+                if child_kind is str or child_kind is int or child_kind is bool or child is None:
+                    continue  # the common leaves, checked without a push
+                stack.append((child, depth + 1))
+        elif kind is float:
+            ok = math.isfinite(item)
+        elif kind not in _SCALARS:
+            ok = False
+    if ok:
+        return
+    where, problem = _first_problem(value, max_depth, start_depth, root)
+    error = LimitExceeded if problem.startswith("nesting") else InvalidPayload
+    raise error(f"{where}: {problem}", object_name=name)
+
+
+def _first_problem(value: Any, max_depth: int, start_depth: int, root: str) -> tuple[str, str]:
+    """Find (path, reason) of the first value `check_json` refuses (only on failure)."""
+    stack: list[tuple[Any, int, str]] = [(value, start_depth, root)]
+    while stack:
+        item, depth, path = stack.pop()
+        kind = type(item)
+        if kind in (dict, list) and depth > max_depth:
+            return path, f"nesting deeper than {max_depth} (the envelope counting as 1)"
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    return path, f"key {key!r} is a {type(key).__name__}; JSON keys are strings"
+                stack.append((child, depth + 1, f"{path}.{key}"))
+        elif kind is list:
+            stack.extend((c, depth + 1, f"{path}[{i}]") for i, c in enumerate(item))
+        elif kind is float and not math.isfinite(item):
+            return path, f"{item} (NaN/Infinity) cannot be stored in JSON"
+        elif kind is not float and kind not in _SCALARS:
+            return path, (
+                f"a {kind.__name__} would not come back as one from JSON; convert it "
+                "(to a str, list or dict) before saving"
+            )
+    return root, "not JSON"
 
 
 def _timestamp(value: datetime) -> str:

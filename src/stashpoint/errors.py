@@ -33,6 +33,8 @@ class ErrorKind(StrEnum):
     """A URL, option or environment setting is wrong."""
     LIMIT_EXCEEDED = "limit_exceeded"
     """A size or depth limit was crossed."""
+    UNSAFE_STORAGE = "unsafe_storage"
+    """Storage holds something stashpoint refuses to follow (a symlink inside the store)."""
 
 
 class StashpointError(Exception):
@@ -127,6 +129,15 @@ class ConfigurationError(StashpointError, ValueError):
     """A URL, option or environment setting is wrong."""
 
     kind = ErrorKind.CONFIGURATION
+
+
+class UnsafeStorage(StashpointError):
+    """Storage holds something stashpoint refuses to follow: a symlink inside the local store.
+
+    Nothing was read, written or deleted through it; `object_name` is the path.
+    """
+
+    kind = ErrorKind.UNSAFE_STORAGE
 
 
 class RunNotFound(StashpointError):

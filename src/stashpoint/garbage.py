@@ -79,7 +79,7 @@ def collect_garbage(
             if history:
                 versions += yield from _older_versions(key)
             for version_id in versions:
-                info = yield from ask(GetObject(key, version_id))
+                info = yield from ask(GetObject(key, version_id, codec.limits.max_compressed_bytes))
                 if info is None or info.body is None:
                     continue  # deleted since it was listed
                 try:

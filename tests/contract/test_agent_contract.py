@@ -200,3 +200,21 @@ def test_a_coroutine_turn_on_the_blocking_runner_is_a_type_error(agent: Any) -> 
 
     with pytest.raises(TypeError, match="asyncio API"):
         run(agent, stashpoint.new_id(), turn)
+
+
+def test_run_turn_on_a_completed_checkpoint_is_refused_without_a_model_call(agent: Any) -> None:
+    checkpoint_id = stashpoint.new_id()
+    first = run(agent, checkpoint_id)
+    handle = agent.AgentCheckpoint.existing(checkpoint_id, agent.store)
+    runner = agent.AgentRunner(handle)
+    cursor, state = runner.resume()
+    revision = cursor.revision
+
+    def must_not_run(state: Any, number: int) -> Any:
+        raise AssertionError("model called for a completed checkpoint")
+
+    with pytest.raises(stashpoint.TerminalStateConflict) as info:
+        runner.run_turn(cursor, state, agent.turn(must_not_run))
+    assert info.value.kind == stashpoint.ErrorKind.TERMINAL_STATE
+    envelope, stored = handle.load()
+    assert envelope.revision == revision and stored.outcome() == first

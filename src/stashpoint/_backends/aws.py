@@ -9,7 +9,7 @@ from typing import Any
 
 import botocore.exceptions
 
-from stashpoint.errors import ConfigurationError, StashpointError
+from stashpoint.errors import ConfigurationError, LimitExceeded, StashpointError
 from stashpoint.steps import Request, Steps, run_async, run_sync
 
 
@@ -23,6 +23,8 @@ class AwsCall(Request[Any]):
     """Keyword arguments of the call."""
     read_body: bool = False
     """Whether the driver must read the response's streaming `Body` into bytes."""
+    max_body: int | None = None
+    """Refuse (`LimitExceeded`) a body larger than this from its length, before reading it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +133,19 @@ def setup_error(exc: Exception, key: str) -> StashpointError:
     )
 
 
+def _too_large(call: AwsCall, response: dict[str, Any]) -> bool:
+    length = response.get("ContentLength")
+    return call.max_body is not None and length is not None and int(length) > call.max_body
+
+
+def _body_refused(call: AwsCall, response: dict[str, Any]) -> LimitExceeded:
+    return LimitExceeded(
+        f"object is {response.get('ContentLength')} bytes, over the limit of "
+        f"{call.max_body}; refused from its size, body not downloaded",
+        object_name=str(call.params.get("Key")),
+    )
+
+
 class _AwsTransportBase:
     """A service's call mapping and its lazily made client, shared by both transports."""
 
@@ -163,6 +178,9 @@ class AwsTransport(_AwsTransportBase):
     def _call(self, call: AwsCall) -> Any:
         response = getattr(self.client.get(), call.method)(**call.params)
         if call.read_body:
+            if _too_large(call, response):
+                response["Body"].close()
+                raise _body_refused(call, response)
             response["Body"] = response["Body"].read()
         return response
 
@@ -184,6 +202,8 @@ class AsyncAwsTransport(_AwsTransportBase):
         response = await getattr(await self.client.get(), call.method)(**call.params)
         if call.read_body:
             async with response["Body"] as stream:
+                if _too_large(call, response):
+                    raise _body_refused(call, response)
                 response["Body"] = await stream.read()
         return response
 

@@ -23,14 +23,22 @@ version; otherwise it never landed and is removed. Readers of history settle it 
 A head found without any version (a power loss that kept the head's rename but not the link
 in the other folder, or a file copied in by hand) is given one before anything lists or
 replaces it.
+
+Symlinks: nothing inside the root is followed. Every path is checked component by component
+below the root (`lstat`), files are opened with `O_NOFOLLOW`, and listings skip links; a
+link where a folder or object should be raises `UnsafeStorage` naming it, so a planted link
+cannot make a load read, a delete or gc remove, or the temp sweep touch anything outside the
+store. The root itself may be a symlink (it is the user's choice of folder).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,7 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stashpoint.errors import StorageUnavailable
+from stashpoint.errors import LimitExceeded, StorageUnavailable, UnsafeStorage
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -100,8 +108,8 @@ class LocalTransport:
         """Execute one object request and return its result."""
         try:
             match request:
-                case GetObject(key, version_id):
-                    return self._get(key, version_id)
+                case GetObject(key, version_id, max_bytes):
+                    return self._get(key, version_id, max_bytes)
                 case HeadObject(key, version_id):
                     return self._get(key, version_id)
                 case PutObject():
@@ -128,13 +136,33 @@ class LocalTransport:
         """Nothing to release: files are opened per request."""
 
     def _path(self, key: str) -> Path:
-        return self.root / key
+        return self._safe(self.root / key)
+
+    def _safe(self, path: Path) -> Path:
+        """Return `path` once no part of it below the root is a symlink (else refuse)."""
+        current = self.root
+        for part in path.relative_to(self.root).parts:
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return path  # nothing further exists: nothing to follow
+            if stat.S_ISLNK(mode):
+                raise UnsafeStorage(
+                    f"refusing to follow a symlink inside the store: {current}",
+                    object_name=str(current),
+                )
+        return path
+
+    def _versions_dir(self, key: str) -> Path:
+        return self._safe(self.root / _VERSIONS / key)
 
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[int]:
-        lock_path = self.root / _LOCKS / f"{key}.lock"
+        lock_path = self._safe(self.root / _LOCKS / f"{key}.lock")
         lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._safe(lock_path)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
@@ -151,7 +179,7 @@ class LocalTransport:
         the folder is listed once (after a crash, a deleted version, or an older layout).
         `head_etag` is the ETag of the head this version replaces. The caller holds the lock.
         """
-        versions = self.root / _VERSIONS / key
+        versions = self._versions_dir(key)
         raw = os.pread(lock_fd, _NS_DIGITS, 0)
         previous = int(raw) if len(raw) == _NS_DIGITS and raw.isdigit() else None
         if (
@@ -176,7 +204,7 @@ class LocalTransport:
         next write would drop it from history, and every version would look newer than the
         head (unacknowledged) and go unlisted. The caller holds the key's lock.
         """
-        versions = self.root / _VERSIONS / key
+        versions = self._versions_dir(key)
         names = _version_names(versions)
         if head_etag is None or any(n.endswith(f"-{head_etag}") for n in names):
             return names
@@ -189,22 +217,50 @@ class LocalTransport:
         return [name, *names]
 
     def _read(self, path: Path) -> bytes | None:
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            return None
+        found = self._read_file(path, None)
+        return None if found is None else found[0]
 
-    def _get(self, key: str, version_id: str | None) -> ObjectInfo | None:
-        path = self._path(key) if version_id is None else self.root / _VERSIONS / key / version_id
-        body = self._read(path)
-        if body is None:
-            return None
+    def _read_file(self, path: Path, max_bytes: int | None) -> tuple[bytes, float] | None:
+        """Return a file's bytes and mtime, never through a symlink; None if absent."""
+        self._safe(path)
         try:
-            modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
-            modified = None
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the file itself became a symlink
+                raise UnsafeStorage(
+                    f"refusing to follow a symlink inside the store: {path}",
+                    object_name=str(path),
+                ) from exc
+            raise
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                return None
+            if max_bytes is not None and info.st_size > max_bytes:
+                raise LimitExceeded(
+                    f"object is {info.st_size} bytes, over the limit of {max_bytes}; "
+                    "refused from its size, unread",
+                    object_name=str(path),
+                )
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read(), info.st_mtime
+        finally:
+            os.close(fd)
+
+    def _get(
+        self, key: str, version_id: str | None, max_bytes: int | None = None
+    ) -> ObjectInfo | None:
+        if version_id is None:
+            path = self._path(key)
+        else:
+            path = self._safe(self._versions_dir(key) / version_id)
+        found = self._read_file(path, max_bytes)
+        if found is None:
+            return None
+        body, mtime = found
+        modified = datetime.fromtimestamp(mtime, UTC)
         return ObjectInfo(
             etag=_etag(body),
             body=body,
@@ -235,8 +291,9 @@ class LocalTransport:
                     )
             etag = _etag(request.body)
             version = self._name_version(lock_fd, request.key, current_etag, etag)
-            tmp_dir = self.root / _TMP
+            tmp_dir = self._safe(self.root / _TMP)
             tmp_dir.mkdir(parents=True, exist_ok=True)
+            self._safe(tmp_dir)
             if not self._swept:
                 self._sweep_abandoned(tmp_dir)
             tmp = tmp_dir / uuid.uuid4().hex
@@ -246,10 +303,12 @@ class LocalTransport:
                     if self.fsync:
                         f.flush()
                         os.fsync(f.fileno())
-                versions = self.root / _VERSIONS / request.key
+                versions = self._versions_dir(request.key)
                 versions.mkdir(parents=True, exist_ok=True)
+                self._safe(versions)
                 os.link(tmp, versions / _PENDING)
                 head.parent.mkdir(parents=True, exist_ok=True)
+                self._safe(head)
                 os.replace(tmp, head)
             finally:
                 with contextlib.suppress(FileNotFoundError):
@@ -272,12 +331,12 @@ class LocalTransport:
         with os.scandir(tmp_dir) as entries:
             for entry in entries:
                 with contextlib.suppress(FileNotFoundError):
-                    if entry.stat().st_mtime < cutoff:
-                        os.unlink(entry.path)
+                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        os.unlink(entry.path)  # a link is removed, never its target
 
     def _settle_pending(self, lock_fd: int, key: str) -> None:
         """Finish or undo a write a crash interrupted; the caller holds the key's lock."""
-        versions = self.root / _VERSIONS / key
+        versions = self._versions_dir(key)
         pending = self._read(versions / _PENDING)
         if pending is None:
             return
@@ -314,14 +373,14 @@ class LocalTransport:
         with self._locked(key) as lock_fd:
             self._settle_pending(lock_fd, key)
             was_current = self._versions(lock_fd, key)[:1] == [VersionRef(version_id, True)]
-            (self.root / _VERSIONS / key / version_id).unlink(missing_ok=True)
+            (self._versions_dir(key) / version_id).unlink(missing_ok=True)
             if was_current:
                 previous = self._versions_unlocked_newest(key)
                 head = self._path(key)
                 if previous is None:
                     head.unlink(missing_ok=True)
                 else:
-                    tmp = self.root / _TMP / uuid.uuid4().hex
+                    tmp = self._safe(self.root / _TMP) / uuid.uuid4().hex
                     tmp.parent.mkdir(parents=True, exist_ok=True)
                     os.link(previous, tmp)
                     os.replace(tmp, head)
@@ -330,7 +389,7 @@ class LocalTransport:
         return WriteResult(WriteOutcome.STORED)
 
     def _versions_unlocked_newest(self, key: str) -> Path | None:
-        folder = self.root / _VERSIONS / key
+        folder = self._versions_dir(key)
         names = _version_names(folder)
         return folder / names[0] if names else None
 
@@ -351,7 +410,7 @@ class LocalTransport:
 
     def _list(self, prefix: str, after: str, page_size: int) -> KeyPage:
         folder, _, name_prefix = prefix.rpartition("/")
-        base = self.root / folder if folder else self.root
+        base = self._safe(self.root / folder) if folder else self.root
         keys: list[str] = []
         try:
             entries = os.scandir(base)
@@ -364,16 +423,21 @@ class LocalTransport:
                 ):
                     continue
                 key = f"{folder}/{entry.name}" if folder else entry.name
-                if entry.is_file():
+                if entry.is_file(follow_symlinks=False):
                     keys.append(key)
-                elif entry.is_dir():
+                elif entry.is_dir(follow_symlinks=False):
                     keys.extend(self._walk(Path(entry.path), key))
+                # anything else (a symlink, a socket) is not an object: skipped
         keys = sorted(k for k in keys if k > after)
         page = keys[:page_size]
         return KeyPage(page, page[-1] if len(keys) > page_size else None)
 
     def _walk(self, folder: Path, key_prefix: str) -> Iterator[str]:
-        for dirpath, _dirs, files in os.walk(folder):
-            rel = os.path.relpath(dirpath, folder)
-            for name in files:
-                yield f"{key_prefix}/{name}" if rel == "." else f"{key_prefix}/{rel}/{name}"
+        """Yield the keys of regular files below `folder`, never entering a symlink."""
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                key = f"{key_prefix}/{entry.name}"
+                if entry.is_file(follow_symlinks=False):
+                    yield key
+                elif entry.is_dir(follow_symlinks=False):
+                    yield from self._walk(Path(entry.path), key)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from stashpoint.errors import LimitExceeded
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -51,8 +52,15 @@ class MemoryTransport:
         """Execute one object request and return its result."""
         with self._lock:
             match request:
-                case GetObject(key, version_id):
-                    return self._get(key, version_id, with_body=True)
+                case GetObject(key, version_id, max_bytes):
+                    found = self._get(key, version_id, with_body=True)
+                    size = 0 if found is None or found.body is None else len(found.body)
+                    if max_bytes is not None and size > max_bytes:
+                        raise LimitExceeded(
+                            f"object is {size} bytes, over the limit of {max_bytes}",
+                            object_name=key,
+                        )
+                    return found
                 case HeadObject(key, version_id):
                     return self._get(key, version_id, with_body=False)
                 case PutObject():

@@ -143,6 +143,8 @@ def _classify_write(exc: Exception, key: str) -> WriteResult:
 
 
 def _read_failed(exc: Exception, key: str) -> StashpointError:
+    if isinstance(exc, StashpointError):
+        return exc  # already typed (an object refused from its size)
     if isinstance(exc, botocore.exceptions.ClientError):
         return _definite_error(exc, key)
     if isinstance(exc, NEVER_SENT):
@@ -169,9 +171,9 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             if request.version_id is not None:
                 params["VersionId"] = request.version_id
             try:
-                response = yield from ask(
-                    AwsCall("get_object" if is_get else "head_object", params, is_get)
-                )
+                method = "get_object" if is_get else "head_object"
+                limit = request.max_bytes if isinstance(request, GetObject) else None
+                response = yield from ask(AwsCall(method, params, is_get, limit))
             except Exception as exc:
                 if _is_absent(exc):
                     return None

@@ -35,6 +35,7 @@ from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
     InvalidPayload,
+    TerminalStateConflict,
 )
 from stashpoint.ids import new_id, validate_id
 from stashpoint.steps import Call, Steps, ask
@@ -209,6 +210,12 @@ def run_turn(
     turn: AsyncTurn,
 ) -> Steps[tuple[Envelope, AgentCheckpointState]]:
     """Run one turn durably: in flight before the model runs, stable after."""
+    if state.outcome() is not None or _completed(envelope):
+        raise TerminalStateConflict(
+            "the agent completed: its outcome is stored and a new turn would overwrite it "
+            "(run() returns the stored outcome)",
+            object_name=envelope.id,
+        )
     number = state.turns + 1
     # Durable *before* the model or any tool runs: a crash from here on is ambiguous.
     envelope = yield from save(
@@ -231,6 +238,12 @@ def run_turn(
         after = after.model_copy(update={"durable_conversation": durable})
     envelope = yield from save(cas, envelope, after)
     return envelope, after
+
+
+def _completed(envelope: Envelope) -> bool:
+    payload = envelope.payload
+    phase = payload.get("phase") if isinstance(payload, dict) else None
+    return isinstance(phase, dict) and phase.get("state") == "completed"
 
 
 def run(

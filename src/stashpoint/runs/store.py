@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from stashpoint.codec import check_json
 from stashpoint.envelope import Envelope, typed_payload, utc_now
 from stashpoint.errors import (
     AttemptNotFound,
@@ -149,7 +150,7 @@ class _RunApi:
         Recording an attempt resumes an interrupted run.
         """
         attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
-        stored_input = yield from self._blobs.offload(input)
+        stored_input = yield from self._blobs.offload(input, "input")
         yield from self._apply(
             run_id,
             lambda state, now: transitions.record_attempt(
@@ -169,7 +170,8 @@ class _RunApi:
         self, attempt_id: str, output: Any, meta: dict[str, Any] | None = None
     ) -> Steps[None]:
         """Mark a running attempt completed with its output and metadata."""
-        stored_output = yield from self._blobs.offload(output)
+        stored_output = yield from self._blobs.offload(output, "output")
+        check_json(meta or {}, self._cas.codec.limits.max_depth, start_depth=5, root="meta")
         yield from self._apply(
             run_of(attempt_id),
             lambda state, now: transitions.complete_attempt(
@@ -205,7 +207,7 @@ class _RunApi:
         """
         stored: dict[str, Any] = {}
         for key, value in state.items():
-            stored[key] = yield from self._blobs.offload(value)
+            stored[key] = yield from self._blobs.offload(value, f"state.{key}")
         yield from self._apply(
             run_id,
             lambda current, now: transitions.save_state_snapshot(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pydantic_core
 
-from stashpoint.codec import Codec
+from stashpoint.codec import Codec, check_json
 from stashpoint.envelope import Envelope
 from stashpoint.errors import (
     InvalidPayload,
@@ -55,8 +55,11 @@ class Blobs:
         self.threshold = threshold
         """Size in bytes of JSON above which a value becomes a blob."""
 
-    def offload(self, value: Any) -> Steps[Any]:
+    def offload(self, value: Any, where: str = "value") -> Steps[Any]:
         """Return `value`, or a reference to it once stored as a blob if it is large."""
+        # Checked here, before a large value is serialised into a blob, exactly as the run
+        # envelope holding it inline would be (attempt values sit 5 levels down).
+        check_json(value, self.codec.limits.max_depth, start_depth=5, root=where)
         if value is None or isinstance(value, bool | int | float):
             return value
         raw = pydantic_core.to_json(value)
@@ -83,7 +86,7 @@ class Blobs:
             return value
         digest = value[REF_KEY]
         key = self.layout.key(BLOBS, digest)
-        info = yield from ask(GetObject(key))
+        info = yield from ask(GetObject(key, None, self.codec.limits.max_compressed_bytes))
         if info is None or info.body is None:
             raise StashpointError(f"blob {digest} is missing", object_name=key)
         resolved = (yield from self.codec.decoding(info.body, name=key)).payload

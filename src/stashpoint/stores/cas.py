@@ -242,10 +242,14 @@ class CompareAndSwap:
         """Return the object key of a (validated) id."""
         return self.layout.key(self.namespace, validate_id(object_id))
 
+    def _get(self, key: str, version_id: str | None = None) -> GetObject:
+        # Larger objects are refused from their size, before their body is downloaded.
+        return GetObject(key, version_id, self.codec.limits.max_compressed_bytes)
+
     def load(self, object_id: str, revision: int | None = None) -> Steps[Envelope]:
         """Return the head envelope, or the given older revision (searched in history)."""
         key = self.key(object_id)
-        info = yield from ask(GetObject(key))
+        info = yield from ask(self._get(key, None))
         if info is None:
             raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
         envelope = yield from self._decode(info, key, object_id)
@@ -261,7 +265,7 @@ class CompareAndSwap:
         for version in versions:
             if version.is_delete_marker or version.is_latest:
                 continue
-            old = yield from ask(GetObject(key, version.version_id))
+            old = yield from ask(self._get(key, version.version_id))
             if old is None:
                 continue
             candidate = yield from self._decode(old, key, object_id)
@@ -425,7 +429,7 @@ class CompareAndSwap:
             return facts
         if info.body is None:
             # A head without our metadata (written by another tool): its envelope answers.
-            info = yield from ask(GetObject(key, version_id))
+            info = yield from ask(self._get(key, version_id))
             if info is None:
                 return None
         assert info.body is not None
@@ -510,7 +514,7 @@ class CompareAndSwap:
                 continue
             if limit is not None and len(envelopes) >= limit:
                 break
-            info = yield from ask(GetObject(key, version.version_id))
+            info = yield from ask(self._get(key, version.version_id))
             if info is not None:
                 envelopes.append((yield from self._decode(info, key, object_id)))
         return envelopes

@@ -105,12 +105,17 @@ class WriteResult:
 
 @dataclass(frozen=True, slots=True)
 class GetObject(Request["ObjectInfo | None"]):
-    """Request: read an object's bytes. Result: `ObjectInfo` or None if absent."""
+    """Request: read an object's bytes. Result: `ObjectInfo` or None if absent.
+
+    An object larger than `max_bytes` raises `LimitExceeded` before its body is read.
+    """
 
     key: str
     """Object key."""
     version_id: str | None = None
     """A specific version, or None for the current one."""
+    max_bytes: int | None = None
+    """Refuse, from its size alone, an object larger than this."""
 
 
 @dataclass(frozen=True, slots=True)
