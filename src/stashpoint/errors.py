@@ -103,7 +103,7 @@ class LimitExceeded(InvalidPayload):
 
 
 class InvalidId(StashpointError, ValueError):
-    """An identifier outside `[A-Za-z0-9._:-]{1,256}` (or `.` / `..`)."""
+    """An identifier outside `[A-Za-z0-9._:-]{1,255}` (or `.` / `..`)."""
 
     kind = ErrorKind.INVALID_ID
 

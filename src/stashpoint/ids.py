@@ -11,7 +11,9 @@ import uuid
 
 from stashpoint.errors import InvalidId
 
-_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,256}")
+MAX_ID_LENGTH = 255
+"""Longest id: the longest file name common file systems allow (the local backend)."""
+_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,255}")
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -21,13 +23,13 @@ _last_seq = 0
 def validate_id(value: str, *, what: str = "id") -> str:
     """Return `value` if it is a valid id, else raise `InvalidId`.
 
-    Valid ids match `[A-Za-z0-9._:-]{1,256}` and are not `.` or `..`; they never contain
+    Valid ids match `[A-Za-z0-9._:-]{1,255}` and are not `.` or `..`; they never contain
     `/`, so an id maps to exactly one object key or file name.
     """
     if not isinstance(value, str) or not _ID_PATTERN.fullmatch(value) or value in (".", ".."):
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
         raise InvalidId(
-            f"invalid {what} {shown}: use 1-256 characters of [A-Za-z0-9._:-], not '.' or '..'"
+            f"invalid {what} {shown}: use 1-255 characters of [A-Za-z0-9._:-], not '.' or '..'"
         )
     return value
 

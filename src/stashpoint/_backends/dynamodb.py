@@ -31,11 +31,13 @@ from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
     GetItem,
+    GetPartition,
     IndexDescription,
     IndexRequest,
     ItemPage,
     PutItems,
     QueryItems,
+    ReplaceItems,
 )
 from stashpoint.index.schema import (
     PARTITION_KEY,
@@ -126,6 +128,36 @@ def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
                         if not _conditional_refusal(exc):
                             raise
                 return written
+            case ReplaceItems(pairs):
+                written = 0
+                for item, expected in pairs:
+                    params = {"TableName": table, "Item": to_attributes(item)}
+                    if expected is None:
+                        params["ConditionExpression"] = f"attribute_not_exists({PARTITION_KEY})"
+                    else:
+                        params["ConditionExpression"] = f"{REVISION} = :expected"
+                        params["ExpressionAttributeValues"] = {":expected": {"N": str(expected)}}
+                    try:
+                        yield from ask(AwsCall("put_item", params))
+                        written += 1
+                    except Exception as exc:
+                        if not _conditional_refusal(exc):
+                            raise
+                return written
+            case GetPartition(pk):
+                partition: list[dict[str, Any]] = []
+                query: dict[str, Any] = {
+                    "TableName": table,
+                    "KeyConditionExpression": f"{PARTITION_KEY} = :pk",
+                    "ExpressionAttributeValues": {":pk": {"S": pk}},
+                    "ConsistentRead": True,
+                }
+                while True:
+                    page = yield from ask(AwsCall("query", query))
+                    partition.extend(from_attributes(i) for i in page.get("Items", []))
+                    if not page.get("LastEvaluatedKey"):
+                        return partition
+                    query = {**query, "ExclusiveStartKey": page["LastEvaluatedKey"]}
             case GetItem(pk, sk):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
                 response = yield from ask(

@@ -46,7 +46,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stashpoint.errors import LimitExceeded, StorageUnavailable, UnsafeStorage
+from stashpoint.errors import (
+    ConfigurationError,
+    InvalidId,
+    LimitExceeded,
+    StashpointError,
+    StorageUnavailable,
+    UnsafeStorage,
+)
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -70,8 +77,39 @@ _TMP = ".tmp"
 _PENDING = ".pending"
 _NS_DIGITS = 20
 _RESERVED = frozenset({_VERSIONS, _LOCKS, _TMP})
+_DELETED = "deleted"
+"""Version-name suffix of a delete marker (an empty file)."""
+_READ_ONLY = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_MAX_NAME = 255
 _ABANDONED_AFTER_SECONDS = 3600
 """A temp file this old belongs to a writer that died (a write takes milliseconds)."""
+
+
+class _NotStored(Exception):
+    """A write failed before its commit point: certainly nothing was stored."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _certain_failure(exc: OSError, key: str) -> StashpointError:
+    """Return the typed error of a write that certainly did not happen."""
+    if exc.errno in _READ_ONLY:
+        return ConfigurationError(
+            f"the stash folder is not writable ({exc.strerror}): nothing was stored",
+            object_name=key,
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return InvalidId(f"the file system refuses this name as too long: {exc}", object_name=key)
+    return StorageUnavailable(f"local write failed, nothing was stored: {exc}", object_name=key)
+
+
+def _lock_name(key: str) -> str:
+    folder, _, name = key.rpartition("/")
+    if len(name) + len(".lock") > _MAX_NAME:
+        name = hashlib.sha256(name.encode()).hexdigest()
+    return f"{folder}/{name}.lock" if folder else f"{name}.lock"
 
 
 def _etag(body: bytes) -> str:
@@ -119,12 +157,15 @@ class LocalTransport:
                 case DeleteObject(key, etag):
                     return self._delete(key, etag)
                 case ListVersions(key):
-                    with self._locked(key) as lock_fd:
-                        self._settle_pending(lock_fd, key)
+                    with self._locked(key, reading=True) as lock_fd:
+                        if lock_fd is not None:
+                            self._settle_pending(lock_fd, key)
                         return self._versions(lock_fd, key)
                 case ListKeys(prefix, token, page_size, start_after):
                     return self._list(prefix, max(token or "", start_after or ""), page_size)
         except OSError as exc:
+            if isinstance(request, DeleteObject) and exc.errno in _READ_ONLY:
+                raise _certain_failure(exc, request.key) from exc  # the unlink did not happen
             if isinstance(request, PutObject | DeleteObject):
                 return WriteResult(WriteOutcome.AMBIGUOUS, detail=f"local I/O error: {exc}")
             raise StorageUnavailable(
@@ -158,11 +199,18 @@ class LocalTransport:
         return self._safe(self.root / _VERSIONS / key)
 
     @contextlib.contextmanager
-    def _locked(self, key: str) -> Iterator[int]:
-        lock_path = self._safe(self.root / _LOCKS / f"{key}.lock")
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        self._safe(lock_path)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    def _locked(self, key: str, *, reading: bool = False) -> Iterator[int | None]:
+        """Hold the key's lock; a reader of a read-only store goes on without one (None)."""
+        lock_path = self._safe(self.root / _LOCKS / _lock_name(key))
+        try:
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            self._safe(lock_path)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            if reading and exc.errno in _READ_ONLY:
+                yield None  # nothing can change here, and nothing needs settling
+                return
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
@@ -196,7 +244,7 @@ class LocalTransport:
         os.pwrite(lock_fd, b"%0*d" % (_NS_DIGITS, ns), 0)
         return f"{ns:0{_NS_DIGITS}d}-{etag}"
 
-    def _version_head(self, lock_fd: int, key: str, head_etag: str | None) -> list[str]:
+    def _version_head(self, lock_fd: int | None, key: str, head_etag: str | None) -> list[str]:
         """Return the key's version names, newest first, after versioning an unversioned head.
 
         A head has no version when a power loss kept its rename but not the link made just
@@ -208,10 +256,15 @@ class LocalTransport:
         names = _version_names(versions)
         if head_etag is None or any(n.endswith(f"-{head_etag}") for n in names):
             return names
+        current = self._read(self._path(key))
+        if lock_fd is None or current is None:
+            return names  # read-only: list what is there
         previous = int(names[0].partition("-")[0]) if names else 0
         name = self._record_name(lock_fd, previous, head_etag)
         versions.mkdir(parents=True, exist_ok=True)
-        os.link(self._path(key), versions / name)
+        tmp_dir = self._safe(self.root / _TMP)
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(self._temp_copy(tmp_dir, current), versions / name)
         if self.fsync:
             _fsync_dir(versions)
         return [name, *names]
@@ -270,55 +323,89 @@ class LocalTransport:
         )
 
     def _put(self, request: PutObject) -> WriteResult:
+        try:
+            return self._put_locked(request)
+        except _NotStored as failure:
+            raise _certain_failure(failure.error, request.key) from failure.error
+
+    def _put_locked(self, request: PutObject) -> WriteResult:
         head = self._path(request.key)
-        with self._locked(request.key) as lock_fd:
-            self._settle_pending(lock_fd, request.key)
-            current = self._read(head)
-            current_etag = None if current is None else _etag(current)
-            condition = request.condition
-            if isinstance(condition, Create) and current is not None:
+        committed = False
+        try:
+            with self._locked(request.key) as lock_fd:
+                assert lock_fd is not None
+                result = self._put_under_lock(request, head, lock_fd)
+                committed = True
+                return result
+        except OSError as exc:
+            if not committed and not getattr(exc, "_after_commit", False):
+                raise _NotStored(exc) from exc
+            raise
+
+    def _put_under_lock(self, request: PutObject, head: Path, lock_fd: int) -> WriteResult:
+        self._settle_pending(lock_fd, request.key)
+        current = self._read(head)
+        current_etag = None if current is None else _etag(current)
+        condition = request.condition
+        if isinstance(condition, Create) and current is not None:
+            return WriteResult(
+                WriteOutcome.PRECONDITION_FAILED, detail="object exists", retried=False
+            )
+        if isinstance(condition, Match):
+            if current is None:
                 return WriteResult(
-                    WriteOutcome.PRECONDITION_FAILED, detail="object exists", retried=False
+                    WriteOutcome.NOT_FOUND, detail="no object to match", retried=False
                 )
-            if isinstance(condition, Match):
-                if current is None:
-                    return WriteResult(
-                        WriteOutcome.NOT_FOUND, detail="no object to match", retried=False
-                    )
-                if current_etag != condition.etag:
-                    return WriteResult(
-                        WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
-                    )
-            etag = _etag(request.body)
-            version = self._name_version(lock_fd, request.key, current_etag, etag)
-            tmp_dir = self._safe(self.root / _TMP)
-            tmp_dir.mkdir(parents=True, exist_ok=True)
-            self._safe(tmp_dir)
-            if not self._swept:
-                self._sweep_abandoned(tmp_dir)
-            tmp = tmp_dir / uuid.uuid4().hex
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(request.body)
-                    if self.fsync:
-                        f.flush()
-                        os.fsync(f.fileno())
-                versions = self._versions_dir(request.key)
-                versions.mkdir(parents=True, exist_ok=True)
-                self._safe(versions)
-                os.link(tmp, versions / _PENDING)
-                head.parent.mkdir(parents=True, exist_ok=True)
-                self._safe(head)
-                os.replace(tmp, head)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+            if current_etag != condition.etag:
+                return WriteResult(
+                    WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
+                )
+        etag = _etag(request.body)
+        version = self._name_version(lock_fd, request.key, current_etag, etag)
+        tmp_dir = self._safe(self.root / _TMP)
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        self._safe(tmp_dir)
+        if not self._swept:
+            self._sweep_abandoned(tmp_dir)
+        # The version and the head are two copies, not one inode: a head corrupted in
+        # place (a disk fault, an editor) leaves its version intact for history.
+        versions = self._versions_dir(request.key)
+        versions.mkdir(parents=True, exist_ok=True)
+        self._safe(versions)
+        os.replace(self._temp_copy(tmp_dir, request.body), versions / _PENDING)
+        head.parent.mkdir(parents=True, exist_ok=True)
+        self._safe(head)
+        tmp = self._temp_copy(tmp_dir, request.body)
+        try:
+            os.replace(tmp, head)  # the commit point: before it nothing is stored
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        try:
             if self.fsync:
                 _fsync_dir(head.parent)
             os.replace(versions / _PENDING, versions / version)
             if self.fsync:
                 _fsync_dir(versions)
-            return WriteResult(WriteOutcome.STORED, etag=etag)
+        except OSError as exc:
+            exc._after_commit = True  # type: ignore[attr-defined]  # stored; unclear durability
+            raise
+        return WriteResult(WriteOutcome.STORED, etag=etag)
+
+    def _temp_copy(self, tmp_dir: Path, body: bytes) -> Path:
+        """Write `body` to a new temp file (flushed to disk) and return its path."""
+        tmp = tmp_dir / uuid.uuid4().hex
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
 
     def _sweep_abandoned(self, tmp_dir: Path) -> None:
         """Remove temp files left by writers killed mid-write, once per transport.
@@ -355,6 +442,7 @@ class LocalTransport:
     def _delete(self, key: str, etag: str | None) -> WriteResult:
         head = self._path(key)
         with self._locked(key) as lock_fd:
+            assert lock_fd is not None  # only readers go without the lock
             self._settle_pending(lock_fd, key)
             current = self._read(head)
             if current is None:
@@ -363,14 +451,23 @@ class LocalTransport:
                 return WriteResult(
                     WriteOutcome.PRECONDITION_FAILED, detail="etag differs", retried=False
                 )
+            # A delete marker in the history, as S3 versioning keeps one: the history of a
+            # re-created id starts after it.
+            versions = self._versions_dir(key)
+            versions.mkdir(parents=True, exist_ok=True)
+            marker = self._name_version(lock_fd, key, _etag(current), _DELETED)
             head.unlink()
             if self.fsync:
                 _fsync_dir(head.parent)
+            os.close(os.open(versions / marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+            if self.fsync:
+                _fsync_dir(versions)
             return WriteResult(WriteOutcome.STORED)
 
     def _delete_version(self, key: str, version_id: str) -> WriteResult:
         """Delete one version for good; if it was current, the previous one becomes current."""
         with self._locked(key) as lock_fd:
+            assert lock_fd is not None  # only readers go without the lock
             self._settle_pending(lock_fd, key)
             was_current = self._versions(lock_fd, key)[:1] == [VersionRef(version_id, True)]
             (self._versions_dir(key) / version_id).unlink(missing_ok=True)
@@ -380,10 +477,9 @@ class LocalTransport:
                 if previous is None:
                     head.unlink(missing_ok=True)
                 else:
-                    tmp = self._safe(self.root / _TMP) / uuid.uuid4().hex
-                    tmp.parent.mkdir(parents=True, exist_ok=True)
-                    os.link(previous, tmp)
-                    os.replace(tmp, head)
+                    tmp_dir = self._safe(self.root / _TMP)
+                    tmp_dir.mkdir(parents=True, exist_ok=True)
+                    os.replace(self._temp_copy(tmp_dir, previous.read_bytes()), head)
                 if self.fsync:
                     _fsync_dir(head.parent)
         return WriteResult(WriteOutcome.STORED)
@@ -393,14 +489,18 @@ class LocalTransport:
         names = _version_names(folder)
         return folder / names[0] if names else None
 
-    def _versions(self, lock_fd: int, key: str) -> list[VersionRef]:
+    def _versions(self, lock_fd: int | None, key: str) -> list[VersionRef]:
         """Return the key's versions, newest first; the caller holds the key's lock."""
         current = self._read(self._path(key))
         head_etag = None if current is None else _etag(current)
         names = self._version_head(lock_fd, key, head_etag)
         refs: list[VersionRef] = []
         seen_head = head_etag is None
-        for name in names:
+        for index, name in enumerate(names):
+            if name.endswith(f"-{_DELETED}"):
+                if seen_head:
+                    refs.append(VersionRef(name, head_etag is None and index == 0, True))
+                continue
             is_head = not seen_head and name.endswith(f"-{head_etag}")
             if not seen_head and not is_head:
                 continue  # linked by a write that crashed before it replaced the head

@@ -156,6 +156,8 @@ def _is_absent(exc: Exception) -> bool:
     if not isinstance(exc, botocore.exceptions.ClientError):
         return False
     code, status = _error_code(exc)
+    if code == "NoSuchBucket":
+        return False  # a missing bucket is a configuration error, not a missing checkpoint
     # 405: the version asked for is a delete marker.
     return status in (404, 405) or code in _NOT_FOUND_CODES
 

@@ -19,11 +19,13 @@ from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
     GetItem,
+    GetPartition,
     IndexDescription,
     IndexRequest,
     ItemPage,
     PutItems,
     QueryItems,
+    ReplaceItems,
 )
 from stashpoint.index.schema import (
     KEY_ATTRIBUTES,
@@ -107,6 +109,22 @@ class SqliteIndexTransport:
                     db.execute("ROLLBACK")
                     raise
                 return written
+            case ReplaceItems(pairs):
+                written = 0
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    for item, expected in pairs:
+                        written += self._replace(db, item, expected)
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                return written
+            case GetPartition(pk):
+                rows = db.execute(
+                    "SELECT item FROM items WHERE pk = ? ORDER BY sk", (pk,)
+                ).fetchall()
+                return [json.loads(r[0]) for r in rows]
             case GetItem(pk, sk):
                 found = db.execute(
                     "SELECT item FROM items WHERE pk = ? AND sk = ?", (pk, sk)
@@ -128,6 +146,19 @@ class SqliteIndexTransport:
                 # Expired items are hidden from queries: SQLite's stand-in for DynamoDB TTL.
                 return IndexDescription(True, names, TTL_ATTRIBUTE)
         raise TypeError(f"SQLite index cannot execute {request!r}")
+
+    @staticmethod
+    def _replace(db: sqlite3.Connection, item: Any, expected: int | None) -> int:
+        row = [item.get(k) for k in KEY_ATTRIBUTES]
+        row += [item[REVISION], item.get(TTL_ATTRIBUTE), json.dumps(dict(item))]
+        if expected is None:
+            insert = f"INSERT OR IGNORE INTO items ({', '.join(_COLUMNS)}) VALUES "
+            return db.execute(insert + f"({', '.join('?' for _ in _COLUMNS)})", row).rowcount
+        sets = ", ".join(f"{c} = ?" for c in _COLUMNS[2:])
+        return db.execute(
+            f"UPDATE items SET {sets} WHERE pk = ? AND sk = ? AND {REVISION} = ?",
+            (*row[2:], item[PARTITION_KEY], item[SORT_KEY], expected),
+        ).rowcount
 
     def _query(self, db: sqlite3.Connection, request: QueryItems) -> ItemPage:
         gsi = _GSI[request.index]

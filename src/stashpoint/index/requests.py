@@ -24,6 +24,31 @@ class PutItems(Request["int"]):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplaceItems(Request["int"]):
+    """Request: write items over exactly what was read (stored `revision` unchanged).
+
+    Each item is written only if its stored revision is still the one given (None: only if
+    there is no item). Result: the number written. Repair and reindex use it to make the
+    index equal to storage, including items with a wrong status or a revision from the
+    future, without ever overwriting a concurrent writer's newer item.
+    """
+
+    items: tuple[tuple[Item, int | None], ...]
+    """Pairs of (item, the stored revision it replaces, None where there was no item)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetPartition(Request["list[dict[str, Any]]"]):
+    """Request: every item under one partition key (a run and its attempts), read consistently.
+
+    Result: the items, in sort-key order.
+    """
+
+    pk: str
+    """Partition key."""
+
+
+@dataclass(frozen=True, slots=True)
 class GetItem(Request["dict[str, Any] | None"]):
     """Request: read one item by key. Result: the item or None."""
 
@@ -91,8 +116,18 @@ class IndexDescription:
     """The attribute TTL deletes on, None when TTL is off."""
 
 
-IndexRequest = PutItems | GetItem | DeleteItem | QueryItems | DescribeIndex
+IndexRequest = (
+    PutItems | ReplaceItems | GetPartition | GetItem | DeleteItem | QueryItems | DescribeIndex
+)
 """Every request an index transport executes."""
 
-INDEX_REQUESTS = (PutItems, GetItem, DeleteItem, QueryItems, DescribeIndex)
+INDEX_REQUESTS = (
+    PutItems,
+    ReplaceItems,
+    GetPartition,
+    GetItem,
+    DeleteItem,
+    QueryItems,
+    DescribeIndex,
+)
 """Every index request type (for routing requests between transports)."""

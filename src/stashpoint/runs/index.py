@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
 from stashpoint.errors import StashpointError
-from stashpoint.index.requests import DeleteItem, GetItem, PutItems, QueryItems
-from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS
+from stashpoint.index.requests import (
+    DeleteItem,
+    GetItem,
+    GetPartition,
+    PutItems,
+    QueryItems,
+    ReplaceItems,
+)
+from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS, TTL_ATTRIBUTE
 from stashpoint.runs import indexing as mapping
 from stashpoint.runs.models import AttemptRow, AttemptStatus, Page, RunRow, RunState, RunStatus
 from stashpoint.steps import Steps, ask
@@ -70,13 +77,41 @@ class RunIndex:
             return False
         return True
 
-    def repair(self, state: RunState, revision: int) -> Steps[bool]:
-        """Rewrite a run's items if the index is behind storage; return whether it was."""
-        item = yield from ask(GetItem(mapping.run_pk(state.run_id), mapping.RUN_SORT))
-        if item is not None and int(item["revision"]) >= revision:
-            return False
-        yield from self.record(None, state, revision)
-        return True
+    def repair(
+        self, state: RunState, revision: int, confirm: Callable[[], Steps[int | None]]
+    ) -> Steps[int]:
+        """Make the run's items equal to what storage says; return how many were fixed.
+
+        One consistent read of the run's partition (the run item and every attempt item),
+        compared field by field with the items of `state` at `revision`: a stale or wrong
+        item is replaced over exactly the revision read (never over a concurrent writer's
+        newer item), a missing one created, one storage does not know deleted. An item
+        claiming a revision newer than storage's is trusted only if `confirm()` (a fresh
+        read of the head's revision) says storage has moved on; otherwise it is corrupt and
+        replaced too.
+        """
+        stored = yield from ask(GetPartition(mapping.run_pk(state.run_id)))
+        by_sort = {str(item["sk"]): item for item in stored}
+        fixes: list[tuple[dict[str, Any], int | None]] = []
+        ahead: list[tuple[dict[str, Any], int | None]] = []
+        for item in self.items(None, state, revision):
+            have = by_sort.pop(str(item["sk"]), None)
+            if have is not None and _same(have, item):
+                continue
+            have_revision = None if have is None else int(have["revision"])
+            if have_revision is not None and have_revision > revision:
+                ahead.append((dict(item), have_revision))
+            else:
+                fixes.append((dict(item), have_revision))
+        if ahead:
+            current = yield from confirm()
+            if current is not None and current <= revision:
+                fixes += ahead  # storage has not moved: those revisions are corrupt
+        if fixes:
+            yield from ask(ReplaceItems(tuple(fixes)))
+        for orphan in by_sort.values():  # in the index, unknown to storage
+            yield from ask(DeleteItem(str(orphan["pk"]), str(orphan["sk"])))
+        return len(fixes) + len(by_sort)
 
     def list_runs(
         self,
@@ -151,3 +186,10 @@ class RunIndex:
             last = found[-1]
             after = {k: last[k] for k in ("pk", "sk", gsi.partition_key, gsi.sort_key)}
         return Page[Row](items=[to_row(i) for i in found], cursor=mapping.encode_cursor(after))
+
+
+def _same(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether a stored item says what storage says (its revision and retention aside)."""
+    ignore = ("revision", TTL_ATTRIBUTE)
+    keys = (set(stored) | set(wanted)) - set(ignore)
+    return all(stored.get(k) == wanted.get(k) for k in keys)

@@ -32,7 +32,6 @@ from stashpoint.errors import (
     StashpointError,
 )
 from stashpoint.ids import new_id, validate_id
-from stashpoint.index.requests import PutItems
 from stashpoint.retry import RetryPolicy
 from stashpoint.runs import transitions
 from stashpoint.runs.index import RunIndex
@@ -310,9 +309,11 @@ class _RunApi:
 
     @operation
     def reindex(self, *, resume: bool = True) -> Steps[int]:
-        """Rebuild the index from storage (idempotent, resumable); return runs indexed.
+        """Make the index equal to storage (idempotent, resumable); return runs indexed.
 
-        Writes are conditional on revision; progress is kept in the index after every page,
+        Every run's items are compared with its head: stale, wrong (a status that storage
+        does not say, a revision from the future) and missing items are rewritten, items
+        storage does not know are deleted. Progress is kept in the index after every page,
         and a new call continues after it unless `resume=False`.
         """
         index = self._require_index()
@@ -330,7 +331,8 @@ class _RunApi:
                     envelope = yield from self._cas.load(run_id)
                 except CheckpointNotFound:
                     continue
-                yield from ask(PutItems(index.items(None, state_of(envelope), envelope.revision)))
+                state = state_of(envelope)
+                yield from index.repair(state, envelope.revision, self._head(run_id))
                 indexed += 1
             if not page.keys:
                 break
@@ -342,6 +344,15 @@ class _RunApi:
         return indexed
 
     # -- logic shared by the operations ----------------------------------------------------
+
+    def _head(self, run_id: str) -> Callable[[], Steps[int | None]]:
+        """Return steps that read the run head's revision afresh (one HEAD on S3)."""
+
+        def read() -> Steps[int | None]:
+            facts = yield from self._cas.read_head(self._cas.key(run_id))
+            return None if facts is None else facts.revision
+
+        return read
 
     def _require_index(self) -> RunIndex:
         if self._index is None:
@@ -370,7 +381,7 @@ class _RunApi:
         if self._index is not None:
             # The index is derived: a failed repair must not fail a read.
             with contextlib.suppress(StashpointError):
-                yield from self._index.repair(state, envelope.revision)
+                yield from self._index.repair(state, envelope.revision, self._head(run_id))
         if resolve_blobs:
             state = yield from self._resolve(state)
         return state

@@ -26,7 +26,8 @@ from stashpoint.stores.layout import BLOBS, Layout
 from stashpoint.stores.objects import (
     Create,
     GetObject,
-    HeadObject,
+    Match,
+    ObjectInfo,
     PutObject,
     WriteOutcome,
 )
@@ -68,17 +69,35 @@ class Blobs:
         digest = hashlib.sha256(raw).hexdigest()
         key = self.layout.key(BLOBS, digest)
         body = yield from self.codec.encoding(Envelope.initial(digest, None, BLOB_KIND, 1, value))
-        for _ in range(3):
-            result = yield from ask(PutObject(key, body, Create()))
-            if result.outcome in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED):
-                break  # stored now, or already there: content-addressed, either is fine
-            if result.outcome is WriteOutcome.AMBIGUOUS:
-                existing = yield from ask(HeadObject(key))
-                if existing is not None:
-                    break
+        condition: Create | Match = Create()
+        for _ in range(4):
+            result = yield from ask(PutObject(key, body, condition))
+            if result.outcome is WriteOutcome.STORED:
+                break
+            if result.outcome in (WriteOutcome.CONDITION_CONFLICT, WriteOutcome.NOT_FOUND):
+                condition = Create()
+                continue
+            # Already there (or perhaps, after a timeout): content-addressed, so a blob that
+            # holds this value is as good as ours. One that does not (planted under our hash,
+            # or torn) is replaced over its own ETag, so no later read fails on it.
+            existing = yield from ask(GetObject(key, None, self.codec.limits.max_compressed_bytes))
+            if existing is None:
+                condition = Create()
+                continue
+            if self._holds(existing, digest):
+                break
+            condition = Match(existing.etag)
         else:
             raise StorageUnavailable("could not store blob", object_name=key)
         return {REF_KEY: digest, "bytes": len(raw)}
+
+    def _holds(self, info: ObjectInfo, digest: str) -> bool:
+        """Whether a stored blob decodes to the value with this hash."""
+        try:
+            stored = self.codec.decode(info.body or b"", name=digest).payload
+        except StashpointError:
+            return False
+        return hashlib.sha256(pydantic_core.to_json(stored)).hexdigest() == digest
 
     def resolve(self, value: Any) -> Steps[Any]:
         """Return the value a reference points to (checked against its hash), else `value`."""

@@ -247,21 +247,32 @@ class CompareAndSwap:
         return GetObject(key, version_id, self.codec.limits.max_compressed_bytes)
 
     def load(self, object_id: str, revision: int | None = None) -> Steps[Envelope]:
-        """Return the head envelope, or the given older revision (searched in history)."""
+        """Return the head envelope, or the given older revision (searched in history).
+
+        An older revision is found even when the head itself cannot be decoded (a corrupt
+        head, or one in a newer format): history never depends on the head.
+        """
         key = self.key(object_id)
         info = yield from ask(self._get(key, None))
         if info is None:
             raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
-        envelope = yield from self._decode(info, key, object_id)
-        self.cache.remember(key, envelope.revision, info.etag)
-        if revision is None or envelope.revision == revision:
-            return envelope
-        if revision > envelope.revision:
-            raise CheckpointNotFound(
-                f"revision {revision} does not exist (head is {envelope.revision})",
-                object_name=object_id,
-            )
+        try:
+            envelope: Envelope | None = yield from self._decode(info, key, object_id)
+        except StashpointError:
+            if revision is None:
+                raise
+            envelope = None
+        if envelope is not None:
+            self.cache.remember(key, envelope.revision, info.etag)
+            if revision is None or envelope.revision == revision:
+                return envelope
+            if revision > envelope.revision:
+                raise CheckpointNotFound(
+                    f"revision {revision} does not exist (head is {envelope.revision})",
+                    object_name=object_id,
+                )
         versions = yield from ask(ListVersions(key))
+        later = None if envelope is None else envelope.revision
         for version in versions:
             if version.is_delete_marker or version.is_latest:
                 continue
@@ -269,10 +280,13 @@ class CompareAndSwap:
             if old is None:
                 continue
             candidate = yield from self._decode(old, key, object_id)
+            if later is not None and candidate.revision >= later:
+                break  # an earlier life of this id (deleted, then created again)
             if candidate.revision == revision:
                 return candidate
-            if candidate.revision < revision:
+            if revision is not None and candidate.revision < revision:
                 break
+            later = candidate.revision
         raise CheckpointNotFound(f"revision {revision} is not in history", object_name=object_id)
 
     def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Steps[None]:
@@ -505,9 +519,24 @@ class CompareAndSwap:
         raise StorageUnavailable("delete did not complete", object_name=object_id)
 
     def history(self, object_id: str, limit: int | None = None) -> Steps[list[Envelope]]:
-        """Return older revisions of a head, newest first (the head itself excluded)."""
+        """Return older revisions of a head, newest first (the head itself excluded).
+
+        History is the current incarnation's: an id deleted and created again starts a new
+        history at revision 0 (the older one stays in storage, behind the delete marker).
+        A deleted id's history is its last incarnation's. The head is never decoded.
+        """
         key = self.key(object_id)
         versions = yield from ask(ListVersions(key))
+        # A life's revisions fall by one from its head; a revision that does not fall
+        # belongs to an earlier life. (Delete markers alone cannot say: stores list them
+        # apart from versions, ordered by a timestamp of one-second resolution.)
+        later: int | None = None
+        if any(v.is_latest and not v.is_delete_marker for v in versions):
+            try:
+                facts = yield from self.read_head(key)
+            except StashpointError:
+                facts = None  # an unreadable head: its revision is unknown
+            later = None if facts is None else facts.revision
         envelopes: list[Envelope] = []
         for version in versions:
             if version.is_delete_marker or version.is_latest:
@@ -515,8 +544,13 @@ class CompareAndSwap:
             if limit is not None and len(envelopes) >= limit:
                 break
             info = yield from ask(self._get(key, version.version_id))
-            if info is not None:
-                envelopes.append((yield from self._decode(info, key, object_id)))
+            if info is None:
+                continue
+            candidate = yield from self._decode(info, key, object_id)
+            if later is not None and candidate.revision >= later:
+                break
+            envelopes.append(candidate)
+            later = candidate.revision
         return envelopes
 
     def list_ids(self, prefix: str = "", page_size: int = 1000) -> Steps[list[str]]:

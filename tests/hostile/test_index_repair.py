@@ -1,0 +1,97 @@
+"""The index is derived: `load_run` and `reindex` make it equal to what storage says.
+
+Items left stale by a writer without the index, items with a wrong status at the right
+revision, items claiming a revision from the future, and items storage does not know are
+all repaired, on SQLite and on DynamoDB Local.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+import stashpoint
+from stashpoint import AttemptStatus, RunStatus
+from stashpoint.index.requests import PutItems, ReplaceItems
+from stashpoint.runs import indexing
+
+
+@pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["sqlite", "dynamodb"])
+def indexed(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    url, options = request.getfixturevalue(request.param)
+    return url, options
+
+
+def without_index(url: str) -> str:
+    if "index=" in url:
+        return re.sub(r"index=[^&]*", "index=none", url)
+    return url + ("&" if "?" in url else "?") + "index=none"
+
+
+def running_ids(stash: stashpoint.Stash, namespace: str = "default") -> set[str]:
+    page = stash.runs.list_attempts(AttemptStatus.RUNNING, namespace=namespace, limit=100)
+    return {row.attempt_id for row in page.items}
+
+
+def test_load_run_repairs_attempt_items_left_stale_by_an_unindexed_writer(
+    indexed: tuple[str, dict[str, Any]],
+) -> None:
+    url, options = indexed
+    namespace = f"ns-{stashpoint.new_id()}"
+    with stashpoint.open(url, **options) as stash:
+        run_id = stash.runs.create_run("g", namespace=namespace)
+        first = stash.runs.record_attempt(run_id, "a", 1)
+        with stashpoint.open(without_index(url), **options) as blind:
+            blind.runs.complete_attempt(first, {"ok": True})
+        second = stash.runs.record_attempt(run_id, "b", 1)
+        assert running_ids(stash, namespace) == {first, second}  # the stale item
+        stash.runs.load_run(run_id)
+        assert running_ids(stash, namespace) == {second}
+        completed = stash.runs.list_attempts(AttemptStatus.COMPLETED, namespace=namespace)
+        assert [row.attempt_id for row in completed.items] == [first]
+
+
+def _corrupt(stash: stashpoint.Stash, item: dict[str, Any], **changes: Any) -> None:
+    index = stash._transport.index
+    stored = int(item["revision"])
+    index.execute(ReplaceItems(((dict(item, **changes), stored),)))
+
+
+def _items(stash: stashpoint.Stash, run_id: str) -> dict[str, dict[str, Any]]:
+    from stashpoint.index.requests import GetPartition
+
+    found = stash._transport.index.execute(GetPartition(indexing.run_pk(run_id)))
+    return {str(item["sk"]): item for item in found}
+
+
+def test_reindex_rewrites_wrong_status_future_revision_and_orphans(
+    indexed: tuple[str, dict[str, Any]],
+) -> None:
+    url, options = indexed
+    namespace = f"ns-{stashpoint.new_id()}"
+    with stashpoint.open(url, **options) as stash:
+        run_id = stash.runs.create_run("g", namespace=namespace)
+        attempt = stash.runs.record_attempt(run_id, "a", 1)
+        stash.runs.complete_attempt(attempt, 1)
+        stash.runs.complete_run(run_id)
+        items = _items(stash, run_id)
+        run_item = items[indexing.RUN_SORT]
+        attempt_item = items[indexing.attempt_sk(attempt)]
+        # Right revision, wrong status; a revision from the future; an item storage lacks.
+        _corrupt(stash, run_item, status="failed", spk=f"status#{namespace}#failed")
+        _corrupt(stash, attempt_item, revision=10**9, status="running")
+        orphan = dict(attempt_item, sk=indexing.attempt_sk(f"{run_id}~ghost"))
+        stash._transport.index.execute(PutItems((orphan,)))
+        failed = stash.runs.list_runs(namespace=namespace, status=RunStatus.FAILED)
+        assert [row.run_id for row in failed.items] == [run_id]
+
+        assert stash.runs.reindex(resume=False) >= 1
+        after = _items(stash, run_id)
+        assert after[indexing.RUN_SORT]["status"] == "completed"
+        assert after[indexing.attempt_sk(attempt)]["status"] == "completed"
+        assert int(after[indexing.attempt_sk(attempt)]["revision"]) < 10**9
+        assert set(after) == {indexing.RUN_SORT, indexing.attempt_sk(attempt)}
+        assert stash.runs.list_runs(namespace=namespace, status=RunStatus.FAILED).items == []
+        assert running_ids(stash, namespace) == set()
