@@ -5,6 +5,8 @@ PYTHON ?= python3
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 DYNAMODB_LOCAL := .servers/dynamodb-local/.version-2.9.30
+# checkov lives in its own venv: its pins must not move the project's dependencies.
+CHECKOV := .servers/checkov/bin/checkov
 
 .PHONY: install demo test lint typecheck bench clean prerequisites
 
@@ -31,19 +33,25 @@ $(DEMO_STAMP): pyproject.toml
 $(DYNAMODB_LOCAL): tests/dynamodb_local/install.sh
 	bash tests/dynamodb_local/install.sh .servers/dynamodb-local
 
+$(CHECKOV):
+	$(PYTHON) -m venv .servers/checkov
+	.servers/checkov/bin/python -m pip install -q --disable-pip-version-check "checkov>=3.2,<4"
+
 install: $(STAMP) $(DYNAMODB_LOCAL)
 
 demo: $(DEMO_STAMP)
 	@echo "==> running the demo on the embedded default (a local folder + SQLite)"
 	$(VENV)/bin/stashpoint demo
 
-lint: $(STAMP)
+lint: $(STAMP) $(CHECKOV)
 	$(PY) -m ruff check src tests bench examples moto_fixtures infra
 	$(PY) -m ruff format --check src
 	$(PY) -m mypy src
 	$(PY) -m mypy --strict tests/typing
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/cfn-lint infra/*.yaml
+	$(PY) infra/branches.py .servers/branches
+	BC_SKIP_MAPPING=TRUE $(CHECKOV) -d .servers/branches --framework cloudformation --compact --quiet --skip-download
 
 typecheck: lint
 

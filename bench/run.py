@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import async_bench, codec_bench, import_bench, s3_bench
+from bench import async_bench, codec_bench, hostile_bench, import_bench, s3_bench
 
 if __name__ == "__main__":
     import_bench.main()
@@ -17,3 +17,5 @@ if __name__ == "__main__":
     s3_bench.main()
     print()
     async_bench.main()
+    print()
+    hostile_bench.main()

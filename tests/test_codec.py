@@ -157,8 +157,12 @@ def test_bad_documents_raise_typed_errors(document: bytes, error: type[Exception
         {"kind": ""},
         {"write_id": ""},
         {"created_at": "yesterday"},
-        {"unexpected": 1},
         {"schema_version": "one"},
+        {"revision": "7"},
+        {"revision": True},
+        {"revision": 7.0},
+        {"created_at": 1767225600},
+        {"created_at": "2026-01-01T00:00:00"},
     ],
 )
 def test_invalid_fields_raise_invalid_payload(change: dict[str, object]) -> None:

@@ -130,6 +130,9 @@ class Codec:
             "updated_at": _timestamp(envelope.updated_at),
             "payload": envelope.payload,
         }
+        # Fields of a newer minor format version, read from storage: kept, never dropped.
+        for field, value in (envelope.model_extra or {}).items():
+            document.setdefault(field, value)
         # The envelope object is depth 1, so its payload starts at depth 2.
         check_json(envelope.payload, self.limits.max_depth, name=envelope.id, start_depth=2)
         try:
@@ -229,6 +232,7 @@ class Codec:
     ) -> Envelope:
         """Validate a decoded JSON object into an `Envelope`."""
         fields = {k: v for k, v in document.items() if k != "format"}
+        _check_field_types(fields, name)
         try:
             return Envelope.model_validate(fields)
         except pydantic.ValidationError as exc:
@@ -395,6 +399,49 @@ def _first_problem(value: Any, max_depth: int, start_depth: int, root: str) -> t
                 "(to a str, list or dict) before saving"
             )
     return root, "not JSON"
+
+
+_STRICT_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "run_id": (str, type(None)),
+    "kind": (str,),
+    "schema_version": (int,),
+    "revision": (int,),
+    "write_id": (str,),
+    "lineage": (list,),
+    "created_at": (str,),
+    "updated_at": (str,),
+}
+
+
+def _check_field_types(fields: dict[str, Any], name: str | None) -> None:
+    """Refuse our own fields in any other JSON type than we write (no "7", true or 7.0).
+
+    Timestamps must be ISO 8601 strings with a time zone; an epoch number or a naive time
+    is not something this library ever wrote.
+    """
+    for field, types in _STRICT_TYPES.items():
+        if field not in fields:
+            continue
+        value = fields[field]
+        if type(value) not in types:
+            raise InvalidPayload(
+                f"envelope field {field!r} is a {type(value).__name__}, not "
+                f"{' or '.join(t.__name__ for t in types)}",
+                object_name=name,
+            )
+    for field in ("created_at", "updated_at"):
+        text = fields.get(field)
+        if isinstance(text, str):
+            try:
+                moment = datetime.fromisoformat(text)
+            except ValueError:
+                moment = None
+            if moment is None or moment.tzinfo is None:
+                raise InvalidPayload(
+                    f"envelope field {field!r} is not an ISO 8601 time with a zone: {text!r}",
+                    object_name=name,
+                )
 
 
 def _timestamp(value: datetime) -> str:

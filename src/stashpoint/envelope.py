@@ -38,7 +38,8 @@ def utc_now() -> datetime:
 class Envelope(BaseModel):
     """One revision of a checkpoint: identity, version bookkeeping and an opaque payload."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+    # Unknown fields (written by a newer minor version) are kept and written back.
+    model_config = ConfigDict(frozen=True, extra="allow", strict=False)
 
     id: str
     """Stable checkpoint identity; also the object's name in storage."""
@@ -60,6 +61,17 @@ class Envelope(BaseModel):
     """When this revision was written."""
     payload: JsonPayload
     """The state itself: any JSON value."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+            )
+            raise InvalidPayload(
+                f"envelope fields are invalid: {problems}", object_name=str(data.get("id"))
+            ) from None
 
     @field_validator("id")
     @classmethod
@@ -166,7 +178,12 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def typed_payload(
-    envelope: Envelope, model: type[ModelT], *, kind: str, schema_version: int, what: str
+    envelope: Envelope,
+    model: type[ModelT],
+    *,
+    kind: str | tuple[str, ...],
+    schema_version: int,
+    what: str,
 ) -> ModelT:
     """Return the payload of `envelope` validated as `model`; never a half-parsed one.
 
@@ -174,7 +191,7 @@ def typed_payload(
     another `schema_version` `UnsupportedFormat`, a payload that does not validate
     `InvalidPayload`. `what` names the state in messages ("agent checkpoint", "run").
     """
-    if envelope.kind != kind:
+    if envelope.kind not in ((kind,) if isinstance(kind, str) else kind):
         raise InvalidPayload(f"not a {what}: kind is {envelope.kind!r}", object_name=envelope.id)
     if envelope.schema_version != schema_version:
         newer = envelope.schema_version > schema_version

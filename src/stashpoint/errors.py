@@ -33,6 +33,12 @@ class ErrorKind(StrEnum):
     """A URL, option or environment setting is wrong."""
     LIMIT_EXCEEDED = "limit_exceeded"
     """A size or depth limit was crossed."""
+    IDENTITY_MISMATCH = "identity_mismatch"
+    """A checkpoint belongs to another agent or model than the caller's."""
+    INVALID_ARGUMENT = "invalid_argument"
+    """An argument of the wrong type or out of range (a negative limit, an unknown status)."""
+    OTHER = "other"
+    """None of the above (the root error's kind; every error raised has a narrower one)."""
     UNSAFE_STORAGE = "unsafe_storage"
     """Storage holds something stashpoint refuses to follow (a symlink inside the store)."""
 
@@ -40,7 +46,7 @@ class ErrorKind(StrEnum):
 class StashpointError(Exception):
     """Root of every error stashpoint raises on purpose."""
 
-    kind: ErrorKind = ErrorKind.STORAGE_UNAVAILABLE
+    kind: ErrorKind = ErrorKind.OTHER
     """The kind of failure, stable across versions."""
 
     def __init__(self, message: str, *, object_name: str | None = None) -> None:
@@ -129,6 +135,18 @@ class ConfigurationError(StashpointError, ValueError):
     """A URL, option or environment setting is wrong."""
 
     kind = ErrorKind.CONFIGURATION
+
+
+class InvalidArgument(StashpointError, ValueError):
+    """An argument of the wrong type or out of range; nothing was read or written."""
+
+    kind = ErrorKind.INVALID_ARGUMENT
+
+
+class IdentityMismatch(StashpointError):
+    """Resuming a checkpoint made by another agent, or with another model, than the caller's."""
+
+    kind = ErrorKind.IDENTITY_MISMATCH
 
 
 class UnsafeStorage(StashpointError):

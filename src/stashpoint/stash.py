@@ -124,6 +124,9 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
     if parsed.scheme == "memory":
         from stashpoint._backends.sqlite import SqliteIndexTransport
 
+        if object_options:
+            raise ConfigurationError(f"unknown memory options: {', '.join(sorted(object_options))}")
+
         if parsed.location:
             with _shared_memory_lock:
                 objects, memory_index = _shared_memory.setdefault(
@@ -178,9 +181,9 @@ class _Parts:
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
         self.cache = EtagCache()
-        ttl_days = own.get("ttl_days")
-        self.ttl_seconds = None if ttl_days is None else int(float(ttl_days) * 86400)
-        threshold = own.get("blob_threshold")
+        ttl_days = _number(own.get("ttl_days"), "ttl_days", float)
+        self.ttl_seconds = None if ttl_days is None else int(ttl_days * 86400)
+        threshold = _number(own.get("blob_threshold"), "blob_threshold", int)
         self.blob_threshold = None if threshold is None else int(threshold)
 
     def cas(self, namespace: str) -> CompareAndSwap:
@@ -320,6 +323,19 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
         await self.close()
 
 
+def _number(value: Any, name: str, kind: type[int] | type[float]) -> float | None:
+    """Return an option given as a number or a URL string, or say plainly it is not one."""
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = -1
+    if isinstance(value, bool) or number <= 0:
+        raise ConfigurationError(f"{name} must be a positive number, not {value!r}")
+    return number
+
+
 def open(url: str | None = None, **options: Any) -> Stash:
     """Open the stash at `url` (else `$STASHPOINT_URL`, else `local://./.stashpoint`).
 
@@ -335,4 +351,11 @@ def open_async(url: str | None = None, **options: Any) -> AsyncStash:
 
 def _options(options: dict[str, Any]) -> Options:
     known = {k: options.pop(k) for k in ("limits", "retry", "compression_level") if k in options}
+    level = known.get("compression_level", 3)
+    if type(level) is not int or not -7 <= level <= 22:
+        raise ConfigurationError(f"compression_level must be an int from -7 to 22, not {level!r}")
+    if not isinstance(known.get("limits", DEFAULT_LIMITS), Limits):
+        raise ConfigurationError("limits must be a stashpoint.Limits")
+    if not isinstance(known.get("retry", DEFAULT_RETRY), RetryPolicy):
+        raise ConfigurationError("retry must be a stashpoint.RetryPolicy")
     return Options(**known, backend=options)

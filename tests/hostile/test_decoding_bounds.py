@@ -84,3 +84,26 @@ def test_a_genuine_large_transcript_still_loads() -> None:
 def test_the_limits_object_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="ratio"):
         Limits(max_inflation_ratio=0)
+
+
+@pytest.fixture(params=["memory_url", "local_url", "s3_seaweed_url"])
+def any_url(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
+    return request.getfixturevalue(request.param)
+
+
+def test_an_oversize_stored_object_is_refused_from_its_size_unread(
+    any_url: tuple[str, dict[str, object]],
+) -> None:
+    import stashpoint
+    from stashpoint.stores.objects import PutObject
+
+    url, options = any_url
+    with stashpoint.open(url, **options) as writer:
+        key = writer.checkpoints._cas.key("big")
+        writer._transport.execute(PutObject(key, b"{" + b" " * 50_000 + b"}", None))
+    small = Limits(max_compressed_bytes=10_000)
+    with (
+        stashpoint.open(url, limits=small, **options) as reader,
+        pytest.raises(LimitExceeded, match="50002 bytes"),
+    ):
+        reader.checkpoints.load("big")

@@ -70,9 +70,7 @@ def test_listing_does_not_walk_a_symlinked_folder(tmp_path: Path) -> None:
         assert time.monotonic() - started < 5
 
 
-def test_gc_does_not_delete_through_a_symlinked_blobs_folder(
-    tmp_path: Path, outside: Path
-) -> None:
+def test_gc_does_not_delete_through_a_symlinked_blobs_folder(tmp_path: Path, outside: Path) -> None:
     with open_store(tmp_path) as stash:
         seed(stash)
         (tmp_path / "store" / "blobs").symlink_to(outside)

@@ -68,9 +68,7 @@ def test_read_only_folder_reads_and_refuses_writes_plainly(tmp_path: Path) -> No
             assert stash.checkpoints.load("a").revision == 1
             assert [e.revision for e in stash.checkpoints.history("a")] == [0]
             with pytest.raises(ConfigurationError, match="not writable"):
-                stash.checkpoints.compare_and_swap(
-                    stash.checkpoints.load("a").next({"n": 2}), 1
-                )
+                stash.checkpoints.compare_and_swap(stash.checkpoints.load("a").next({"n": 2}), 1)
             with pytest.raises(ConfigurationError, match="not writable"):
                 stash.checkpoints.delete("a")
     finally:

@@ -62,7 +62,11 @@ def test_bucket_policy_denies_unconditional_puts_under_the_prefix() -> None:
         "PolicyDocument"]["Statement"]  # fmt: skip
     deny = next(s for s in statements if s["Sid"] == "DenyUnconditionalWrites")
     assert deny["Effect"] == "Deny" and deny["Action"] == "s3:PutObject"
-    assert deny["Condition"] == {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}
+    assert deny["Condition"] == {
+        "Null": {"s3:if-none-match": "true", "s3:if-match": "true"},
+        # Multipart parts take no conditional header: only object creation is checked.
+        "Bool": {"s3:ObjectCreationOperation": "true"},
+    }
     assert deny["Resource"] == {
         "Fn::Sub": "arn:${AWS::Partition}:s3:::${CheckpointBucket}/${Prefix}/*"
     }
@@ -114,3 +118,19 @@ def test_deployed_stack_on_moto_runs_the_library(deployed: dict[str, str]) -> No
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="team-checkpoints").get("Contents", [])]
     assert sorted(keys) == ["agents/checkpoints/agent-1", f"agents/runs/{run_id}"]
     assert json.loads(json.dumps(deployed))["StashUrl"].startswith("s3://team-checkpoints/agents?")
+
+
+def test_worker_policy_lets_doctor_remove_only_its_probe_versions() -> None:
+    for with_kms in (True, False):
+        statements = _generator()._worker_policy(with_kms=with_kms)["Statement"]
+        deleting = [s for s in statements if "s3:DeleteObjectVersion" in json.dumps(s["Action"])]
+        assert len(deleting) == 1
+        assert "/.doctor/*" in json.dumps(deleting[0]["Resource"])
+
+
+def test_table_encryption_follows_the_kms_key_and_access_logs_are_optional() -> None:
+    template = _generator().template()
+    sse = template["Resources"]["IndexTable"]["Properties"]["SSESpecification"]
+    assert sse["Fn::If"][0] == "UseKms" and sse["Fn::If"][1]["SSEType"] == "KMS"
+    logging = template["Resources"]["CheckpointBucket"]["Properties"]["LoggingConfiguration"]
+    assert logging["Fn::If"][0] == "HasAccessLogs"

@@ -95,6 +95,17 @@ def _failure(exc: Exception, table: str) -> StashpointError:
                 "stashpoint._backends.dynamodb.create_table",
                 object_name=table,
             )
+        if code in (
+            "UnrecognizedClientException",
+            "AccessDeniedException",
+            "InvalidSignatureException",
+            "ExpiredTokenException",
+        ):
+            return ConfigurationError(
+                f"DynamoDB refused the credentials or the permission ({code}): check the AWS "
+                f"credentials and the IAM policy: {exc}",
+                object_name=table,
+            )
         return StorageUnavailable(f"DynamoDB {code}: {exc}", object_name=table)
     return StorageUnavailable(
         f"DynamoDB unreachable: {type(exc).__name__}: {exc}", object_name=table

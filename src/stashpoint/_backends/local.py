@@ -157,6 +157,8 @@ class LocalTransport:
                 case DeleteObject(key, etag):
                     return self._delete(key, etag)
                 case ListVersions(key):
+                    if not self._versions_dir(key).exists() and self._read(self._path(key)) is None:
+                        return []  # never written (or purged): no lock file made for nothing
                     with self._locked(key, reading=True) as lock_fd:
                         if lock_fd is not None:
                             self._settle_pending(lock_fd, key)
@@ -472,22 +474,42 @@ class LocalTransport:
             was_current = self._versions(lock_fd, key)[:1] == [VersionRef(version_id, True)]
             (self._versions_dir(key) / version_id).unlink(missing_ok=True)
             if was_current:
-                previous = self._versions_unlocked_newest(key)
+                names = _version_names(self._versions_dir(key))
                 head = self._path(key)
-                if previous is None:
-                    head.unlink(missing_ok=True)
+                if not names or names[0].endswith(f"-{_DELETED}"):
+                    head.unlink(missing_ok=True)  # what is left was deleted at that point
                 else:
                     tmp_dir = self._safe(self.root / _TMP)
                     tmp_dir.mkdir(parents=True, exist_ok=True)
+                    previous = self._versions_dir(key) / names[0]
                     os.replace(self._temp_copy(tmp_dir, previous.read_bytes()), head)
                 if self.fsync:
                     _fsync_dir(head.parent)
+            self._purge_if_gone(key)
         return WriteResult(WriteOutcome.STORED)
 
-    def _versions_unlocked_newest(self, key: str) -> Path | None:
+    def _purge_if_gone(self, key: str) -> bool:
+        """After the last version of a key is deleted for good, remove what was left for it.
+
+        Its versions folder, its lock file and the folders they emptied: a key deleted
+        version by version (the doctor's probe) leaves nothing behind. Only whole-history
+        deletes come here, which only the doctor makes, on keys no one else writes.
+        """
         folder = self._versions_dir(key)
-        names = _version_names(folder)
-        return folder / names[0] if names else None
+        if self._read(self._path(key)) is not None or _version_names(folder):
+            return False
+        for path in (folder / _PENDING, self.root / _LOCKS / _lock_name(key)):
+            path.unlink(missing_ok=True)
+        for start, top in ((folder, _VERSIONS), (self._path(key).parent, None),
+                           ((self.root / _LOCKS / _lock_name(key)).parent, _LOCKS)):  # fmt: skip
+            current = start
+            while current != self.root and current.name not in (top, *_RESERVED):
+                try:
+                    current.rmdir()
+                except OSError:
+                    break  # not empty: others live there
+                current = current.parent
+        return True
 
     def _versions(self, lock_fd: int | None, key: str) -> list[VersionRef]:
         """Return the key's versions, newest first; the caller holds the key's lock."""

@@ -57,6 +57,16 @@ DEFAULT_CLIENT_CONFIG = botocore.config.Config(
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchVersion"})
 _CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "OperationAborted"})
+_DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+    }
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +97,10 @@ class S3Settings(AwsClientSettings):
         if user_config is not None:
             config = config.merge(user_config)
         style = merged.pop("addressing_style", None)
+        if style not in (None, "auto", "virtual", "path"):
+            raise ConfigurationError(
+                f"addressing_style must be auto, virtual or path, not {style!r}"
+            )
         if style is not None:
             config = config.merge(botocore.config.Config(s3={"addressing_style": style}))
         known = {
@@ -116,13 +130,19 @@ def _definite_error(exc: botocore.exceptions.ClientError, key: str) -> Stashpoin
     code, status = _error_code(exc)
     if code == "NoSuchBucket":
         return ConfigurationError(f"bucket does not exist: {exc}", object_name=key)
+    if code in _DENIED_CODES or status == 403:
+        return ConfigurationError(
+            f"S3 refused the credentials or the permission ({code or status}): check the AWS "
+            f"credentials and the IAM policy: {exc}",
+            object_name=key,
+        )
     return StorageUnavailable(f"S3 {code or status}: {exc}", object_name=key)
 
 
 def _classify_write(exc: Exception, key: str) -> WriteResult:
     if isinstance(exc, botocore.exceptions.ClientError):
         code, status = _error_code(exc)
-        if code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId"):
+        if code == "NoSuchBucket" or code in _DENIED_CODES or status == 403:
             raise _definite_error(exc, key) from exc  # certain, and no retry will help
         # botocore counts its own resends: with none, a 412/404 answers our only copy.
         retried = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 1) != 0

@@ -144,7 +144,7 @@ class SqliteIndexTransport:
                     if not row[0].startswith("sqlite_")
                 )
                 # Expired items are hidden from queries: SQLite's stand-in for DynamoDB TTL.
-                return IndexDescription(True, names, TTL_ATTRIBUTE)
+                return IndexDescription(True, names, TTL_ATTRIBUTE, engine="sqlite")
         raise TypeError(f"SQLite index cannot execute {request!r}")
 
     @staticmethod

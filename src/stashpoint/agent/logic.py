@@ -17,6 +17,7 @@ from typing import Any
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
+    SEED_AGENT_KIND,
     AgentCheckpointState,
     AgentOutcome,
     Completed,
@@ -34,7 +35,9 @@ from stashpoint.errors import (
     AmbiguousResume,
     CheckpointConflict,
     CheckpointNotFound,
+    IdentityMismatch,
     InvalidPayload,
+    LimitExceeded,
     TerminalStateConflict,
 )
 from stashpoint.ids import new_id, validate_id
@@ -78,7 +81,7 @@ def parse_state(envelope: Envelope) -> AgentCheckpointState:
     return typed_payload(
         envelope,
         AgentCheckpointState,
-        kind=AGENT_KIND,
+        kind=(AGENT_KIND, SEED_AGENT_KIND),
         schema_version=AGENT_SCHEMA_VERSION,
         what="agent checkpoint",
     )
@@ -118,7 +121,7 @@ def check_identity(
 ) -> None:
     """Refuse to resume another agent's checkpoint, or one made with another model."""
     if agent is not None and state.agent != agent:
-        raise InvalidPayload(
+        raise IdentityMismatch(
             f"checkpoint belongs to agent {state.agent!r}, not {agent!r}",
             object_name=checkpoint_id,
         )
@@ -126,7 +129,7 @@ def check_identity(
         model.provider,
         model.name,
     ):
-        raise InvalidPayload(
+        raise IdentityMismatch(
             f"checkpoint was made with model {state.model.name!r}, not {model.name!r}",
             object_name=checkpoint_id,
         )
@@ -272,7 +275,7 @@ def run(
         )  # fmt: skip
     while (outcome := state.outcome()) is None:
         if state.turns >= max_turns:
-            raise InvalidPayload(
+            raise LimitExceeded(
                 f"agent did not complete within {max_turns} turns", object_name=checkpoint_id
             )
         envelope, state = yield from run_turn(cas, envelope, state, commit_conversations, turn)

@@ -21,6 +21,8 @@ from pydantic import (
 
 AGENT_KIND = "stashpoint.agent"
 """Envelope kind of an agent checkpoint."""
+SEED_AGENT_KIND = "runifold.agent"
+"""The kind seed 000 writes; read as `AGENT_KIND` (this library writes its own)."""
 AGENT_SCHEMA_VERSION = 1
 """Schema version of `AgentCheckpointState` this library writes and reads."""
 
@@ -42,7 +44,8 @@ class _Open(BaseModel):
 
 
 class _Closed(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Unknown fields from a newer minor version are kept through a read-modify-write.
+    model_config = ConfigDict(extra="allow")
 
 
 class ToolCall(_Open):
@@ -176,7 +179,7 @@ class AgentOutcome(_Closed):
 class AgentCheckpointState(BaseModel):
     """Versioned agent state stored in a domain-neutral checkpoint envelope."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
 
     execution_id: str
     """Stable logical execution identity used for callable idempotency."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ from rich.table import Table
 
 import stashpoint
 from stashpoint import AttemptStatus, RunStatus, StashpointError
+from stashpoint.cli.redact import parse, redact
 from stashpoint.cli.tables import runs_table, when
 from stashpoint.codec import FORMAT
 from stashpoint.errors import ErrorKind
@@ -42,9 +44,18 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 Url = Annotated[
     str | None,
-    typer.Option("--url", envvar="STASHPOINT_URL", help="Stash URL (default: local folder)."),
+    typer.Option("--url", help="Stash URL (else the global --url, STASHPOINT_URL, local folder)."),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+Redact = Annotated[
+    str | None,
+    typer.Option(
+        "--redact",
+        help="More field names to hide, comma-separated (api_key, authorization, password, "
+        "secret, token... are hidden by default).",
+    ),
+]
+NoRedact = Annotated[bool, typer.Option("--no-redact", help="Show every field, secrets included.")]
 
 EXIT_CODES = {
     ErrorKind.NOT_FOUND: 3,
@@ -62,18 +73,35 @@ HINTS = {
     ErrorKind.CONFIGURATION: "check --url / STASHPOINT_URL and the AWS environment",
     ErrorKind.UNSUPPORTED_FORMAT: "upgrade stashpoint to read this object",
     ErrorKind.INVALID_PAYLOAD: "the object is damaged or not a stashpoint envelope; older "
-    "revisions may be intact (stashpoint history)",
+    "revisions may be intact (stashpoint history ID, stashpoint show ID --revision N)",
+    ErrorKind.UNSAFE_STORAGE: "remove the symlink from the store folder",
+    ErrorKind.INVALID_ARGUMENT: "check the command's arguments (--help)",
 }
 """What to do next, per error kind."""
 
-_state = {"debug": False}
+_state: dict[str, Any] = {"debug": False, "url": None}
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"stashpoint {stashpoint.__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", envvar="STASHPOINT_URL", help="Stash URL for every command."),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
 ) -> None:
     _state["debug"] = debug
+    _state["url"] = url
 
 
 def _emit(data: Any) -> None:
@@ -81,7 +109,7 @@ def _emit(data: Any) -> None:
 
 
 def _open(url: str | None) -> stashpoint.Stash:
-    return stashpoint.open(url)
+    return stashpoint.open(url or _state["url"])
 
 
 def _since(value: str | None) -> datetime | None:
@@ -98,8 +126,10 @@ def _since(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _document(envelope: stashpoint.Envelope) -> dict[str, Any]:
-    return {"format": FORMAT, **envelope.model_dump(mode="json")}
+def _document(envelope: stashpoint.Envelope, hide: tuple[str, ...] = ()) -> dict[str, Any]:
+    document = {"format": FORMAT, **envelope.model_dump(mode="json")}
+    document["payload"] = redact(document["payload"], hide)
+    return document
 
 
 @app.command()
@@ -120,36 +150,52 @@ def show(
     revision: Annotated[int | None, typer.Option(help="An older revision.")] = None,
     url: Url = None,
     as_json: AsJson = False,
+    hide: Redact = None,
+    no_redact: NoRedact = False,
 ) -> None:
-    """Show a checkpoint's envelope, decoded, as pretty JSON."""
+    """Show a checkpoint's envelope, decoded, as pretty JSON (secret fields hidden)."""
     with _open(url) as stash:
         envelope = stash.checkpoints.load(checkpoint_id, revision)
-    document = _document(envelope)
+    document = _document(envelope, parse(hide, defaults=not no_redact))
     if as_json:
         _emit(document)
         return
-    out.print(f"[bold]{envelope.id}[/] revision {envelope.revision} ({envelope.kind})")
+    out.print(
+        f"[bold]{escape(envelope.id)}[/] revision {envelope.revision} ({escape(envelope.kind)})"
+    )
     _emit(document)
 
 
 @app.command("list")
 def list_checkpoints(
     prefix: Annotated[str, typer.Argument(help="Only ids starting with this.")] = "",
-    limit: Annotated[int, typer.Option(help="Most checkpoints to describe.")] = 100,
+    limit: Annotated[int, typer.Option(help="Most checkpoints to describe.", min=1)] = 100,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """List checkpoints: id, kind, revision, run, size, time (no payload is downloaded)."""
+    """List checkpoints: id, kind, revision, run, size, time (no payload is downloaded).
+
+    A checkpoint that cannot be read is listed apart (and the rest still are).
+    """
     with _open(url) as stash:
         ids = stash.checkpoints.list_ids(prefix)
         infos = []
+        unreadable: list[dict[str, str]] = []
         for checkpoint_id in ids[:limit]:
             try:
                 infos.append(stash.checkpoints.describe(checkpoint_id))
             except stashpoint.CheckpointNotFound:
                 continue  # deleted since it was listed
+            except StashpointError as exc:
+                unreadable.append({"id": checkpoint_id, "kind": exc.kind.value, "error": str(exc)})
     if as_json:
-        _emit({"total": len(ids), "checkpoints": [dataclasses.asdict(i) for i in infos]})
+        _emit(
+            {
+                "total": len(ids),
+                "checkpoints": [dataclasses.asdict(i) for i in infos],
+                "unreadable": unreadable,
+            }
+        )
         return
     shown = f"{len(infos)} of {len(ids)}" if len(ids) > limit else str(len(infos))
     table = Table(title=f"checkpoints ({shown})")
@@ -161,20 +207,27 @@ def list_checkpoints(
             "-" if i.stored_bytes is None else str(i.stored_bytes), when(i.updated_at),
         )  # fmt: skip
     out.print(table)
+    for bad in unreadable:
+        err.print(f"[yellow]unreadable[/] {escape(bad['id'])}: {escape(bad['error'])}")
 
 
 @app.command()
 def history(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
-    limit: Annotated[int | None, typer.Option(help="Most revisions to list.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Most revisions to list.", min=1)] = None,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """List a checkpoint's revisions, newest first."""
+    """List a checkpoint's revisions, newest first (older ones even if the head is damaged)."""
     with _open(url) as stash:
-        head = stash.checkpoints.load(checkpoint_id)
-        older = stash.checkpoints.history(checkpoint_id, limit)
-    revisions = [head, *older]
+        try:
+            revisions = [stash.checkpoints.load(checkpoint_id)]
+        except (stashpoint.InvalidPayload, stashpoint.UnsupportedFormat) as exc:
+            err.print(f"[yellow]the head cannot be read[/] ({escape(str(exc))}); older revisions:")
+            revisions = []
+        if limit is None or len(revisions) < limit:
+            left = None if limit is None else limit - len(revisions)
+            revisions += stash.checkpoints.history(checkpoint_id, left)
     rows = [
         {
             "revision": e.revision,
@@ -192,6 +245,7 @@ def history(
         table.add_column(column)
     for e, row in zip(revisions, rows, strict=True):
         table.add_row(str(e.revision), when(e.updated_at), e.write_id, str(row["payload_bytes"]))
+    table.title = f"history of {escape(checkpoint_id)}"
     out.print(table)
 
 
@@ -202,19 +256,22 @@ def diff(
     rev_b: Annotated[int, typer.Argument(help="Newer revision.")],
     url: Url = None,
     as_json: AsJson = False,
+    hide: Redact = None,
+    no_redact: NoRedact = False,
 ) -> None:
-    """Show what changed in a checkpoint's payload between two revisions."""
+    """Show what changed in a checkpoint's payload between two revisions (secrets hidden)."""
     from deepdiff import DeepDiff
 
+    names = parse(hide, defaults=not no_redact)
     with _open(url) as stash:
         a = stash.checkpoints.load(checkpoint_id, rev_a)
         b = stash.checkpoints.load(checkpoint_id, rev_b)
-    changes = DeepDiff(a.payload, b.payload, verbose_level=2)
+    changes = DeepDiff(redact(a.payload, names), redact(b.payload, names), verbose_level=2)
     lines = _diff_lines(changes.to_dict())
     if as_json:
         _emit({"from": rev_a, "to": rev_b, "changes": lines})
         return
-    out.print(f"[bold]{checkpoint_id}[/]: revision {rev_a} -> {rev_b}")
+    out.print(f"[bold]{escape(checkpoint_id)}[/]: revision {rev_a} -> {rev_b}")
     if not lines:
         out.print("no changes")
     styles = {"+": "green", "-": "red", "~": "yellow"}
@@ -251,39 +308,72 @@ def export(
     prefix: Annotated[str | None, typer.Option(help="Checkpoint ids starting with this.")] = None,
     run: Annotated[list[str] | None, typer.Option(help="A run id (repeatable).")] = None,
     with_history: Annotated[bool, typer.Option("--history", help="Older revisions too.")] = False,
+    hide: Annotated[
+        str | None,
+        typer.Option("--redact", help="Field names to hide, comma-separated (none by default)."),
+    ] = None,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """Export checkpoints (envelopes, transcripts included) and runs as JSONL."""
+    """Export checkpoints (envelopes, transcripts included) and runs as JSONL.
+
+    The file is created readable by its owner only (0600) and appears whole or not at all:
+    it is written beside its destination and renamed over it at the end, so a failed or
+    empty export never truncates an existing file. Unreadable checkpoints are skipped and
+    listed (exit status 1); everything readable is exported.
+    """
     from rich.progress import Progress
 
     if prefix is None and not run:
         raise typer.BadParameter("give --prefix and/or --run")
+    names = parse(hide, defaults=False)
     written = 0
-    with _open(url) as stash, out_file.open("w", encoding="utf-8") as sink:
-        ids = stash.checkpoints.list_ids(prefix) if prefix is not None else []
-        with Progress(console=err, transient=True, disable=as_json) as progress:
-            task = progress.add_task("exporting", total=len(ids) + len(run or []))
-            for checkpoint_id in ids:
-                envelopes = [stash.checkpoints.load(checkpoint_id)]
-                if with_history:
-                    envelopes += stash.checkpoints.history(checkpoint_id)
-                for envelope in envelopes:
-                    sink.write(json.dumps(_document(envelope), ensure_ascii=False) + "\n")
+    unreadable: list[str] = []
+    target = out_file.expanduser()
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with _open(url) as stash, os.fdopen(descriptor, "w", encoding="utf-8") as sink:
+            ids = stash.checkpoints.list_ids(prefix) if prefix is not None else []
+            with Progress(console=err, transient=True, disable=as_json) as progress:
+                task = progress.add_task("exporting", total=len(ids) + len(run or []))
+                for checkpoint_id in ids:
+                    try:
+                        envelopes = [stash.checkpoints.load(checkpoint_id)]
+                        if with_history:
+                            envelopes += stash.checkpoints.history(checkpoint_id)
+                    except stashpoint.CheckpointNotFound:
+                        envelopes = []  # deleted since it was listed
+                    except StashpointError as exc:
+                        unreadable.append(f"{checkpoint_id}: {exc}")
+                        envelopes = []
+                    for envelope in envelopes:
+                        line = _document(envelope, names)
+                        sink.write(json.dumps(line, ensure_ascii=False) + "\n")
+                        written += 1
+                    progress.advance(task)
+                for run_id in run or []:
+                    state = stash.runs.load_run(run_id)
+                    if state is None:
+                        raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
+                    dumped = redact(state.model_dump(mode="json"), names)
+                    line = {"format": "stashpoint.run-export/1", **dumped}
+                    sink.write(json.dumps(line, ensure_ascii=False) + "\n")
                     written += 1
-                progress.advance(task)
-            for run_id in run or []:
-                state = stash.runs.load_run(run_id)
-                if state is None:
-                    raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
-                line = {"format": "stashpoint.run-export/1", **state.model_dump(mode="json")}
-                sink.write(json.dumps(line, ensure_ascii=False) + "\n")
-                written += 1
-                progress.advance(task)
+                    progress.advance(task)
+        if written == 0 and target.exists():
+            raise typer.BadParameter(f"nothing matched: {target} is left as it was")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
     if as_json:
-        _emit({"file": str(out_file), "records": written})
+        _emit({"file": str(target), "records": written, "unreadable": unreadable})
     else:
-        out.print(f"wrote {written} records to {out_file}")
+        out.print(f"wrote {written} records to {escape(str(target))}")
+        for problem in unreadable:
+            err.print(f"[yellow]skipped, unreadable:[/] {escape(problem)}")
+    if unreadable:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -395,8 +485,10 @@ def runs_show(
     run_id: Annotated[str, typer.Argument(help="Run id.")],
     url: Url = None,
     as_json: AsJson = False,
+    hide: Redact = None,
+    no_redact: NoRedact = False,
 ) -> None:
-    """Show a run: attempt timeline, errors, interrupts, snapshot size."""
+    """Show a run: attempt timeline, errors, interrupts, snapshot size (secrets hidden)."""
     with _open(url) as stash:
         state = stash.runs.load_run(run_id, resolve_blobs=False)
         summary = stash.runs.summarize_run(run_id)
@@ -404,10 +496,11 @@ def runs_show(
         raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
     snapshot_bytes = len(pydantic_core.to_json(state.state_snapshot))
     if as_json:
-        _emit({"run": state.model_dump(mode="json"), "summary": summary.model_dump(mode="json"),
+        run = redact(state.model_dump(mode="json"), parse(hide, defaults=not no_redact))
+        _emit({"run": run, "summary": summary.model_dump(mode="json"),
                "snapshot_bytes": snapshot_bytes})  # fmt: skip
         return
-    out.print(f"[bold]{state.run_id}[/] graph [bold]{state.graph_name}[/] "
+    out.print(f"[bold]{escape(state.run_id)}[/] graph [bold]{escape(state.graph_name)}[/] "
               f"status [bold]{state.status.value}[/]")  # fmt: skip
     out.print(f"created {when(state.created_at)}, updated {when(state.updated_at)}, "
               f"{summary.total_attempts} attempts over {summary.total_nodes_executed} nodes, "
@@ -416,7 +509,8 @@ def runs_show(
         out.print(f"[red]error:[/] {escape(state.error)}")
     if state.interrupted:
         out.print(
-            f"[yellow]interrupted:[/] {state.interrupted.reason} ({state.interrupted.node_id})"
+            f"[yellow]interrupted:[/] {escape(str(state.interrupted.reason))} "
+            f"({escape(str(state.interrupted.node_id))})"
         )
     table = Table(title="attempts")
     for column in ("started", "node", "attempt", "status", "took", "error"):
@@ -444,8 +538,12 @@ def main() -> None:
         if _state["debug"]:
             raise
         hint = HINTS.get(exc.kind, "")
-        line = f"{exc}" + (f"; {hint}" if hint else "")
-        err.print(f"[red]error[/] ({exc.kind.value}): {escape(line)}")
+        if "--json" in sys.argv[1:]:
+            error = {"kind": exc.kind.value, "message": exc.message, "object": exc.object_name}
+            print(json.dumps({"error": {**error, "hint": hint or None}}))
+        else:
+            line = f"{exc}" + (f"; {hint}" if hint else "")
+            err.print(f"[red]error[/] ({exc.kind.value}): {escape(line)}")
         sys.exit(EXIT_CODES.get(exc.kind, 1))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

@@ -114,6 +114,8 @@ class IndexDescription:
     """Names of its secondary indexes."""
     ttl_attribute: str | None
     """The attribute TTL deletes on, None when TTL is off."""
+    engine: str = "dynamodb"
+    """What stores the index: `dynamodb`, or `sqlite` (the embedded default)."""
 
 
 IndexRequest = (

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from stashpoint.errors import StashpointError
+from stashpoint.errors import InvalidArgument, StashpointError
 from stashpoint.index.requests import (
     DeleteItem,
     GetItem,
@@ -32,6 +32,9 @@ log = logging.getLogger("stashpoint.index")
 Row = TypeVar("Row", RunRow, AttemptRow)
 
 _MARKER_PK = "meta#progress"
+
+MAX_PAGE = 1000
+"""Largest page a listing returns."""
 
 
 class RunIndex:
@@ -168,8 +171,8 @@ class RunIndex:
         cursor: str | None,
         to_row: Callable[[dict[str, Any]], Row],
     ) -> Steps[Page[Row]]:
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
+        if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
+            raise InvalidArgument(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
         gsi = {g.name: g for g in (BY_GRAPH, BY_STATUS, BY_NAMESPACE)}[index]
         after = mapping.decode_cursor(cursor)
         found: list[dict[str, Any]] = []

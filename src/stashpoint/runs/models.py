@@ -35,6 +35,13 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     """Stopped on request (final)."""
 
+    @classmethod
+    def _missing_(cls, value: object) -> RunStatus | None:
+        # Seed 004's serde spelling ("Running") reads as ours ("running"); ours is written.
+        if isinstance(value, str):
+            return next((m for m in cls if m.value == value.lower()), None)
+        return None
+
     @property
     def is_terminal(self) -> bool:
         """Whether no transition may leave this status."""
@@ -55,9 +62,18 @@ class AttemptStatus(StrEnum):
     CANCELLED = "cancelled"
     """Stopped on request (final)."""
 
+    @classmethod
+    def _missing_(cls, value: object) -> AttemptStatus | None:
+        # Seed 004's serde spelling ("Running") reads as ours ("running"); ours is written.
+        if isinstance(value, str):
+            return next((m for m in cls if m.value == value.lower()), None)
+        return None
+
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Fields a newer minor version added are kept, not refused: an archive stays readable
+    # by older readers, and a read-modify-write carries the fields through unchanged.
+    model_config = ConfigDict(frozen=True, extra="allow")
 
 
 class TraceContext(_Model):

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import pydantic
+
 from stashpoint.codec import check_json
 from stashpoint.envelope import Envelope, typed_payload, utc_now
 from stashpoint.errors import (
@@ -28,6 +30,7 @@ from stashpoint.errors import (
     CheckpointNotFound,
     ConfigurationError,
     GraphDriftError,
+    InvalidArgument,
     RunNotFound,
     StashpointError,
 )
@@ -64,6 +67,8 @@ ATTEMPT_SEPARATOR = "~"
 
 def run_of(attempt_id: str) -> str:
     """Return the run id embedded in an attempt id (no scan needed to find the run)."""
+    if not isinstance(attempt_id, str):
+        raise InvalidArgument(f"attempt id must be a str, not {attempt_id!r}")
     run_id, sep, _ = attempt_id.rpartition(ATTEMPT_SEPARATOR)
     if not sep or not run_id:
         raise AttemptNotFound("not an attempt id of this library", object_name=attempt_id)
@@ -75,6 +80,39 @@ def state_of(envelope: Envelope) -> RunState:
     return typed_payload(
         envelope, RunState, kind=RUN_KIND, schema_version=RUN_SCHEMA_VERSION, what="run"
     )
+
+
+def _text(value: Any, name: str, *, optional: bool = False) -> Any:
+    """Return `value` if it is a non-empty str (or None when `optional`), else refuse it."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{name} must be a non-empty str, not {value!r}")
+    return value
+
+
+def _of(value: Any, kind: type[Any], name: str, *, optional: bool = True) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind):
+        raise InvalidArgument(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def _status(value: Any, kind: type[RunStatus] | type[AttemptStatus]) -> Any:
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(m.value for m in kind)
+        raise InvalidArgument(f"unknown status {value!r}: use one of {known}") from None
+
+
+def _moment(value: Any, name: str) -> datetime | None:
+    if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+        raise InvalidArgument(f"{name} must be a timezone-aware datetime, not {value!r}")
+    return value
 
 
 class _RunApi:
@@ -114,7 +152,11 @@ class _RunApi:
         trace_ctx: TraceContext | None = None,
     ) -> Steps[str]:
         """Create a running run; return its id (a new UUIDv7 unless `run_id` is given)."""
-        run_id = validate_id(run_id or new_id(), what="run id")
+        run_id = validate_id(new_id() if run_id is None else run_id, what="run id")
+        _text(graph_name, "graph_name")
+        validate_id(namespace, what="namespace")
+        _text(graph_hash, "graph_hash", optional=True)
+        _of(trace_ctx, TraceContext, "trace_ctx")
         now = utc_now()
         state = RunState(
             run_id=run_id,
@@ -149,6 +191,10 @@ class _RunApi:
         Recording an attempt resumes an interrupted run.
         """
         attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+        _text(node_id, "node_id")
+        if type(attempt) is not int or attempt < 0:
+            raise InvalidArgument(f"attempt must be an int >= 0, not {attempt!r}")
+        _of(trace_ctx, TraceContext, "trace_ctx")
         stored_input = yield from self._blobs.offload(input, "input")
         yield from self._apply(
             run_id,
@@ -169,6 +215,7 @@ class _RunApi:
         self, attempt_id: str, output: Any, meta: dict[str, Any] | None = None
     ) -> Steps[None]:
         """Mark a running attempt completed with its output and metadata."""
+        _of(meta, dict, "meta")
         stored_output = yield from self._blobs.offload(output, "output")
         check_json(meta or {}, self._cas.codec.limits.max_depth, start_depth=5, root="meta")
         yield from self._apply(
@@ -181,6 +228,7 @@ class _RunApi:
     @operation
     def fail_attempt(self, attempt_id: str, error: str) -> Steps[None]:
         """Mark a running attempt failed."""
+        _text(error, "error")
         yield from self._apply(
             run_of(attempt_id),
             lambda state, now: transitions.fail_attempt(state, attempt_id, error=error, now=now),
@@ -189,6 +237,7 @@ class _RunApi:
     @operation
     def record_interrupt(self, attempt_id: str, interrupt: Interrupt) -> Steps[None]:
         """Mark a running attempt, and its run, interrupted."""
+        _of(interrupt, Interrupt, "interrupt", optional=False)
         yield from self._apply(
             run_of(attempt_id),
             lambda state, now: transitions.record_interrupt(
@@ -204,6 +253,8 @@ class _RunApi:
 
         Large values are stored once as blobs.
         """
+        _of(state, dict, "state", optional=False)
+        _of(metadata, CheckpointMetadata, "metadata")
         stored: dict[str, Any] = {}
         for key, value in state.items():
             stored[key] = yield from self._blobs.offload(value, f"state.{key}")
@@ -238,6 +289,7 @@ class _RunApi:
     @operation
     def fail_run(self, run_id: str, error: str) -> Steps[None]:
         """Mark a running run failed, keeping the error."""
+        _text(error, "error")
         return self._finish_run(run_id, RunStatus.FAILED, error)
 
     @operation
@@ -284,12 +336,12 @@ class _RunApi:
     ) -> Steps[Page[RunRow]]:
         """Return one page of runs, newest first, from the index only."""
         return self._require_index().list_runs(
-            namespace=namespace,
-            graph_name=graph_name,
-            status=status,
-            since=since,
+            namespace=validate_id(namespace, what="namespace"),
+            graph_name=_text(graph_name, "graph_name", optional=True),
+            status=_status(status, RunStatus),
+            since=_moment(since, "since"),
             limit=limit,
-            cursor=cursor,
+            cursor=_text(cursor, "cursor", optional=True),
         )
 
     @operation
@@ -304,7 +356,11 @@ class _RunApi:
     ) -> Steps[Page[AttemptRow]]:
         """Return one page of attempts in `status` (running by default), from the index."""
         return self._require_index().list_attempts(
-            namespace=namespace, status=status, since=since, limit=limit, cursor=cursor
+            namespace=validate_id(namespace, what="namespace"),
+            status=_status(status, AttemptStatus),
+            since=_moment(since, "since"),
+            limit=limit,
+            cursor=_text(cursor, "cursor", optional=True),
         )
 
     @operation
@@ -399,7 +455,10 @@ class _RunApi:
 
         def mutate(envelope: Envelope) -> Any:
             old = state_of(envelope)
-            new = transition(old, utc_now())
+            try:
+                new = transition(old, utc_now())
+            except pydantic.ValidationError as exc:
+                raise InvalidArgument(f"invalid run data: {exc}", object_name=run_id) from None
             seen.append((old, new))
             return new.model_dump(mode="json")
 

@@ -107,7 +107,9 @@ class Blobs:
         key = self.layout.key(BLOBS, digest)
         info = yield from ask(GetObject(key, None, self.codec.limits.max_compressed_bytes))
         if info is None or info.body is None:
-            raise StashpointError(f"blob {digest} is missing", object_name=key)
+            raise InvalidPayload(
+                f"blob {digest} is missing: a reference points at nothing", object_name=key
+            )
         resolved = (yield from self.codec.decoding(info.body, name=key)).payload
         if hashlib.sha256(pydantic_core.to_json(resolved)).hexdigest() != digest:
             raise InvalidPayload("blob content does not match its hash", object_name=key)
