@@ -334,7 +334,7 @@ _SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def check_json(
-    value: Any,
+    value: object,
     max_depth: int,
     *,
     name: str | None = None,
@@ -376,7 +376,7 @@ def check_json(
     raise error(f"{where}: {problem}", object_name=name)
 
 
-def _first_problem(value: Any, max_depth: int, start_depth: int, root: str) -> tuple[str, str]:
+def _first_problem(value: object, max_depth: int, start_depth: int, root: str) -> tuple[str, str]:
     """Find (path, reason) of the first value `check_json` refuses (only on failure)."""
     stack: list[tuple[Any, int, str]] = [(value, start_depth, root)]
     while stack:

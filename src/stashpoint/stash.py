@@ -323,12 +323,12 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
         await self.close()
 
 
-def _number(value: Any, name: str, kind: type[int] | type[float]) -> float | None:
+def _number(value: object, name: str, kind: type[int] | type[float]) -> float | None:
     """Return an option given as a number or a URL string, or say plainly it is not one."""
     if value is None:
         return None
     try:
-        number = kind(value)
+        number = kind(value)  # type: ignore[arg-type,call-overload]  # as int()/float() take
     except (TypeError, ValueError):
         number = -1
     if isinstance(value, bool) or number <= 0:

@@ -131,9 +131,10 @@ def test_resume_checks_agent_and_model_identity(agent: Any) -> None:
     checkpoint_id = stashpoint.new_id()
     run(agent, checkpoint_id)
     runner = agent.AgentRunner(agent.AgentCheckpoint.existing(checkpoint_id, agent.store))
-    with pytest.raises(InvalidPayload, match="agent"):
+    with pytest.raises(stashpoint.IdentityMismatch, match="agent") as info:
         runner.resume(agent="someone-else")
-    with pytest.raises(InvalidPayload, match="model"):
+    assert info.value.kind is stashpoint.ErrorKind.IDENTITY_MISMATCH
+    with pytest.raises(stashpoint.IdentityMismatch, match="model"):
         runner.resume(model=fake_model.MODEL.model_copy(update={"name": "other"}))
 
 

@@ -119,6 +119,24 @@ def _conditional_refusal(exc: Exception) -> bool:
     )
 
 
+def _put(table: str, item: Any, condition: str, values: dict[str, Any] | None) -> Steps[int]:
+    """Put one item under a condition; return 1 if written, 0 if the condition refused it."""
+    params: dict[str, Any] = {
+        "TableName": table,
+        "Item": to_attributes(item),
+        "ConditionExpression": condition,
+    }
+    if values:
+        params["ExpressionAttributeValues"] = values
+    try:
+        yield from ask(AwsCall("put_item", params))
+    except Exception as exc:
+        if not _conditional_refusal(exc):
+            raise
+        return 0
+    return 1
+
+
 def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
     """Carry out one index request as DynamoDB calls; return the request's result."""
     try:
@@ -126,34 +144,18 @@ def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
             case PutItems(items):
                 written = 0
                 for item in items:
-                    params = {
-                        "TableName": table,
-                        "Item": to_attributes(item),
-                        "ConditionExpression": _CONDITION,
-                        "ExpressionAttributeValues": {":revision": {"N": str(item[REVISION])}},
-                    }
-                    try:
-                        yield from ask(AwsCall("put_item", params))
-                        written += 1
-                    except Exception as exc:
-                        if not _conditional_refusal(exc):
-                            raise
+                    revision = {":revision": {"N": str(item[REVISION])}}
+                    written += yield from _put(table, item, _CONDITION, revision)
                 return written
             case ReplaceItems(pairs):
                 written = 0
                 for item, expected in pairs:
-                    params = {"TableName": table, "Item": to_attributes(item)}
                     if expected is None:
-                        params["ConditionExpression"] = f"attribute_not_exists({PARTITION_KEY})"
+                        absent = f"attribute_not_exists({PARTITION_KEY})"
+                        written += yield from _put(table, item, absent, None)
                     else:
-                        params["ConditionExpression"] = f"{REVISION} = :expected"
-                        params["ExpressionAttributeValues"] = {":expected": {"N": str(expected)}}
-                    try:
-                        yield from ask(AwsCall("put_item", params))
-                        written += 1
-                    except Exception as exc:
-                        if not _conditional_refusal(exc):
-                            raise
+                        same = {":expected": {"N": str(expected)}}
+                        written += yield from _put(table, item, f"{REVISION} = :expected", same)
                 return written
             case GetPartition(pk):
                 partition: list[dict[str, Any]] = []

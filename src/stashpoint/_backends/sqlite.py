@@ -11,6 +11,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,24 @@ _UPSERT = (
     + f" WHERE excluded.{REVISION} > items.{REVISION}"
 )
 _GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
+
+
+def _row(item: Any) -> list[Any]:
+    """Return the column values of an item (its keys, revision, TTL, and the item as JSON)."""
+    row = [item.get(k) for k in KEY_ATTRIBUTES]
+    return [*row, item[REVISION], item.get(TTL_ATTRIBUTE), json.dumps(dict(item))]
+
+
+def _in_transaction(db: sqlite3.Connection, writes: Callable[[], int]) -> int:
+    """Run `writes` in one immediate transaction; return how many rows they changed."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        written = writes()
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return written
 
 
 class SqliteIndexTransport:
@@ -97,29 +116,13 @@ class SqliteIndexTransport:
         db = self._connection()
         match request:
             case PutItems(items):
-                written = 0
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    for item in items:
-                        row = [item.get(k) for k in KEY_ATTRIBUTES]
-                        row += [item[REVISION], item.get(TTL_ATTRIBUTE), json.dumps(dict(item))]
-                        written += db.execute(_UPSERT, row).rowcount
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                return written
+                return _in_transaction(
+                    db, lambda: sum(db.execute(_UPSERT, _row(item)).rowcount for item in items)
+                )
             case ReplaceItems(pairs):
-                written = 0
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    for item, expected in pairs:
-                        written += self._replace(db, item, expected)
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                return written
+                return _in_transaction(
+                    db, lambda: sum(self._replace(db, item, expected) for item, expected in pairs)
+                )
             case GetPartition(pk):
                 rows = db.execute(
                     "SELECT item FROM items WHERE pk = ? ORDER BY sk", (pk,)
@@ -149,8 +152,7 @@ class SqliteIndexTransport:
 
     @staticmethod
     def _replace(db: sqlite3.Connection, item: Any, expected: int | None) -> int:
-        row = [item.get(k) for k in KEY_ATTRIBUTES]
-        row += [item[REVISION], item.get(TTL_ATTRIBUTE), json.dumps(dict(item))]
+        row = _row(item)
         if expected is None:
             insert = f"INSERT OR IGNORE INTO items ({', '.join(_COLUMNS)}) VALUES "
             return db.execute(insert + f"({', '.join('?' for _ in _COLUMNS)})", row).rowcount

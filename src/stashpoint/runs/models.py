@@ -21,7 +21,18 @@ RUN_SCHEMA_VERSION = 1
 """Schema version of `RunState` payloads this library writes and reads."""
 
 
-class RunStatus(StrEnum):
+class _Status(StrEnum):
+    """A status, read in this library's spelling or in seed 004's serde one."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        # Seed 004's serde spelling ("Running") reads as ours ("running"); ours is written.
+        if isinstance(value, str):
+            return next((m for m in cls if m.value == value.lower()), None)
+        return None
+
+
+class RunStatus(_Status):
     """Overall status of a run."""
 
     RUNNING = "running"
@@ -35,20 +46,13 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     """Stopped on request (final)."""
 
-    @classmethod
-    def _missing_(cls, value: object) -> RunStatus | None:
-        # Seed 004's serde spelling ("Running") reads as ours ("running"); ours is written.
-        if isinstance(value, str):
-            return next((m for m in cls if m.value == value.lower()), None)
-        return None
-
     @property
     def is_terminal(self) -> bool:
         """Whether no transition may leave this status."""
         return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
-class AttemptStatus(StrEnum):
+class AttemptStatus(_Status):
     """Status of one node execution attempt."""
 
     RUNNING = "running"
@@ -61,13 +65,6 @@ class AttemptStatus(StrEnum):
     """Stopped by an interrupt (final for this attempt; a new attempt resumes the node)."""
     CANCELLED = "cancelled"
     """Stopped on request (final)."""
-
-    @classmethod
-    def _missing_(cls, value: object) -> AttemptStatus | None:
-        # Seed 004's serde spelling ("Running") reads as ours ("running"); ours is written.
-        if isinstance(value, str):
-            return next((m for m in cls if m.value == value.lower()), None)
-        return None
 
 
 class _Model(BaseModel):

@@ -82,7 +82,7 @@ def state_of(envelope: Envelope) -> RunState:
     )
 
 
-def _text(value: Any, name: str, *, optional: bool = False) -> Any:
+def _text(value: object, name: str, *, optional: bool = False) -> Any:
     """Return `value` if it is a non-empty str (or None when `optional`), else refuse it."""
     if value is None and optional:
         return None
@@ -91,7 +91,7 @@ def _text(value: Any, name: str, *, optional: bool = False) -> Any:
     return value
 
 
-def _of(value: Any, kind: type[Any], name: str, *, optional: bool = True) -> Any:
+def _of(value: object, kind: type[Any], name: str, *, optional: bool = True) -> Any:
     if value is None and optional:
         return None
     if not isinstance(value, kind):
@@ -99,17 +99,17 @@ def _of(value: Any, kind: type[Any], name: str, *, optional: bool = True) -> Any
     return value
 
 
-def _status(value: Any, kind: type[RunStatus] | type[AttemptStatus]) -> Any:
+def _status(value: object, kind: type[RunStatus] | type[AttemptStatus]) -> Any:
     if value is None:
         return None
     try:
-        return kind(value)
+        return kind(str(value)) if isinstance(value, str) else kind(value)  # type: ignore[arg-type]
     except ValueError:
         known = ", ".join(m.value for m in kind)
         raise InvalidArgument(f"unknown status {value!r}: use one of {known}") from None
 
 
-def _moment(value: Any, name: str) -> datetime | None:
+def _moment(value: object, name: str) -> datetime | None:
     if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
         raise InvalidArgument(f"{name} must be a timezone-aware datetime, not {value!r}")
     return value
