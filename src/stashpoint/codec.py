@@ -234,7 +234,7 @@ class Codec:
         fields = {k: v for k, v in document.items() if k != "format"}
         _check_field_types(fields, name)
         try:
-            return Envelope.model_validate(fields)
+            return Envelope.from_fields(**fields)
         except pydantic.ValidationError as exc:
             raise InvalidPayload(
                 f"envelope fields are invalid: {_short_errors(exc)}", object_name=name

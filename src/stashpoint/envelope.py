@@ -24,6 +24,7 @@ LINEAGE_DEPTH = 32
 """How many `(revision, write_id)` pairs a head remembers, its own included."""
 
 _KIND_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_WRITE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 JsonPayload = Annotated[Any, SkipValidation]
 """Any JSON value. Not walked on construction (payloads can be megabytes); the codec
@@ -38,8 +39,10 @@ def utc_now() -> datetime:
 class Envelope(BaseModel):
     """One revision of a checkpoint: identity, version bookkeeping and an opaque payload."""
 
-    # Unknown fields (written by a newer minor version) are kept and written back.
-    model_config = ConfigDict(frozen=True, extra="allow", strict=False)
+    # Unknown fields (written by a newer minor version) are kept and written back. The
+    # validator is built on first use only: saves and loads check fields themselves
+    # (`from_fields`), so a Lambda cold start never pays for building it.
+    model_config = ConfigDict(frozen=True, extra="allow", strict=False, defer_build=True)
 
     id: str
     """Stable checkpoint identity; also the object's name in storage."""
@@ -108,12 +111,8 @@ class Envelope(BaseModel):
         payload: Any,
     ) -> Envelope:
         """Return revision 0 of a new checkpoint; a bad id or kind raises `InvalidId`."""
-        validate_id(id)
-        if run_id is not None:
-            validate_id(run_id, what="run id")
-        cls._check_kind(kind)
         now = utc_now()
-        return cls(
+        return cls.from_fields(
             id=id,
             run_id=run_id,
             kind=kind,
@@ -124,6 +123,45 @@ class Envelope(BaseModel):
             updated_at=now,
             payload=payload,
         )
+
+    @classmethod
+    def from_fields(cls, **fields: Any) -> Envelope:
+        """Return an envelope of these fields after checking each as the model would.
+
+        The one check of an envelope's own fields, used by saves (`initial`) and loads (the
+        codec): ids and kind by their patterns, numbers and timestamps by range and type
+        (a timestamp may be an ISO 8601 string with a zone, as stored). Raises `InvalidId`
+        or `InvalidPayload`; unknown fields are kept.
+        """
+        try:
+            checked = dict(fields)
+            checked["id"] = validate_id(fields["id"])
+            run_id = fields.get("run_id")
+            checked["run_id"] = None if run_id is None else validate_id(run_id, what="run id")
+            checked["kind"] = cls._check_kind(fields["kind"])
+            checked["schema_version"] = _bounded(
+                fields["schema_version"], 2**32 - 1, "schema_version"
+            )
+            checked["revision"] = _bounded(fields["revision"], MAX_REVISION, "revision")
+            checked["write_id"] = _write_id(fields["write_id"])
+            lineage = fields.get("lineage", ())
+            if not isinstance(lineage, list | tuple) or len(lineage) > LINEAGE_DEPTH - 1:
+                raise ValueError(f"lineage must be at most {LINEAGE_DEPTH - 1} write ids")
+            checked["lineage"] = tuple(_write_id(w) for w in lineage)
+            checked["created_at"] = _moment(fields["created_at"], "created_at")
+            checked["updated_at"] = _moment(fields["updated_at"], "updated_at")
+            checked["payload"] = fields["payload"]
+        except KeyError as exc:
+            raise InvalidPayload(
+                f"envelope field {exc} is missing", object_name=_name(fields)
+            ) from None
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidId):
+                raise
+            raise InvalidPayload(
+                f"envelope fields are invalid: {exc}", object_name=_name(fields)
+            ) from None
+        return cls.model_construct(**checked)
 
     def next(self, payload: Any) -> Envelope:
         """Return the following revision carrying `payload`, with a fresh write id.
@@ -154,6 +192,34 @@ class Envelope(BaseModel):
     def with_timestamps(self, created_at: datetime, updated_at: datetime) -> Envelope:
         """Return a copy with the given timestamps (used when restoring archives)."""
         return self.model_copy(update={"created_at": created_at, "updated_at": updated_at})
+
+
+def _name(fields: dict[str, Any]) -> str | None:
+    value = fields.get("id")
+    return value if isinstance(value, str) else None
+
+
+def _bounded(value: Any, top: int, name: str) -> int:
+    if type(value) is not int or not 0 <= value <= top:
+        raise ValueError(f"{name} must be an int from 0 to {top}, not {value!r}")
+    return value
+
+
+def _write_id(value: Any) -> str:
+    if not isinstance(value, str) or not _WRITE_ID.fullmatch(value):
+        raise ValueError(f"invalid write id {value!r}")
+    return value
+
+
+def _moment(value: Any, name: str) -> datetime:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{name} is not an ISO 8601 time: {value!r}") from None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError(f"{name} must be a time with a zone, not {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
