@@ -21,6 +21,7 @@ from stashpoint.agent import (
     AgentRunner,
     ResumePolicy,
 )
+from tests.contract.test_agent_contract import Boom, crash_in_turn
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 import fake_model
@@ -33,30 +34,12 @@ def stash(request: pytest.FixtureRequest) -> Any:
         yield opened
 
 
-class Boom(Exception):
-    pass
-
-
-def crash_in_turn(n: int) -> Any:
-    def turn(state: Any, number: int) -> Any:
-        if number == n:
-            raise Boom  # the process "dies" with the turn in flight
-        return fake_model.turn(state, number)
-
-    return turn
-
-
-def run(stash: Any, checkpoint_id: str, turn: Any = fake_model.turn, **kw: Any) -> Any:
-    runner = AgentRunner(AgentCheckpoint.existing(checkpoint_id, stash.checkpoints), **kw)
-    return runner.run(
-        turn, agent="researcher", model=fake_model.MODEL, transcript=fake_model.opening()
-    )
-
-
 def test_two_concurrent_resumers_exactly_one_proceeds(stash: Any) -> None:
     checkpoint_id = stashpoint.new_id()
+    runner = AgentRunner(AgentCheckpoint.existing(checkpoint_id, stash.checkpoints))
     with pytest.raises(Boom):
-        run(stash, checkpoint_id, crash_in_turn(2))
+        runner.run(crash_in_turn(2), agent="researcher", model=fake_model.MODEL,
+                   transcript=fake_model.opening())  # fmt: skip
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
 
