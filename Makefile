@@ -33,9 +33,12 @@ $(DEMO_STAMP): pyproject.toml
 $(DYNAMODB_LOCAL): tests/dynamodb_local/install.sh
 	bash tests/dynamodb_local/install.sh .servers/dynamodb-local
 
-$(CHECKOV):
+$(CHECKOV): $(STAMP)
 	$(PYTHON) -m venv .servers/checkov
-	.servers/checkov/bin/python -m pip install -q --disable-pip-version-check "checkov>=3.2,<4"
+	@if $(PY) -m pip install -q --disable-pip-version-check uv >/dev/null 2>&1 \
+		&& $(VENV)/bin/uv pip install -q --python .servers/checkov/bin/python "checkov>=3.2,<4"; \
+		then :; else .servers/checkov/bin/python -m pip install -q --disable-pip-version-check \
+		"checkov>=3.2,<4"; fi
 
 install: $(STAMP) $(DYNAMODB_LOCAL)
 
