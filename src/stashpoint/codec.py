@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import pydantic
 import pydantic_core
 import zstandard
 
@@ -230,15 +229,14 @@ class Codec:
     def envelope_from_document(
         self, document: dict[str, Any], *, name: str | None = None
     ) -> Envelope:
-        """Validate a decoded JSON object into an `Envelope`."""
+        """Validate a decoded JSON object into an `Envelope` (`Envelope.from_fields`).
+
+        Our own fields are strict: a revision of `"7"`, `true` or `7.0`, an epoch-number or
+        naive timestamp is refused, since this library never wrote one.
+        """
         fields = {k: v for k, v in document.items() if k != "format"}
-        _check_field_types(fields, name)
         try:
             return Envelope.from_fields(**fields)
-        except pydantic.ValidationError as exc:
-            raise InvalidPayload(
-                f"envelope fields are invalid: {_short_errors(exc)}", object_name=name
-            ) from exc
         except StashpointError as exc:
             raise InvalidPayload(f"envelope fields are invalid: {exc}", object_name=name) from exc
 
@@ -401,49 +399,6 @@ def _first_problem(value: object, max_depth: int, start_depth: int, root: str) -
     return root, "not JSON"
 
 
-_STRICT_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,),
-    "run_id": (str, type(None)),
-    "kind": (str,),
-    "schema_version": (int,),
-    "revision": (int,),
-    "write_id": (str,),
-    "lineage": (list,),
-    "created_at": (str,),
-    "updated_at": (str,),
-}
-
-
-def _check_field_types(fields: dict[str, Any], name: str | None) -> None:
-    """Refuse our own fields in any other JSON type than we write (no "7", true or 7.0).
-
-    Timestamps must be ISO 8601 strings with a time zone; an epoch number or a naive time
-    is not something this library ever wrote.
-    """
-    for field, types in _STRICT_TYPES.items():
-        if field not in fields:
-            continue
-        value = fields[field]
-        if type(value) not in types:
-            raise InvalidPayload(
-                f"envelope field {field!r} is a {type(value).__name__}, not "
-                f"{' or '.join(t.__name__ for t in types)}",
-                object_name=name,
-            )
-    for field in ("created_at", "updated_at"):
-        text = fields.get(field)
-        if isinstance(text, str):
-            try:
-                moment = datetime.fromisoformat(text)
-            except ValueError:
-                moment = None
-            if moment is None or moment.tzinfo is None:
-                raise InvalidPayload(
-                    f"envelope field {field!r} is not an ISO 8601 time with a zone: {text!r}",
-                    object_name=name,
-                )
-
-
 def _timestamp(value: datetime) -> str:
     return value.isoformat()
 
@@ -480,8 +435,3 @@ def _check_depth(document: object, max_depth: int, name: str | None) -> None:
         if depth > max_depth:
             raise LimitExceeded(f"JSON nesting deeper than {max_depth}", object_name=name)
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-
-
-def _short_errors(exc: pydantic.ValidationError) -> str:
-    parts = [f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]]
-    return "; ".join(parts)
