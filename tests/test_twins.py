@@ -43,7 +43,9 @@ def test_every_twin_has_its_pair() -> None:
 
 
 def _public(cls: type[Any]) -> dict[str, Any]:
-    return {name: inspect.getattr_static(cls, name) for name in dir(cls) if not name.startswith("_")}
+    return {
+        name: inspect.getattr_static(cls, name) for name in dir(cls) if not name.startswith("_")
+    }
 
 
 @pytest.mark.parametrize("name", BLOCKING)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from stashpoint.codec import Codec, Limits
     from stashpoint.envelope import CheckpointInfo, Envelope
     from stashpoint.ids import new_id, validate_id
+    from stashpoint.logs import AsyncLogStore, LogEntry, LogHead, LogStore
     from stashpoint.retry import RetryPolicy
     from stashpoint.runs import (
         AsyncRunStore,
@@ -56,6 +57,7 @@ _LAZY = {
     **dict.fromkeys(("CheckpointInfo", "Envelope"), "stashpoint.envelope"),
     **dict.fromkeys(("new_id", "validate_id"), "stashpoint.ids"),
     "RetryPolicy": "stashpoint.retry",
+    **dict.fromkeys(("AsyncLogStore", "LogEntry", "LogHead", "LogStore"), "stashpoint.logs"),
     **dict.fromkeys(("AsyncStash", "Options", "Stash", "open", "open_async"), "stashpoint.stash"),
     **dict.fromkeys(("AsyncStore", "Store"), "stashpoint.stores"),
     **dict.fromkeys(
@@ -91,6 +93,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AmbiguousResume",
+    "AsyncLogStore",
     "AsyncRunStore",
     "AsyncStash",
     "AsyncStore",
@@ -112,6 +115,9 @@ __all__ = [
     "InvalidPayload",
     "LimitExceeded",
     "Limits",
+    "LogEntry",
+    "LogHead",
+    "LogStore",
     "Options",
     "RetryPolicy",
     "RunNotFound",

@@ -182,6 +182,35 @@ class Codec:
         raw = yield from ask(Compute(functools.partial(self.unwrap, data, name=name), size))
         return self.envelope_from_document(self.parse_document(raw, name=name), name=name)
 
+    def document_encoding(self, document: dict[str, Any], *, name: str) -> Steps[bytes]:
+        """Encode any stashpoint JSON document (a log entry, a segment) as steps.
+
+        The document is checked like an envelope (JSON types, depth, size) and its first
+        field must be `format`; compression is a `Compute`, off the event loop when large.
+        """
+        check_json(document, self.limits.max_depth, name=name, root="document")
+        try:
+            raw = pydantic_core.to_json(document)
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            raise InvalidPayload(f"not JSON-serialisable: {exc}", object_name=name) from exc
+        if len(raw) > self.limits.max_decompressed_bytes:
+            raise LimitExceeded(
+                f"document is {len(raw)} bytes of JSON, over the limit of "
+                f"{self.limits.max_decompressed_bytes}",
+                object_name=name,
+            )
+        return (yield from ask(Compute(functools.partial(self.compress, raw, name=name), len(raw))))
+
+    def document_decoding(
+        self, data: bytes, *, name: str, format_name: str, format_version: int
+    ) -> Steps[dict[str, Any]]:
+        """Decode a stashpoint JSON document of the named format as steps, within the limits."""
+        size = max(len(data), _declared_size(data))
+        raw = yield from ask(Compute(functools.partial(self.unwrap, data, name=name), size))
+        return self.parse_document(
+            raw, name=name, format_name=format_name, format_version=format_version
+        )
+
     def decode_document(self, data: bytes, *, name: str | None = None) -> dict[str, Any]:
         """Return the envelope's JSON object, checked for format, size and depth."""
         return self.parse_document(self.unwrap(data, name=name), name=name)
@@ -209,8 +238,15 @@ class Codec:
             )
         return raw
 
-    def parse_document(self, raw: bytes, *, name: str | None = None) -> dict[str, Any]:
-        """Return the envelope's JSON object parsed from `raw`, checked for format and depth."""
+    def parse_document(
+        self,
+        raw: bytes,
+        *,
+        name: str | None = None,
+        format_name: str = FORMAT_NAME,
+        format_version: int = FORMAT_VERSION,
+    ) -> dict[str, Any]:
+        """Return the document's JSON object parsed from `raw`, checked for format and depth."""
         try:
             document = pydantic_core.from_json(raw)
         except ValueError as exc:
@@ -221,7 +257,7 @@ class Codec:
             raise InvalidPayload(f"object is not valid JSON: {exc}", object_name=name) from exc
         if not isinstance(document, dict):
             raise InvalidPayload("envelope JSON is not an object", object_name=name)
-        _check_format(document.get("format"), name)
+        _check_format(document.get("format"), name, format_name, format_version)
         if self.limits.max_depth < PARSER_MAX_DEPTH:
             _check_depth(document, self.limits.max_depth, name)
         return document
@@ -403,19 +439,22 @@ def _timestamp(value: datetime) -> str:
     return value.isoformat()
 
 
-def _check_format(value: object, name: str | None) -> None:
+def _check_format(value: object, name: str | None, expected: str, newest: int) -> None:
     if not isinstance(value, str):
         raise UnsupportedFormat(
-            "not a stashpoint envelope: no 'format' field naming the format", object_name=name
+            "not a stashpoint document: no 'format' field naming the format", object_name=name
         )
     fmt_name, _, fmt_version = value.partition("/")
-    if fmt_name != FORMAT_NAME:
-        raise UnsupportedFormat(f"unknown format {value!r}", object_name=name)
+    if fmt_name != expected:
+        raise UnsupportedFormat(
+            f"unknown format {value!r} (expected {expected!r})", object_name=name
+        )
     if not fmt_version.isdigit():
         raise UnsupportedFormat(f"malformed format version in {value!r}", object_name=name)
-    if int(fmt_version) > FORMAT_VERSION:
+    if int(fmt_version) > newest:
         raise UnsupportedFormat(
-            f"format {value!r} is newer than this library reads ({FORMAT}); upgrade stashpoint",
+            f"format {value!r} is newer than this library reads ({expected}/{newest}); "
+            "upgrade stashpoint",
             object_name=name,
         )
     if int(fmt_version) < 1:

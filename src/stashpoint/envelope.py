@@ -139,17 +139,17 @@ class Envelope(BaseModel):
             run_id = fields.get("run_id")
             checked["run_id"] = None if run_id is None else validate_id(run_id, what="run id")
             checked["kind"] = cls._check_kind(fields["kind"])
-            checked["schema_version"] = _bounded(
+            checked["schema_version"] = check_bounded(
                 fields["schema_version"], 2**32 - 1, "schema_version"
             )
-            checked["revision"] = _bounded(fields["revision"], MAX_REVISION, "revision")
-            checked["write_id"] = _write_id(fields["write_id"])
+            checked["revision"] = check_bounded(fields["revision"], MAX_REVISION, "revision")
+            checked["write_id"] = check_write_id(fields["write_id"])
             lineage = fields.get("lineage", ())
             if not isinstance(lineage, list | tuple) or len(lineage) > LINEAGE_DEPTH - 1:
                 raise ValueError(f"lineage must be at most {LINEAGE_DEPTH - 1} write ids")
-            checked["lineage"] = tuple(_write_id(w) for w in lineage)
-            checked["created_at"] = _moment(fields["created_at"], "created_at")
-            checked["updated_at"] = _moment(fields["updated_at"], "updated_at")
+            checked["lineage"] = tuple(check_write_id(w) for w in lineage)
+            checked["created_at"] = check_moment(fields["created_at"], "created_at")
+            checked["updated_at"] = check_moment(fields["updated_at"], "updated_at")
             checked["payload"] = fields["payload"]
         except KeyError as exc:
             raise InvalidPayload(
@@ -199,19 +199,22 @@ def _name(fields: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _bounded(value: Any, top: int, name: str) -> int:
+def check_bounded(value: Any, top: int, name: str) -> int:
+    """Return `value` if it is an int (not a bool) from 0 to `top`; else `ValueError`."""
     if type(value) is not int or not 0 <= value <= top:
         raise ValueError(f"{name} must be an int from 0 to {top}, not {value!r}")
     return value
 
 
-def _write_id(value: Any) -> str:
+def check_write_id(value: Any) -> str:
+    """Return `value` if it is a valid write id; else `ValueError`."""
     if not isinstance(value, str) or not _WRITE_ID.fullmatch(value):
         raise ValueError(f"invalid write id {value!r}")
     return value
 
 
-def _moment(value: Any, name: str) -> datetime:
+def check_moment(value: Any, name: str) -> datetime:
+    """Return `value` (or the ISO 8601 string it is) as a zone-aware time; else `ValueError`."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)

@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold 
     from stashpoint._backends.sqlite import SqliteIndexTransport
     from stashpoint.doctor import Check
     from stashpoint.garbage import GcReport
+    from stashpoint.logs.log import LogSteps
+    from stashpoint.logs.store import AsyncLogStore, LogStore
     from stashpoint.runs.store import AsyncRunStore, RunStore
 
 StoreT = TypeVar("StoreT", Store, AsyncStore)
@@ -55,6 +57,9 @@ class Options:
     """Retry policy for conflicts on the wire and resends."""
     compression_level: int = 3
     """zstd level for new envelopes."""
+    log_delete_after: timedelta = timedelta(hours=1)
+    """How long a log entry stays after a sealed segment holds it (readers in flight, and
+    writers whose knowledge is older than half of this, check before trusting an append)."""
     backend: dict[str, Any] = field(default_factory=dict)
     """Backend options (S3: `client_config`, `sse`, `kms_key_id`, `storage_class`,
     `endpoint_url`...; index: `index_endpoint_url`, `index_client_config`; `ttl_days`,
@@ -180,6 +185,7 @@ class _Parts:
         self.backend = _backend(parsed, object_options, own)
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
+        self.log_delete_after = options.log_delete_after
         self.cache = EtagCache()
         ttl_days = _number(own.get("ttl_days"), "ttl_days", float)
         self.ttl_seconds = None if ttl_days is None else int(ttl_days * 86400)
@@ -188,6 +194,13 @@ class _Parts:
 
     def cas(self, namespace: str) -> CompareAndSwap:
         return CompareAndSwap(namespace, self.backend.layout, self.codec, self.retry, self.cache)
+
+    def logs(self, namespace: str) -> LogSteps:
+        from stashpoint.logs.format import LogKeys
+        from stashpoint.logs.log import LogSteps
+
+        keys = LogKeys(self.backend.layout, namespace)
+        return LogSteps(keys, self.codec, self.retry, delete_after=self.log_delete_after)
 
     def gc(self, dry_run: bool, min_age: timedelta, history: bool) -> Steps[GcReport]:
         from stashpoint.garbage import collect_garbage
@@ -275,6 +288,13 @@ class Stash(Blocking, _StashApi[Store]):
 
         return self._parts.runs(RunStore, self._execute)
 
+    @functools.cached_property
+    def logs(self) -> LogStore:
+        """Append-only logs: append, head, entries, records, tail, seal, delete, list_ids."""
+        from stashpoint.logs.store import LogStore
+
+        return LogStore(self._parts.logs("logs"), self._execute)
+
     def close(self) -> None:
         """Release clients and files."""
         self._transport.close()
@@ -306,6 +326,13 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
         from stashpoint.runs.store import AsyncRunStore
 
         return self._parts.runs(AsyncRunStore, self._execute)
+
+    @functools.cached_property
+    def logs(self) -> AsyncLogStore:
+        """Append-only logs: append, head, entries, records, tail, seal, delete, list_ids."""
+        from stashpoint.logs.store import AsyncLogStore
+
+        return AsyncLogStore(self._parts.logs("logs"), self._execute)
 
     async def close(self) -> None:
         """Release clients and files."""
@@ -350,7 +377,8 @@ def open_async(url: str | None = None, **options: Any) -> AsyncStash:
 
 
 def _options(options: dict[str, Any]) -> Options:
-    known = {k: options.pop(k) for k in ("limits", "retry", "compression_level") if k in options}
+    names = ("limits", "retry", "compression_level", "log_delete_after")
+    known = {k: options.pop(k) for k in names if k in options}
     level = known.get("compression_level", 3)
     if type(level) is not int or not -7 <= level <= 22:
         raise ConfigurationError(f"compression_level must be an int from -7 to 22, not {level!r}")
@@ -358,4 +386,7 @@ def _options(options: dict[str, Any]) -> Options:
         raise ConfigurationError("limits must be a stashpoint.Limits")
     if not isinstance(known.get("retry", DEFAULT_RETRY), RetryPolicy):
         raise ConfigurationError("retry must be a stashpoint.RetryPolicy")
+    delete_after = known.get("log_delete_after", timedelta(0))
+    if not isinstance(delete_after, timedelta) or delete_after < timedelta(0):
+        raise ConfigurationError("log_delete_after must be a timedelta >= 0")
     return Options(**known, backend=options)

@@ -10,14 +10,15 @@ httpcore are the model.
 Each request type names its result type (`class GetObject(Request[ObjectInfo | None])`),
 so `info = yield from ask(GetObject(key))` is typed without a local annotation.
 
-Three requests are understood by the drivers themselves, so every backend gets them free:
-`Sleep` (backoff), `Compute` (CPU-bound work the async driver may move to a thread) and
+Four requests are understood by the drivers themselves, so every backend gets them free:
+`Sleep` (backoff), `Compute` (CPU-bound work the async driver may move to a thread),
 `Call` (a caller's own function, such as an agent turn, awaited if it returns an
-awaitable).
+awaitable) and `Parallel` (independent requests sent at once: one round trip, not N).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -81,6 +82,66 @@ class Call(Request[Any]):
     """Its positional arguments."""
 
 
+@dataclass(frozen=True, slots=True)
+class Parallel(Request[list[Any]]):
+    """Request: execute independent requests at once; results come back in their order.
+
+    The asyncio driver gathers them; the blocking driver sends them from a small shared
+    thread pool (boto3 clients are thread-safe). The first failure is raised into the steps
+    once every request has ended, so none is left running behind the caller's back.
+    """
+
+    requests: tuple[Request[Any], ...]
+    """The requests; none may be a driver request (`Sleep`, `Compute`, `Call`, `Parallel`)."""
+
+
+PARALLEL_WIDTH = 16
+"""Most requests a `Parallel` has in flight at once (each holds a connection)."""
+
+_pool: Any = None
+_pool_lock = threading.Lock()
+
+
+def _blocking_parallel(request: Parallel, execute: Callable[[Any], Any]) -> list[Any]:
+    global _pool
+    if len(request.requests) <= 1:
+        return [execute(r) for r in request.requests]
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor  # here: most users never need it
+
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(PARALLEL_WIDTH, thread_name_prefix="stashpoint")
+    futures = [_pool.submit(execute, r) for r in request.requests]
+    results: list[Any] = []
+    failure: BaseException | None = None
+    for future in futures:
+        try:
+            results.append(future.result())
+        except Exception as exc:
+            failure = failure or exc
+            results.append(None)
+    if failure is not None:
+        raise failure
+    return results
+
+
+async def _async_parallel(request: Parallel, execute: Callable[[Any], Awaitable[Any]]) -> list[Any]:
+    import asyncio
+
+    gate = asyncio.Semaphore(PARALLEL_WIDTH)
+
+    async def one(item: Request[Any]) -> Any:
+        async with gate:
+            return await execute(item)
+
+    outcomes = await asyncio.gather(*(one(r) for r in request.requests), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return list(outcomes)
+
+
 OFFLOAD_BYTES = 256 * 1024
 """Work on at least this many bytes leaves the event loop (about half a millisecond)."""
 
@@ -111,6 +172,8 @@ def run_sync(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
                     result = request.work()
                 elif isinstance(request, Call):
                     result = _blocking_call(request)
+                elif isinstance(request, Parallel):
+                    result = _blocking_parallel(request, execute)
                 else:
                     result = execute(request)
             except Exception as exc:  # handed to the logic, which decides
@@ -144,6 +207,8 @@ async def run_async(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -
                     result = request.function(*request.args)
                     if isinstance(result, Awaitable):
                         result = await result
+                elif isinstance(request, Parallel):
+                    result = await _async_parallel(request, execute)
                 else:
                     result = await execute(request)
             except Exception as exc:  # handed to the logic, which decides

@@ -52,6 +52,7 @@ def _open(url: str, options: dict[str, Any], driver: str) -> Iterator[Any]:
         facade = BlockingFacade(async_stash, runner)
         facade.checkpoints = BlockingFacade(async_stash.checkpoints, runner)
         facade.runs = BlockingFacade(async_stash.runs, runner)
+        facade.logs = BlockingFacade(async_stash.logs, runner)
         try:
             yield facade
         finally:

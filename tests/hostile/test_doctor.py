@@ -15,9 +15,7 @@ from stashpoint.doctor import Status
 def _tree(root: Path) -> set[str]:
     # SQLite's write-ahead files come and go with connections: not the doctor's doing.
     return {
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if not p.name.endswith(("-wal", "-shm"))
+        str(p.relative_to(root)) for p in root.rglob("*") if not p.name.endswith(("-wal", "-shm"))
     }
 
 

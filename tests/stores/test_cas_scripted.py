@@ -249,9 +249,7 @@ def test_409_on_every_attempt_is_a_certain_failure_not_an_unknown_outcome() -> N
 
 def test_read_back_failure_is_unavailable_carrying_the_write_id() -> None:
     envelopes = chain(2)
-    script = Script(
-        [(PutObject, TIMEOUT), (HeadObject, StorageUnavailable("connection refused"))]
-    )
+    script = Script([(PutObject, TIMEOUT), (HeadObject, StorageUnavailable("connection refused"))])
     with pytest.raises(StorageUnavailable) as info:
         save(cas(), envelopes[1], 0, script)
     assert info.value.write_id == envelopes[1].write_id

@@ -31,7 +31,9 @@ def blocking(stash: Stash, runner: AgentRunner, handle: AgentCheckpoint) -> None
     assert_type(CheckpointCursor.create(handle, state), CheckpointCursor)
 
 
-async def awaiting(stash: AsyncStash, runner: AsyncAgentRunner, handle: AsyncAgentCheckpoint) -> None:
+async def awaiting(
+    stash: AsyncStash, runner: AsyncAgentRunner, handle: AsyncAgentCheckpoint
+) -> None:
     pending = stash.checkpoints.load("id")
     _: object = assert_type(pending, Coroutine[Any, Any, Envelope])
     pending.close()

@@ -552,7 +552,15 @@ class LocalTransport:
                 # anything else (a symlink, a socket) is not an object: skipped
         keys = sorted(k for k in keys if k > after)
         page = keys[:page_size]
-        return KeyPage(page, page[-1] if len(keys) > page_size else None)
+        modified = [self._modified(key) for key in page]
+        return KeyPage(page, page[-1] if len(keys) > page_size else None, modified)
+
+    def _modified(self, key: str) -> datetime:
+        try:
+            seconds = os.stat(self.root / key, follow_symlinks=False).st_mtime
+        except OSError:
+            seconds = 0.0  # gone since the walk: the oldest possible, so never "too new"
+        return datetime.fromtimestamp(seconds, UTC)
 
     def _walk(self, folder: Path, key_prefix: str) -> Iterator[str]:
         """Yield the keys of regular files below `folder`, never entering a symlink."""

@@ -85,7 +85,8 @@ class MemoryTransport:
                     )
                     page = keys[:page_size]
                     more = len(keys) > page_size
-                    return KeyPage(page, page[-1] if more else None)
+                    modified = [self._objects[k][-1].written_at for k in page]
+                    return KeyPage(page, page[-1] if more else None, modified)
             raise TypeError(f"memory storage cannot execute {request!r}")
 
     def close(self) -> None:

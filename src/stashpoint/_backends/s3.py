@@ -235,9 +235,11 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
                 response = yield from ask(AwsCall("list_objects_v2", params))
             except Exception as exc:
                 raise _read_failed(exc, prefix) from exc
-            keys = [item["Key"] for item in response.get("Contents", [])]
+            contents = response.get("Contents", [])
+            keys = [item["Key"] for item in contents]
+            modified = [item["LastModified"] for item in contents]
             more = response.get("IsTruncated") and response.get("NextContinuationToken")
-            return KeyPage(keys, more or None)
+            return KeyPage(keys, more or None, modified)
         case ListVersions(key):
             return (yield from _list_versions(key, bucket))
     raise TypeError(f"S3 storage cannot execute {request!r}")

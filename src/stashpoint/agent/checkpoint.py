@@ -29,7 +29,7 @@ class _CheckpointApi(Generic[StoreT]):
         self._id = validate_id(checkpoint_id)
         self.store: StoreT = store
         """The store holding the checkpoint."""
-        self._cas = store._cas
+        self._storage = logic.AgentStorage.of(store._cas)
         self._execute = store._execute
 
     @classmethod
@@ -49,8 +49,20 @@ class _CheckpointApi(Generic[StoreT]):
 
     @operation
     def load(self) -> Steps[tuple[Envelope, AgentCheckpointState]]:
-        """Load and validate the latest typed agent state."""
-        return logic.load(self._cas, self._id)
+        """Load and validate the latest typed agent state (with its whole transcript).
+
+        A listing and two rounds of parallel GETs, however long the transcript.
+        """
+        return logic.load(self._storage, self._id)
+
+    @operation
+    def load_tail(self, count: int) -> Steps[logic.AgentTail]:
+        """Load the latest state with only its last `count` transcript messages.
+
+        Reads only the newest objects of the log (a Lambda resuming a long conversation
+        with a summary needs no more); `AgentTail.earlier` says how many were left out.
+        """
+        return logic.load_tail(self._storage, self._id, count)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._id!r})"
@@ -71,11 +83,10 @@ CursorT = TypeVar("CursorT")
 class _CursorApi(Generic[HandleT, CursorT]):
     """A cursor, defined once; see `CheckpointCursor`."""
 
-    def __init__(self, handle: HandleT, envelope: Envelope) -> None:
+    def __init__(self, handle: HandleT, saved: logic.Saved) -> None:
         self.handle: HandleT = handle
         """The checkpoint this cursor saves to."""
-        self.envelope = envelope
-        """The envelope last saved or loaded."""
+        self._saved = saved
         self._execute = handle._execute
 
     @classoperation
@@ -83,23 +94,28 @@ class _CursorApi(Generic[HandleT, CursorT]):
         cls: type[Any], handle: HandleT, state: AgentCheckpointState, run_id: str | None = None
     ) -> Steps[CursorT]:
         """Save the first state (create-only: fails if the id exists)."""
-        envelope = yield from logic.create(handle._cas, handle.id, state, run_id)
-        return cls(handle, envelope)  # type: ignore[no-any-return]
+        saved = yield from logic.create(handle._storage, handle.id, state, run_id)
+        return cls(handle, saved)  # type: ignore[no-any-return]
 
     @classmethod
     def loaded(cls, handle: HandleT, envelope: Envelope) -> Self:
-        """Continue from an envelope that was loaded."""
-        return cls(handle, envelope)
+        """Continue from an envelope that `load()` returned."""
+        return cls(handle, logic.Saved.from_envelope(envelope))
+
+    @property
+    def envelope(self) -> Envelope:
+        """The save last made or loaded, as an envelope (the whole state as payload)."""
+        return self._saved.envelope()
 
     @property
     def revision(self) -> int:
-        """Revision of the envelope last saved or loaded."""
-        return self.envelope.revision
+        """Revision (log version) of the save last made or loaded."""
+        return self._saved.revision
 
     @property
     def id(self) -> str:
         """The checkpoint identity."""
-        return self.envelope.id
+        return self._saved.checkpoint_id
 
     def next(self, state: AgentCheckpointState) -> Envelope:
         """Return the envelope that would save `state` next."""
@@ -107,8 +123,11 @@ class _CursorApi(Generic[HandleT, CursorT]):
 
     @operation
     def save(self, state: AgentCheckpointState) -> Steps[None]:
-        """Save `state` as the next revision; `CheckpointConflict` if another writer won."""
-        self.envelope = yield from logic.save(self.handle._cas, self.envelope, state)
+        """Save `state` as the next revision; `CheckpointConflict` if another writer won.
+
+        Sends only the messages added since the last save (and the small state).
+        """
+        self._saved = yield from logic.save_saved(self.handle._storage, self._saved, state)
 
 
 class CheckpointCursor(Blocking, _CursorApi[AgentCheckpoint, "CheckpointCursor"]):

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
+
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
@@ -36,11 +38,15 @@ from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
     IdentityMismatch,
+    InvalidArgument,
     InvalidPayload,
     LimitExceeded,
     TerminalStateConflict,
+    UnsupportedFormat,
 )
 from stashpoint.ids import new_id, validate_id
+from stashpoint.logs.format import LogKeys
+from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.steps import Call, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
 
@@ -142,35 +148,290 @@ def conversation_key(namespace: str, conversation_id: str) -> str:
     return f"conversation.{len(namespace)}.{namespace}.{conversation_id}"
 
 
+# -- where an agent's checkpoint lives ----------------------------------------------------
+
+AGENTS = "agents"
+"""Namespace of agent checkpoint logs: `{prefix}/agents/{checkpoint_id}/{version}`."""
+_ALL = 2**62
+"""A record count larger than any log: "the whole transcript"."""
+
+
+@dataclass(frozen=True)
+class AgentStorage:
+    """Where agent checkpoints live: their logs, and the envelopes of earlier versions."""
+
+    logs: LogSteps
+    """Agent checkpoint logs (one per checkpoint id)."""
+    cas: CompareAndSwap
+    """The checkpoint namespace: whole-envelope checkpoints of earlier stashpoint versions
+    (read, then migrated to a log on their next save) and durable conversations."""
+
+    @classmethod
+    def of(cls, cas: CompareAndSwap) -> AgentStorage:
+        """Return the agent storage beside a checkpoint store's compare-and-swap steps."""
+        keys = LogKeys(cas.layout, AGENTS)
+        return cls(LogSteps(keys, cas.codec, cas.retry), cas)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """The last save a cursor knows: its place in the checkpoint's log and the state saved.
+
+    A checkpoint is a log whose records are transcript messages and whose state is the rest
+    of `AgentCheckpointState` plus where the current transcript starts among the records
+    (`transcript_start`) and how long it is. A turn appends only its new messages; a
+    transcript that is not an extension of the saved one (summarised, edited) is appended
+    whole and `transcript_start` moves to it, so the log itself stays append-only.
+    """
+
+    checkpoint_id: str
+    """The checkpoint."""
+    head: LogHead | None
+    """The log head saved or loaded; None for a whole-envelope checkpoint of an earlier
+    stashpoint version (its next save migrates it: the log starts at version 0)."""
+    state: AgentCheckpointState
+    """The state saved there, with its whole transcript."""
+    transcript_start: int
+    """Record position where `state.transcript` starts in the log."""
+    run_id: str | None = None
+    """The run the checkpoint belongs to."""
+    legacy: Envelope | None = None
+    """The whole-envelope checkpoint this was loaded from, until it is migrated."""
+
+    @property
+    def revision(self) -> int:
+        """The log version of this save (the envelope revision for an unmigrated one)."""
+        if self.head is not None:
+            return self.head.version
+        assert self.legacy is not None
+        return self.legacy.revision
+
+    def envelope(self) -> Envelope:
+        """Return this save as an envelope (id, kind, revision, full state as payload)."""
+        if self.head is None:
+            assert self.legacy is not None
+            return self.legacy
+        head = self.head
+        return Envelope.from_fields(
+            id=self.checkpoint_id,
+            run_id=self.run_id,
+            kind=AGENT_KIND,
+            schema_version=AGENT_SCHEMA_VERSION,
+            revision=head.version,
+            write_id=head.write_id,
+            created_at=head.written_at,
+            updated_at=head.written_at,
+            payload=self.state.to_payload(),
+            log={
+                "next_record": head.next_record,
+                "transcript_start": self.transcript_start,
+                "learned_at": head.learned_at,
+            },
+        )
+
+    @classmethod
+    def from_envelope(cls, envelope: Envelope) -> Saved:
+        """Return the save an envelope describes (one made by `envelope()`, or a legacy one)."""
+        state = parse_state(envelope)
+        position = (envelope.model_extra or {}).get("log")
+        if not isinstance(position, dict):
+            return cls(envelope.id, None, state, 0, envelope.run_id, envelope)
+        try:
+            head = LogHead(
+                log_id=envelope.id,
+                version=envelope.revision,
+                next_record=int(position["next_record"]),
+                state=None,
+                kind=AGENT_KIND,
+                schema_version=AGENT_SCHEMA_VERSION,
+                write_id=envelope.write_id,
+                written_at=envelope.updated_at,
+                learned_at=float(position["learned_at"]),
+            )
+            start = int(position["transcript_start"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidPayload(f"envelope's log position is invalid: {exc}") from None
+        return cls(envelope.id, head, state, start, envelope.run_id)
+
+
+def _log_state(state: AgentCheckpointState, start: int) -> dict[str, Any]:
+    """Return what an entry stores of `state`: everything but the transcript's messages."""
+    stored = state.model_dump(mode="json", exclude={"transcript"})
+    if state.durable_conversation is None:
+        stored.pop("durable_conversation", None)
+    stored["transcript_start"] = start
+    stored["transcript_length"] = len(state.transcript)
+    return stored
+
+
+def _state_from_log(
+    checkpoint_id: str, head: LogHead, records: list[Any], name: str
+) -> tuple[AgentCheckpointState, int]:
+    """Return the typed state of a log head and the transcript records read for it."""
+    if head.kind not in (AGENT_KIND, SEED_AGENT_KIND):
+        raise InvalidPayload(f"not an agent checkpoint: kind is {head.kind!r}", object_name=name)
+    if head.schema_version != AGENT_SCHEMA_VERSION:
+        raise UnsupportedFormat(
+            f"agent checkpoint schema version {head.schema_version} is not the one this "
+            f"library reads ({AGENT_SCHEMA_VERSION})",
+            object_name=name,
+        )
+    stored = head.state
+    if not isinstance(stored, dict):
+        raise InvalidPayload("agent checkpoint state is not an object", object_name=name)
+    fields = dict(stored)
+    start = fields.pop("transcript_start", None)
+    length = fields.pop("transcript_length", None)
+    if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+        raise InvalidPayload("agent checkpoint has no valid transcript position", object_name=name)
+    if start + length != head.next_record or len(records) < min(length, head.next_record):
+        raise InvalidPayload(
+            f"transcript of {length} messages from record {start} does not end at the log's "
+            f"{head.next_record} records",
+            object_name=name,
+        )
+    fields["transcript"] = records[len(records) - length :] if length else []
+    try:
+        state = AgentCheckpointState.model_validate(fields)
+    except pydantic.ValidationError as exc:
+        raise InvalidPayload(f"agent checkpoint state is invalid: {exc}", object_name=name) from exc
+    return state, start
+
+
+def _read(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[Saved | None]:
+    """Read the checkpoint's log head and its last `count` transcript messages (None: no log)."""
+    logs = storage.logs
+    validate_id(checkpoint_id)
+    try:
+        head, entries = yield from logs.tail(
+            checkpoint_id, count, since=lambda h: _transcript_start(h)
+        )
+    except CheckpointNotFound:
+        return None
+    floor = max(_transcript_start(head), head.next_record - count)
+    records: list[Any] = []
+    for entry in entries:
+        records.extend(entry.records[max(0, floor - entry.first_record) :])
+    name = logs.keys.entry(checkpoint_id, head.version)
+    run_id = entries[-1].extra.get("run_id")
+    if count < _ALL:
+        # A tail: the transcript holds only the messages read.
+        stored = dict(head.state) if isinstance(head.state, dict) else head.state
+        if isinstance(stored, dict):
+            stored["transcript_length"] = len(records)
+            stored["transcript_start"] = head.next_record - len(records)
+        head_for_tail = LogHead(
+            log_id=head.log_id, version=head.version, next_record=head.next_record,
+            state=stored, kind=head.kind, schema_version=head.schema_version,
+            write_id=head.write_id, written_at=head.written_at, learned_at=head.learned_at,
+        )  # fmt: skip
+        state, start = _state_from_log(checkpoint_id, head_for_tail, records, name)
+    else:
+        state, start = _state_from_log(checkpoint_id, head, records, name)
+    return Saved(checkpoint_id, head, state, start, run_id if isinstance(run_id, str) else None)
+
+
+def _transcript_start(head: LogHead) -> int:
+    stored = head.state
+    start = stored.get("transcript_start") if isinstance(stored, dict) else None
+    return start if type(start) is int and 0 <= start <= head.next_record else 0
+
+
+def load_saved(storage: AgentStorage, checkpoint_id: str) -> Steps[Saved]:
+    """Load the latest save: from the checkpoint's log, else a whole-envelope checkpoint."""
+    saved = yield from _read(storage, checkpoint_id, _ALL)
+    if saved is not None:
+        return saved
+    envelope = yield from storage.cas.load(checkpoint_id)
+    return Saved.from_envelope(envelope)
+
+
+def load_tail(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[AgentTail]:
+    """Load the latest state with only the last `count` transcript messages."""
+    if type(count) is not int or count < 0:
+        raise InvalidArgument(f"count must be an int >= 0, not {count!r}")
+    saved = yield from _read(storage, checkpoint_id, count)
+    if saved is None:
+        envelope = yield from storage.cas.load(checkpoint_id)
+        saved = Saved.from_envelope(envelope)
+        messages = saved.state.transcript[max(0, len(saved.state.transcript) - count) :]
+        state = saved.state.model_copy(update={"transcript": messages})
+        return AgentTail(state, len(saved.state.transcript) - len(messages), saved.revision)
+    assert saved.head is not None
+    total = saved.head.next_record - _transcript_start(saved.head)
+    return AgentTail(saved.state, total - len(saved.state.transcript), saved.revision)
+
+
+@dataclass(frozen=True)
+class AgentTail:
+    """The latest agent state with only the end of its transcript (`load_tail`)."""
+
+    state: AgentCheckpointState
+    """The state; its `transcript` holds only the last messages asked for."""
+    earlier: int
+    """How many earlier transcript messages were not loaded."""
+    revision: int
+    """The revision (log version) this state was saved at."""
+
+
+def _extends(old: list[Message], new: list[Message]) -> bool:
+    if len(new) < len(old):
+        return False
+    # Identity first: a turn's transcript reuses the saved message objects.
+    return all(a is b or a == b for a, b in zip(old, new, strict=False))
+
+
+def save_saved(storage: AgentStorage, saved: Saved, state: AgentCheckpointState) -> Steps[Saved]:
+    """Save `state` after `saved` (one append of the new messages and the small state).
+
+    `CheckpointConflict` if another writer saved first. An unmigrated whole-envelope
+    checkpoint becomes a log here (version 0 holds its whole transcript).
+    """
+    if saved.head is not None and _extends(saved.state.transcript, state.transcript):
+        new_messages = state.transcript[len(saved.state.transcript) :]
+        start = saved.transcript_start
+    else:
+        new_messages = state.transcript
+        start = 0 if saved.head is None else saved.head.next_record
+    records = [m.model_dump(mode="json") for m in new_messages]
+    extra = {"run_id": saved.run_id} if saved.run_id is not None else None
+    head = yield from storage.logs.append(
+        saved.checkpoint_id, records, after=saved.head, state=_log_state(state, start),
+        kind=AGENT_KIND, schema_version=AGENT_SCHEMA_VERSION, extra=extra,
+    )  # fmt: skip
+    return Saved(saved.checkpoint_id, head, state, start, saved.run_id)
+
+
 # -- steps -----------------------------------------------------------------------------------
 
 
-def load(cas: CompareAndSwap, checkpoint_id: str) -> Steps[tuple[Envelope, AgentCheckpointState]]:
+def load(storage: AgentStorage, checkpoint_id: str) -> Steps[tuple[Envelope, AgentCheckpointState]]:
     """Load and validate the latest typed agent state."""
-    envelope = yield from cas.load(checkpoint_id)
-    return envelope, parse_state(envelope)
+    saved = yield from load_saved(storage, checkpoint_id)
+    return saved.envelope(), saved.state
 
 
 def create(
-    cas: CompareAndSwap, checkpoint_id: str, state: AgentCheckpointState, run_id: str | None
-) -> Steps[Envelope]:
-    """Save the first state (create-only: fails if the id exists)."""
-    envelope = Envelope.initial(
-        checkpoint_id, run_id, AGENT_KIND, AGENT_SCHEMA_VERSION, state.to_payload()
-    )
-    yield from cas.compare_and_swap(envelope, None)
-    return envelope
-
-
-def save(cas: CompareAndSwap, envelope: Envelope, state: AgentCheckpointState) -> Steps[Envelope]:
-    """Save `state` as the revision after `envelope`; `CheckpointConflict` if beaten."""
-    following = envelope.next(state.to_payload())
-    yield from cas.compare_and_swap(following, envelope.revision)
-    return following
+    storage: AgentStorage, checkpoint_id: str, state: AgentCheckpointState, run_id: str | None
+) -> Steps[Saved]:
+    """Save the first state (create-only: fails if the id exists, as a log or an envelope)."""
+    validate_id(checkpoint_id)
+    if run_id is not None:
+        validate_id(run_id, what="run id")
+    try:
+        yield from storage.cas.describe(checkpoint_id)
+    except CheckpointNotFound:
+        pass
+    else:
+        raise CheckpointConflict(checkpoint_id, expected_revision=None, message=(
+            "a checkpoint of an earlier stashpoint version has this id: resume it instead"
+        ))  # fmt: skip
+    # Appending after no head creates the log: it fails if the log exists.
+    return (yield from save_saved(storage, Saved(checkpoint_id, None, state, 0, run_id), state))
 
 
 def start(
-    cas: CompareAndSwap,
+    storage: AgentStorage,
     checkpoint_id: str,
     *,
     agent: str,
@@ -179,7 +440,7 @@ def start(
     execution_id: str | None,
     run_id: str | None,
     durable: DurableConversationCheckpoint | None,
-) -> Steps[tuple[Envelope, AgentCheckpointState]]:
+) -> Steps[tuple[Saved, AgentCheckpointState]]:
     """Create the checkpoint with a ready state."""
     state = AgentCheckpointState(
         execution_id=execution_id or new_id(),
@@ -188,41 +449,42 @@ def start(
         transcript=transcript,
         durable_conversation=durable,
     )
-    envelope = yield from create(cas, checkpoint_id, state, run_id)
-    return envelope, state
+    saved = yield from create(storage, checkpoint_id, state, run_id)
+    return saved, state
 
 
 def resume(
-    cas: CompareAndSwap,
+    storage: AgentStorage,
     checkpoint_id: str,
     policy: ResumePolicy,
     agent: str | None,
     model: ModelRef | None,
-) -> Steps[tuple[Envelope, AgentCheckpointState]]:
+) -> Steps[tuple[Saved, AgentCheckpointState]]:
     """Load the checkpoint, check its identity and apply the resume policy."""
-    envelope, state = yield from load(cas, checkpoint_id)
-    check_identity(checkpoint_id, state, agent, model)
-    return envelope, resume_state(state, policy)
+    saved = yield from load_saved(storage, checkpoint_id)
+    check_identity(checkpoint_id, saved.state, agent, model)
+    return saved, resume_state(saved.state, policy)
 
 
 def run_turn(
-    cas: CompareAndSwap,
-    envelope: Envelope,
+    storage: AgentStorage,
+    saved: Saved,
     state: AgentCheckpointState,
     commit_conversations: bool,
     turn: AsyncTurn,
-) -> Steps[tuple[Envelope, AgentCheckpointState]]:
+) -> Steps[tuple[Saved, AgentCheckpointState]]:
     """Run one turn durably: in flight before the model runs, stable after."""
-    if state.outcome() is not None or _completed(envelope):
+    if state.outcome() is not None or saved.state.outcome() is not None:
         raise TerminalStateConflict(
             "the agent completed: its outcome is stored and a new turn would overwrite it "
             "(run() returns the stored outcome)",
-            object_name=envelope.id,
+            object_name=saved.checkpoint_id,
         )
     number = state.turns + 1
     # Durable *before* the model or any tool runs: a crash from here on is ambiguous.
-    envelope = yield from save(
-        cas, envelope, state.model_copy(update={"phase": TurnInFlight(turn=number)})
+    # Only the phase changes: the append carries no message.
+    saved = yield from save_saved(
+        storage, saved, state.model_copy(update={"phase": TurnInFlight(turn=number)})
     )
     result = yield from ask(Call(turn, (state, number)))
     if not isinstance(result, TurnResult):
@@ -231,7 +493,7 @@ def run_turn(
     durable = after.durable_conversation
     if durable is not None and commit_conversations:
         version = yield from commit_conversation(
-            cas,
+            storage.cas,
             durable.namespace,
             durable.conversation_id,
             durable.expected_version,
@@ -239,18 +501,12 @@ def run_turn(
         )
         durable = durable.model_copy(update={"expected_version": version})
         after = after.model_copy(update={"durable_conversation": durable})
-    envelope = yield from save(cas, envelope, after)
-    return envelope, after
-
-
-def _completed(envelope: Envelope) -> bool:
-    payload = envelope.payload
-    phase = payload.get("phase") if isinstance(payload, dict) else None
-    return isinstance(phase, dict) and phase.get("state") == "completed"
+    saved = yield from save_saved(storage, saved, after)
+    return saved, after
 
 
 def run(
-    cas: CompareAndSwap,
+    storage: AgentStorage,
     checkpoint_id: str,
     turn: AsyncTurn,
     *,
@@ -267,10 +523,10 @@ def run(
     A completed checkpoint returns its outcome without running a turn.
     """
     try:
-        envelope, state = yield from resume(cas, checkpoint_id, policy, agent, model)
+        saved, state = yield from resume(storage, checkpoint_id, policy, agent, model)
     except CheckpointNotFound:
-        envelope, state = yield from start(
-            cas, checkpoint_id, agent=agent, model=model, transcript=transcript,
+        saved, state = yield from start(
+            storage, checkpoint_id, agent=agent, model=model, transcript=transcript,
             execution_id=None, run_id=None, durable=durable,
         )  # fmt: skip
     while (outcome := state.outcome()) is None:
@@ -278,7 +534,7 @@ def run(
             raise LimitExceeded(
                 f"agent did not complete within {max_turns} turns", object_name=checkpoint_id
             )
-        envelope, state = yield from run_turn(cas, envelope, state, commit_conversations, turn)
+        saved, state = yield from run_turn(storage, saved, state, commit_conversations, turn)
     return outcome
 
 

@@ -67,21 +67,21 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         durable: DurableConversationCheckpoint | None = None,
     ) -> Steps[tuple[CursorT, AgentCheckpointState]]:
         """Create the checkpoint with a ready state (create-only)."""
-        envelope, state = yield from logic.start(
-            self.checkpoint._cas, self.checkpoint.id, agent=agent, model=model,
+        saved, state = yield from logic.start(
+            self.checkpoint._storage, self.checkpoint.id, agent=agent, model=model,
             transcript=transcript, execution_id=execution_id, run_id=run_id, durable=durable,
         )  # fmt: skip
-        return self._cursor.loaded(self.checkpoint, envelope), state
+        return self._cursor(self.checkpoint, saved), state
 
     @operation
     def resume(
         self, *, agent: str | None = None, model: ModelRef | None = None
     ) -> Steps[tuple[CursorT, AgentCheckpointState]]:
         """Load the checkpoint and apply the resume policy; check identity if given."""
-        envelope, state = yield from logic.resume(
-            self.checkpoint._cas, self.checkpoint.id, self.policy, agent, model
+        saved, state = yield from logic.resume(
+            self.checkpoint._storage, self.checkpoint.id, self.policy, agent, model
         )
-        return self._cursor.loaded(self.checkpoint, envelope), state
+        return self._cursor(self.checkpoint, saved), state
 
     @operation
     def run_turn(
@@ -91,8 +91,8 @@ class _RunnerApi(Generic[HandleT, CursorT]):
 
         The asyncio runner awaits a coroutine turn; the blocking runner takes plain functions.
         """
-        cursor.envelope, state = yield from logic.run_turn(
-            self.checkpoint._cas, cursor.envelope, state, self.commit_conversations, turn
+        cursor._saved, state = yield from logic.run_turn(
+            self.checkpoint._storage, cursor._saved, state, self.commit_conversations, turn
         )
         return state
 
@@ -112,7 +112,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         A completed checkpoint returns its outcome without calling the model again.
         """
         return logic.run(
-            self.checkpoint._cas, self.checkpoint.id, turn, policy=self.policy,
+            self.checkpoint._storage, self.checkpoint.id, turn, policy=self.policy,
             commit_conversations=self.commit_conversations, agent=agent, model=model,
             transcript=transcript or [], max_turns=max_turns, durable=durable,
         )  # fmt: skip

@@ -71,6 +71,8 @@ class KeyPage:
     """Keys on this page, in ascending order."""
     next_token: str | None
     """Token for the next page, None on the last."""
+    modified: list[datetime] | None = None
+    """When each key's object was written (same order as `keys`), where the backend says."""
 
 
 class WriteOutcome(Enum):

@@ -1,0 +1,279 @@
+"""The stored form of a log: entries, sealed segments, their keys and their checks.
+
+A log is a sequence of *versions*. Version `v` is one immutable object, the *entry*
+`{prefix}/{namespace}/{log_id}/{v:020d}`, created with `If-None-Match: *`: the create is
+the compare-and-swap, so two writers extending version `v - 1` cannot both succeed. An entry
+carries the records appended at `v` (`first_record` is the position of the first of them
+in the whole log) and the log's small *state* after `v` (an agent's phase and counters, a
+run's head); the latest entry's state is the log's state.
+
+Every `SEGMENT_SPAN` versions are later copied, unchanged, into one immutable *sealed
+segment* `{prefix}/sealed/{namespace}/{log_id}/{first:020d}-{last:020d}` (ranges aligned to
+the span, so two compactors write the same key and never overlapping ones). The covered
+entries are deleted once nobody can still need them (see `logs.log`). Sealed segments live
+under their own prefix so that a lifecycle rule can move them to an archive tier while the
+entries, the hot end of every log, stay in the standard tier.
+
+Both are zstd-compressed JSON documents that name their format first, so a transcript is
+recovered with nothing but the `zstd` and `jq` command-line tools (docs/logs.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from stashpoint.envelope import MAX_REVISION, check_bounded, check_moment, check_write_id
+from stashpoint.errors import InvalidId, InvalidPayload
+from stashpoint.ids import validate_id
+from stashpoint.stores.layout import Layout
+
+LOG_FORMAT_NAME = "stashpoint.log"
+"""Format name of entries and segments."""
+LOG_FORMAT_VERSION = 1
+"""Newest format version this library writes and reads."""
+LOG_FORMAT = f"{LOG_FORMAT_NAME}/{LOG_FORMAT_VERSION}"
+"""The `format` field of every entry and segment written."""
+SEGMENT_SPAN = 64
+"""Versions per sealed segment in format 1; segment `k` holds versions `64k .. 64k + 63`."""
+SEALED = "sealed"
+"""Top-level namespace of sealed segments (archivable by prefix)."""
+_DIGITS = 20
+_ENTRY_NAME = re.compile(r"\d{20}")
+_SEGMENT_NAME = re.compile(r"(\d{20})-(\d{20})")
+_KIND = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_ENTRY_FIELDS = frozenset(
+    {"version", "first_record", "write_id", "written_at", "kind", "schema_version", "state"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One version of a log: the records appended at it and the state after it."""
+
+    log_id: str
+    """The log this entry belongs to."""
+    version: int
+    """Its version (0 for the first entry)."""
+    first_record: int
+    """Position in the log of the first record appended here (0-based)."""
+    records: list[Any]
+    """The records appended at this version, in order (JSON values)."""
+    state: Any
+    """The log's small state after this version (a JSON value, often a dict)."""
+    kind: str
+    """What the log holds (for example `stashpoint.agent`)."""
+    schema_version: int
+    """Version of the state's and records' schema."""
+    write_id: str
+    """Random id of the append that wrote this entry; settles ambiguous writes."""
+    written_at: datetime
+    """When the writer made this entry (its clock)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields of a newer minor format version: kept, never dropped."""
+
+    @property
+    def next_record(self) -> int:
+        """Position of the record that the next version's first record will take."""
+        return self.first_record + len(self.records)
+
+    def fields(self) -> dict[str, Any]:
+        """Return this entry's stored fields (without `format`, `type` and `log`)."""
+        document = {
+            "version": self.version,
+            "first_record": self.first_record,
+            "write_id": self.write_id,
+            "written_at": self.written_at.isoformat(),
+            "kind": self.kind,
+            "schema_version": self.schema_version,
+            "state": self.state,
+            "records": self.records,
+        }
+        for name, value in self.extra.items():
+            document.setdefault(name, value)
+        return document
+
+
+def entry_document(entry: LogEntry) -> dict[str, Any]:
+    """Return the stored JSON document of one entry."""
+    return {"format": LOG_FORMAT, "type": "entry", "log": entry.log_id, **entry.fields()}
+
+
+def segment_document(log_id: str, entries: list[LogEntry]) -> dict[str, Any]:
+    """Return the stored JSON document of a sealed segment holding `entries` (in order)."""
+    return {
+        "format": LOG_FORMAT,
+        "type": "segment",
+        "log": log_id,
+        "first_version": entries[0].version,
+        "last_version": entries[-1].version,
+        "entries": [entry.fields() for entry in entries],
+    }
+
+
+def entry_from_document(document: dict[str, Any], *, log_id: str, name: str) -> LogEntry:
+    """Return the entry a decoded entry document holds, checked against its key.
+
+    An entry of another log, of another type, or whose fields are malformed raises
+    `InvalidPayload` naming the object.
+    """
+    _check_owner(document, "entry", log_id, name)
+    return _entry(document, log_id, name)
+
+
+def entries_from_segment(
+    document: dict[str, Any], *, log_id: str, first: int, last: int, name: str
+) -> list[LogEntry]:
+    """Return the entries of a decoded segment, checked against the range its key names."""
+    _check_owner(document, "segment", log_id, name)
+    if document.get("first_version") != first or document.get("last_version") != last:
+        raise InvalidPayload(
+            f"segment claims versions {document.get('first_version')!r}.."
+            f"{document.get('last_version')!r}, its key says {first}..{last}",
+            object_name=name,
+        )
+    items = document.get("entries")
+    if not isinstance(items, list) or len(items) != last - first + 1:
+        raise InvalidPayload(
+            f"segment {first}..{last} must hold {last - first + 1} entries", object_name=name
+        )
+    entries = []
+    for offset, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidPayload(f"segment entry {offset} is not an object", object_name=name)
+        entry = _entry(item, log_id, name)
+        if entry.version != first + offset:
+            raise InvalidPayload(
+                f"segment entry {offset} has version {entry.version}, expected {first + offset}",
+                object_name=name,
+            )
+        entries.append(entry)
+    check_chain(entries, name)
+    return entries
+
+
+def check_chain(entries: list[LogEntry], name: str) -> None:
+    """Refuse entries whose versions or record positions do not follow one another."""
+    for before, after in itertools.pairwise(entries):
+        if after.version != before.version + 1:
+            raise InvalidPayload(
+                f"log {after.log_id!r} jumps from version {before.version} to {after.version}",
+                object_name=name,
+            )
+        if after.first_record != before.next_record:
+            raise InvalidPayload(
+                f"log {after.log_id!r} version {after.version} starts at record "
+                f"{after.first_record}, but version {before.version} ends at "
+                f"{before.next_record}: records are missing or repeated",
+                object_name=name,
+            )
+
+
+def _check_owner(document: dict[str, Any], kind: str, log_id: str, name: str) -> None:
+    if document.get("type") != kind:
+        raise InvalidPayload(
+            f"expected a log {kind}, found type {document.get('type')!r}", object_name=name
+        )
+    if document.get("log") != log_id:
+        raise InvalidPayload(
+            f"object belongs to log {document.get('log')!r}, not {log_id!r}", object_name=name
+        )
+
+
+def _entry(fields: dict[str, Any], log_id: str, name: str) -> LogEntry:
+    try:
+        records = fields["records"]
+        if not isinstance(records, list):
+            raise ValueError("records must be a list")
+        kind = fields["kind"]
+        if not isinstance(kind, str) or not _KIND.fullmatch(kind):
+            raise ValueError(f"invalid kind {kind!r}")
+        return LogEntry(
+            log_id=log_id,
+            version=check_bounded(fields["version"], MAX_REVISION, "version"),
+            first_record=check_bounded(fields["first_record"], MAX_REVISION, "first_record"),
+            records=records,
+            state=fields["state"],
+            kind=kind,
+            schema_version=check_bounded(fields["schema_version"], 2**32 - 1, "schema_version"),
+            write_id=check_write_id(fields["write_id"]),
+            written_at=check_moment(fields["written_at"], "written_at"),
+            extra={
+                k: v
+                for k, v in fields.items()
+                if k not in _ENTRY_FIELDS and k not in ("records", "format", "type", "log")
+            },
+        )
+    except KeyError as exc:
+        raise InvalidPayload(f"log entry field {exc} is missing", object_name=name) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"log entry is invalid: {exc}", object_name=name) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LogKeys:
+    """Where the objects of the logs of one namespace live."""
+
+    layout: Layout
+    """The store's prefix."""
+    namespace: str
+    """The namespace of these logs (`agents`, `logs`, ...)."""
+
+    def entries_prefix(self, log_id: str) -> str:
+        """Return the prefix of every entry of `log_id` (ends with '/')."""
+        return self.layout.key(self.namespace, validate_id(log_id, what="log id")) + "/"
+
+    def segments_prefix(self, log_id: str) -> str:
+        """Return the prefix of every sealed segment of `log_id` (ends with '/')."""
+        validate_id(log_id, what="log id")
+        return f"{self.layout.namespace_prefix(SEALED)}{self.namespace}/{log_id}/"
+
+    def entry(self, log_id: str, version: int) -> str:
+        """Return the key of one entry."""
+        return f"{self.entries_prefix(log_id)}{version:0{_DIGITS}d}"
+
+    def segment(self, log_id: str, first: int) -> str:
+        """Return the key of the sealed segment that starts at version `first`."""
+        last = first + SEGMENT_SPAN - 1
+        return f"{self.segments_prefix(log_id)}{first:0{_DIGITS}d}-{last:0{_DIGITS}d}"
+
+    def ids_prefix(self) -> str:
+        """Return the prefix under which every log of the namespace has its entries."""
+        return self.layout.namespace_prefix(self.namespace)
+
+
+def segment_start(version: int) -> int:
+    """Return the first version of the segment that holds `version`."""
+    return version - version % SEGMENT_SPAN
+
+
+def parse_entry_name(name: str, key: str) -> int:
+    """Return the version an entry's key names; `InvalidPayload` for a stray object."""
+    if not _ENTRY_NAME.fullmatch(name):
+        raise InvalidPayload("not a log entry (its name is not a version)", object_name=key)
+    return int(name)
+
+
+def parse_segment_name(name: str, key: str) -> tuple[int, int]:
+    """Return the `(first, last)` versions a segment's key names, checked for alignment."""
+    match = _SEGMENT_NAME.fullmatch(name)
+    if match is None:
+        raise InvalidPayload("not a sealed segment (its name is no range)", object_name=key)
+    first, last = int(match.group(1)), int(match.group(2))
+    if first % SEGMENT_SPAN or last != first + SEGMENT_SPAN - 1:
+        raise InvalidPayload(
+            f"segment range {first}..{last} overlaps the format's {SEGMENT_SPAN}-version "
+            "segments: not written by stashpoint",
+            object_name=key,
+        )
+    return first, last
+
+
+def check_log_id(log_id: str) -> str:
+    """Return a valid log id or raise `InvalidId`."""
+    if not isinstance(log_id, str):
+        raise InvalidId(f"log id must be a str, not {type(log_id).__name__}")
+    return validate_id(log_id, what="log id")

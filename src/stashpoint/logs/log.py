@@ -1,0 +1,649 @@
+"""Append-only logs over object storage, as steps: append, read, seal, clean up.
+
+**Append.** Version `v` is created with `If-None-Match: *`, so of two writers extending
+`v - 1` exactly one succeeds; the other gets `CheckpointConflict` carrying the winner's
+version. Each append sends its records and the small state (O(delta) bytes) in one PUT.
+An answer that is not definite (timeout, reset, 5xx, a 412 that may answer botocore's own
+retry of our landed write) is settled by reading version `v` back: our `write_id` there
+means success, another means conflict, nothing means not landed, so the same bytes are
+sent again under the same condition (at most one copy can land).
+
+**Seal.** When version `64k + 64` is appended, versions `64k .. 64k + 63` are copied into
+one immutable sealed segment (also created with `If-None-Match: *`; the range is fixed by
+the format, so concurrent sealers write the same key with the same bytes). Each record is
+thus written twice in all: once in its entry, once in its segment.
+
+**Clean up.** An entry covered by a segment is deleted once it is older than
+`delete_after` (one hour by default). Readers that listed it before the delete find it gone
+and list again; a gap that survives a fresh, ordered listing is corruption and a typed
+error, never a shorter log. Deleting an entry frees its key, so a writer that learned
+version `v - 1` long ago (a zombie) could create a phantom `v` inside a sealed range: an
+append whose knowledge is older than half of `delete_after` therefore checks, after its
+PUT, that no segment covers `v` (for everyone else no request is added).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from stashpoint.codec import Codec
+from stashpoint.envelope import MAX_REVISION, utc_now
+from stashpoint.errors import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    InvalidPayload,
+    LimitExceeded,
+    StashpointError,
+    StorageUnavailable,
+)
+from stashpoint.ids import new_write_id
+from stashpoint.logs.format import (
+    LOG_FORMAT_NAME,
+    LOG_FORMAT_VERSION,
+    SEGMENT_SPAN,
+    LogEntry,
+    LogKeys,
+    check_chain,
+    check_log_id,
+    entries_from_segment,
+    entry_document,
+    entry_from_document,
+    parse_entry_name,
+    parse_segment_name,
+    segment_document,
+    segment_start,
+)
+from stashpoint.retry import RetryPolicy
+from stashpoint.steps import Parallel, Sleep, Steps, ask
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    KeyPage,
+    ListKeys,
+    ObjectInfo,
+    PutObject,
+    WriteOutcome,
+)
+
+DEFAULT_DELETE_AFTER = timedelta(hours=1)
+"""How long a sealed entry stays readable before clean-up deletes it."""
+_READ_WINDOW = 16
+"""Objects fetched at once when reading a log backwards or in order."""
+_FETCH_BATCH = 256
+"""Objects requested in one `Parallel` (the driver keeps 16 in flight); bounds memory."""
+_RELISTS = 3
+"""Fresh listings tried when listed objects vanish under a reader (clean-up ran)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogHead:
+    """The latest version of a log as one reader or writer knows it; append after it."""
+
+    log_id: str
+    """The log."""
+    version: int
+    """Its latest version."""
+    next_record: int
+    """Number of records in the log (the position the next record takes)."""
+    state: Any
+    """The state stored with the latest version."""
+    kind: str
+    """What the log holds."""
+    schema_version: int
+    """Schema version of its state and records."""
+    write_id: str
+    """Write id of the latest version."""
+    written_at: datetime
+    """When the latest version was written (writer's clock)."""
+    learned_at: float = field(default_factory=time.time, compare=False)
+    """When this head was learned (Unix time): knowledge older than half of the clean-up
+    delay costs one check on the next append."""
+
+    @classmethod
+    def of(cls, entry: LogEntry) -> LogHead:
+        """Return the head whose latest version is `entry`."""
+        return cls(
+            log_id=entry.log_id,
+            version=entry.version,
+            next_record=entry.next_record,
+            state=entry.state,
+            kind=entry.kind,
+            schema_version=entry.schema_version,
+            write_id=entry.write_id,
+            written_at=entry.written_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """One object holding versions `first .. last` of a log."""
+
+    key: str
+    first: int
+    last: int
+    sealed: bool
+
+
+@dataclass(slots=True)
+class LogListing:
+    """Which objects of one log exist: its entries and its sealed segments."""
+
+    log_id: str
+    """The log."""
+    entries: dict[int, str] = field(default_factory=dict)
+    """Entry keys by version."""
+    entry_modified: dict[int, datetime] = field(default_factory=dict)
+    """When each entry was written, where the storage says."""
+    segments: dict[int, str] = field(default_factory=dict)
+    """Segment keys by first version."""
+
+    @property
+    def top(self) -> int | None:
+        """The latest version, None for a log with no object."""
+        tops = [max(self.entries, default=-1)]
+        tops.extend(first + SEGMENT_SPAN - 1 for first in self.segments)
+        top = max(tops)
+        return None if top < 0 else top
+
+    def sources(self, start: int, stop: int) -> list[_Source]:
+        """Return the objects holding versions `start .. stop`, in order; refuse a gap."""
+        sources: list[_Source] = []
+        version = start
+        while version <= stop:
+            first = segment_start(version)
+            if first in self.segments:
+                sources.append(_Source(self.segments[first], first, first + SEGMENT_SPAN - 1, True))
+                version = first + SEGMENT_SPAN
+            elif version in self.entries:
+                sources.append(_Source(self.entries[version], version, version, False))
+                version += 1
+            else:
+                raise _Gap(version)
+        return sources
+
+    def sealed_entries(self) -> list[int]:
+        """Return the versions whose entry exists although a segment already holds it."""
+        return [v for v in self.entries if segment_start(v) in self.segments]
+
+
+class _Gap(Exception):
+    """A version no listed object holds (may be a listing race; checked again in order)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(version)
+        self.version = version
+
+
+class _Vanished(Exception):
+    """A listed object was gone when read (clean-up deleted it): list again."""
+
+
+class LogSteps:
+    """The append-only logs of one namespace, as steps (see the module docstring)."""
+
+    def __init__(
+        self,
+        keys: LogKeys,
+        codec: Codec,
+        retry: RetryPolicy,
+        *,
+        delete_after: timedelta = DEFAULT_DELETE_AFTER,
+    ) -> None:
+        self.keys = keys
+        """Where the logs' objects live."""
+        self.codec = codec
+        """Encodes and decodes entries and segments."""
+        self.retry = retry
+        """Retry policy for 409s and resends."""
+        self.delete_after = delete_after
+        """How long a sealed entry stays before clean-up deletes it."""
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def listing(self, log_id: str, *, ordered: bool = False) -> Steps[LogListing]:
+        """List a log's entries and segments (in parallel; `ordered`: entries first).
+
+        Entries listed before segments can show no false gap: an entry is deleted only
+        after the segment holding it was written.
+        """
+        log_id = check_log_id(log_id)
+        entries_prefix = self.keys.entries_prefix(log_id)
+        segments_prefix = self.keys.segments_prefix(log_id)
+        if ordered:
+            entry_pages = yield from self._all_pages(entries_prefix, None)
+            segment_pages = yield from self._all_pages(segments_prefix, None)
+        else:
+            first = yield from ask(Parallel((ListKeys(entries_prefix), ListKeys(segments_prefix))))
+            entry_pages = yield from self._all_pages(entries_prefix, first[0])
+            segment_pages = yield from self._all_pages(segments_prefix, first[1])
+        listing = LogListing(log_id)
+        for page in entry_pages:
+            for index, key in enumerate(page.keys):
+                name = key[len(entries_prefix) :]
+                if "/" in name:
+                    continue  # another log's entries never sit below ours; not ours to judge
+                version = parse_entry_name(name, key)
+                listing.entries[version] = key
+                if page.modified is not None:
+                    listing.entry_modified[version] = page.modified[index]
+        for page in segment_pages:
+            for key in page.keys:
+                first_version, _ = parse_segment_name(key[len(segments_prefix) :], key)
+                listing.segments[first_version] = key
+        return listing
+
+    def _all_pages(self, prefix: str, first: KeyPage | None) -> Steps[list[KeyPage]]:
+        page = first if first is not None else (yield from ask(ListKeys(prefix)))
+        pages = [page]
+        while page.next_token is not None:
+            page = yield from ask(ListKeys(prefix, page.next_token))
+            pages.append(page)
+        return pages
+
+    def _planned(
+        self, log_id: str, plan: Callable[[LogListing], list[_Source]]
+    ) -> Steps[tuple[LogListing, list[_Source]]]:
+        """List the log and plan a read; a gap is checked again with an ordered listing."""
+        listing = yield from self.listing(log_id)
+        try:
+            return listing, plan(listing)
+        except _Gap:
+            listing = yield from self.listing(log_id, ordered=True)
+        try:
+            return listing, plan(listing)
+        except _Gap as gap:
+            raise self._gap_error(log_id, gap.version) from None
+
+    def _gap_error(self, log_id: str, version: int) -> InvalidPayload:
+        return InvalidPayload(
+            f"log {log_id!r} has no entry or sealed segment for version {version}: "
+            "an object is missing; the log cannot be read past it",
+            object_name=self.keys.entry(log_id, version),
+        )
+
+    def _fetch(self, log_id: str, sources: list[_Source]) -> Steps[list[LogEntry]]:
+        """Read `sources` in parallel (`_FETCH_BATCH` at a time) and return their entries."""
+        entries: list[LogEntry] = []
+        for start in range(0, len(sources), _FETCH_BATCH):
+            window = sources[start : start + _FETCH_BATCH]
+            infos = yield from ask(Parallel(tuple(self._get(s.key) for s in window)))
+            for source, info in zip(window, infos, strict=True):
+                if info is None:
+                    raise _Vanished(source.key)
+                decoded = yield from self._decode(log_id, source, info)
+                entries.extend(decoded)
+        return entries
+
+    def _decode(self, log_id: str, source: _Source, info: ObjectInfo) -> Steps[list[LogEntry]]:
+        assert info.body is not None
+        document = yield from self.codec.document_decoding(
+            info.body,
+            name=source.key,
+            format_name=LOG_FORMAT_NAME,
+            format_version=LOG_FORMAT_VERSION,
+        )
+        if source.sealed:
+            return entries_from_segment(
+                document, log_id=log_id, first=source.first, last=source.last, name=source.key
+            )
+        entry = entry_from_document(document, log_id=log_id, name=source.key)
+        if entry.version != source.first:
+            raise InvalidPayload(
+                f"entry holds version {entry.version}, its key says {source.first}",
+                object_name=source.key,
+            )
+        return [entry]
+
+    def _get(self, key: str) -> GetObject:
+        return GetObject(key, None, self.codec.limits.max_compressed_bytes)
+
+    def _read(
+        self, log_id: str, plan: Callable[[LogListing], list[_Source]]
+    ) -> Steps[tuple[LogListing, list[LogEntry]]]:
+        """Plan and read, listing again when clean-up deletes a listed entry under us."""
+        for attempt in range(1, _RELISTS + 1):
+            listing, sources = yield from self._planned(log_id, plan)
+            try:
+                entries = yield from self._fetch(log_id, sources)
+            except _Vanished as gone:
+                if attempt == _RELISTS:
+                    raise StorageUnavailable(
+                        "log objects keep vanishing while being read", object_name=str(gone)
+                    ) from None
+                continue
+            check_chain(entries, self.keys.entries_prefix(log_id))
+            return listing, entries
+        raise AssertionError("unreachable")
+
+    def head(self, log_id: str) -> Steps[LogHead]:
+        """Return the latest version of a log (a listing and one GET)."""
+        listing, entries = yield from self._read(log_id, lambda lst: _top_sources(lst, log_id))
+        del listing
+        return LogHead.of(entries[-1])
+
+    def entries(
+        self, log_id: str, start: int = 0, stop: int | None = None
+    ) -> Steps[list[LogEntry]]:
+        """Return versions `start .. stop` (default: to the latest), in order."""
+        if start < 0 or (stop is not None and stop < start):
+            raise InvalidPayload(f"bad version range {start}..{stop}", object_name=log_id)
+
+        def plan(listing: LogListing) -> list[_Source]:
+            top = listing.top
+            if top is None:
+                raise CheckpointNotFound("no log with this id", object_name=log_id)
+            last = top if stop is None else stop
+            if last > top:
+                raise CheckpointNotFound(
+                    f"version {last} does not exist (latest is {top})", object_name=log_id
+                )
+            return listing.sources(start, last) if start <= last else []
+
+        _, entries = yield from self._read(log_id, plan)
+        return [e for e in entries if e.version >= start and (stop is None or e.version <= stop)]
+
+    def tail(
+        self, log_id: str, records: int, *, since: Callable[[LogHead], int] | None = None
+    ) -> Steps[tuple[LogHead, list[LogEntry]]]:
+        """Return the head and the newest entries holding at least `records` records.
+
+        Objects are read newest first, `_READ_WINDOW` at a time in parallel (a listing and,
+        for a recent tail, one round of GETs). `since(head)` is the first record position
+        wanted at all (an agent's current transcript start): nothing before it is read.
+        """
+        if records < 0:
+            raise InvalidPayload("records must be >= 0", object_name=log_id)
+        for attempt in range(1, _RELISTS + 1):
+            listing, top_sources = yield from self._planned(
+                log_id, lambda lst: _top_sources(lst, log_id)
+            )
+            try:
+                newest = yield from self._fetch(log_id, top_sources)
+                head = LogHead.of(newest[-1])
+                floor = max(0, head.next_record - records)
+                if since is not None:
+                    floor = max(floor, since(head))
+                collected = newest
+                if floor == 0 and collected[0].version > 0:
+                    # Everything is wanted: every older object in one parallel round.
+                    older = yield from self._fetch(
+                        log_id, listing.sources(0, collected[0].version - 1)
+                    )
+                    collected = older + collected
+                while collected[0].version > 0 and collected[0].first_record > floor:
+                    below = collected[0].version - 1
+                    window = _backwards(listing, below, log_id)
+                    older = yield from self._fetch(log_id, window)
+                    collected = older + collected
+            except _Vanished as gone:
+                if attempt == _RELISTS:
+                    raise StorageUnavailable(
+                        "log objects keep vanishing while being read", object_name=str(gone)
+                    ) from None
+                continue
+            except _Gap as gap:
+                # Planned from a listing older than a clean-up: a fresh one will tell.
+                if attempt == _RELISTS:
+                    raise self._gap_error(log_id, gap.version) from None
+                continue
+            check_chain(collected, self.keys.entries_prefix(log_id))
+            keep = [e for e in collected if e.next_record > floor or e is collected[-1]]
+            return head, keep
+        raise AssertionError("unreachable")
+
+    def read_version(self, log_id: str, version: int) -> Steps[LogEntry | None]:
+        """Return version `version` from its entry or its segment; None if neither exists."""
+        info = yield from ask(self._get(self.keys.entry(log_id, version)))
+        if info is not None:
+            entries = yield from self._decode(
+                log_id, _Source(self.keys.entry(log_id, version), version, version, False), info
+            )
+            return entries[0]
+        first = segment_start(version)
+        key = self.keys.segment(log_id, first)
+        info = yield from ask(self._get(key))
+        if info is None:
+            return None
+        source = _Source(key, first, first + SEGMENT_SPAN - 1, True)
+        entries = yield from self._decode(log_id, source, info)
+        return entries[version - first]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        log_id: str,
+        records: list[Any],
+        *,
+        after: LogHead | None,
+        state: Any = None,
+        kind: str | None = None,
+        schema_version: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Steps[LogHead]:
+        """Append `records` (and the new `state`) after `after`; None creates the log.
+
+        Exactly one of two appends after the same head succeeds; the other raises
+        `CheckpointConflict` with the winner's version. Returns the new head.
+        """
+        log_id = check_log_id(log_id)
+        if not isinstance(records, list):
+            raise InvalidPayload("records must be a list", object_name=log_id)
+        if after is not None and after.log_id != log_id:
+            raise InvalidPayload(f"head belongs to log {after.log_id!r}", object_name=log_id)
+        version = 0 if after is None else after.version + 1
+        if version > MAX_REVISION:
+            raise LimitExceeded("log version overflow", object_name=log_id)
+        entry = LogEntry(
+            log_id=log_id,
+            version=version,
+            first_record=0 if after is None else after.next_record,
+            records=records,
+            state=state,
+            kind=kind or (after.kind if after is not None else "stashpoint.log"),
+            schema_version=schema_version
+            if schema_version is not None
+            else (after.schema_version if after is not None else 1),
+            write_id=new_write_id(),
+            written_at=utc_now(),
+            extra=extra or {},
+        )
+        key = self.keys.entry(log_id, version)
+        etag = yield from self._create(log_id, key, entry)
+        if after is not None and time.time() - after.learned_at > self._trust_seconds:
+            yield from self._refuse_phantom(log_id, entry, key, etag)
+        head = LogHead.of(entry)
+        if version and version % SEGMENT_SPAN == 0:
+            # The append is durable already; a failed seal is redone by the next one or gc.
+            with contextlib.suppress(StashpointError):
+                yield from self.seal(log_id, below=version)
+        return head
+
+    @property
+    def _trust_seconds(self) -> float:
+        return self.delete_after.total_seconds() / 2
+
+    def _create(self, log_id: str, key: str, entry: LogEntry) -> Steps[str | None]:
+        """Create the entry object; settle an unclear answer by reading the version back."""
+        body = yield from self.codec.document_encoding(entry_document(entry), name=key)
+        request = PutObject(key, body, Create())
+        copy_may_have_landed = False
+        attempt = 0
+        while True:
+            attempt += 1
+            result = yield from ask(request)
+            if result.outcome is WriteOutcome.STORED:
+                return result.etag
+            refused_for_sure = (
+                not copy_may_have_landed
+                and not result.retried
+                and result.outcome is WriteOutcome.PRECONDITION_FAILED
+            )
+            if result.retried or result.outcome is WriteOutcome.AMBIGUOUS:
+                copy_may_have_landed = True
+            if (
+                result.outcome is WriteOutcome.CONDITION_CONFLICT
+                and attempt < self.retry.max_attempts
+            ):
+                yield Sleep(self.retry.delay(attempt))
+                continue
+            if refused_for_sure:
+                raise (yield from self._conflict(log_id, entry.version))
+            try:
+                found = yield from self.read_version(log_id, entry.version)
+            except StashpointError as exc:
+                raise StorageUnavailable(
+                    f"append outcome unknown ({result.detail or result.outcome.value}) and "
+                    f"version {entry.version} could not be read back: {exc}; look for write "
+                    f"id {entry.write_id} there",
+                    object_name=key,
+                    write_id=entry.write_id,
+                ) from exc
+            if found is not None:
+                if found.write_id == entry.write_id:
+                    return None
+                raise (yield from self._conflict(log_id, entry.version))
+            if attempt < self.retry.max_attempts:
+                yield Sleep(self.retry.delay(attempt))
+                continue
+            raise StorageUnavailable(
+                f"append not stored after {attempt} attempts "
+                f"({result.detail or result.outcome.value}); nothing landed, retry later",
+                object_name=key,
+            )
+
+    def _conflict(self, log_id: str, version: int) -> Steps[CheckpointConflict]:
+        """Return the conflict of a lost append at `version`, naming the winner's head."""
+        try:
+            listing = yield from self.listing(log_id)
+            top = listing.top
+        except StashpointError:
+            top = None
+        return CheckpointConflict(
+            log_id,
+            expected_revision=None if version == 0 else version - 1,
+            actual_revision=top if top is not None else version,
+            message=f"append lost: version {version} of log {log_id!r} was written by another "
+            f"writer (latest is {top if top is not None else f'at least {version}'})",
+        )
+
+    def _refuse_phantom(
+        self, log_id: str, entry: LogEntry, key: str, etag: str | None
+    ) -> Steps[None]:
+        """Undo an append that landed in a sealed range whose entry had been cleaned up."""
+        first = segment_start(entry.version)
+        segment = self.keys.segment(log_id, first)
+        info = yield from ask(self._get(segment))
+        if info is None:
+            return
+        source = _Source(segment, first, first + SEGMENT_SPAN - 1, True)
+        sealed = yield from self._decode(log_id, source, info)
+        if sealed[entry.version - first].write_id == entry.write_id:
+            return  # sealed with our entry in it: we were first after all
+        yield from ask(DeleteObject(key, etag))
+        raise (yield from self._conflict(log_id, entry.version))
+
+    def seal(self, log_id: str, *, below: int | None = None) -> Steps[int]:
+        """Seal complete segment ranges below `below`; delete old sealed entries.
+
+        Ranges end below version `below` (default: the latest); sealed entries older than
+        `delete_after` are deleted. Returns how many segments were written. Idempotent and
+        safe to run concurrently: segment ranges and bytes are fixed by the entries, and
+        segments are created with `If-None-Match: *`.
+        """
+        listing = yield from self.listing(log_id)
+        top = listing.top
+        if top is None:
+            return 0
+        limit = top if below is None else min(below, top + 1)
+        written = 0
+        first = 0
+        while first + SEGMENT_SPAN <= limit:
+            if first not in listing.segments:
+                versions = range(first, first + SEGMENT_SPAN)
+                if all(v in listing.entries for v in versions):
+                    yield from self._write_segment(log_id, listing, first)
+                    written += 1
+            first += SEGMENT_SPAN
+        if written:
+            listing = yield from self.listing(log_id, ordered=True)
+        yield from self._clean(listing)
+        return written
+
+    def _write_segment(self, log_id: str, listing: LogListing, first: int) -> Steps[None]:
+        sources = [
+            _Source(listing.entries[v], v, v, False) for v in range(first, first + SEGMENT_SPAN)
+        ]
+        try:
+            entries = yield from self._fetch(log_id, sources)
+        except _Vanished:
+            return  # another sealer finished and cleaned up first
+        key = self.keys.segment(log_id, first)
+        check_chain(entries, key)
+        body = yield from self.codec.document_encoding(segment_document(log_id, entries), name=key)
+        result = yield from ask(PutObject(key, body, Create()))
+        if result.outcome not in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED):
+            raise StorageUnavailable(
+                f"segment not sealed ({result.detail or result.outcome.value})", object_name=key
+            )
+        listing.segments[first] = key
+
+    def _clean(self, listing: LogListing) -> Steps[int]:
+        """Delete sealed entries older than `delete_after`; return how many."""
+        cutoff = datetime.now(UTC) - self.delete_after
+        doomed = [
+            listing.entries[v]
+            for v in listing.sealed_entries()
+            if v in listing.entry_modified and listing.entry_modified[v] <= cutoff
+        ]
+        if doomed:
+            yield from ask(Parallel(tuple(DeleteObject(k) for k in doomed)))
+        return len(doomed)
+
+    def delete(self, log_id: str) -> Steps[int]:
+        """Delete every object of a log (entries first, then segments); return how many."""
+        listing = yield from self.listing(log_id, ordered=True)
+        keys = [*listing.entries.values(), *listing.segments.values()]
+        for start in range(0, len(keys), 256):
+            yield from ask(Parallel(tuple(DeleteObject(k) for k in keys[start : start + 256])))
+        return len(keys)
+
+    def list_ids(self, prefix: str = "") -> Steps[list[str]]:
+        """Return the ids of logs with entries in this namespace that start with `prefix`."""
+        base = self.keys.ids_prefix()
+        ids: list[str] = []
+        token: str | None = None
+        while True:
+            page = yield from ask(ListKeys(base + prefix, token))
+            for key in page.keys:
+                log_id, slash, _ = key[len(base) :].partition("/")
+                if slash and (not ids or ids[-1] != log_id):
+                    ids.append(log_id)
+            token = page.next_token
+            if token is None:
+                return ids
+
+
+def _top_sources(listing: LogListing, log_id: str) -> list[_Source]:
+    top = listing.top
+    if top is None:
+        raise CheckpointNotFound("no log with this id", object_name=log_id)
+    return listing.sources(top, top)
+
+
+def _backwards(listing: LogListing, below: int, log_id: str) -> list[_Source]:
+    """Plan the (up to `_READ_WINDOW`) objects ending at version `below`, oldest first."""
+    sources: list[_Source] = []
+    version = below
+    while version >= 0 and len(sources) < _READ_WINDOW:
+        source = listing.sources(version, version)[0]
+        sources.append(source)
+        version = source.first - 1
+    sources.reverse()
+    return sources

@@ -1,0 +1,143 @@
+"""The append-only log contract, on every backend and both drivers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import stashpoint
+from stashpoint import CheckpointConflict, CheckpointNotFound, InvalidId, InvalidPayload
+from stashpoint.logs import SEGMENT_SPAN
+from stashpoint.stores.objects import ListKeys
+from tests.contract.conftest import _open
+
+
+def _fill(logs: Any, log_id: str, versions: int) -> Any:
+    """Append `versions` versions, version v holding records [v*10, v*10 + v % 3)."""
+    head = None
+    for v in range(versions):
+        records = [v * 10 + i for i in range(v % 3)]
+        head = logs.append(log_id, records, after=head, state={"v": v})
+    return head
+
+
+def _expected_records(versions: int) -> list[int]:
+    return [v * 10 + i for v in range(versions) for i in range(v % 3)]
+
+
+def test_append_read_tail_and_history(stash: Any) -> None:
+    logs = stash.logs
+    log_id = f"log-{stashpoint.new_id()}"
+    versions = 2 * SEGMENT_SPAN + 5  # two sealed segments and a tail of entries
+    head = _fill(logs, log_id, versions)
+    assert head.version == versions - 1 and head.next_record == len(_expected_records(versions))
+    again = logs.head(log_id)
+    assert (again.version, again.next_record, again.state) == (
+        head.version,
+        head.next_record,
+        {"v": versions - 1},
+    )
+    assert logs.records(log_id) == _expected_records(versions)
+    assert logs.records(log_id, 100) == _expected_records(versions)[100:]
+    tail_head, last = logs.tail(log_id, 7)
+    assert tail_head.version == head.version and last == _expected_records(versions)[-7:]
+    assert logs.tail(log_id, 0)[1] == []
+    # Any earlier version, with its state, reads like the latest: no S3 versioning needed.
+    [old] = logs.entries(log_id, 4, 4)
+    assert old.version == 4 and old.state == {"v": 4} and old.records == [40]
+    window = logs.entries(log_id, SEGMENT_SPAN - 2, SEGMENT_SPAN + 1)
+    assert [e.version for e in window] == list(range(SEGMENT_SPAN - 2, SEGMENT_SPAN + 2))
+    with pytest.raises(CheckpointNotFound):
+        logs.entries(log_id, 0, versions + 3)
+    assert log_id in logs.list_ids("log-")
+
+
+def test_two_appends_after_one_head_one_wins_and_the_loser_learns_the_winner(
+    stash: Any,
+) -> None:
+    logs = stash.logs
+    log_id = f"race-{stashpoint.new_id()}"
+    head = logs.append(log_id, ["a"], after=None, state=1)
+    winner = logs.append(log_id, ["b"], after=head, state=2)
+    with pytest.raises(CheckpointConflict) as info:
+        logs.append(log_id, ["c"], after=head, state=3)
+    assert info.value.actual_revision == winner.version == 1
+    assert info.value.kind is stashpoint.ErrorKind.CONFLICT
+    with pytest.raises(CheckpointConflict):
+        logs.append(log_id, ["again"], after=None)  # create-only
+    assert logs.records(log_id) == ["a", "b"] and logs.head(log_id).state == 2
+
+
+def test_bad_input_is_refused_before_anything_is_stored(stash: Any) -> None:
+    logs = stash.logs
+    with pytest.raises(InvalidId):
+        logs.append("../escape", [1], after=None)
+    with pytest.raises(InvalidId):
+        logs.head("a/b")
+    log_id = f"bad-{stashpoint.new_id()}"
+    head = logs.append(log_id, [1], after=None)
+    with pytest.raises(InvalidPayload):
+        logs.append(log_id, [{1, 2}], after=head)  # a set is not JSON
+    with pytest.raises(InvalidPayload):
+        logs.append(log_id, [float("nan")], after=head)
+    with pytest.raises(InvalidPayload):
+        logs.append(log_id, "not a list", after=head)  # type: ignore[arg-type]
+    assert logs.records(log_id) == [1] and logs.head(log_id).version == 0
+    with pytest.raises(CheckpointNotFound):
+        logs.head(f"never-{stashpoint.new_id()}")
+
+
+@pytest.fixture
+def eager(backend: tuple[str, dict[str, Any], str]) -> Iterator[tuple[Any, Any]]:
+    """(stash under test, raw sync stash) where sealed entries are deleted at once."""
+    url, options, driver = backend
+    options = {**options, "log_delete_after": timedelta(0)}
+    with stashpoint.open(url, **options) as raw:
+        for stash in _open(url, options, driver):
+            yield stash, raw
+
+
+def _keys(raw: Any, prefix: str) -> list[str]:
+    return list(raw._transport.execute(ListKeys(prefix)).keys)
+
+
+def test_sealed_entries_are_cleaned_up_and_reads_do_not_notice(eager: tuple[Any, Any]) -> None:
+    stash, raw = eager
+    log_id = f"clean-{stashpoint.new_id()}"
+    versions = 2 * SEGMENT_SPAN + 1
+    _fill(stash.logs, log_id, versions)  # the last append seals and cleans up
+    keys = raw.logs._logs.keys
+    # Only the entries no segment holds are left, and both segments exist.
+    assert len(_keys(raw, keys.segments_prefix(log_id))) == 2
+    assert len(_keys(raw, keys.entries_prefix(log_id))) == 1
+    assert stash.logs.records(log_id) == _expected_records(versions)
+    assert stash.logs.tail(log_id, 3)[1] == _expected_records(versions)[-3:]
+    assert stash.logs.seal(log_id) == 0  # nothing more to seal: idempotent
+
+
+def test_a_zombie_append_into_a_cleaned_up_range_is_a_conflict_not_a_phantom(
+    eager: tuple[Any, Any],
+) -> None:
+    """A writer that learned a head long ago appends into a slot clean-up freed."""
+    stash, raw = eager
+    logs = stash.logs
+    log_id = f"zombie-{stashpoint.new_id()}"
+    stale = logs.append(log_id, ["first"], after=None)
+    head = stale
+    for v in range(1, SEGMENT_SPAN + 1):
+        head = logs.append(log_id, [v], after=head)  # seals 0..63 and frees their keys
+    with pytest.raises(CheckpointConflict):
+        logs.append(log_id, ["phantom"], after=stale)
+    assert logs.records(log_id) == ["first", *range(1, SEGMENT_SPAN + 1)]
+    assert _keys(raw, raw.logs._logs.keys.entry(log_id, 1)) == []  # the phantom is gone
+
+
+def test_delete_removes_every_object(stash: Any) -> None:
+    log_id = f"gone-{stashpoint.new_id()}"
+    _fill(stash.logs, log_id, SEGMENT_SPAN + 2)
+    assert stash.logs.delete(log_id) >= 3
+    with pytest.raises(CheckpointNotFound):
+        stash.logs.head(log_id)
