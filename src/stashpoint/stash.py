@@ -244,6 +244,7 @@ class _StashApi(Generic[StoreT]):
         self.checkpoints: StoreT = self._store_type(parts.cas(CHECKPOINTS), self._execute)
         """Checkpoint envelopes: load, compare_and_swap, update, delete, history, list_ids,
         describe."""
+        self.checkpoints._logs = parts.logs
 
     def _connect(self, backend: _Backend) -> Any:
         raise NotImplementedError

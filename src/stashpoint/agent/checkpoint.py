@@ -29,7 +29,7 @@ class _CheckpointApi(Generic[StoreT]):
         self._id = validate_id(checkpoint_id)
         self.store: StoreT = store
         """The store holding the checkpoint."""
-        self._storage = logic.AgentStorage.of(store._cas)
+        self._storage = logic.AgentStorage.of(store._cas, store._logs)
         self._execute = store._execute
 
     @classmethod

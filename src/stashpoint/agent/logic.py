@@ -167,8 +167,13 @@ class AgentStorage:
     (read, then migrated to a log on their next save) and durable conversations."""
 
     @classmethod
-    def of(cls, cas: CompareAndSwap) -> AgentStorage:
-        """Return the agent storage beside a checkpoint store's compare-and-swap steps."""
+    def of(cls, cas: CompareAndSwap, logs: Callable[[str], LogSteps] | None = None) -> AgentStorage:
+        """Return the agent storage beside a checkpoint store's compare-and-swap steps.
+
+        `logs(namespace)` makes log steps with the stash's settings; default ones otherwise.
+        """
+        if logs is not None:
+            return cls(logs(AGENTS), cas)
         keys = LogKeys(cas.layout, AGENTS)
         return cls(LogSteps(keys, cas.codec, cas.retry), cas)
 

@@ -22,6 +22,9 @@ class _StoreApi:
     def __init__(self, cas: CompareAndSwap, execute: Callable[[Any], Any]) -> None:
         self._cas = cas
         self._execute = execute
+        # Makes the log steps of a namespace with the stash's settings (agent transcripts);
+        # set by the stash, None for a store built by hand (then defaults apply).
+        self._logs: Callable[[str], Any] | None = None
 
     @operation
     def load(self, checkpoint_id: str, revision: int | None = None) -> Steps[Envelope]:

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Rebuild an agent transcript (or any log's current records) from its stored objects with
+# nothing but the zstd and jq command-line tools: no stashpoint, no Python.
+#
+#   sh docs/transcript-from-objects.sh ROOT NAMESPACE LOG_ID
+#
+# ROOT is a local store's folder, or a copy of an S3 prefix:
+#   aws s3 cp --recursive s3://BUCKET/PREFIX ./copy && sh docs/transcript-from-objects.sh ./copy agents ID
+# NAMESPACE is `agents` for agent checkpoints, `logs` for `stash.logs`.
+#
+# Every object is a zstd frame of JSON: an entry is one version, a sealed segment holds 64
+# versions in `.entries`. Versions may sit in both (until clean-up deletes the entry), so
+# they are made unique; the newest version's state says where the transcript starts.
+set -eu
+root=$1
+namespace=$2
+log_id=$3
+cat "$root/sealed/$namespace/$log_id/"* "$root/$namespace/$log_id/"* 2>/dev/null \
+  | zstd -dcq \
+  | jq -s '[.[] | (.entries // [.])[]] | unique_by(.version)
+           | (.[-1].state.transcript_start // 0) as $start
+           | [.[].records[]] | .[$start:]'

@@ -1,0 +1,160 @@
+"""Hostile objects in a log: every one is a typed error naming the object, never a
+silently shorter (or longer) log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import zstandard
+
+import stashpoint
+from stashpoint import InvalidPayload, LimitExceeded, UnsupportedFormat
+from stashpoint.logs import SEGMENT_SPAN
+from stashpoint.stores.objects import DeleteObject, GetObject, PutObject
+
+
+@pytest.fixture(params=["memory_url", "local_url"])
+def stash(request: pytest.FixtureRequest) -> Iterator[stashpoint.Stash]:
+    url, options = request.getfixturevalue(request.param)
+    with stashpoint.open(url, **options) as opened:
+        yield opened
+
+
+def _log(stash: stashpoint.Stash, log_id: str, versions: int) -> None:
+    head = None
+    for v in range(versions):
+        head = stash.logs.append(log_id, [f"r{v}"], after=head, state={"v": v})
+
+
+def _put(stash: stashpoint.Stash, key: str, document: dict[str, Any] | bytes) -> None:
+    body = document if isinstance(document, bytes) else json.dumps(document).encode()
+    stash._transport.execute(PutObject(key, zstandard.compress(body), None))
+
+
+def _document(stash: stashpoint.Stash, key: str) -> dict[str, Any]:
+    info = stash._transport.execute(GetObject(key))
+    return json.loads(zstandard.decompress(info.body))  # type: ignore[no-any-return]
+
+
+def _raises(stash: stashpoint.Stash, log_id: str, error: type[Exception], key: str) -> None:
+    for read in (
+        lambda: stash.logs.records(log_id),
+        lambda: stash.logs.head(log_id),
+        lambda: stash.logs.tail(log_id, 10_000),
+    ):
+        with pytest.raises(error) as info:
+            read()
+        assert info.value.object_name == key, info.value  # type: ignore[attr-defined]
+
+
+def test_a_missing_entry_in_the_middle_is_named(stash: stashpoint.Stash) -> None:
+    _log(stash, "holey", 5)
+    key = stash.logs._logs.keys.entry("holey", 2)
+    stash._transport.execute(DeleteObject(key))
+    with pytest.raises(InvalidPayload, match="version 2") as info:
+        stash.logs.records("holey")
+    assert info.value.object_name == key
+    with pytest.raises(InvalidPayload):
+        stash.logs.tail("holey", 100)
+    assert stash.logs.head("holey").version == 4  # the newest version alone still reads
+
+
+def test_a_segment_whose_range_overlaps_the_format_is_named(stash: stashpoint.Stash) -> None:
+    _log(stash, "overlap", 3)
+    keys = stash.logs._logs.keys
+    bad = f"{keys.segments_prefix('overlap')}{1:020d}-{SEGMENT_SPAN:020d}"
+    _put(stash, bad, {"format": "stashpoint.log/1", "type": "segment", "log": "overlap"})
+    _raises(stash, "overlap", InvalidPayload, bad)
+
+
+def test_an_entry_from_another_log_is_named(stash: stashpoint.Stash) -> None:
+    _log(stash, "mine", 3)
+    _log(stash, "theirs", 3)
+    keys = stash.logs._logs.keys
+    target = keys.entry("mine", 2)
+    _put(stash, target, _document(stash, keys.entry("theirs", 2)))
+    _raises(stash, "mine", InvalidPayload, target)
+
+
+def test_a_future_format_is_named(stash: stashpoint.Stash) -> None:
+    _log(stash, "future", 2)
+    key = stash.logs._logs.keys.entry("future", 1)
+    document = _document(stash, key)
+    document["format"] = "stashpoint.log/9"
+    _put(stash, key, document)
+    _raises(stash, "future", UnsupportedFormat, key)
+
+
+def test_an_entry_under_another_versions_key_is_named(stash: stashpoint.Stash) -> None:
+    _log(stash, "moved", 3)
+    keys = stash.logs._logs.keys
+    _put(stash, keys.entry("moved", 2), _document(stash, keys.entry("moved", 1)))
+    _raises(stash, "moved", InvalidPayload, keys.entry("moved", 2))
+
+
+def test_an_entry_whose_records_do_not_follow_is_refused(stash: stashpoint.Stash) -> None:
+    _log(stash, "skips", 3)
+    keys = stash.logs._logs.keys
+    document = _document(stash, keys.entry("skips", 1))
+    document["records"] = ["r1", "smuggled"]
+    _put(stash, keys.entry("skips", 1), document)
+    with pytest.raises(InvalidPayload, match="missing or repeated"):
+        stash.logs.records("skips")
+
+
+def test_a_segment_with_a_short_or_renumbered_entry_list_is_named(
+    stash: stashpoint.Stash,
+) -> None:
+    _log(stash, "sealed", SEGMENT_SPAN + 1)  # seals 0..63
+    keys = stash.logs._logs.keys
+    segment = keys.segment("sealed", 0)
+    document = _document(stash, segment)
+    for v in range(SEGMENT_SPAN):  # only the segment can answer now
+        stash._transport.execute(DeleteObject(keys.entry("sealed", v)))
+    shorter = {**document, "entries": document["entries"][:-1]}
+    _put(stash, segment, shorter)
+    with pytest.raises(InvalidPayload, match="must hold 64 entries") as info:
+        stash.logs.records("sealed")
+    assert info.value.object_name == segment
+    renumbered = json.loads(json.dumps(document))
+    renumbered["entries"][5]["version"] = 6
+    _put(stash, segment, renumbered)
+    with pytest.raises(InvalidPayload, match="version 6, expected 5"):
+        stash.logs.records("sealed")
+
+
+def test_a_zstd_bomb_entry_is_refused_before_it_inflates(stash: stashpoint.Stash) -> None:
+    _log(stash, "bomb", 2)
+    key = stash.logs._logs.keys.entry("bomb", 1)
+    # 8 MiB from a few hundred bytes: far past the inflation ratio the limits allow.
+    payload = b'{"format":"stashpoint.log/1","records":["' + b"A" * (8 << 20) + b'"]}'
+    stash._transport.execute(PutObject(key, zstandard.compress(payload), None))
+    _raises(stash, "bomb", LimitExceeded, key)
+
+
+def test_a_stray_object_among_entries_is_named(stash: stashpoint.Stash) -> None:
+    _log(stash, "stray", 2)
+    stray = stash.logs._logs.keys.entries_prefix("stray") + "notes.txt"
+    _put(stash, stray, b"{}")
+    _raises(stash, "stray", InvalidPayload, stray)
+
+
+def test_an_agent_log_with_a_broken_transcript_position_is_named(
+    stash: stashpoint.Stash,
+) -> None:
+    from stashpoint.agent import AgentCheckpoint, AgentRunner, ModelRef
+    from stashpoint.agent.logic import AgentStorage
+
+    handle = AgentCheckpoint.existing("agent", stash.checkpoints)
+    AgentRunner(handle).start(agent="a", model=ModelRef(provider="p", name="m"), transcript=[])
+    logs = AgentStorage.of(stash.checkpoints._cas).logs
+    key = logs.keys.entry("agent", 0)
+    document = _document(stash, key)
+    document["state"]["transcript_length"] = 5  # claims messages that are not there
+    _put(stash, key, document)
+    with pytest.raises(InvalidPayload, match="transcript") as info:
+        handle.load()
+    assert info.value.object_name == key
