@@ -60,9 +60,21 @@ def _build(root: Path) -> dict[str, str]:
     folder = root / "checkpoints"
     folder.mkdir(parents=True)
     objects = {
-        "48 MB of [{},{},...], size declared": ("empties", [(b"[", 1), (b"{},", 16_000_000), (b"{}]}", 1)], True),
-        "300 MB of [0,0,...], size declared": ("zeros", [(b"[", 1), (b"0,", 150_000_000), (b"0]}", 1)], True),
-        "a 1 GB string, size declared": ("string", [(b'"', 1), (b"a", 1_000_000_000), (b'"}', 1)], True),
+        "48 MB of [{},{},...], size declared": (
+            "empties",
+            [(b"[", 1), (b"{},", 16_000_000), (b"{}]}", 1)],
+            True,
+        ),
+        "300 MB of [0,0,...], size declared": (
+            "zeros",
+            [(b"[", 1), (b"0,", 150_000_000), (b"0]}", 1)],
+            True,
+        ),
+        "a 1 GB string, size declared": (
+            "string",
+            [(b'"', 1), (b"a", 1_000_000_000), (b'"}', 1)],
+            True,
+        ),
         "1 GiB of zeros, no declared size": ("nulls", [(b"\0" * 1024, 1 << 20)], False),
     }
     names: dict[str, str] = {}

@@ -16,8 +16,7 @@ CASES = {
     "baseline: import pydantic, zstandard": "import pydantic, zstandard",
     "pydantic.BaseModel + zstandard": "from pydantic import BaseModel; import zstandard",
     "floor: one pydantic model built + zstandard": (
-        "from pydantic import BaseModel; import zstandard\n"
-        "class M(BaseModel):\n    a: int\nM(a=1)"
+        "from pydantic import BaseModel; import zstandard\nclass M(BaseModel):\n    a: int\nM(a=1)"
     ),
     "import boto3 (for scale)": "import boto3",
     "import stashpoint": "import stashpoint",

@@ -141,3 +141,21 @@ def test_delete_removes_every_object(stash: Any) -> None:
     assert stash.logs.delete(log_id) >= 3
     with pytest.raises(CheckpointNotFound):
         stash.logs.head(log_id)
+
+
+def test_small_state_changes_are_stored_as_patches_and_read_whole(stash: Any) -> None:
+    from stashpoint.logs.format import FULL_STATE_EVERY
+
+    logs = stash.logs
+    log_id = f"patch-{stashpoint.new_id()}"
+    base = {"agent": "a" * 200, "phase": "ready", "turns": 0, "gone": True}
+    head = logs.append(log_id, [], after=None, state=base)
+    states = [base]
+    for v in range(1, FULL_STATE_EVERY + 3):
+        state = {"agent": "a" * 200, "phase": "flight" if v % 2 else "ready", "turns": v}
+        head = logs.append(log_id, [v], after=head, state=state)
+        states.append(state)
+    assert logs.head(log_id).state == states[-1]
+    # Every version's whole state reads back, whichever way it was stored.
+    assert [e.state for e in logs.entries(log_id)] == states
+    assert [e.state for e in logs.entries(log_id, 5, 6)] == states[5:7]

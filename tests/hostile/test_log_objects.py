@@ -59,7 +59,8 @@ def test_a_missing_entry_in_the_middle_is_named(stash: stashpoint.Stash) -> None
     assert info.value.object_name == key
     with pytest.raises(InvalidPayload):
         stash.logs.tail("holey", 100)
-    assert stash.logs.head("holey").version == 4  # the newest version alone still reads
+    with pytest.raises(InvalidPayload):  # its state is folded from version 0: refused too
+        stash.logs.head("holey")
 
 
 def test_a_segment_whose_range_overlaps_the_format_is_named(stash: stashpoint.Stash) -> None:
@@ -158,3 +159,22 @@ def test_an_agent_log_with_a_broken_transcript_position_is_named(
     with pytest.raises(InvalidPayload, match="transcript") as info:
         handle.load()
     assert info.value.object_name == key
+
+
+def test_patches_are_stored_small_and_a_patch_without_a_base_is_refused(
+    stash: stashpoint.Stash,
+) -> None:
+    head = stash.logs.append("patched", [], after=None, state={"big": "x" * 300, "n": 0})
+    for n in range(1, 18):
+        head = stash.logs.append("patched", [n], after=head, state={"big": "x" * 300, "n": n})
+    keys = stash.logs._logs.keys
+    first = _document(stash, keys.entry("patched", 1))
+    assert first["patch"] == {"n": 1} and "state" not in first  # only what changed
+    assert "state" in _document(stash, keys.entry("patched", 16))  # a whole state every 16
+    # A full-state version turned into a patch leaves nothing to fold from: refused.
+    document = _document(stash, keys.entry("patched", 16))
+    document["patch"] = document.pop("state")
+    _put(stash, keys.entry("patched", 0), {**document, "version": 0, "first_record": 0,
+                                          "records": []})  # fmt: skip
+    with pytest.raises(InvalidPayload, match="patch"):
+        stash.logs.records("patched")

@@ -477,8 +477,18 @@ def run_turn(
     state: AgentCheckpointState,
     commit_conversations: bool,
     turn: AsyncTurn,
+    *,
+    marked: bool = False,
+    mark_next: bool = False,
 ) -> Steps[tuple[Saved, AgentCheckpointState]]:
-    """Run one turn durably: in flight before the model runs, stable after."""
+    """Run one turn durably: in flight before the model runs, stable after.
+
+    `marked`: the in-flight marker of this turn is saved already (by the previous turn's
+    commit). `mark_next`: if the agent goes on, save this turn's commit with the next
+    turn's in-flight marker, one append instead of two; only `run()` knows that a next
+    turn follows at once. Returns the saved state and the state to continue from
+    (`ReadyForTurn` or `Completed`).
+    """
     if state.outcome() is not None or saved.state.outcome() is not None:
         raise TerminalStateConflict(
             "the agent completed: its outcome is stored and a new turn would overwrite it "
@@ -486,11 +496,12 @@ def run_turn(
             object_name=saved.checkpoint_id,
         )
     number = state.turns + 1
-    # Durable *before* the model or any tool runs: a crash from here on is ambiguous.
-    # Only the phase changes: the append carries no message.
-    saved = yield from save_saved(
-        storage, saved, state.model_copy(update={"phase": TurnInFlight(turn=number)})
-    )
+    if not marked:
+        # Durable *before* the model or any tool runs: a crash from here on is ambiguous.
+        # Only the phase changes: the append carries no message.
+        saved = yield from save_saved(
+            storage, saved, state.model_copy(update={"phase": TurnInFlight(turn=number)})
+        )
     result = yield from ask(Call(turn, (state, number)))
     if not isinstance(result, TurnResult):
         raise TypeError(f"a turn must return a TurnResult, not {type(result).__name__}")
@@ -506,7 +517,12 @@ def run_turn(
         )
         durable = durable.model_copy(update={"expected_version": version})
         after = after.model_copy(update={"durable_conversation": durable})
-    saved = yield from save_saved(storage, saved, after)
+    if mark_next and after.outcome() is None:
+        # The next turn starts as soon as this one is stored: one append says both.
+        marker = after.model_copy(update={"phase": TurnInFlight(turn=after.turns + 1)})
+        saved = yield from save_saved(storage, saved, marker)
+    else:
+        saved = yield from save_saved(storage, saved, after)
     return saved, after
 
 
@@ -534,12 +550,20 @@ def run(
             storage, checkpoint_id, agent=agent, model=model, transcript=transcript,
             execution_id=None, run_id=None, durable=durable,
         )  # fmt: skip
+    marked = False
     while (outcome := state.outcome()) is None:
         if state.turns >= max_turns:
             raise LimitExceeded(
                 f"agent did not complete within {max_turns} turns", object_name=checkpoint_id
             )
-        saved, state = yield from run_turn(storage, saved, state, commit_conversations, turn)
+        # A commit that also marks the next turn in flight saves a request per turn; the
+        # last turn allowed commits alone, leaving `ReadyForTurn` behind the limit.
+        mark_next = state.turns + 1 < max_turns
+        saved, state = yield from run_turn(
+            storage, saved, state, commit_conversations, turn, marked=marked,
+            mark_next=mark_next,
+        )  # fmt: skip
+        marked = mark_next and state.outcome() is None
     return outcome
 
 

@@ -5,7 +5,11 @@ A log is a sequence of *versions*. Version `v` is one immutable object, the *ent
 the compare-and-swap, so two writers extending version `v - 1` cannot both succeed. An entry
 carries the records appended at `v` (`first_record` is the position of the first of them
 in the whole log) and the log's small *state* after `v` (an agent's phase and counters, a
-run's head); the latest entry's state is the log's state.
+run's head); the latest entry's state is the log's state. So that a save whose state barely
+changed stays small, an entry may store its state as a *patch* of the previous version's
+(`"patch"`: the top-level keys that changed, `"unset"`: those removed); every version that
+is a multiple of `FULL_STATE_EVERY`, and every entry inside a sealed segment, stores the
+whole state, so a reader folds at most 15 patches.
 
 Every `SEGMENT_SPAN` versions are later copied, unchanged, into one immutable *sealed
 segment* `{prefix}/sealed/{namespace}/{log_id}/{first:020d}-{last:020d}` (ranges aligned to
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +43,8 @@ LOG_FORMAT = f"{LOG_FORMAT_NAME}/{LOG_FORMAT_VERSION}"
 """The `format` field of every entry and segment written."""
 SEGMENT_SPAN = 64
 """Versions per sealed segment in format 1; segment `k` holds versions `64k .. 64k + 63`."""
+FULL_STATE_EVERY = 16
+"""Versions that are a multiple of this store their whole state, never a patch."""
 SEALED = "sealed"
 """Top-level namespace of sealed segments (archivable by prefix)."""
 _DIGITS = 20
@@ -46,8 +52,9 @@ _ENTRY_NAME = re.compile(r"\d{20}")
 _SEGMENT_NAME = re.compile(r"(\d{20})-(\d{20})")
 _KIND = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _ENTRY_FIELDS = frozenset(
-    {"version", "first_record", "write_id", "written_at", "kind", "schema_version", "state"}
-)
+    {"version", "first_record", "write_id", "written_at", "kind", "schema_version", "state",
+     "patch", "unset", "records"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +70,8 @@ class LogEntry:
     records: list[Any]
     """The records appended at this version, in order (JSON values)."""
     state: Any
-    """The log's small state after this version (a JSON value, often a dict)."""
+    """The log's small state after this version (a JSON value, often a dict); for an entry
+    read with a patch, the whole state once `resolve` has applied it."""
     kind: str
     """What the log holds (for example `stashpoint.agent`)."""
     schema_version: int
@@ -74,24 +82,38 @@ class LogEntry:
     """When the writer made this entry (its clock)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields of a newer minor format version: kept, never dropped."""
+    patch: dict[str, Any] | None = None
+    """Stored instead of the state: the top-level keys that changed since the previous
+    version (None: the whole state is stored)."""
+    unset: tuple[str, ...] = ()
+    """With a patch: top-level keys of the previous state that this version removed."""
 
     @property
     def next_record(self) -> int:
         """Position of the record that the next version's first record will take."""
         return self.first_record + len(self.records)
 
-    def fields(self) -> dict[str, Any]:
-        """Return this entry's stored fields (without `format`, `type` and `log`)."""
-        document = {
+    def fields(self, *, whole: bool = False) -> dict[str, Any]:
+        """Return this entry's stored fields (without `format`, `type` and `log`).
+
+        `whole`: store the whole state even if the entry has a patch (sealed segments).
+        """
+        document: dict[str, Any] = {
             "version": self.version,
             "first_record": self.first_record,
             "write_id": self.write_id,
             "written_at": self.written_at.isoformat(),
-            "kind": self.kind,
-            "schema_version": self.schema_version,
-            "state": self.state,
-            "records": self.records,
         }
+        if self.patch is None or whole:
+            # Kind and schema go with a whole state; a patch inherits them with the rest.
+            document["kind"] = self.kind
+            document["schema_version"] = self.schema_version
+            document["state"] = self.state
+        else:
+            document["patch"] = self.patch
+            if self.unset:
+                document["unset"] = list(self.unset)
+        document["records"] = self.records
         for name, value in self.extra.items():
             document.setdefault(name, value)
         return document
@@ -110,7 +132,7 @@ def segment_document(log_id: str, entries: list[LogEntry]) -> dict[str, Any]:
         "log": log_id,
         "first_version": entries[0].version,
         "last_version": entries[-1].version,
-        "entries": [entry.fields() for entry in entries],
+        "entries": [entry.fields(whole=True) for entry in entries],
     }
 
 
@@ -150,6 +172,10 @@ def entries_from_segment(
                 f"segment entry {offset} has version {entry.version}, expected {first + offset}",
                 object_name=name,
             )
+        if entry.patch is not None:
+            raise InvalidPayload(
+                f"segment entry {offset} has a patch, not a state", object_name=name
+            )
         entries.append(entry)
     check_chain(entries, name)
     return entries
@@ -172,6 +198,48 @@ def check_chain(entries: list[LogEntry], name: str) -> None:
             )
 
 
+UNKNOWN_STATE: Any = object()
+"""Pass as `before` to `resolve` when the first entry must store its whole state."""
+
+
+def make_patch(before: Any, after: Any) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+    """Return `(patch, unset)` turning state `before` into `after`, None if not both dicts."""
+    if type(before) is not dict or type(after) is not dict:
+        return None
+    patch = {k: v for k, v in after.items() if k not in before or before[k] != v}
+    unset = tuple(k for k in before if k not in after)
+    return patch, unset
+
+
+def resolve(entries: list[LogEntry], before: Any, name: str) -> list[LogEntry]:
+    """Return `entries` (consecutive) with every patch applied to the state before it.
+
+    A patch entry also takes its kind and schema version from the entry before it.
+    `before` is the state of the version before the first entry (unused when that entry
+    stores its whole state). A patch with no whole state to apply it to is refused.
+    """
+    resolved: list[LogEntry] = []
+    state = before
+    known = before is not UNKNOWN_STATE
+    kind, schema = (entries[0].kind, entries[0].schema_version) if entries else ("", 0)
+    for entry in entries:
+        if entry.patch is None:
+            state, known = entry.state, True
+        else:
+            if not known or type(state) is not dict:
+                raise InvalidPayload(
+                    f"version {entry.version} stores a state patch but the state before it "
+                    "is not an object",
+                    object_name=name,
+                )
+            state = {k: v for k, v in state.items() if k not in entry.unset}
+            state.update(entry.patch)
+            entry = replace(entry, state=state, kind=kind, schema_version=schema)
+        kind, schema = entry.kind, entry.schema_version
+        resolved.append(entry)
+    return resolved
+
+
 def _check_owner(document: dict[str, Any], kind: str, log_id: str, name: str) -> None:
     if document.get("type") != kind:
         raise InvalidPayload(
@@ -188,24 +256,36 @@ def _entry(fields: dict[str, Any], log_id: str, name: str) -> LogEntry:
         records = fields["records"]
         if not isinstance(records, list):
             raise ValueError("records must be a list")
-        kind = fields["kind"]
-        if not isinstance(kind, str) or not _KIND.fullmatch(kind):
+        patch = fields.get("patch")
+        unset = fields.get("unset", [])
+        if ("state" in fields) == ("patch" in fields):
+            raise ValueError("an entry stores either a state or a patch")
+        if "patch" in fields and type(patch) is not dict:
+            raise ValueError("patch must be an object")
+        if not isinstance(unset, list) or not all(isinstance(k, str) for k in unset):
+            raise ValueError("unset must be a list of keys")
+        inherited = "patch" in fields and "kind" not in fields
+        kind = "" if inherited else fields["kind"]
+        if not inherited and (not isinstance(kind, str) or not _KIND.fullmatch(kind)):
             raise ValueError(f"invalid kind {kind!r}")
+        schema = 0 if inherited else fields["schema_version"]
         return LogEntry(
             log_id=log_id,
             version=check_bounded(fields["version"], MAX_REVISION, "version"),
             first_record=check_bounded(fields["first_record"], MAX_REVISION, "first_record"),
             records=records,
-            state=fields["state"],
+            state=fields.get("state"),
             kind=kind,
-            schema_version=check_bounded(fields["schema_version"], 2**32 - 1, "schema_version"),
+            schema_version=check_bounded(schema, 2**32 - 1, "schema_version"),
             write_id=check_write_id(fields["write_id"]),
             written_at=check_moment(fields["written_at"], "written_at"),
             extra={
                 k: v
                 for k, v in fields.items()
-                if k not in _ENTRY_FIELDS and k not in ("records", "format", "type", "log")
+                if k not in _ENTRY_FIELDS and k not in ("format", "type", "log")
             },
+            patch=patch,
+            unset=tuple(unset),
         )
     except KeyError as exc:
         raise InvalidPayload(f"log entry field {exc} is missing", object_name=name) from None
@@ -243,6 +323,11 @@ class LogKeys:
     def ids_prefix(self) -> str:
         """Return the prefix under which every log of the namespace has its entries."""
         return self.layout.namespace_prefix(self.namespace)
+
+
+def state_base(version: int) -> int:
+    """Return the latest version at or before `version` that stores its whole state."""
+    return version - version % FULL_STATE_EVERY
 
 
 def segment_start(version: int) -> int:

@@ -43,9 +43,11 @@ from stashpoint.errors import (
 )
 from stashpoint.ids import new_write_id
 from stashpoint.logs.format import (
+    FULL_STATE_EVERY,
     LOG_FORMAT_NAME,
     LOG_FORMAT_VERSION,
     SEGMENT_SPAN,
+    UNKNOWN_STATE,
     LogEntry,
     LogKeys,
     check_chain,
@@ -53,10 +55,13 @@ from stashpoint.logs.format import (
     entries_from_segment,
     entry_document,
     entry_from_document,
+    make_patch,
     parse_entry_name,
     parse_segment_name,
+    resolve,
     segment_document,
     segment_start,
+    state_base,
 )
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
@@ -317,8 +322,9 @@ class LogSteps:
                         "log objects keep vanishing while being read", object_name=str(gone)
                     ) from None
                 continue
-            check_chain(entries, self.keys.entries_prefix(log_id))
-            return listing, entries
+            name = self.keys.entries_prefix(log_id)
+            check_chain(entries, name)
+            return listing, resolve(entries, UNKNOWN_STATE, name)
         raise AssertionError("unreachable")
 
     def head(self, log_id: str) -> Steps[LogHead]:
@@ -343,7 +349,7 @@ class LogSteps:
                 raise CheckpointNotFound(
                     f"version {last} does not exist (latest is {top})", object_name=log_id
                 )
-            return listing.sources(start, last) if start <= last else []
+            return listing.sources(state_base(start), last) if start <= last else []
 
         _, entries = yield from self._read(log_id, plan)
         return [e for e in entries if e.version >= start and (stop is None or e.version <= stop)]
@@ -353,7 +359,9 @@ class LogSteps:
     ) -> Steps[tuple[LogHead, list[LogEntry]]]:
         """Return the head and the newest entries holding at least `records` records.
 
-        Objects are read newest first, `_READ_WINDOW` at a time in parallel (a listing and,
+        The states of entries older than the head's state base may be left as stored
+        (a patch, `state` None): a tail is read for its records. Objects are read newest
+        first, `_READ_WINDOW` at a time in parallel (a listing and,
         for a recent tail, one round of GETs). `since(head)` is the first record position
         wanted at all (an agent's current transcript start): nothing before it is read.
         """
@@ -365,6 +373,9 @@ class LogSteps:
             )
             try:
                 newest = yield from self._fetch(log_id, top_sources)
+                name = self.keys.entries_prefix(log_id)
+                check_chain(newest, name)
+                newest = resolve(newest, UNKNOWN_STATE, name)
                 head = LogHead.of(newest[-1])
                 floor = max(0, head.next_record - records)
                 if since is not None:
@@ -440,6 +451,9 @@ class LogSteps:
         version = 0 if after is None else after.version + 1
         if version > MAX_REVISION:
             raise LimitExceeded("log version overflow", object_name=log_id)
+        change = None
+        if after is not None and version % FULL_STATE_EVERY:
+            change = make_patch(after.state, state)
         entry = LogEntry(
             log_id=log_id,
             version=version,
@@ -453,6 +467,8 @@ class LogSteps:
             write_id=new_write_id(),
             written_at=utc_now(),
             extra=extra or {},
+            patch=None if change is None else change[0],
+            unset=() if change is None else change[1],
         )
         key = self.keys.entry(log_id, version)
         etag = yield from self._create(log_id, key, entry)
@@ -586,6 +602,7 @@ class LogSteps:
             return  # another sealer finished and cleaned up first
         key = self.keys.segment(log_id, first)
         check_chain(entries, key)
+        entries = resolve(entries, UNKNOWN_STATE, key)
         body = yield from self.codec.document_encoding(segment_document(log_id, entries), name=key)
         result = yield from ask(PutObject(key, body, Create()))
         if result.outcome not in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED):
@@ -631,10 +648,11 @@ class LogSteps:
 
 
 def _top_sources(listing: LogListing, log_id: str) -> list[_Source]:
+    """Plan the newest objects: from the head's state base to the head, one round of GETs."""
     top = listing.top
     if top is None:
         raise CheckpointNotFound("no log with this id", object_name=log_id)
-    return listing.sources(top, top)
+    return listing.sources(state_base(top), top)
 
 
 def _backwards(listing: LogListing, below: int, log_id: str) -> list[_Source]:
