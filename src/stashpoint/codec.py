@@ -148,14 +148,23 @@ class Codec:
             )
         return raw
 
-    def compress(self, raw: bytes, *, name: str | None = None) -> bytes:
-        """Return `raw` JSON as a zstd frame with size and checksum, within the size limit."""
-        compressor: zstandard.ZstdCompressor | None = getattr(self._contexts, "compressor", None)
+    def compress(self, raw: bytes, *, name: str | None = None, level: int | None = None) -> bytes:
+        """Return `raw` JSON as a zstd frame with size and checksum, within the size limit.
+
+        `level` overrides the codec's level (sealed segments, written once and kept for
+        years, are worth a slower level).
+        """
+        level = self.level if level is None else level
+        compressors: dict[int, zstandard.ZstdCompressor] | None = getattr(
+            self._contexts, "compressors", None
+        )
+        if compressors is None:
+            compressors = self._contexts.compressors = {}
+        compressor = compressors.get(level)
         if compressor is None:
-            compressor = zstandard.ZstdCompressor(
-                level=self.level, write_checksum=True, write_content_size=True
+            compressor = compressors[level] = zstandard.ZstdCompressor(
+                level=level, write_checksum=True, write_content_size=True
             )
-            self._contexts.compressor = compressor
         data = compressor.compress(raw)
         if len(data) > self.limits.max_compressed_bytes:
             raise LimitExceeded(
@@ -182,7 +191,9 @@ class Codec:
         raw = yield from ask(Compute(functools.partial(self.unwrap, data, name=name), size))
         return self.envelope_from_document(self.parse_document(raw, name=name), name=name)
 
-    def document_encoding(self, document: dict[str, Any], *, name: str) -> Steps[bytes]:
+    def document_encoding(
+        self, document: dict[str, Any], *, name: str, level: int | None = None
+    ) -> Steps[bytes]:
         """Encode any stashpoint JSON document (a log entry, a segment) as steps.
 
         The document is checked like an envelope (JSON types, depth, size) and its first
@@ -199,7 +210,8 @@ class Codec:
                 f"{self.limits.max_decompressed_bytes}",
                 object_name=name,
             )
-        return (yield from ask(Compute(functools.partial(self.compress, raw, name=name), len(raw))))
+        work = functools.partial(self.compress, raw, name=name, level=level)
+        return (yield from ask(Compute(work, len(raw))))
 
     def document_decoding(
         self, data: bytes, *, name: str, format_name: str, format_version: int

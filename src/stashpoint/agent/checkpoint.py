@@ -48,12 +48,13 @@ class _CheckpointApi(Generic[StoreT]):
         return self._id
 
     @operation
-    def load(self) -> Steps[tuple[Envelope, AgentCheckpointState]]:
+    def load(self, revision: int | None = None) -> Steps[tuple[Envelope, AgentCheckpointState]]:
         """Load and validate the latest typed agent state (with its whole transcript).
 
-        A listing and two rounds of parallel GETs, however long the transcript.
+        A listing and two rounds of parallel GETs, however long the transcript. With
+        `revision`, the state saved at that revision: the checkpoint's log is its history.
         """
-        return logic.load(self._storage, self._id)
+        return logic.load(self._storage, self._id, revision)
 
     @operation
     def load_tail(self, count: int) -> Steps[logic.AgentTail]:

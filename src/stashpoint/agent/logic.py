@@ -11,7 +11,7 @@ store and a driver.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pydantic
@@ -325,11 +325,7 @@ def _read(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[Saved 
         if isinstance(stored, dict):
             stored["transcript_length"] = len(records)
             stored["transcript_start"] = head.next_record - len(records)
-        head_for_tail = LogHead(
-            log_id=head.log_id, version=head.version, next_record=head.next_record,
-            state=stored, kind=head.kind, schema_version=head.schema_version,
-            write_id=head.write_id, written_at=head.written_at, learned_at=head.learned_at,
-        )  # fmt: skip
+        head_for_tail = replace(head, state=stored)
         state, start = _state_from_log(checkpoint_id, head_for_tail, records, name)
     else:
         state, start = _state_from_log(checkpoint_id, head, records, name)
@@ -410,10 +406,38 @@ def save_saved(storage: AgentStorage, saved: Saved, state: AgentCheckpointState)
 # -- steps -----------------------------------------------------------------------------------
 
 
-def load(storage: AgentStorage, checkpoint_id: str) -> Steps[tuple[Envelope, AgentCheckpointState]]:
-    """Load and validate the latest typed agent state."""
-    saved = yield from load_saved(storage, checkpoint_id)
-    return saved.envelope(), saved.state
+def load(
+    storage: AgentStorage, checkpoint_id: str, revision: int | None = None
+) -> Steps[tuple[Envelope, AgentCheckpointState]]:
+    """Load and validate the latest typed agent state, or the one saved at `revision`."""
+    if revision is None:
+        saved = yield from load_saved(storage, checkpoint_id)
+        return saved.envelope(), saved.state
+    saved_at = yield from _read_version(storage, checkpoint_id, revision)
+    if saved_at is not None:
+        return saved_at.envelope(), saved_at.state
+    envelope = yield from storage.cas.load(checkpoint_id, revision)
+    return envelope, parse_state(envelope)
+
+
+def _read_version(storage: AgentStorage, checkpoint_id: str, version: int) -> Steps[Saved | None]:
+    """Return the save at log version `version` (None: no log); the log is its own history."""
+    if type(version) is not int or version < 0:
+        raise InvalidArgument(f"revision must be an int >= 0, not {version!r}")
+    try:
+        entries = yield from storage.logs.entries(checkpoint_id, 0, version)
+    except CheckpointNotFound as exc:
+        listing = yield from storage.logs.listing(checkpoint_id)
+        if listing.top is None:
+            return None
+        raise exc
+    head = LogHead.of(entries[-1])
+    start = _transcript_start(head)
+    records = [r for e in entries for r in e.records][start : head.next_record]
+    name = storage.logs.keys.entry(checkpoint_id, version)
+    state, start = _state_from_log(checkpoint_id, head, records, name)
+    run_id = entries[-1].extra.get("run_id")
+    return Saved(checkpoint_id, head, state, start, run_id if isinstance(run_id, str) else None)
 
 
 def create(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -126,6 +125,22 @@ def _since(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _agent_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
+    """Return the logs agent checkpoints keep their transcripts in (namespace `agents`)."""
+    from stashpoint.agent.logic import AgentStorage
+
+    storage = AgentStorage.of(stash.checkpoints._cas, stash.checkpoints._logs)
+    return stashpoint.LogStore(storage.logs, stash._execute)
+
+
+def _has_log(logs: stashpoint.LogStore, log_id: str) -> bool:
+    try:
+        logs.head(log_id)
+    except stashpoint.CheckpointNotFound:
+        return False
+    return True
+
+
 def _document(envelope: stashpoint.Envelope, hide: tuple[str, ...] = ()) -> dict[str, Any]:
     document = {"format": FORMAT, **envelope.model_dump(mode="json")}
     document["payload"] = redact(document["payload"], hide)
@@ -155,8 +170,15 @@ def show(
 ) -> None:
     """Show a checkpoint's envelope, decoded, as pretty JSON (secret fields hidden)."""
     with _open(url) as stash:
-        envelope = stash.checkpoints.load(checkpoint_id, revision)
+        if _has_log(_agent_logs(stash), checkpoint_id):
+            from stashpoint.agent import AgentCheckpoint
+
+            handle = AgentCheckpoint.existing(checkpoint_id, stash.checkpoints)
+            envelope = handle.load(revision)[0]
+        else:
+            envelope = stash.checkpoints.load(checkpoint_id, revision)
     document = _document(envelope, parse(hide, defaults=not no_redact))
+    document.pop("log", None)  # where the cursor stands in the log: not the checkpoint's
     if as_json:
         _emit(document)
         return
@@ -178,12 +200,17 @@ def list_checkpoints(
     A checkpoint that cannot be read is listed apart (and the rest still are).
     """
     with _open(url) as stash:
-        ids = stash.checkpoints.list_ids(prefix)
+        logs = _agent_logs(stash)
+        in_logs = set(logs.list_ids(prefix))
+        ids = sorted(in_logs | set(stash.checkpoints.list_ids(prefix)))
         infos = []
         unreadable: list[dict[str, str]] = []
         for checkpoint_id in ids[:limit]:
             try:
-                infos.append(stash.checkpoints.describe(checkpoint_id))
+                if checkpoint_id in in_logs:
+                    infos.append(_log_info(logs.head(checkpoint_id)))
+                else:
+                    infos.append(stash.checkpoints.describe(checkpoint_id))
             except stashpoint.CheckpointNotFound:
                 continue  # deleted since it was listed
             except StashpointError as exc:
@@ -211,6 +238,18 @@ def list_checkpoints(
         err.print(f"[yellow]unreadable[/] {escape(bad['id'])}: {escape(bad['error'])}")
 
 
+def _log_info(head: stashpoint.LogHead) -> stashpoint.CheckpointInfo:
+    run_id = head.extra.get("run_id")
+    return stashpoint.CheckpointInfo(
+        id=head.log_id,
+        kind=head.kind,
+        revision=head.version,
+        run_id=run_id if isinstance(run_id, str) else None,
+        stored_bytes=None,
+        updated_at=head.written_at,
+    )
+
+
 @app.command()
 def history(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
@@ -220,6 +259,10 @@ def history(
 ) -> None:
     """List a checkpoint's revisions, newest first (older ones even if the head is damaged)."""
     with _open(url) as stash:
+        logs = _agent_logs(stash)
+        if _has_log(logs, checkpoint_id):
+            _log_history(logs, checkpoint_id, limit, as_json)
+            return
         try:
             revisions = [stash.checkpoints.load(checkpoint_id)]
         except (stashpoint.InvalidPayload, stashpoint.UnsupportedFormat) as exc:
@@ -246,6 +289,35 @@ def history(
     for e, row in zip(revisions, rows, strict=True):
         table.add_row(str(e.revision), when(e.updated_at), e.write_id, str(row["payload_bytes"]))
     table.title = f"history of {escape(checkpoint_id)}"
+    out.print(table)
+
+
+def _log_history(logs: stashpoint.LogStore, log_id: str, limit: int | None, as_json: bool) -> None:
+    """Print a log's versions, newest first: each a save (the log is its own history)."""
+    top = logs.head(log_id).version
+    start = 0 if limit is None else max(0, top - limit + 1)
+    entries = list(reversed(logs.entries(log_id, start, top)))
+    rows = [
+        {
+            "revision": e.version,
+            "write_id": e.write_id,
+            "updated_at": e.written_at.isoformat(),
+            "records": len(e.records),
+            "record_bytes": len(pydantic_core.to_json(e.records)),
+        }
+        for e in entries
+    ]
+    if as_json:
+        _emit(rows)
+        return
+    table = Table(title=f"history of {escape(log_id)} (a log: each revision appended)")
+    for column in ("revision", "written", "write id", "records", "record bytes"):
+        table.add_column(column)
+    for e, row in zip(entries, rows, strict=True):
+        table.add_row(
+            str(e.version), when(e.written_at), e.write_id, str(row["records"]),
+            str(row["record_bytes"]),
+        )  # fmt: skip
     out.print(table)
 
 
@@ -304,10 +376,16 @@ def _diff_lines(changes: dict[str, Any]) -> list[dict[str, Any]]:
 
 @app.command()
 def export(
-    out_file: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
-    prefix: Annotated[str | None, typer.Option(help="Checkpoint ids starting with this.")] = None,
+    out_file: Annotated[
+        Path, typer.Option("--out", help="JSONL file to write (zstd-compressed if it ends .zst).")
+    ],
+    prefix: Annotated[
+        str | None, typer.Option(help="Checkpoints and logs whose id starts with this.")
+    ] = None,
     run: Annotated[list[str] | None, typer.Option(help="A run id (repeatable).")] = None,
-    with_history: Annotated[bool, typer.Option("--history", help="Older revisions too.")] = False,
+    with_history: Annotated[
+        bool, typer.Option("--history", help="Older revisions of envelope checkpoints too.")
+    ] = False,
     hide: Annotated[
         str | None,
         typer.Option("--redact", help="Field names to hide, comma-separated (none by default)."),
@@ -315,29 +393,53 @@ def export(
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """Export checkpoints (envelopes, transcripts included) and runs as JSONL.
+    """Export checkpoints, logs (agent transcripts) and runs as JSON Lines, streamed.
 
-    The file is created readable by its owner only (0600) and appears whole or not at all:
-    it is written beside its destination and renamed over it at the end, so a failed or
-    empty export never truncates an existing file. Unreadable checkpoints are skipped and
-    listed (exit status 1); everything readable is exported.
+    A log (an agent checkpoint's transcript, or one of `stash.logs`) is read a window of
+    sealed segments at a time, one line per version, so memory stays bounded however long
+    it is. `--out x.jsonl.zst` compresses. The file is created readable by its owner only
+    (0600) and appears whole or not at all: it is written beside its destination and
+    renamed over it at the end, so a failed or empty export never truncates an existing
+    file. Unreadable objects are skipped and listed (exit status 1).
     """
-    from rich.progress import Progress
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from stashpoint.cli.export import RUN_EXPORT_FORMAT, Sink, Tally, export_logs
 
     if prefix is None and not run:
         raise typer.BadParameter("give --prefix and/or --run")
     names = parse(hide, defaults=False)
-    written = 0
-    unreadable: list[str] = []
+    tally = Tally()
     target = out_file.expanduser()
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    sink = Sink(target)
     try:
-        with _open(url) as stash, os.fdopen(descriptor, "w", encoding="utf-8") as sink:
-            ids = stash.checkpoints.list_ids(prefix) if prefix is not None else []
-            with Progress(console=err, transient=True, disable=as_json) as progress:
-                task = progress.add_task("exporting", total=len(ids) + len(run or []))
-                for checkpoint_id in ids:
+        with _open(url) as stash:
+            agent_logs = _agent_logs(stash)
+            logs_by_namespace: list[tuple[str, stashpoint.LogStore, list[str]]] = []
+            envelope_ids: list[str] = []
+            total = len(run or [])
+            if prefix is not None:
+                for namespace, logs in (("agents", agent_logs), ("logs", stash.logs)):
+                    ids = logs.list_ids(prefix)
+                    logs_by_namespace.append((namespace, logs, ids))
+                    total += sum(_versions(logs, i) for i in ids)
+                in_logs = set(logs_by_namespace[0][2])
+                envelope_ids = [i for i in stash.checkpoints.list_ids(prefix) if i not in in_logs]
+                total += len(envelope_ids)
+            progress = Progress(
+                TextColumn("exporting"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("versions, envelopes and runs"), console=err, transient=True,
+                disable=as_json or not err.is_terminal,
+            )  # fmt: skip
+            with progress:
+                task = progress.add_task("exporting", total=total)
+
+                def advance(count: int) -> None:
+                    progress.advance(task, count)
+
+                for namespace, logs, ids in logs_by_namespace:
+                    export_logs(sink, logs, namespace, ids, names, tally, advance)
+                for checkpoint_id in envelope_ids:
                     try:
                         envelopes = [stash.checkpoints.load(checkpoint_id)]
                         if with_history:
@@ -345,35 +447,40 @@ def export(
                     except stashpoint.CheckpointNotFound:
                         envelopes = []  # deleted since it was listed
                     except StashpointError as exc:
-                        unreadable.append(f"{checkpoint_id}: {exc}")
+                        tally.unreadable.append(f"{checkpoint_id}: {exc}")
                         envelopes = []
                     for envelope in envelopes:
-                        line = _document(envelope, names)
-                        sink.write(json.dumps(line, ensure_ascii=False) + "\n")
-                        written += 1
-                    progress.advance(task)
+                        sink.write(_document(envelope, names))
+                        tally.lines += 1
+                    advance(1)
                 for run_id in run or []:
                     state = stash.runs.load_run(run_id)
                     if state is None:
                         raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
                     dumped = redact(state.model_dump(mode="json"), names)
-                    line = {"format": "stashpoint.run-export/1", **dumped}
-                    sink.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    written += 1
-                    progress.advance(task)
-        if written == 0 and target.exists():
+                    sink.write({"format": RUN_EXPORT_FORMAT, **dumped})
+                    tally.lines += 1
+                    advance(1)
+        if tally.lines == 0 and target.exists():
             raise typer.BadParameter(f"nothing matched: {target} is left as it was")
-        os.replace(partial, target)
+        sink.commit()
     finally:
-        partial.unlink(missing_ok=True)
+        sink.close()
     if as_json:
-        _emit({"file": str(target), "records": written, "unreadable": unreadable})
+        _emit({"file": str(target), "records": tally.lines, "unreadable": tally.unreadable})
     else:
-        out.print(f"wrote {written} records to {escape(str(target))}")
-        for problem in unreadable:
+        out.print(f"wrote {tally.lines} records to {escape(str(target))}")
+        for problem in tally.unreadable:
             err.print(f"[yellow]skipped, unreadable:[/] {escape(problem)}")
-    if unreadable:
+    if tally.unreadable:
         raise typer.Exit(1)
+
+
+def _versions(logs: stashpoint.LogStore, log_id: str) -> int:
+    try:
+        return logs.head(log_id).version + 1
+    except StashpointError:
+        return 0  # reported when it is exported
 
 
 @app.command()

