@@ -38,7 +38,14 @@ def _worker_policy(*, with_kms: bool) -> dict[str, Any]:
         {
             "Sid": "StashObjects",
             "Effect": "Allow",
-            "Action": ["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject"],
+            "Action": [
+                "s3:GetObject",
+                "s3:GetObjectVersion",
+                "s3:PutObject",
+                "s3:DeleteObject",
+                # `restore()` / `stashpoint restore` bring archived segments back.
+                "s3:RestoreObject",
+            ],
             "Resource": _bucket_arn("/${Prefix}/*"),
         },
         {
@@ -57,9 +64,10 @@ def _worker_policy(*, with_kms: bool) -> dict[str, Any]:
             "Condition": {"StringLike": {"s3:prefix": [{"Fn::Sub": "${Prefix}/*"}]}},
         },
         {
-            "Sid": "ReadVersioning",
+            "Sid": "ReadVersioningAndLifecycle",
             "Effect": "Allow",
-            "Action": "s3:GetBucketVersioning",
+            # `stashpoint doctor` reports both.
+            "Action": ["s3:GetBucketVersioning", "s3:GetLifecycleConfiguration"],
             "Resource": _bucket_arn(),
         },
         {
@@ -139,12 +147,28 @@ def template() -> dict[str, Any]:
                 "Description": "Days before older revisions are deleted "
                 "(must exceed NoncurrentArchiveDays).",
             },
+            "SealedArchiveDays": {
+                "Type": "Number",
+                "Default": 90,
+                "MinValue": 0,
+                "Description": "Days before sealed log segments (agent transcripts, logs) move "
+                "to SealedArchiveClass; 0 keeps them in the standard tier. Heads and recent "
+                "entries always stay hot.",
+            },
+            "SealedArchiveClass": {
+                "Type": "String",
+                "Default": "GLACIER",
+                "AllowedValues": ["GLACIER_IR", "GLACIER", "DEEP_ARCHIVE", "STANDARD_IA"],
+                "Description": "Storage class of archived sealed segments (GLACIER and "
+                "DEEP_ARCHIVE must be restored before reading: stashpoint restore ID).",
+            },
         },
         "Conditions": {
             "HasBucketName": {"Fn::Not": [{"Fn::Equals": [{"Ref": "BucketName"}, ""]}]},
             "HasTableName": {"Fn::Not": [{"Fn::Equals": [{"Ref": "TableName"}, ""]}]},
             "UseKms": {"Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]},
             "HasAccessLogs": {"Fn::Not": [{"Fn::Equals": [{"Ref": "AccessLogBucket"}, ""]}]},
+            "ArchivesSealed": {"Fn::Not": [{"Fn::Equals": [{"Ref": "SealedArchiveDays"}, 0]}]},
         },
         "Resources": {
             "CheckpointBucket": {
@@ -199,7 +223,25 @@ def template() -> dict[str, Any]:
                                     "NoncurrentDays": {"Ref": "NoncurrentExpireDays"}
                                 },
                                 "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7},
-                            }
+                            },
+                            _if(
+                                "ArchivesSealed",
+                                {
+                                    # Sealed segments are immutable and never read on the hot
+                                    # path (resumes read the newest objects): archive them by
+                                    # prefix, while heads and entries stay in standard.
+                                    "Id": "archive-sealed-log-segments",
+                                    "Status": "Enabled",
+                                    "Prefix": {"Fn::Sub": "${Prefix}/sealed/"},
+                                    "Transitions": [
+                                        {
+                                            "StorageClass": {"Ref": "SealedArchiveClass"},
+                                            "TransitionInDays": {"Ref": "SealedArchiveDays"},
+                                        }
+                                    ],
+                                },
+                                NO_VALUE,
+                            ),
                         ]
                     },
                 },

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from stashpoint.errors import (
     AmbiguousResume,
+    ArchivedObject,
     AttemptNotFound,
     CheckpointConflict,
     CheckpointNotFound,
@@ -93,6 +94,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AmbiguousResume",
+    "ArchivedObject",
     "AsyncLogStore",
     "AsyncRunStore",
     "AsyncStash",

@@ -22,6 +22,7 @@ from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
+    GetLifecycle,
     GetObject,
     ListVersions,
     Match,
@@ -89,6 +90,7 @@ def diagnose(layout: Layout, has_index: bool) -> Steps[list[Check]]:
     except StashpointError as exc:
         checks.append(Check("storage", Status.FAIL, f"unreachable or refusing: {exc}"))
     checks.append((yield from _cleanup(key)))
+    checks.append((yield from _lifecycle(layout)))
     if has_index:
         checks += yield from _index()
     else:
@@ -165,6 +167,50 @@ def _cleanup(key: str) -> Steps[Check]:
     if remaining or left is not None:
         return Check("cleanup", Status.WARN, f"probe {key} could not be fully removed")
     return Check("cleanup", Status.PASS, "probe and all its versions removed")
+
+
+_MUST_RESTORE = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+"""Storage classes whose objects cannot be read until restored."""
+_HOT = ("checkpoints/", "runs/", "agents/", "logs/", "blobs/")
+"""Namespaces read on every resume: archiving them would break loads."""
+
+
+def _lifecycle(layout: Layout) -> Steps[Check]:
+    """Report the lifecycle rules that touch the stash; fail one that archives hot objects."""
+    try:
+        rules = yield from ask(GetLifecycle())
+    except StashpointError as exc:
+        return Check("lifecycle", Status.WARN, f"could not be read: {exc}")
+    if rules is None:
+        return Check("lifecycle", Status.PASS, "none here: every object stays where it is")
+    base = f"{layout.prefix}/" if layout.prefix else ""
+    hot = [base + namespace for namespace in _HOT]
+    said: list[str] = []
+    for rule in rules:
+        if not rule.enabled or not (rule.prefix.startswith(base) or base.startswith(rule.prefix)):
+            continue
+        covers_hot = [h for h in hot if h.startswith(rule.prefix) or rule.prefix.startswith(h)]
+        archiving = [c for _, c in rule.transitions if c in _MUST_RESTORE]
+        if covers_hot and archiving:
+            return Check(
+                "lifecycle",
+                Status.FAIL,
+                f"rule {rule.rule_id!r} moves current objects under {rule.prefix or 'the bucket'}"
+                f" to {archiving[0]}: heads and recent log entries would need a restore before "
+                f"every resume; limit it to {layout.namespace_prefix('sealed')}",
+            )
+        for days, storage_class in rule.transitions:
+            said.append(f"{rule.prefix or 'everything'} -> {storage_class} after {days} d")
+        for days, storage_class in rule.noncurrent_transitions:
+            said.append(f"older revisions -> {storage_class} after {days} d")
+    if not said:
+        return Check(
+            "lifecycle",
+            Status.PASS,
+            "no transitions: sealed log segments stay in the standard tier (see infra/ to "
+            "archive them after N days)",
+        )
+    return Check("lifecycle", Status.PASS, "; ".join(said))
 
 
 def _index() -> Steps[list[Check]]:

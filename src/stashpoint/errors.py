@@ -41,6 +41,8 @@ class ErrorKind(StrEnum):
     """None of the above (the root error's kind; every error raised has a narrower one)."""
     UNSAFE_STORAGE = "unsafe_storage"
     """Storage holds something stashpoint refuses to follow (a symlink inside the store)."""
+    ARCHIVED = "archived"
+    """The object sits in an archive storage class: restore it before reading it."""
 
 
 class StashpointError(Exception):
@@ -156,6 +158,15 @@ class UnsafeStorage(StashpointError):
     """
 
     kind = ErrorKind.UNSAFE_STORAGE
+
+
+class ArchivedObject(StashpointError):
+    """An object is in an archive tier (S3 Glacier, Deep Archive): it must be restored first.
+
+    The message names the command that restores it (`stashpoint restore ID`).
+    """
+
+    kind = ErrorKind.ARCHIVED
 
 
 class RunNotFound(StashpointError):

@@ -134,3 +134,24 @@ def test_table_encryption_follows_the_kms_key_and_access_logs_are_optional() -> 
     assert sse["Fn::If"][0] == "UseKms" and sse["Fn::If"][1]["SSEType"] == "KMS"
     logging = template["Resources"]["CheckpointBucket"]["Properties"]["LoggingConfiguration"]
     assert logging["Fn::If"][0] == "HasAccessLogs"
+
+
+def test_sealed_segments_archive_by_prefix_and_workers_may_restore_them() -> None:
+    template = _generator().template()
+    rules = template["Resources"]["CheckpointBucket"]["Properties"]["LifecycleConfiguration"]
+    sealed = rules["Rules"][1]["Fn::If"]
+    assert sealed[0] == "ArchivesSealed" and sealed[2] == {"Ref": "AWS::NoValue"}
+    rule = sealed[1]
+    assert rule["Prefix"] == {"Fn::Sub": "${Prefix}/sealed/"}  # heads and entries stay hot
+    assert rule["Transitions"] == [
+        {"StorageClass": {"Ref": "SealedArchiveClass"},
+         "TransitionInDays": {"Ref": "SealedArchiveDays"}}
+    ]  # fmt: skip
+    statements = {
+        s["Sid"]: s
+        for s in template["Resources"]["WorkerPolicy"]["Properties"]["PolicyDocument"]["Fn::If"][1][
+            "Statement"
+        ]
+    }
+    assert "s3:RestoreObject" in statements["StashObjects"]["Action"]
+    assert "s3:GetLifecycleConfiguration" in statements["ReadVersioningAndLifecycle"]["Action"]

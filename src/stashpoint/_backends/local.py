@@ -57,6 +57,7 @@ from stashpoint.errors import (
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
+    GetLifecycle,
     GetObject,
     HeadObject,
     KeyPage,
@@ -66,6 +67,8 @@ from stashpoint.stores.objects import (
     ObjectInfo,
     ObjectRequest,
     PutObject,
+    RestoreObject,
+    RestoreState,
     VersionRef,
     WriteOutcome,
     WriteResult,
@@ -163,6 +166,10 @@ class LocalTransport:
                         if lock_fd is not None:
                             self._settle_pending(lock_fd, key)
                         return self._versions(lock_fd, key)
+                case RestoreObject():
+                    return RestoreState.NOT_ARCHIVED  # no archive tier here
+                case GetLifecycle():
+                    return None
                 case ListKeys(prefix, token, page_size, start_after):
                     return self._list(prefix, max(token or "", start_after or ""), page_size)
         except OSError as exc:

@@ -16,6 +16,7 @@ from stashpoint.errors import LimitExceeded
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
+    GetLifecycle,
     GetObject,
     HeadObject,
     KeyPage,
@@ -25,6 +26,8 @@ from stashpoint.stores.objects import (
     ObjectInfo,
     ObjectRequest,
     PutObject,
+    RestoreObject,
+    RestoreState,
     VersionRef,
     WriteOutcome,
     WriteResult,
@@ -76,6 +79,10 @@ class MemoryTransport:
                         VersionRef(v.version_id, i == 0, v.body is None)
                         for i, v in enumerate(reversed(self._objects.get(key, [])))
                     ]
+                case RestoreObject():
+                    return RestoreState.NOT_ARCHIVED  # no archive tier here
+                case GetLifecycle():
+                    return None
                 case ListKeys(prefix, token, page_size, start_after):
                     after = max(token or "", start_after or "")
                     keys = sorted(

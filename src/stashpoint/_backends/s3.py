@@ -27,20 +27,29 @@ from stashpoint._backends.aws import (
     AwsTransport,
     setup_error,
 )
-from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavailable
+from stashpoint.errors import (
+    ArchivedObject,
+    ConfigurationError,
+    StashpointError,
+    StorageUnavailable,
+)
 from stashpoint.steps import Steps, ask
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
+    GetLifecycle,
     GetObject,
     HeadObject,
     KeyPage,
+    LifecycleRule,
     ListKeys,
     ListVersions,
     Match,
     ObjectInfo,
     ObjectRequest,
     PutObject,
+    RestoreObject,
+    RestoreState,
     VersionRef,
     WriteOutcome,
     WriteResult,
@@ -162,10 +171,22 @@ def _classify_write(exc: Exception, key: str) -> WriteResult:
     return WriteResult(WriteOutcome.AMBIGUOUS, detail=f"{type(exc).__name__}: {exc}")
 
 
+_ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+"""Storage classes whose objects must be restored before a GET (Glacier Instant Retrieval
+and the Intelligent-Tiering access tiers read directly)."""
+
+
 def _read_failed(exc: Exception, key: str) -> StashpointError:
     if isinstance(exc, StashpointError):
         return exc  # already typed (an object refused from its size)
     if isinstance(exc, botocore.exceptions.ClientError):
+        code, _ = _error_code(exc)
+        if code == "InvalidObjectState":
+            return ArchivedObject(
+                "object is in an archive storage class; restore it with `stashpoint restore "
+                "ID` (the checkpoint or log id), then read it again",
+                object_name=key,
+            )
         return _definite_error(exc, key)
     if isinstance(exc, NEVER_SENT):
         return setup_error(exc, key)
@@ -242,7 +263,70 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             return KeyPage(keys, more or None, modified)
         case ListVersions(key):
             return (yield from _list_versions(key, bucket))
+        case RestoreObject():
+            return (yield from _restore(request, bucket))
+        case GetLifecycle():
+            return (yield from _lifecycle(bucket))
     raise TypeError(f"S3 storage cannot execute {request!r}")
+
+
+def _restore(request: RestoreObject, bucket: str) -> Steps[RestoreState]:
+    """Request a restore unless one is under way or done; return where the object stands."""
+    params: dict[str, Any] = {"Bucket": bucket, "Key": request.key}
+    if request.version_id is not None:
+        params["VersionId"] = request.version_id
+    try:
+        head = yield from ask(AwsCall("head_object", params))
+    except Exception as exc:
+        raise _read_failed(exc, request.key) from exc
+    ongoing = str(head.get("Restore") or "")
+    if head.get("StorageClass") not in _ARCHIVE_CLASSES:
+        return RestoreState.NOT_ARCHIVED
+    if 'ongoing-request="false"' in ongoing:
+        return RestoreState.RESTORED
+    if 'ongoing-request="true"' in ongoing:
+        return RestoreState.IN_PROGRESS
+    restore = {"Days": request.days, "GlacierJobParameters": {"Tier": request.tier}}
+    try:
+        yield from ask(AwsCall("restore_object", {**params, "RestoreRequest": restore}))
+    except Exception as exc:
+        if isinstance(exc, botocore.exceptions.ClientError):
+            code, _ = _error_code(exc)
+            if code == "RestoreAlreadyInProgress":
+                return RestoreState.IN_PROGRESS
+        raise _read_failed(exc, request.key) from exc
+    return RestoreState.STARTED
+
+
+def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
+    try:
+        response = yield from ask(AwsCall("get_bucket_lifecycle_configuration", {"Bucket": bucket}))
+    except Exception as exc:
+        if isinstance(exc, botocore.exceptions.ClientError):
+            code, _ = _error_code(exc)
+            if code == "NoSuchLifecycleConfiguration":
+                return []
+        raise _read_failed(exc, bucket) from exc
+    rules = []
+    for rule in response.get("Rules", []):
+        found = rule.get("Filter") or {}
+        prefix = found.get("Prefix", (found.get("And") or {}).get("Prefix", rule.get("Prefix", "")))
+        rules.append(
+            LifecycleRule(
+                rule_id=str(rule.get("ID", "")),
+                prefix=str(prefix or ""),
+                enabled=rule.get("Status") == "Enabled",
+                transitions=tuple(
+                    (int(t.get("Days", 0)), str(t.get("StorageClass")))
+                    for t in rule.get("Transitions", [])
+                ),
+                noncurrent_transitions=tuple(
+                    (int(t.get("NoncurrentDays", 0)), str(t.get("StorageClass")))
+                    for t in rule.get("NoncurrentVersionTransitions", [])
+                ),
+            )
+        )
+    return rules
 
 
 def _put_params(request: PutObject, settings: S3Settings) -> dict[str, Any]:

@@ -75,6 +75,7 @@ HINTS = {
     "revisions may be intact (stashpoint history ID, stashpoint show ID --revision N)",
     ErrorKind.UNSAFE_STORAGE: "remove the symlink from the store folder",
     ErrorKind.INVALID_ARGUMENT: "check the command's arguments (--help)",
+    ErrorKind.ARCHIVED: "restore it first: stashpoint restore ID (then run this again)",
 }
 """What to do next, per error kind."""
 
@@ -481,6 +482,56 @@ def _versions(logs: stashpoint.LogStore, log_id: str) -> int:
         return logs.head(log_id).version + 1
     except StashpointError:
         return 0  # reported when it is exported
+
+
+@app.command()
+def restore(
+    checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint or log id.")],
+    days: Annotated[int, typer.Option(help="Days the restored copies stay.", min=1)] = 7,
+    tier: Annotated[
+        str, typer.Option(help="Retrieval tier: expedited, standard or bulk.")
+    ] = "standard",
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Restore a checkpoint's or log's archived objects (S3 Glacier tiers) so they read.
+
+    Requests a restore of every archived sealed segment of an agent checkpoint or log (or
+    of every archived old revision of an envelope checkpoint); run it again to see how far
+    the restores are. Objects still in the standard tier are left alone.
+    """
+    from stashpoint.stores.objects import RESTORE_TIERS
+
+    chosen = next((t for t in RESTORE_TIERS if t.lower() == tier.lower()), tier)
+    with _open(url) as stash:
+        agent_logs = _agent_logs(stash)
+        if _has_log(agent_logs, checkpoint_id):
+            what, report = "agent checkpoint log", agent_logs.restore(checkpoint_id, days, chosen)
+        elif _has_log(stash.logs, checkpoint_id):
+            what, report = "log", stash.logs.restore(checkpoint_id, days, chosen)
+        else:
+            what = "checkpoint revisions"
+            report = stash.checkpoints.restore(checkpoint_id, days, chosen)
+    if as_json:
+        _emit({"id": checkpoint_id, "what": what, "readable": report.readable,
+               **dataclasses.asdict(report)})  # fmt: skip
+        return
+    table = Table(title=f"restore {escape(checkpoint_id)} ({what}, {report.objects} objects)")
+    for column in ("not archived", "restored", "in progress", "requested now"):
+        table.add_column(column)
+    table.add_row(
+        str(report.not_archived), str(report.restored), str(report.in_progress),
+        str(report.started),
+    )  # fmt: skip
+    out.print(table)
+    if report.readable:
+        out.print("every object is readable now")
+    else:
+        out.print(
+            f"{report.started + report.in_progress} restore(s) under way ({chosen}: Glacier "
+            "takes minutes to hours, Deep Archive up to 48 hours); run this again to see "
+            "progress"
+        )
 
 
 @app.command()

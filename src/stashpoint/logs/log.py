@@ -34,6 +34,7 @@ from typing import Any
 from stashpoint.codec import Codec
 from stashpoint.envelope import MAX_REVISION, utc_now
 from stashpoint.errors import (
+    ArchivedObject,
     CheckpointConflict,
     CheckpointNotFound,
     InvalidPayload,
@@ -73,7 +74,11 @@ from stashpoint.stores.objects import (
     ListKeys,
     ObjectInfo,
     PutObject,
+    RestoreObject,
+    RestoreReport,
+    RestoreState,
     WriteOutcome,
+    check_restore,
 )
 
 DEFAULT_DELETE_AFTER = timedelta(hours=1)
@@ -282,7 +287,15 @@ class LogSteps:
         entries: list[LogEntry] = []
         for start in range(0, len(sources), _FETCH_BATCH):
             window = sources[start : start + _FETCH_BATCH]
-            infos = yield from ask(Parallel(tuple(self._get(s.key) for s in window)))
+            try:
+                infos = yield from ask(Parallel(tuple(self._get(s.key) for s in window)))
+            except ArchivedObject as exc:
+                raise ArchivedObject(
+                    f"log {log_id!r} has sealed segments in an archive storage class: run "
+                    f"`stashpoint restore {log_id}` (or `restore()`), wait for it, then read "
+                    "again",
+                    object_name=exc.object_name,
+                ) from exc
             for source, info in zip(window, infos, strict=True):
                 if info is None:
                     raise _Vanished(source.key)
@@ -627,6 +640,23 @@ class LogSteps:
         if doomed:
             yield from ask(Parallel(tuple(DeleteObject(k) for k in doomed)))
         return len(doomed)
+
+    def restore(self, log_id: str, days: int, tier: str) -> Steps[RestoreReport]:
+        """Ask for every archived sealed segment of a log to be restored for `days`.
+
+        Entries are never archived (lifecycle rules match the sealed prefix only). Asking
+        again reports progress: a restore under way or done is not requested twice.
+        """
+        check_restore(days, tier)
+        listing = yield from self.listing(log_id)
+        if listing.top is None:
+            raise CheckpointNotFound("no log with this id", object_name=log_id)
+        keys = sorted(listing.segments.values())
+        states: list[RestoreState] = []
+        for start in range(0, len(keys), _FETCH_BATCH):
+            batch = keys[start : start + _FETCH_BATCH]
+            states += yield from ask(Parallel(tuple(RestoreObject(k, days, tier) for k in batch)))
+        return RestoreReport.of(states)
 
     def delete(self, log_id: str) -> Steps[int]:
         """Delete every object of a log (entries first, then segments); return how many."""

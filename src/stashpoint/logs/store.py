@@ -12,6 +12,7 @@ from typing import Any
 from stashpoint.logs.format import LogEntry
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.steps import Steps
+from stashpoint.stores.objects import RestoreReport
 from stashpoint.twins import Awaiting, Blocking, operation
 
 
@@ -76,6 +77,15 @@ class _LogApi:
         Appends seal on their own; this is for maintenance (`stashpoint gc`).
         """
         return self._logs.seal(log_id)
+
+    @operation
+    def restore(self, log_id: str, days: int = 7, tier: str = "Standard") -> Steps[RestoreReport]:
+        """Restore the log's archived sealed segments for `days`; call again for progress.
+
+        `tier`: `Expedited`, `Standard` or `Bulk` (S3 Glacier retrieval tiers). Reading an
+        archived segment raises `ArchivedObject` until its restore is done.
+        """
+        return self._logs.restore(log_id, days, tier)
 
     @operation
     def delete(self, log_id: str) -> Steps[int]:

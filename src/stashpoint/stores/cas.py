@@ -22,6 +22,7 @@ from typing import Any
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH, CheckpointInfo, Envelope
 from stashpoint.errors import (
+    ArchivedObject,
     CheckpointConflict,
     CheckpointNotFound,
     InvalidPayload,
@@ -30,7 +31,7 @@ from stashpoint.errors import (
 )
 from stashpoint.ids import validate_id
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Sleep, Steps, ask
+from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
     Create,
@@ -42,7 +43,11 @@ from stashpoint.stores.objects import (
     Match,
     ObjectInfo,
     PutObject,
+    RestoreObject,
+    RestoreReport,
+    RestoreState,
     WriteOutcome,
+    check_restore,
 )
 
 META_KIND = "stashpoint-kind"
@@ -246,6 +251,34 @@ class CompareAndSwap:
         # Larger objects are refused from their size, before their body is downloaded.
         return GetObject(key, version_id, self.codec.limits.max_compressed_bytes)
 
+    def _get_version(self, key: str, object_id: str, version_id: str) -> Steps[ObjectInfo | None]:
+        """Read an older revision; one moved to an archive tier names the restore command."""
+        try:
+            return (yield from ask(self._get(key, version_id)))
+        except ArchivedObject as exc:
+            raise ArchivedObject(
+                f"older revisions of {object_id!r} are in an archive storage class: run "
+                f"`stashpoint restore {object_id}` (or `restore()`), wait for it, then read "
+                "again",
+                object_name=key,
+            ) from exc
+
+    def restore(self, object_id: str, days: int, tier: str) -> Steps[RestoreReport]:
+        """Ask for every archived stored version of a checkpoint to be restored for `days`."""
+        check_restore(days, tier)
+        key = self.key(object_id)
+        versions = yield from ask(ListVersions(key))
+        live = [v for v in versions if not v.is_delete_marker]
+        if not live:
+            raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
+        states: list[RestoreState] = []
+        for start in range(0, len(live), 256):
+            batch = live[start : start + 256]
+            states += yield from ask(
+                Parallel(tuple(RestoreObject(key, days, tier, v.version_id) for v in batch))
+            )
+        return RestoreReport.of(states)
+
     def load(self, object_id: str, revision: int | None = None) -> Steps[Envelope]:
         """Return the head envelope, or the given older revision (searched in history).
 
@@ -276,7 +309,7 @@ class CompareAndSwap:
         for version in versions:
             if version.is_delete_marker or version.is_latest:
                 continue
-            old = yield from ask(self._get(key, version.version_id))
+            old = yield from self._get_version(key, object_id, version.version_id)
             if old is None:
                 continue
             candidate = yield from self._decode(old, key, object_id)
@@ -543,7 +576,7 @@ class CompareAndSwap:
                 continue
             if limit is not None and len(envelopes) >= limit:
                 break
-            info = yield from ask(self._get(key, version.version_id))
+            info = yield from self._get_version(key, object_id, version.version_id)
             if info is None:
                 continue
             candidate = yield from self._decode(info, key, object_id)

@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Protocol
 
+from stashpoint.errors import InvalidArgument
 from stashpoint.steps import Request
 
 
@@ -188,7 +189,109 @@ class ListKeys(Request["KeyPage"]):
     """Only keys after this one (ascending), for resuming a walk."""
 
 
-ObjectRequest = GetObject | HeadObject | PutObject | DeleteObject | ListVersions | ListKeys
+class RestoreState(Enum):
+    """Where an object stands with respect to the archive tiers."""
+
+    NOT_ARCHIVED = "not_archived"
+    """The object is readable as it is (or the backend has no archive tier)."""
+    STARTED = "started"
+    """A restore was requested just now."""
+    IN_PROGRESS = "in_progress"
+    """A restore is under way (Glacier: minutes to hours; Deep Archive: up to 48 hours)."""
+    RESTORED = "restored"
+    """A restored copy is readable until it expires."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """Where the archived objects of one checkpoint or log stand (`restore`)."""
+
+    objects: int
+    """Objects looked at."""
+    not_archived: int
+    """Readable as they are."""
+    started: int
+    """Restores requested by this call."""
+    in_progress: int
+    """Restores requested earlier and still under way."""
+    restored: int
+    """Restored copies, readable now."""
+
+    @classmethod
+    def of(cls, states: list[RestoreState]) -> RestoreReport:
+        """Count `states`."""
+        return cls(
+            objects=len(states),
+            not_archived=states.count(RestoreState.NOT_ARCHIVED),
+            started=states.count(RestoreState.STARTED),
+            in_progress=states.count(RestoreState.IN_PROGRESS),
+            restored=states.count(RestoreState.RESTORED),
+        )
+
+    @property
+    def readable(self) -> bool:
+        """Whether every object can be read now."""
+        return self.started == 0 and self.in_progress == 0
+
+
+RESTORE_TIERS = ("Expedited", "Standard", "Bulk")
+"""S3's retrieval tiers, fastest (and dearest) first."""
+
+
+def check_restore(days: int, tier: str) -> None:
+    """Refuse restore arguments S3 would refuse, before any request."""
+    if type(days) is not int or not 1 <= days <= 36500:
+        raise InvalidArgument(f"days must be an int from 1 to 36500, not {days!r}")
+    if tier not in RESTORE_TIERS:
+        raise InvalidArgument(f"tier must be one of {', '.join(RESTORE_TIERS)}, not {tier!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreObject(Request["RestoreState"]):
+    """Request: make an archived object readable for `days` (S3 RestoreObject).
+
+    Result: the object's `RestoreState`; a restore is requested only when none is under way
+    or done, so asking again reports progress.
+    """
+
+    key: str
+    """Object key."""
+    days: int
+    """How long the restored copy stays readable."""
+    tier: str = "Standard"
+    """Retrieval tier: `Expedited`, `Standard` or `Bulk`."""
+    version_id: str | None = None
+    """A specific version (an old revision of an envelope checkpoint)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleRule:
+    """One bucket lifecycle rule, as far as stashpoint cares."""
+
+    rule_id: str
+    """The rule's id."""
+    prefix: str
+    """The key prefix it applies to ('' for the whole bucket)."""
+    enabled: bool
+    """Whether it is enabled."""
+    transitions: tuple[tuple[int, str], ...]
+    """(days, storage class) of current versions."""
+    noncurrent_transitions: tuple[tuple[int, str], ...]
+    """(days, storage class) of noncurrent versions."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetLifecycle(Request["list[LifecycleRule] | None"]):
+    """Request: the bucket's lifecycle rules.
+
+    Result: the rules, None where the backend has no lifecycle (memory, local folder).
+    """
+
+
+ObjectRequest = (
+    GetObject | HeadObject | PutObject | DeleteObject | ListVersions | ListKeys | RestoreObject
+    | GetLifecycle
+)  # fmt: skip
 """Every request an object transport executes."""
 
 

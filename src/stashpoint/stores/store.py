@@ -13,6 +13,7 @@ from typing import Any
 from stashpoint.envelope import CheckpointInfo, Envelope
 from stashpoint.steps import Steps
 from stashpoint.stores.cas import CompareAndSwap
+from stashpoint.stores.objects import RestoreReport
 from stashpoint.twins import Awaiting, Blocking, operation
 
 
@@ -65,6 +66,18 @@ class _StoreApi:
         single writer updates with one PUT and no GET; a lost race loads the fresh head.
         """
         return self._cas.update(checkpoint_id, mutate, max_attempts=max_attempts, known=known)
+
+    @operation
+    def restore(
+        self, checkpoint_id: str, days: int = 7, tier: str = "Standard"
+    ) -> Steps[RestoreReport]:
+        """Restore the checkpoint's archived revisions for `days`; call again for progress.
+
+        A bucket lifecycle may move old revisions to an archive tier; reading one then
+        raises `ArchivedObject` until its restore is done. `tier`: `Expedited`,
+        `Standard` or `Bulk`. Raises `ConfigurationError` where storage keeps no versions.
+        """
+        return self._cas.restore(checkpoint_id, days, tier)
 
     @operation
     def delete(self, checkpoint_id: str, expected_revision: int | None = None) -> Steps[None]:

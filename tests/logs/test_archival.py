@@ -1,0 +1,115 @@
+"""Archived sealed segments: a typed error naming the restore command, then a restore.
+
+moto (in-process) plays S3's archive tiers: a GET of a GLACIER object is refused with
+`InvalidObjectState` until `RestoreObject` has run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+import stashpoint
+from stashpoint import ArchivedObject, ErrorKind
+from stashpoint.logs import SEGMENT_SPAN
+from stashpoint.stores.objects import GetLifecycle
+from tests.cli.test_cli import cli
+
+
+def _archive(url: str, key: str) -> None:
+    bucket = url.removeprefix("s3://").split("/")[0]
+    client = boto3.client("s3", region_name="us-east-1")
+    client.copy_object(
+        Bucket=bucket, Key=key, CopySource={"Bucket": bucket, "Key": key},
+        StorageClass="GLACIER", MetadataDirective="COPY",
+    )  # fmt: skip
+
+
+def test_an_archived_segment_names_the_restore_and_reads_once_restored(
+    s3_moto_url: tuple[str, dict[str, Any]],
+) -> None:
+    url, options = s3_moto_url
+    with stashpoint.open(url, **options) as stash:
+        head = None
+        for v in range(SEGMENT_SPAN + 2):
+            head = stash.logs.append("kept", [v], after=head, state={"v": v})
+        segment = stash.logs._logs.keys.segment("kept", 0)
+        _archive(url, segment)
+        with pytest.raises(ArchivedObject, match="stashpoint restore kept") as info:
+            stash.logs.records("kept")
+        assert info.value.kind is ErrorKind.ARCHIVED and info.value.object_name == segment
+        assert stash.logs.tail("kept", 1)[1] == [SEGMENT_SPAN + 1]  # the hot end still reads
+        report = stash.logs.restore("kept", days=2, tier="Bulk")
+        assert (report.objects, report.started) == (1, 1) and not report.readable
+        again = stash.logs.restore("kept", days=2, tier="Bulk")  # progress, not a second ask
+        assert again.started == 0 and again.restored + again.in_progress == 1
+        assert again.restored == 1  # moto restores at once; S3 takes minutes to hours
+        assert stash.logs.records("kept") == list(range(SEGMENT_SPAN + 2))
+        with pytest.raises(stashpoint.InvalidArgument):
+            stash.logs.restore("kept", days=0)
+        with pytest.raises(stashpoint.InvalidArgument):
+            stash.logs.restore("kept", tier="Instant")
+
+
+def test_lifecycle_rules_are_read_from_s3_and_absent_locally(
+    s3_moto_url: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    url, options = s3_moto_url
+    bucket = url.removeprefix("s3://").split("/")[0]
+    boto3.client("s3", region_name="us-east-1").put_bucket_lifecycle_configuration(
+        Bucket=bucket,
+        LifecycleConfiguration={"Rules": [{
+            "ID": "archive-sealed", "Status": "Enabled", "Filter": {"Prefix": "p/sealed/"},
+            "Transitions": [{"Days": 90, "StorageClass": "GLACIER"}],
+        }]},
+    )  # fmt: skip
+    with stashpoint.open(url, **options) as stash:
+        [rule] = stash._transport.execute(GetLifecycle())
+    assert (rule.prefix, rule.transitions, rule.enabled) == ("p/sealed/", ((90, "GLACIER"),), True)
+    with stashpoint.open(f"local://{tmp_path}") as local:
+        assert local._transport.execute(GetLifecycle()) is None
+
+
+def test_restore_command_reports_what_it_found(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        head = None
+        for v in range(SEGMENT_SPAN + 1):
+            head = stash.logs.append("plain", [v], after=head)
+    report = json.loads(cli("restore", "plain", "--json", url=url).stdout)
+    assert report["what"] == "log" and report["objects"] == 1 and report["readable"]
+    assert report["not_archived"] == 1
+    missing = cli("restore", "nothing-here", url=url, check=False)
+    assert missing.returncode == 3  # not found
+
+
+@pytest.mark.parametrize(
+    ("prefix", "storage_class", "verdict"),
+    [
+        ("{p}/sealed/", "GLACIER", "pass"),  # what infra/ deploys
+        ("{p}/", "GLACIER", "fail"),  # heads and entries would need a restore
+        ("", "DEEP_ARCHIVE", "fail"),
+        ("{p}/", "GLACIER_IR", "pass"),  # instant retrieval reads directly
+    ],
+)
+def test_doctor_reports_the_lifecycle_and_fails_one_that_archives_hot_objects(
+    s3_moto_url: tuple[str, dict[str, Any]], prefix: str, storage_class: str, verdict: str
+) -> None:
+    url, options = s3_moto_url
+    bucket, stash_prefix = url.removeprefix("s3://").split("/", 1)
+    boto3.client("s3", region_name="us-east-1").put_bucket_lifecycle_configuration(
+        Bucket=bucket,
+        LifecycleConfiguration={"Rules": [{
+            "ID": "rule", "Status": "Enabled", "Filter": {"Prefix": prefix.format(p=stash_prefix)},
+            "Transitions": [{"Days": 30, "StorageClass": storage_class}],
+        }]},
+    )  # fmt: skip
+    with stashpoint.open(url, **options) as stash:
+        [check] = [c for c in stash.doctor() if c.name == "lifecycle"]
+    assert check.status == verdict, check.detail
+    if verdict == "pass":
+        assert storage_class in check.detail
