@@ -98,3 +98,21 @@ def test_export_memory_stays_bounded_however_long_the_log(tmp_path: Path) -> Non
     exported = (tmp_path / "big.jsonl").stat().st_size
     assert exported > 12_000_000
     assert peak < exported / 4, (peak, exported)  # a window at a time, not the whole log
+
+
+def test_gc_seals_what_an_interrupted_append_left_unsealed(tmp_path: Path) -> None:
+    from stashpoint.stores.objects import DeleteObject
+
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        head = None
+        for v in range(SEGMENT_SPAN + 3):
+            head = stash.logs.append("unsealed", [v], after=head)
+        # As if the process died between the append and its seal.
+        stash._transport.execute(DeleteObject(stash.logs._logs.keys.segment("unsealed", 0)))
+    dry = json.loads(cli("gc", "--dry-run", "--json", url=url).stdout)
+    assert dry["logs"] == 1 and dry["segments_sealed"] == 0
+    done = json.loads(cli("gc", "--json", url=url).stdout)
+    assert done["segments_sealed"] == 1
+    with stashpoint.open(url) as stash:
+        assert stash.logs.records("unsealed") == list(range(SEGMENT_SPAN + 3))

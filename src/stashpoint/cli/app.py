@@ -565,14 +565,26 @@ def gc(
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """Delete blobs that no checkpoint or run head references (--history: no revision)."""
+    """Delete unreferenced blobs (--history: no revision references); tidy up logs.
+
+    Logs (agent transcripts, `stash.logs`) get any segment an interrupted append left
+    unsealed, and their sealed entries past the clean-up delay deleted (not with --dry-run).
+    """
+    sealed = 0
     with _open(url) as stash:
         report = stash.collect_garbage(
             dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history
         )
+        logs = [_agent_logs(stash), stash.logs]
+        log_ids = [(store, log_id) for store in logs for log_id in store.list_ids()]
+        if not dry_run:
+            for store, log_id in log_ids:
+                sealed += store.seal(log_id)
     if as_json:
-        _emit({"dry_run": dry_run, **dataclasses.asdict(report)})
+        _emit({"dry_run": dry_run, **dataclasses.asdict(report), "logs": len(log_ids),
+               "segments_sealed": sealed})  # fmt: skip
     else:
+        out.print(f"{len(log_ids)} logs; {sealed} segments sealed")
         done = (
             f"would delete {len(report.unreferenced)}" if dry_run else f"deleted {report.deleted}"
         )
