@@ -10,13 +10,15 @@
 #
 # Every object is a zstd frame of JSON: an entry is one version, a sealed segment holds 64
 # versions in `.entries`. Versions may sit in both (until clean-up deletes the entry), so
-# they are made unique; the newest version's state says where the transcript starts.
+# they are made unique. An entry stores its whole state or a patch of the one before; the
+# folded state says where the current transcript starts among the records.
 set -eu
 root=$1
 namespace=$2
 log_id=$3
 cat "$root/sealed/$namespace/$log_id/"* "$root/$namespace/$log_id/"* 2>/dev/null \
   | zstd -dcq \
-  | jq -s '[.[] | (.entries // [.])[]] | unique_by(.version)
-           | (.[-1].state.transcript_start // 0) as $start
-           | [.[].records[]] | .[$start:]'
+  | jq -s '[.[] | (.entries // [.])[]] | unique_by(.version) as $versions
+           | (reduce $versions[] as $e ({};
+                if ($e | has("state")) then $e.state else . + $e.patch end)) as $state
+           | [$versions[].records[]] | .[($state.transcript_start // 0):]'

@@ -162,3 +162,29 @@ def test_golden_log_loads_and_decodes_with_the_zstd_and_jq_tools(tmp_path: Path)
         text=True,
     ).stdout
     assert json.loads(out) == want["transcript"]
+
+
+def test_a_rewritten_transcript_with_patches_reads_with_zstd_and_jq(tmp_path: Path) -> None:
+    if shutil.which("zstd") is None or shutil.which("jq") is None:
+        pytest.skip("the zstd and jq command-line tools are not installed")
+    root = tmp_path / "stash"
+    with stashpoint.open(f"local://{root}") as stash:
+        handle = AgentCheckpoint.existing("rewritten", stash.checkpoints)
+        runner = AgentRunner(handle)
+        cursor, state = runner.start(agent="a", model=fake_model.MODEL, transcript=[])
+        for _ in range(40):  # past a sealed segment
+            state = runner.run_turn(cursor, state, lambda s, n: _talk(n))
+        summary = [Message(role="system", content="summary")]
+        cursor.save(state.model_copy(update={"transcript": summary}))
+        state = handle.load()[1]
+        for _ in range(3):  # later versions store patches that leave transcript_start alone
+            state = runner.run_turn(cursor, state, lambda s, n: _talk(n))
+        expected = [m.model_dump(mode="json") for m in handle.load()[1].transcript]
+    script = GOLDEN_LOG.parents[2] / "docs" / "transcript-from-objects.sh"
+    out = subprocess.run(
+        ["sh", str(script), str(root), "agents", "rewritten"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    import json
+
+    assert json.loads(out) == expected and expected[0]["content"] == "summary"
