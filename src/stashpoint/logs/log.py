@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from stashpoint.codec import Codec
 from stashpoint.envelope import MAX_REVISION, utc_now
@@ -66,6 +66,7 @@ from stashpoint.logs.format import (
 )
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
+from stashpoint.stores.cas import Answer, WriteTracker
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -80,6 +81,8 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     check_restore,
 )
+
+T = TypeVar("T")
 
 DEFAULT_DELETE_AFTER = timedelta(hours=1)
 """How long a sealed entry stays readable before clean-up deletes it."""
@@ -326,24 +329,37 @@ class LogSteps:
     def _get(self, key: str) -> GetObject:
         return GetObject(key, None, self.codec.limits.max_compressed_bytes)
 
-    def _read(
-        self, log_id: str, plan: Callable[[LogListing], list[_Source]]
-    ) -> Steps[tuple[LogListing, list[LogEntry]]]:
-        """Plan and read, listing again when clean-up deletes a listed entry under us."""
+    def _relisting(self, log_id: str, read: Callable[[], Steps[T]]) -> Steps[T]:
+        """Run `read`; list again when clean-up deleted a listed object under it.
+
+        Up to `_RELISTS` times; a gap that persists is a missing object.
+        """
         for attempt in range(1, _RELISTS + 1):
-            listing, sources = yield from self._planned(log_id, plan)
             try:
-                entries = yield from self._fetch(log_id, sources)
+                return (yield from read())
             except _Vanished as gone:
                 if attempt == _RELISTS:
                     raise StorageUnavailable(
                         "log objects keep vanishing while being read", object_name=str(gone)
                     ) from None
-                continue
+            except _Gap as gap:
+                if attempt == _RELISTS:
+                    raise self._gap_error(log_id, gap.version) from None
+        raise AssertionError("unreachable")
+
+    def _read(
+        self, log_id: str, plan: Callable[[LogListing], list[_Source]]
+    ) -> Steps[tuple[LogListing, list[LogEntry]]]:
+        """Plan and read, listing again when clean-up deletes a listed entry under us."""
+
+        def read() -> Steps[tuple[LogListing, list[LogEntry]]]:
+            listing, sources = yield from self._planned(log_id, plan)
+            entries = yield from self._fetch(log_id, sources)
             name = self.keys.entries_prefix(log_id)
             check_chain(entries, name)
             return listing, resolve(entries, UNKNOWN_STATE, name)
-        raise AssertionError("unreachable")
+
+        return (yield from self._relisting(log_id, read))
 
     def head(self, log_id: str) -> Steps[LogHead]:
         """Return the latest version of a log (a listing and one GET)."""
@@ -379,52 +395,40 @@ class LogSteps:
 
         The states of entries older than the head's state base may be left as stored
         (a patch, `state` None): a tail is read for its records. Objects are read newest
-        first, `_READ_WINDOW` at a time in parallel (a listing and,
-        for a recent tail, one round of GETs). `since(head)` is the first record position
+        first, `_READ_WINDOW` at a time in parallel (a listing and, for a recent tail, one
+        round of GETs). `since(head)` is the first record position
         wanted at all (an agent's current transcript start): nothing before it is read.
         """
         if records < 0:
             raise InvalidPayload("records must be >= 0", object_name=log_id)
-        for attempt in range(1, _RELISTS + 1):
+
+        def read() -> Steps[tuple[LogHead, list[LogEntry]]]:
             listing, top_sources = yield from self._planned(
                 log_id, lambda lst: _top_sources(lst, log_id)
             )
-            try:
-                newest = yield from self._fetch(log_id, top_sources)
-                name = self.keys.entries_prefix(log_id)
-                check_chain(newest, name)
-                newest = resolve(newest, UNKNOWN_STATE, name)
-                head = LogHead.of(newest[-1])
-                floor = max(0, head.next_record - records)
-                if since is not None:
-                    floor = max(floor, since(head))
-                collected = newest
-                if floor == 0 and collected[0].version > 0:
-                    # Everything is wanted: every older object in one parallel round.
-                    older = yield from self._fetch(
-                        log_id, listing.sources(0, collected[0].version - 1)
-                    )
-                    collected = older + collected
-                while collected[0].version > 0 and collected[0].first_record > floor:
-                    below = collected[0].version - 1
-                    window = _backwards(listing, below, log_id)
-                    older = yield from self._fetch(log_id, window)
-                    collected = older + collected
-            except _Vanished as gone:
-                if attempt == _RELISTS:
-                    raise StorageUnavailable(
-                        "log objects keep vanishing while being read", object_name=str(gone)
-                    ) from None
-                continue
-            except _Gap as gap:
-                # Planned from a listing older than a clean-up: a fresh one will tell.
-                if attempt == _RELISTS:
-                    raise self._gap_error(log_id, gap.version) from None
-                continue
-            check_chain(collected, self.keys.entries_prefix(log_id))
+            name = self.keys.entries_prefix(log_id)
+            newest = yield from self._fetch(log_id, top_sources)
+            check_chain(newest, name)
+            newest = resolve(newest, UNKNOWN_STATE, name)
+            head = LogHead.of(newest[-1])
+            floor = max(0, head.next_record - records)
+            if since is not None:
+                floor = max(floor, since(head))
+            collected = newest
+            if floor == 0 and collected[0].version > 0:
+                # Everything is wanted: every older object in one parallel round.
+                older = yield from self._fetch(log_id, listing.sources(0, collected[0].version - 1))
+                collected = older + collected
+            while collected[0].version > 0 and collected[0].first_record > floor:
+                # A gap here comes from a listing older than a clean-up: read again.
+                window = _backwards(listing, collected[0].version - 1, log_id)
+                older = yield from self._fetch(log_id, window)
+                collected = older + collected
+            check_chain(collected, name)
             keep = [e for e in collected if e.next_record > floor or e is collected[-1]]
             return head, keep
-        raise AssertionError("unreachable")
+
+        return (yield from self._relisting(log_id, read))
 
     def read_version(self, log_id: str, version: int) -> Steps[LogEntry | None]:
         """Return version `version` from its entry or its segment; None if neither exists."""
@@ -507,27 +511,16 @@ class LogSteps:
         """Create the entry object; settle an unclear answer by reading the version back."""
         body = yield from self.codec.document_encoding(entry_document(entry), name=key)
         request = PutObject(key, body, Create())
-        copy_may_have_landed = False
-        attempt = 0
+        tracker = WriteTracker(self.retry)
         while True:
-            attempt += 1
             result = yield from ask(request)
-            if result.outcome is WriteOutcome.STORED:
+            answer = tracker.judge(result)
+            if answer is Answer.STORED:
                 return result.etag
-            refused_for_sure = (
-                not copy_may_have_landed
-                and not result.retried
-                and result.outcome is WriteOutcome.PRECONDITION_FAILED
-            )
-            if result.retried or result.outcome is WriteOutcome.AMBIGUOUS:
-                copy_may_have_landed = True
-            if (
-                result.outcome is WriteOutcome.CONDITION_CONFLICT
-                and attempt < self.retry.max_attempts
-            ):
-                yield Sleep(self.retry.delay(attempt))
+            if answer is Answer.BACK_OFF:
+                yield Sleep(self.retry.delay(tracker.attempt))
                 continue
-            if refused_for_sure:
+            if tracker.refused_for_sure:
                 raise (yield from self._conflict(log_id, entry.version))
             try:
                 found = yield from self.read_version(log_id, entry.version)
@@ -543,13 +536,21 @@ class LogSteps:
                 if found.write_id == entry.write_id:
                     return None
                 raise (yield from self._conflict(log_id, entry.version))
-            if attempt < self.retry.max_attempts:
-                yield Sleep(self.retry.delay(attempt))
+            if tracker.may_resend:
+                yield Sleep(self.retry.delay(tracker.attempt))
                 continue
+            if not tracker.copy_may_have_landed:
+                raise StorageUnavailable(
+                    f"append not stored: storage refused it {tracker.attempt} times "
+                    f"({result.detail or result.outcome.value}); retry later",
+                    object_name=key,
+                )
             raise StorageUnavailable(
-                f"append not stored after {attempt} attempts "
-                f"({result.detail or result.outcome.value}); nothing landed, retry later",
+                f"append outcome unknown after {tracker.attempt} attempts "
+                f"({result.detail or result.outcome.value}); look for write id "
+                f"{entry.write_id} at version {entry.version}",
                 object_name=key,
+                write_id=entry.write_id,
             )
 
     def _conflict(self, log_id: str, version: int) -> Steps[CheckpointConflict]:

@@ -47,6 +47,7 @@ from stashpoint.stores.objects import (
     RestoreReport,
     RestoreState,
     WriteOutcome,
+    WriteResult,
     check_restore,
 )
 
@@ -190,6 +191,59 @@ class EtagCache:
 
 
 _REFUSALS = (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND)
+
+
+class Answer(Enum):
+    """What to do after one answer to a conditional write (`WriteTracker.judge`)."""
+
+    STORED = "stored"
+    """The write is acknowledged: done."""
+    BACK_OFF = "back_off"
+    """A 409 conflict on the wire: wait, then send the same bytes again."""
+    READ_BACK = "read_back"
+    """Not definite: read the object back to see whether the write landed."""
+
+
+@dataclass
+class WriteTracker:
+    """Judges the answers to one conditional write, resent as often as needed.
+
+    Shared by envelope saves (`CompareAndSwap.compare_and_swap`) and log appends
+    (`logs.log`): it remembers whether some copy sent so far may have been applied without
+    our hearing of it, since a 412 proves failure only while none may have: after a
+    timeout or a client retry it may answer a repeat of our own landed write.
+    """
+
+    retry: RetryPolicy
+    """Bounds the resends."""
+    attempt: int = 0
+    """Copies sent so far."""
+    copy_may_have_landed: bool = False
+    """Whether a copy may have been applied unheard (a timeout, a 5xx, a client retry)."""
+    refused_for_sure: bool = False
+    """Whether the last answer refused our only copy (a 412/404 no landed copy explains)."""
+
+    def judge(self, result: WriteResult) -> Answer:
+        """Count one sent copy and say what to do about its answer."""
+        self.attempt += 1
+        if result.outcome is WriteOutcome.STORED:
+            return Answer.STORED
+        self.refused_for_sure = (
+            not self.copy_may_have_landed and not result.retried and result.outcome in _REFUSALS
+        )
+        if result.retried or result.outcome is WriteOutcome.AMBIGUOUS:
+            self.copy_may_have_landed = True
+        if (
+            result.outcome is WriteOutcome.CONDITION_CONFLICT
+            and self.attempt < self.retry.max_attempts
+        ):
+            return Answer.BACK_OFF
+        return Answer.READ_BACK
+
+    @property
+    def may_resend(self) -> bool:
+        """Whether the retry policy allows another copy."""
+        return self.attempt < self.retry.max_attempts
 
 
 class _Verdict(Enum):
@@ -349,26 +403,16 @@ class CompareAndSwap:
             condition = Match(etag)
         request = PutObject(key, body, condition, head_metadata(envelope))
         sent_etag = condition.etag if isinstance(condition, Match) else None
-        attempt = 0
-        # Whether some copy sent so far may have been applied without our hearing of it.
-        # A 412 is proof of failure only while this is False: after a timeout or a client
-        # retry, it may be the answer to a repeat of our own landed write.
-        copy_may_have_landed = False
+        tracker = WriteTracker(self.retry)
         while True:
-            attempt += 1
             result = yield from ask(request)
-            if result.outcome is WriteOutcome.STORED:
+            answer = tracker.judge(result)
+            if answer is Answer.STORED:
                 if result.etag:
                     self.cache.remember(key, envelope.revision, result.etag)
                 return
-            refused_for_sure = not copy_may_have_landed and not result.retried
-            if result.retried or result.outcome is WriteOutcome.AMBIGUOUS:
-                copy_may_have_landed = True
-            if (
-                result.outcome is WriteOutcome.CONDITION_CONFLICT
-                and attempt < self.retry.max_attempts
-            ):
-                yield Sleep(self.retry.delay(attempt))
+            if answer is Answer.BACK_OFF:
+                yield Sleep(self.retry.delay(tracker.attempt))
                 continue
             try:
                 facts = yield from self.read_head(key)
@@ -381,11 +425,7 @@ class CompareAndSwap:
                     write_id=envelope.write_id,
                 ) from exc
             verdict = judge_write(
-                facts,
-                envelope,
-                expected_revision,
-                sent_etag,
-                refused_for_sure and result.outcome in _REFUSALS,
+                facts, envelope, expected_revision, sent_etag, tracker.refused_for_sure
             )
             if verdict is _Verdict.UNKNOWN:
                 # The head has moved on too far for its lineage to tell: ask the history.
@@ -402,18 +442,18 @@ class CompareAndSwap:
                     expected_revision=expected_revision,
                     actual_revision=None if facts is None else facts.revision,
                 )
-            if verdict is _Verdict.NOT_LANDED and attempt < self.retry.max_attempts:
-                yield Sleep(self.retry.delay(attempt))
+            if verdict is _Verdict.NOT_LANDED and tracker.may_resend:
+                yield Sleep(self.retry.delay(tracker.attempt))
                 continue
-            if not copy_may_have_landed:
+            if not tracker.copy_may_have_landed:
                 raise StorageUnavailable(
-                    f"write not stored: storage refused it {attempt} times "
+                    f"write not stored: storage refused it {tracker.attempt} times "
                     f"({result.detail or result.outcome.value}) and the head is unchanged; "
                     "retry later",
                     object_name=envelope.id,
                 )
             raise StorageUnavailable(
-                f"write outcome unknown after {attempt} attempts "
+                f"write outcome unknown after {tracker.attempt} attempts "
                 f"({result.detail or result.outcome.value}); look for write id "
                 f"{envelope.write_id} in the head's lineage",
                 object_name=envelope.id,
