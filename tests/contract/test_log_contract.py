@@ -159,3 +159,16 @@ def test_small_state_changes_are_stored_as_patches_and_read_whole(stash: Any) ->
     # Every version's whole state reads back, whichever way it was stored.
     assert [e.state for e in logs.entries(log_id)] == states
     assert [e.state for e in logs.entries(log_id, 5, 6)] == states[5:7]
+
+
+def test_tails_of_every_length_fold_patches_from_a_whole_state(stash: Any) -> None:
+    """A tail's first read starts wherever the records are; its states must still fold."""
+    logs = stash.logs
+    log_id = f"tails-{stashpoint.new_id()}"
+    head = None
+    for v in range(40):  # no sealed segment: every state comes from entries and patches
+        head = logs.append(log_id, [v], after=head, state={"v": v, "fixed": "x"})
+    for count in (1, 3, 7, 17, 23, 40, 41):
+        tail_head, records = logs.tail(log_id, count)
+        assert records == list(range(40))[-count:]
+        assert tail_head.state == {"v": 39, "fixed": "x"}

@@ -92,6 +92,8 @@ SEAL_LEVEL = 9
 """zstd level of sealed segments: 7% smaller than level 3 on transcripts at ~3 ms a seal."""
 _FETCH_BATCH = 256
 """Objects requested in one `Parallel` (the driver keeps 16 in flight); bounds memory."""
+_TAIL_GUESS = 256
+"""Most versions a tail read fetches in its first round, before it knows record counts."""
 _RELISTS = 3
 """Fresh listings tried when listed objects vanish under a reader (clean-up ran)."""
 
@@ -403,8 +405,11 @@ class LogSteps:
             raise InvalidPayload("records must be >= 0", object_name=log_id)
 
         def read() -> Steps[tuple[LogHead, list[LogEntry]]]:
+            # Versions rarely hold no record: fetching as many versions as records wanted
+            # usually finishes a tail in this first round.
+            wanted = min(records, _TAIL_GUESS)
             listing, top_sources = yield from self._planned(
-                log_id, lambda lst: _top_sources(lst, log_id)
+                log_id, lambda lst: _top_sources(lst, log_id, wanted)
             )
             name = self.keys.entries_prefix(log_id)
             newest = yield from self._fetch(log_id, top_sources)
@@ -683,12 +688,17 @@ class LogSteps:
                 return ids
 
 
-def _top_sources(listing: LogListing, log_id: str) -> list[_Source]:
-    """Plan the newest objects: from the head's state base to the head, one round of GETs."""
+def _top_sources(listing: LogListing, log_id: str, versions: int = 0) -> list[_Source]:
+    """Plan the newest objects for one round of GETs.
+
+    From the head's state base (or, for a tail, at least `versions` versions back) to the
+    head.
+    """
     top = listing.top
     if top is None:
         raise CheckpointNotFound("no log with this id", object_name=log_id)
-    return listing.sources(state_base(top), top)
+    # A read starts at a version that stores its whole state, so the patches fold.
+    return listing.sources(state_base(max(0, min(top, top - versions + 1))), top)
 
 
 def _backwards(listing: LogListing, below: int, log_id: str) -> list[_Source]:
