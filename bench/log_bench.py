@@ -238,13 +238,14 @@ def _figures(
     }
 
 
-def run(server: servers.S3Server, turns: int, baseline_turns: int) -> None:
+def run(server: servers.S3Server, turns: int, baseline_turns: int, turn_by_turn: bool) -> None:
     source = _sources()
     rows = []
     with stashpoint.open(server.url(f"bench-{uuid.uuid4().hex}")) as stash:
         rows.append(("whole envelope", _baseline(stash, baseline_turns, source)))
     for count in sorted({baseline_turns, turns}):
-        for label, one_at_a_time in (("log, run()", False), ("log, run_turn()", True)):
+        paths = [("log, run()", False)] + ([("log, run_turn()", True)] if turn_by_turn else [])
+        for label, one_at_a_time in paths:
             with stashpoint.open(server.url(f"bench-{uuid.uuid4().hex}")) as stash:
                 figures = _log_path(stash, count, source, one_at_a_time=one_at_a_time)
                 rows.append((label, figures))
@@ -262,6 +263,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--baseline-turns", type=int, default=200)
+    parser.add_argument(
+        "--no-run-turn", action="store_true", help="Skip the turn-by-turn (run_turn) path."
+    )
     args = parser.parse_args()
     os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
@@ -269,7 +273,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data:
         server = servers.start_seaweedfs(Path(data))
         try:
-            run(server, args.turns, args.baseline_turns)
+            run(server, args.turns, args.baseline_turns, not args.no_run_turn)
         finally:
             servers.stop(server)
 

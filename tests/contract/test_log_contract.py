@@ -12,7 +12,26 @@ import stashpoint
 from stashpoint import CheckpointConflict, CheckpointNotFound, InvalidId, InvalidPayload
 from stashpoint.logs import SEGMENT_SPAN
 from stashpoint.stores.objects import ListKeys
-from tests.contract.conftest import _open
+from tests.contract.conftest import BACKENDS, DRIVERS, UNSUPPORTED, _open
+
+LOG_BACKENDS = [*BACKENDS, "s3_dynamo_url"]
+"""Logs need no index, but a stash with one must serve them the same."""
+
+
+@pytest.fixture(
+    params=[(b, d) for b in LOG_BACKENDS for d in DRIVERS if (b, d) not in UNSUPPORTED],
+    ids=lambda p: f"{p[0].removesuffix('_url')}-{p[1]}",
+)
+def log_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
+    name, driver = request.param
+    url, options = request.getfixturevalue(name)
+    return url, options, driver
+
+
+@pytest.fixture
+def stash(log_backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
+    """The stash under test (this module's backends), sync or async behind a facade."""
+    yield from _open(*log_backend)
 
 
 def _fill(logs: Any, log_id: str, versions: int) -> Any:
@@ -91,9 +110,9 @@ def test_bad_input_is_refused_before_anything_is_stored(stash: Any) -> None:
 
 
 @pytest.fixture
-def eager(backend: tuple[str, dict[str, Any], str]) -> Iterator[tuple[Any, Any]]:
+def eager(log_backend: tuple[str, dict[str, Any], str]) -> Iterator[tuple[Any, Any]]:
     """(stash under test, raw sync stash) where sealed entries are deleted at once."""
-    url, options, driver = backend
+    url, options, driver = log_backend
     options = {**options, "log_delete_after": timedelta(0)}
     with stashpoint.open(url, **options) as raw:
         for stash in _open(url, options, driver):
