@@ -378,8 +378,9 @@ class AgentTail:
 def _extends(old: list[Message], new: list[Message]) -> bool:
     if len(new) < len(old):
         return False
-    # Identity first: a turn's transcript reuses the saved message objects.
-    return all(a is b or a == b for a, b in zip(old, new, strict=False))
+    # A turn's transcript reuses the saved message objects, and list equality checks
+    # identity first, in C: microseconds for 20,000 messages.
+    return new[: len(old)] == old
 
 
 def save_saved(storage: AgentStorage, saved: Saved, state: AgentCheckpointState) -> Steps[Saved]:

@@ -226,11 +226,16 @@ class LogSteps:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def listing(self, log_id: str, *, ordered: bool = False) -> Steps[LogListing]:
+    def listing(
+        self, log_id: str, *, ordered: bool = False, complete: bool = False
+    ) -> Steps[LogListing]:
         """List a log's entries and segments (in parallel; `ordered`: entries first).
 
         Entries listed before segments can show no false gap: an entry is deleted only
-        after the segment holding it was written.
+        after the segment holding it was written. When there are more entries than one
+        page, the listing resumes after the last sealed version (unless `complete`): sealed
+        entries waiting for clean-up are not needed to read, and a fast writer can leave
+        thousands within the clean-up delay.
         """
         log_id = check_log_id(log_id)
         entries_prefix = self.keys.entries_prefix(log_id)
@@ -240,8 +245,17 @@ class LogSteps:
             segment_pages = yield from self._all_pages(segments_prefix, None)
         else:
             first = yield from ask(Parallel((ListKeys(entries_prefix), ListKeys(segments_prefix))))
-            entry_pages = yield from self._all_pages(entries_prefix, first[0])
             segment_pages = yield from self._all_pages(segments_prefix, first[1])
+            entry_pages = [first[0]]
+            sealed_keys = [k for page in segment_pages for k in page.keys]
+            if first[0].next_token is not None and sealed_keys and not complete:
+                last_sealed, _ = parse_segment_name(max(sealed_keys)[len(segments_prefix) :], "")
+                skip_to = self.keys.entry(log_id, last_sealed + SEGMENT_SPAN - 1)
+                if skip_to > first[0].keys[-1]:
+                    after = yield from ask(ListKeys(entries_prefix, start_after=skip_to))
+                    entry_pages = [first[0], *(yield from self._all_pages(entries_prefix, after))]
+            if len(entry_pages) == 1:
+                entry_pages = yield from self._all_pages(entries_prefix, first[0])
         listing = LogListing(log_id)
         for page in entry_pages:
             for index, key in enumerate(page.keys):
@@ -597,7 +611,7 @@ class LogSteps:
         safe to run concurrently: segment ranges and bytes are fixed by the entries, and
         segments are created with `If-None-Match: *`.
         """
-        listing = yield from self.listing(log_id)
+        listing = yield from self.listing(log_id, complete=True)
         top = listing.top
         if top is None:
             return 0
@@ -612,7 +626,7 @@ class LogSteps:
                     written += 1
             first += SEGMENT_SPAN
         if written:
-            listing = yield from self.listing(log_id, ordered=True)
+            listing = yield from self.listing(log_id, ordered=True, complete=True)
         yield from self._clean(listing)
         return written
 

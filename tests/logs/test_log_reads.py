@@ -1,0 +1,52 @@
+"""How much a read of a long log costs, counted in requests (memory backend)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import stashpoint
+from stashpoint.logs import SEGMENT_SPAN
+
+
+def _counting(stash: stashpoint.Stash) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    objects = stash._transport.objects
+    real = objects.execute
+
+    def execute(request: Any) -> Any:
+        counts[type(request).__name__] += 1
+        return real(request)
+
+    objects.execute = execute
+    return counts
+
+
+def test_sealed_entries_awaiting_clean_up_do_not_page_the_listing() -> None:
+    """A fast writer leaves 1,100 sealed entries within the clean-up delay: a read lists
+    the segments and only the entries after the last one, not 2 pages of sealed ones."""
+    with stashpoint.open("memory://") as stash:
+        head = None
+        versions = 17 * SEGMENT_SPAN + 5
+        for v in range(versions):
+            head = stash.logs.append("fast", [v], after=head, state={"v": v})
+        counts = _counting(stash)
+        assert stash.logs.head("fast").state == {"v": versions - 1}
+        assert counts["ListKeys"] == 3  # entries and segments at once, then past the sealed
+        assert counts["GetObject"] <= 16
+        counts.clear()
+        assert stash.logs.tail("fast", 20)[1] == list(range(versions))[-20:]
+        assert counts["ListKeys"] == 3 and counts["GetObject"] <= 32
+        assert stash.logs.records("fast") == list(range(versions))
+
+
+def test_a_full_read_is_three_rounds_however_long() -> None:
+    with stashpoint.open("memory://") as stash:
+        head = None
+        for v in range(5 * SEGMENT_SPAN + 3):
+            head = stash.logs.append("long", [v], after=head)
+        counts = _counting(stash)
+        records = stash.logs.records("long")
+    assert records == list(range(5 * SEGMENT_SPAN + 3))
+    # Two listings, the newest objects, then the five segments: no object twice.
+    assert counts["ListKeys"] == 2 and counts["GetObject"] <= 5 + 16
