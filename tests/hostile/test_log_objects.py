@@ -178,3 +178,15 @@ def test_patches_are_stored_small_and_a_patch_without_a_base_is_refused(
                                           "records": []})  # fmt: skip
     with pytest.raises(InvalidPayload, match="patch"):
         stash.logs.records("patched")
+
+
+def test_sealed_segments_are_compressed_harder_than_entries(stash: stashpoint.Stash) -> None:
+    text = "".join(f"def f{n}(x):\n    return x * {n}\n" for n in range(40))
+    head = None
+    for v in range(SEGMENT_SPAN + 1):
+        head = stash.logs.append("dense", [f"{v}: {text}"], after=head)
+    segment = stash._transport.execute(GetObject(stash.logs._logs.keys.segment("dense", 0)))
+    raw = zstandard.decompress(segment.body)
+    # Written once and kept for years: zstd level 9 (entries use the stash's level, 3).
+    at_nine = zstandard.ZstdCompressor(level=9, write_checksum=True, write_content_size=True)
+    assert segment.body == at_nine.compress(raw)

@@ -641,7 +641,9 @@ class LogSteps:
         key = self.keys.segment(log_id, first)
         check_chain(entries, key)
         entries = resolve(entries, UNKNOWN_STATE, key)
-        body = yield from self.codec.document_encoding(segment_document(log_id, entries), name=key)
+        level = max(self.codec.level, SEAL_LEVEL)
+        document = segment_document(log_id, entries)
+        body = yield from self.codec.document_encoding(document, name=key, level=level)
         result = yield from ask(PutObject(key, body, Create()))
         if result.outcome not in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED):
             raise StorageUnavailable(
