@@ -191,3 +191,17 @@ def test_tails_of_every_length_fold_patches_from_a_whole_state(stash: Any) -> No
         tail_head, records = logs.tail(log_id, count)
         assert records == list(range(40))[-count:]
         assert tail_head.state == {"v": 39, "fixed": "x"}
+
+
+def test_a_state_changed_in_place_is_still_stored_as_changed(stash: Any) -> None:
+    """The natural pattern: take the head's state, change it, append after that head."""
+    logs = stash.logs
+    log_id = f"inplace-{stashpoint.new_id()}"
+    head = logs.append(log_id, [], after=None, state={"n": 0, "tags": []})
+    for n in range(1, 5):
+        state = head.state
+        state["n"] = n  # mutates the dict the head holds
+        state["tags"].append(n)
+        head = logs.append(log_id, [n], after=head, state=state)
+    assert [e.state["n"] for e in logs.entries(log_id)] == [0, 1, 2, 3, 4]
+    assert logs.head(log_id).state == {"n": 4, "tags": [1, 2, 3, 4]}

@@ -25,6 +25,7 @@ PUT, that no segment covers `v` (for everyone else no request is added).
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,6 +99,10 @@ _RELISTS = 3
 """Fresh listings tried when listed objects vanish under a reader (clean-up ran)."""
 
 
+_NO_SNAPSHOT: Any = object()
+"""A head made by hand carries no snapshot: the append after it stores the whole state."""
+
+
 @dataclass(frozen=True, slots=True)
 class LogHead:
     """The latest version of a log as one reader or writer knows it; append after it."""
@@ -123,6 +128,9 @@ class LogHead:
     learned_at: float = field(default_factory=time.time, compare=False)
     """When this head was learned (Unix time): knowledge older than half of the clean-up
     delay costs one check on the next append."""
+    snapshot: Any = field(default=_NO_SNAPSHOT, compare=False, repr=False)
+    """A private copy of `state` as stored, which the next append patches against: the
+    caller may change `state` in place before passing this head as `after`."""
 
     @classmethod
     def of(cls, entry: LogEntry) -> LogHead:
@@ -137,6 +145,7 @@ class LogHead:
             write_id=entry.write_id,
             written_at=entry.written_at,
             extra=entry.extra,
+            snapshot=copy.deepcopy(entry.state),
         )
 
 
@@ -493,8 +502,8 @@ class LogSteps:
         if version > MAX_REVISION:
             raise LimitExceeded("log version overflow", object_name=log_id)
         change = None
-        if after is not None and version % FULL_STATE_EVERY:
-            change = make_patch(after.state, state)
+        if after is not None and version % FULL_STATE_EVERY and after.snapshot is not _NO_SNAPSHOT:
+            change = make_patch(after.snapshot, state)
         entry = LogEntry(
             log_id=log_id,
             version=version,
