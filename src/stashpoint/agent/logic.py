@@ -11,7 +11,7 @@ store and a driver.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
@@ -270,9 +270,12 @@ def _log_state(state: AgentCheckpointState, start: int) -> dict[str, Any]:
 
 
 def _state_from_log(
-    checkpoint_id: str, head: LogHead, records: list[Any], name: str
+    checkpoint_id: str, head: LogHead, records: list[Any], name: str, *, tail: bool = False
 ) -> tuple[AgentCheckpointState, int]:
-    """Return the typed state of a log head and the transcript records read for it."""
+    """Return the typed state of a log head and the transcript records read for it.
+
+    `tail`: `records` are only the end of the transcript, which then holds just them.
+    """
     if head.kind not in (AGENT_KIND, SEED_AGENT_KIND):
         raise InvalidPayload(f"not an agent checkpoint: kind is {head.kind!r}", object_name=name)
     if head.schema_version != AGENT_SCHEMA_VERSION:
@@ -289,13 +292,18 @@ def _state_from_log(
     length = fields.pop("transcript_length", None)
     if type(start) is not int or type(length) is not int or start < 0 or length < 0:
         raise InvalidPayload("agent checkpoint has no valid transcript position", object_name=name)
-    if start + length != head.next_record or len(records) < min(length, head.next_record):
+    if start + length != head.next_record or (
+        not tail and len(records) < min(length, head.next_record)
+    ):
         raise InvalidPayload(
             f"transcript of {length} messages from record {start} does not end at the log's "
             f"{head.next_record} records",
             object_name=name,
         )
-    fields["transcript"] = records[len(records) - length :] if length else []
+    if tail:
+        fields["transcript"] = records[max(0, len(records) - length) :]
+    else:
+        fields["transcript"] = records[len(records) - length :] if length else []
     try:
         state = AgentCheckpointState.model_validate(fields)
     except pydantic.ValidationError as exc:
@@ -319,16 +327,7 @@ def _read(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[Saved 
         records.extend(entry.records[max(0, floor - entry.first_record) :])
     name = logs.keys.entry(checkpoint_id, head.version)
     run_id = entries[-1].extra.get("run_id")
-    if count < _ALL:
-        # A tail: the transcript holds only the messages read.
-        stored = dict(head.state) if isinstance(head.state, dict) else head.state
-        if isinstance(stored, dict):
-            stored["transcript_length"] = len(records)
-            stored["transcript_start"] = head.next_record - len(records)
-        head_for_tail = replace(head, state=stored)
-        state, start = _state_from_log(checkpoint_id, head_for_tail, records, name)
-    else:
-        state, start = _state_from_log(checkpoint_id, head, records, name)
+    state, start = _state_from_log(checkpoint_id, head, records, name, tail=count < _ALL)
     return Saved(checkpoint_id, head, state, start, run_id if isinstance(run_id, str) else None)
 
 
