@@ -73,6 +73,21 @@ def _writer(logs: Any, log_id: str, who: str, times: int, outcomes: _Outcomes) -
             break
 
 
+def _race(stash: Any, threads: int, times: int) -> _Outcomes:
+    """Seed log "race", let `threads` threads append `times` records each; their outcomes."""
+    stash.logs.append("race", ["seed"], after=None)
+    outcomes = _Outcomes()
+    workers = [
+        threading.Thread(target=_writer, args=(stash.logs, "race", f"t{i}", times, outcomes))
+        for i in range(threads)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return outcomes
+
+
 def _check_log(stash: Any, log_id: str, outcomes: _Outcomes) -> list[Any]:
     records = stash.logs.records(log_id)
     outcomes.check(records)
@@ -87,16 +102,7 @@ def test_threads_racing_on_one_log_lose_and_duplicate_nothing(
 ) -> None:
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
     with stashpoint.open(url) as stash:  # one client shared by every thread
-        stash.logs.append("race", ["seed"], after=None)
-        outcomes = _Outcomes()
-        workers = [
-            threading.Thread(target=_writer, args=(stash.logs, "race", f"t{i}", 15, outcomes))
-            for i in range(8)
-        ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
+        outcomes = _race(stash, threads=8, times=15)
         records = _check_log(stash, "race", outcomes)
     assert len(outcomes.acknowledged) == 120 and len(records) == 121
     assert outcomes.conflicts > 0  # they really raced
@@ -193,20 +199,11 @@ def test_fault_proxy_loses_and_duplicates_no_record(seaweedfs: servers.S3Server)
     config = Config(
         read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
     )
-    outcomes = _Outcomes()
     prefix = f"t-{uuid.uuid4().hex}"
     with FaultProxy(seaweedfs.endpoint, plan) as proxy:
         url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
         with stashpoint.open(url, client_config=config) as stash:
-            stash.logs.append("race", ["seed"], after=None)
-            workers = [
-                threading.Thread(target=_writer, args=(stash.logs, "race", f"t{i}", 20, outcomes))
-                for i in range(6)
-            ]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
+            outcomes = _race(stash, threads=6, times=20)
     with stashpoint.open(seaweedfs.url(prefix)) as clean:
         _check_log(clean, "race", outcomes)
     assert len(outcomes.acknowledged) + len(outcomes.unknown) == 120
