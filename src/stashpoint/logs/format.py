@@ -325,9 +325,12 @@ class LogKeys:
         return self.layout.namespace_prefix(self.namespace)
 
 
-def state_base(version: int) -> int:
-    """Return the latest version at or before `version` that stores its whole state."""
-    return version - version % FULL_STATE_EVERY
+def state_base(version: int, every: int = FULL_STATE_EVERY) -> int:
+    """Return the latest version at or before `version` that stores its whole state.
+
+    `every`: how often the log's writer stores the whole state (`LogSteps.full_state_every`).
+    """
+    return version - version % every
 
 
 def segment_start(version: int) -> int:

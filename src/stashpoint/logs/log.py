@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -223,6 +223,7 @@ class LogSteps:
         retry: RetryPolicy,
         *,
         delete_after: timedelta = DEFAULT_DELETE_AFTER,
+        full_state_every: int = FULL_STATE_EVERY,
     ) -> None:
         self.keys = keys
         """Where the logs' objects live."""
@@ -232,6 +233,10 @@ class LogSteps:
         """Retry policy for 409s and resends."""
         self.delete_after = delete_after
         """How long a sealed entry stays before clean-up deletes it."""
+        self.full_state_every = full_state_every
+        """Versions that are a multiple of this store their whole state (1: every version,
+        for a small state read from the newest entry alone; all writers and readers of a
+        namespace must agree)."""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -388,9 +393,38 @@ class LogSteps:
 
     def head(self, log_id: str) -> Steps[LogHead]:
         """Return the latest version of a log (a listing and one GET)."""
-        listing, entries = yield from self._read(log_id, lambda lst: _top_sources(lst, log_id))
+        listing, entries = yield from self._read(log_id, self._top_plan(log_id))
         del listing
         return LogHead.of(entries[-1])
+
+    def head_with(
+        self, log_id: str, wanted: Callable[[LogHead], Iterable[int]]
+    ) -> Steps[tuple[LogHead, dict[int, LogEntry]]]:
+        """Return the head and the versions `wanted(head)` names, by version.
+
+        One listing, the newest objects, then every wanted version in one parallel round
+        (a sealed segment read once for all the versions it holds). States of the wanted
+        entries may be left as stored (a patch): they are read for their records.
+        """
+
+        def read() -> Steps[tuple[LogHead, dict[int, LogEntry]]]:
+            listing, sources = yield from self._planned(log_id, self._top_plan(log_id))
+            name = self.keys.entries_prefix(log_id)
+            newest = yield from self._fetch(log_id, sources)
+            check_chain(newest, name)
+            newest = resolve(newest, UNKNOWN_STATE, name)
+            head = LogHead.of(newest[-1])
+            found = {entry.version: entry for entry in newest}
+            missing = sorted({v for v in wanted(head) if v not in found and 0 <= v <= head.version})
+            plan: dict[str, _Source] = {}
+            for version in missing:
+                source = listing.sources(version, version)[0]
+                plan.setdefault(source.key, source)
+            for entry in (yield from self._fetch(log_id, list(plan.values()))):
+                found.setdefault(entry.version, entry)
+            return head, found
+
+        return (yield from self._relisting(log_id, read))
 
     def entries(
         self, log_id: str, start: int = 0, stop: int | None = None
@@ -408,7 +442,7 @@ class LogSteps:
                 raise CheckpointNotFound(
                     f"version {last} does not exist (latest is {top})", object_name=log_id
                 )
-            return listing.sources(state_base(start), last) if start <= last else []
+            return listing.sources(self._base(start), last) if start <= last else []
 
         _, entries = yield from self._read(log_id, plan)
         return [e for e in entries if e.version >= start and (stop is None or e.version <= stop)]
@@ -431,9 +465,7 @@ class LogSteps:
             # Versions rarely hold no record: fetching as many versions as records wanted
             # usually finishes a tail in this first round.
             wanted = min(records, _TAIL_GUESS)
-            listing, top_sources = yield from self._planned(
-                log_id, lambda lst: _top_sources(lst, log_id, wanted)
-            )
+            listing, top_sources = yield from self._planned(log_id, self._top_plan(log_id, wanted))
             name = self.keys.entries_prefix(log_id)
             newest = yield from self._fetch(log_id, top_sources)
             check_chain(newest, name)
@@ -502,7 +534,8 @@ class LogSteps:
         if version > MAX_REVISION:
             raise LimitExceeded("log version overflow", object_name=log_id)
         change = None
-        if after is not None and version % FULL_STATE_EVERY and after.snapshot is not _NO_SNAPSHOT:
+        patchable = after is not None and after.snapshot is not _NO_SNAPSHOT
+        if after is not None and patchable and version % self.full_state_every:
             change = make_patch(after.snapshot, state)
         entry = LogEntry(
             log_id=log_id,
@@ -530,6 +563,12 @@ class LogSteps:
             with contextlib.suppress(StashpointError):
                 yield from self.seal(log_id, below=version)
         return head
+
+    def _base(self, version: int) -> int:
+        return state_base(version, self.full_state_every)
+
+    def _top_plan(self, log_id: str, versions: int = 0) -> Callable[[LogListing], list[_Source]]:
+        return lambda listing: _top_sources(listing, log_id, self._base, versions)
 
     @property
     def _trust_seconds(self) -> float:
@@ -697,6 +736,19 @@ class LogSteps:
             yield from ask(Parallel(tuple(DeleteObject(k) for k in keys[start : start + 256])))
         return len(keys)
 
+    def drop_below(self, log_id: str, version: int) -> Steps[int]:
+        """Delete every object that holds only versions below `version`; return how many.
+
+        For a log whose writer rewrote everything it still needs at `version` (a LangGraph
+        thread's tombstone or rebase): readers start there, so older objects are garbage.
+        """
+        listing = yield from self.listing(log_id, ordered=True, complete=True)
+        keys = [k for v, k in listing.entries.items() if v < version]
+        keys += [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
+        for start in range(0, len(keys), 256):
+            yield from ask(Parallel(tuple(DeleteObject(k) for k in keys[start : start + 256])))
+        return len(keys)
+
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of logs with entries in this namespace that start with `prefix`."""
         base = self.keys.ids_prefix()
@@ -713,7 +765,9 @@ class LogSteps:
                 return ids
 
 
-def _top_sources(listing: LogListing, log_id: str, versions: int = 0) -> list[_Source]:
+def _top_sources(
+    listing: LogListing, log_id: str, base: Callable[[int], int], versions: int = 0
+) -> list[_Source]:
     """Plan the newest objects for one round of GETs.
 
     From the head's state base (or, for a tail, at least `versions` versions back) to the
@@ -723,7 +777,7 @@ def _top_sources(listing: LogListing, log_id: str, versions: int = 0) -> list[_S
     if top is None:
         raise CheckpointNotFound("no log with this id", object_name=log_id)
     # A read starts at a version that stores its whole state, so the patches fold.
-    return listing.sources(state_base(max(0, min(top, top - versions + 1))), top)
+    return listing.sources(base(max(0, min(top, top - versions + 1))), top)
 
 
 def _backwards(listing: LogListing, below: int, log_id: str) -> list[_Source]:

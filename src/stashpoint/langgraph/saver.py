@@ -1,0 +1,450 @@
+"""`StashpointSaver` and `AsyncStashpointSaver`: LangGraph checkpointers over a stash.
+
+Both run the operations of `langgraph.steps`, one with the blocking driver and one with
+asyncio. The blocking saver's async methods run its blocking ones on a worker thread (so a
+blocking saver serves async graphs too); the async saver's blocking methods hand the work to
+its event loop from another thread, as LangGraph's own async savers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    SerializerProtocol,
+)
+
+from stashpoint.errors import ConfigurationError
+from stashpoint.langgraph.steps import NAMESPACE, SaverSteps, TupleParts
+from stashpoint.steps import Steps, run_async, run_sync
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+    from stashpoint.stash import AsyncStash, Stash
+
+T = TypeVar("T")
+
+
+def _steps_of(stash: Stash | AsyncStash) -> SaverSteps:
+    parts = stash._parts
+    logs = parts.logs(NAMESPACE)
+    logs.full_state_every = 1  # a thread's state is small: every entry stands alone
+    return SaverSteps(logs, parts.backend.layout, parts.codec)
+
+
+def _tuple(parts: TupleParts | None) -> CheckpointTuple | None:
+    if parts is None:
+        return None
+    return CheckpointTuple(
+        config=parts.config,  # type: ignore[arg-type]
+        checkpoint=parts.checkpoint,  # type: ignore[arg-type]
+        metadata=parts.metadata,  # type: ignore[arg-type]
+        parent_config=parts.parent_config,  # type: ignore[arg-type]
+        pending_writes=parts.pending_writes,
+    )
+
+
+def _history(
+    tuples: Sequence[CheckpointTuple], channels: Sequence[str]
+) -> Mapping[str, DeltaChannelHistory]:
+    """Walk the parent chain of `tuples[0]` over tuples already read (newest first)."""
+    by_id = {t.checkpoint["id"]: t for t in tuples}
+    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+    seeds: dict[str, Any] = {}
+    remaining = set(channels)
+    target = tuples[0] if tuples else None
+    cursor = target.parent_config if target is not None else None
+    while cursor is not None and remaining:
+        found = by_id.get(cursor["configurable"]["checkpoint_id"])
+        if found is None:
+            break
+        for write in reversed(found.pending_writes or []):
+            if write[1] in remaining:
+                collected[write[1]].append(write)
+        for channel in list(remaining):
+            if channel in found.checkpoint["channel_values"]:
+                seeds[channel] = found.checkpoint["channel_values"][channel]
+                remaining.discard(channel)
+        cursor = found.parent_config
+    result: dict[str, DeltaChannelHistory] = {}
+    for channel in channels:
+        entry: DeltaChannelHistory = {"writes": list(reversed(collected[channel]))}
+        if channel in seeds:
+            entry["seed"] = seeds[channel]
+        result[channel] = entry
+    return result
+
+
+def _thread_config(config: RunnableConfig) -> RunnableConfig:
+    configurable = config["configurable"]
+    return {
+        "configurable": {
+            "thread_id": configurable["thread_id"],
+            "checkpoint_ns": configurable.get("checkpoint_ns", ""),
+        }
+    }
+
+
+class StashpointSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer over a stash (any backend: memory, local, S3, S3 + index).
+
+    Each `put` and each `put_writes` is one conditional PUT (plus one per new large value);
+    the latest checkpoint reads in three round trips whatever the thread's length. Two
+    invocations that resume the same latest checkpoint cannot both proceed: the second
+    `put` raises `stashpoint.CheckpointConflict` and stores nothing as the thread's latest.
+    Values go only through `self.serde`.
+    """
+
+    def __init__(self, stash: Stash, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.stash = stash
+        """The stash the threads live in."""
+        self._steps = _steps_of(stash)
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str | None = None, **options: Any) -> Iterator[StashpointSaver]:
+        """Open a stash from `url` (see `stashpoint.open`) and yield a saver; close it after."""
+        from stashpoint.stash import open as open_stash
+
+        with open_stash(url, **options) as stash:
+            yield cls(stash)
+
+    def _run(self, steps: Steps[T]) -> T:
+        return run_sync(steps, self.stash._execute)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Return the checkpoint `config` names, or the thread's latest without an id."""
+        return _tuple(self._run(self._steps.get_tuple(config, self.serde)))  # type: ignore[arg-type]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Yield matching checkpoints, newest first (metadata `filter` before `limit`)."""
+        found = self._run(
+            self._steps.list(config, self.serde, filter=filter, before=before, limit=limit)  # type: ignore[arg-type]
+        )
+        for parts in found:
+            tuple_ = _tuple(parts)
+            assert tuple_ is not None
+            yield tuple_
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint; raises `CheckpointConflict` instead of forking silently."""
+        return self._run(  # type: ignore[return-value]
+            self._steps.put(config, checkpoint, metadata, new_versions, self.serde)  # type: ignore[arg-type]
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes in one PUT (first write wins, special ones replace)."""
+        self._run(self._steps.put_writes(config, writes, task_id, task_path, self.serde))  # type: ignore[arg-type]
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread and leave a tombstone so that no late write revives it."""
+        self._run(self._steps.delete_thread(str(thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints and writes of the given runs from every thread."""
+        self._run(self._steps.delete_for_runs(run_ids, self.serde))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread, every checkpoint and write, to a thread that has none."""
+        self._run(self._steps.copy_thread(source_thread_id, target_thread_id, self.serde))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keep each namespace's latest checkpoint (`keep_latest`) or delete all (`delete`)."""
+        self._run(self._steps.prune(thread_ids, strategy, self.serde))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Return each channel's writes and seed along the parent chain, in one read."""
+        if not channels:
+            return {}
+        tuples = self._chain(config)
+        return _history(tuples, channels)
+
+    def _chain(self, config: RunnableConfig) -> list[CheckpointTuple]:
+        target = self.get_tuple(config)
+        if target is None:
+            return []
+        return [target, *self.list(_thread_config(target.config))]
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """`get_tuple` on a worker thread."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """`list` on a worker thread."""
+        found = await asyncio.to_thread(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for tuple_ in found:
+            yield tuple_
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """`put` on a worker thread."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """`put_writes` on a worker thread."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """`delete_thread` on a worker thread."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """`delete_for_runs` on a worker thread."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`copy_thread` on a worker thread."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`prune` on a worker thread."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """`get_delta_channel_history` on a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
+
+
+class AsyncStashpointSaver(BaseCheckpointSaver[str]):
+    """The asyncio twin of `StashpointSaver`, over an `AsyncStash`.
+
+    Its blocking methods may be called from other threads while its event loop runs
+    (LangGraph's sync APIs on an async saver); from the loop's own thread they raise.
+    """
+
+    def __init__(self, stash: AsyncStash, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.stash = stash
+        """The stash the threads live in."""
+        self._steps = _steps_of(stash)
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            """The event loop blocking calls are handed to (the one it was made on)."""
+        except RuntimeError:
+            self.loop = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str | None = None, **options: Any
+    ) -> AsyncIterator[AsyncStashpointSaver]:
+        """Open an async stash from `url` and yield a saver; close it after."""
+        from stashpoint.stash import open_async
+
+        async with open_async(url, **options) as stash:
+            yield cls(stash)
+
+    async def _arun(self, steps: Steps[T]) -> T:
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        return await run_async(steps, self.stash._execute)
+
+    def _blocking(self, work: Callable[[], Any]) -> Any:
+        """Run the coroutine `work()` makes on the saver's loop, from another thread."""
+        loop = self.loop
+        if loop is None or not loop.is_running():
+            raise ConfigurationError(
+                "AsyncStashpointSaver's blocking methods need its event loop running in "
+                "another thread; use the async methods, or StashpointSaver"
+            )
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise ConfigurationError(
+                "AsyncStashpointSaver: a blocking method was called on its own event loop; "
+                "await the async method (e.g. aget_tuple) instead"
+            )
+        return asyncio.run_coroutine_threadsafe(work(), loop).result()
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Return the checkpoint `config` names, or the thread's latest without an id."""
+        return _tuple(await self._arun(self._steps.get_tuple(config, self.serde)))  # type: ignore[arg-type]
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Yield matching checkpoints, newest first (metadata `filter` before `limit`)."""
+        found = await self._arun(
+            self._steps.list(config, self.serde, filter=filter, before=before, limit=limit)  # type: ignore[arg-type]
+        )
+        for parts in found:
+            tuple_ = _tuple(parts)
+            assert tuple_ is not None
+            yield tuple_
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint; raises `CheckpointConflict` instead of forking silently."""
+        return await self._arun(  # type: ignore[return-value]
+            self._steps.put(config, checkpoint, metadata, new_versions, self.serde)  # type: ignore[arg-type]
+        )
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes in one PUT (first write wins, special ones replace)."""
+        await self._arun(self._steps.put_writes(config, writes, task_id, task_path, self.serde))  # type: ignore[arg-type]
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete a thread and leave a tombstone so that no late write revives it."""
+        await self._arun(self._steps.delete_thread(str(thread_id)))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints and writes of the given runs from every thread."""
+        await self._arun(self._steps.delete_for_runs(run_ids, self.serde))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread, every checkpoint and write, to a thread that has none."""
+        await self._arun(self._steps.copy_thread(source_thread_id, target_thread_id, self.serde))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keep each namespace's latest checkpoint (`keep_latest`) or delete all (`delete`)."""
+        await self._arun(self._steps.prune(thread_ids, strategy, self.serde))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Return each channel's writes and seed along the parent chain, in one read."""
+        if not channels:
+            return {}
+        target = await self.aget_tuple(config)
+        if target is None:
+            return _history([], channels)
+        rest = [t async for t in self.alist(_thread_config(target.config))]
+        return _history([target, *rest], channels)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """`aget_tuple`, from a thread other than the event loop's."""
+        return self._blocking(lambda: self.aget_tuple(config))  # type: ignore[no-any-return]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """`alist`, from a thread other than the event loop's."""
+
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        yield from self._blocking(collect)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """`aput`, from a thread other than the event loop's."""
+        return self._blocking(lambda: self.aput(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """`aput_writes`, from a thread other than the event loop's."""
+        self._blocking(lambda: self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """`adelete_thread`, from a thread other than the event loop's."""
+        self._blocking(lambda: self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """`adelete_for_runs`, from a thread other than the event loop's."""
+        self._blocking(lambda: self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`acopy_thread`, from a thread other than the event loop's."""
+        self._blocking(lambda: self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`aprune`, from a thread other than the event loop's."""
+        self._blocking(lambda: self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """`aget_delta_channel_history`, from a thread other than the event loop's."""
+        return self._blocking(  # type: ignore[no-any-return]
+            lambda: self.aget_delta_channel_history(config=config, channels=channels)
+        )

@@ -1,0 +1,736 @@
+"""The saver's operations, written once as steps over a thread's log (see `thread`).
+
+`StashpointSaver` runs them with the blocking driver, `AsyncStashpointSaver` with asyncio.
+The serializer is an argument of every operation, never state: `with_allowlist` clones a
+saver with another serializer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stashpoint.codec import Codec
+from stashpoint.errors import CheckpointConflict, CheckpointNotFound, InvalidPayload
+from stashpoint.langgraph.thread import (
+    LARGE_VALUE,
+    LATEST_MARKER,
+    THREAD_KIND,
+    THREAD_SCHEMA,
+    ListMemory,
+    Serializer,
+    StoredCheckpoint,
+    ThreadModel,
+    check_put,
+    check_state,
+    empty_state,
+    fold,
+    item_key,
+    large_value_name,
+    list_extends,
+    pack,
+    state_after_put,
+    state_after_writes,
+    state_of_model,
+    thread_key,
+    unpack_bytes,
+    versions_for_latest,
+)
+from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.steps import Parallel, Steps, ask
+from stashpoint.stores.layout import Layout
+from stashpoint.stores.objects import Create, DeleteObject, GetObject, ListKeys, PutObject
+
+NAMESPACE = "langgraph"
+"""Log namespace of LangGraph threads."""
+VALUES = "langgraph-values"
+"""Namespace of large channel values (`{prefix}/langgraph-values/{thread key}/{sha256}`)."""
+VALUE_FORMAT = "stashpoint.langgraph-value"
+"""Format name of a large value's object."""
+HEAD_TRUST_SECONDS = 30.0
+"""How long a saver appends after a head it learned without reading it again."""
+_APPEND_ATTEMPTS = 64
+_FETCH_BATCH = 16
+
+Config = dict[str, Any]
+"""LangGraph's `RunnableConfig`."""
+
+
+@dataclass(slots=True)
+class _Known:
+    """What this saver learned of one thread by writing it."""
+
+    head: LogHead
+    learned: float
+    lists: dict[tuple[str, str], ListMemory] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TupleParts:
+    """A checkpoint tuple before the LangGraph types are built around it."""
+
+    config: Config
+    checkpoint: dict[str, Any]
+    metadata: dict[str, Any]
+    parent_config: Config | None
+    pending_writes: list[tuple[str, str, Any]]
+
+
+class SaverSteps:
+    """LangGraph checkpoint operations over one stash, as steps."""
+
+    def __init__(self, logs: LogSteps, layout: Layout, codec: Codec) -> None:
+        self.logs = logs
+        """The threads' logs (whole state with every version)."""
+        self.layout = layout
+        """Where large values live."""
+        self.codec = codec
+        """Encodes large values' objects."""
+        self._known: dict[str, _Known] = {}
+        self._lock = threading.Lock()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _read(
+        self, key: str, ns: str | None, checkpoint_id: str | None
+    ) -> Steps[tuple[dict[str, Any], ThreadModel] | None]:
+        """Read what rebuilds `ns`'s checkpoint (its latest when no id); None: no thread.
+
+        The latest checkpoint of a recently written namespace costs a listing, the newest
+        entry and one parallel round; anything else reads the thread from its base.
+        """
+
+        def wanted(head: LogHead) -> list[int]:
+            state = check_state(head.state, key)
+            if state.get("deleted"):
+                return []
+            if ns is not None:
+                slot = state["ns"].get(ns)
+                if slot is not None and checkpoint_id in (None, slot["latest"]):
+                    quick = versions_for_latest(state, ns)
+                    if quick is not None:
+                        return quick
+            return list(range(state["base"], head.version + 1))
+
+        try:
+            head, found = yield from self.logs.head_with(key, wanted)
+        except CheckpointNotFound:
+            return None
+        state = check_state(head.state, key)
+        versions = sorted(v for v in found if v >= state["base"])
+        if not state.get("deleted"):
+            needed = wanted(head)
+            missing = [v for v in needed if v not in found]
+            if missing:
+                raise InvalidPayload(
+                    f"thread log lacks versions {missing[:5]} it names", object_name=key
+                )
+            versions = needed
+        model = fold(((v, found[v].records) for v in versions), key)
+        model.thread_id = state.get("thread_id")
+        return state, model
+
+    def get_tuple(self, config: Config, serde: Serializer) -> Steps[TupleParts | None]:
+        """Return the checkpoint `config` names (its latest without `checkpoint_id`)."""
+        thread_id, ns, checkpoint_id = _target(config)
+        key = thread_key(thread_id)
+        read = yield from self._read(key, ns, checkpoint_id)
+        if read is None:
+            return None
+        state, model = read
+        if state.get("deleted"):
+            return None
+        if checkpoint_id is None:
+            stored = model.latest(ns)
+        else:
+            stored = model.checkpoints.get(ns, {}).get(checkpoint_id)
+        if stored is None:
+            return None
+        parts = yield from self._tuple(key, thread_id, model, stored, serde)
+        if checkpoint_id is None:
+            parts.config["configurable"][LATEST_MARKER] = True
+        return parts
+
+    def list(
+        self,
+        config: Config | None,
+        serde: Serializer,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        before: Config | None = None,
+        limit: int | None = None,
+    ) -> Steps[list[TupleParts]]:
+        """Return matching checkpoints, newest first per namespace; filters before `limit`."""
+        if config is not None:
+            thread_ids: list[str] = [str(config["configurable"]["thread_id"])]
+            keys = [thread_key(thread_ids[0])]
+        else:
+            keys = yield from self.logs.list_ids()
+            thread_ids = []
+        want_ns = None if config is None else config["configurable"].get("checkpoint_ns")
+        want_id = None if config is None else config["configurable"].get("checkpoint_id")
+        before_id = None if before is None else before["configurable"].get("checkpoint_id")
+        out: list[TupleParts] = []
+        for index, key in enumerate(keys):
+            read = yield from self._read(key, None, None)
+            if read is None or read[0].get("deleted"):
+                continue
+            state, model = read
+            thread_id = thread_ids[index] if thread_ids else str(state.get("thread_id", key))
+            for ns, checkpoints in model.checkpoints.items():
+                if want_ns is not None and ns != want_ns:
+                    continue
+                for stored in sorted(
+                    checkpoints.values(), key=lambda c: c.checkpoint_id, reverse=True
+                ):
+                    if want_id and stored.checkpoint_id != want_id:
+                        continue
+                    if before_id and stored.checkpoint_id >= before_id:
+                        continue
+                    if filter:
+                        metadata = _load(serde, stored.metadata, key, {})
+                        if not all(metadata.get(k) == v for k, v in filter.items()):
+                            continue
+                    if limit is not None and len(out) >= limit:
+                        return out
+                    out.append((yield from self._tuple(key, thread_id, model, stored, serde)))
+        return out
+
+    def _tuple(
+        self,
+        key: str,
+        thread_id: str,
+        model: ThreadModel,
+        stored: StoredCheckpoint,
+        serde: Serializer,
+    ) -> Steps[TupleParts]:
+        checkpoint = _load(serde, stored.checkpoint, key, {})
+        versions = checkpoint.get("channel_versions", {})
+        docs: dict[str, dict[str, Any]] = {}
+        for channel, version in versions.items():
+            doc = model.values.get((stored.ns, channel, version))
+            if doc is not None:
+                docs[channel] = doc
+        writes = model.pending(stored.ns, stored.checkpoint_id)
+        objects = yield from self._fetch_large(
+            key,
+            [*_refs_in_values(model, stored.ns, docs), *(w.value for w in writes)],
+        )
+        values = {
+            channel: _value(serde, model, stored.ns, channel, versions[channel], key, objects)
+            for channel in docs
+        }
+        ns = stored.ns
+        config = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": stored.checkpoint_id,
+            }
+        }
+        parent = None
+        if stored.parent_id is not None:
+            parent = {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": stored.parent_id,
+                }
+            }
+        return TupleParts(
+            config=config,
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=_load(serde, stored.metadata, key, objects),
+            parent_config=parent,
+            pending_writes=[
+                (w.task_id, w.channel, _load(serde, w.value, key, objects)) for w in writes
+            ],
+        )
+
+    def _fetch_large(self, key: str, packed: Sequence[Mapping[str, Any]]) -> Steps[dict[str, Any]]:
+        names = sorted({p["object"] for p in packed if isinstance(p, Mapping) and "object" in p})
+        found: dict[str, Any] = {}
+        for start in range(0, len(names), _FETCH_BATCH):
+            batch = names[start : start + _FETCH_BATCH]
+            object_keys = [self._value_key(key, name) for name in batch]
+            infos = yield from ask(
+                Parallel(
+                    tuple(
+                        GetObject(k, None, self.codec.limits.max_compressed_bytes)
+                        for k in object_keys
+                    )
+                )
+            )
+            for name, object_key, info in zip(batch, object_keys, infos, strict=True):
+                if info is None or info.body is None:
+                    raise InvalidPayload(
+                        "a checkpoint names a large value whose object is missing",
+                        object_name=object_key,
+                    )
+                document = yield from self.codec.document_decoding(
+                    info.body, name=object_key, format_name=VALUE_FORMAT, format_version=1
+                )
+                type_, data = unpack_bytes(document, object_key)
+                if large_value_name(data) != name:
+                    raise InvalidPayload(
+                        "large value object does not hold the value its name says",
+                        object_name=object_key,
+                    )
+                found[name] = (type_, data)
+        return found
+
+    def _value_key(self, key: str, name: str) -> str:
+        return self.layout.key(VALUES, f"{key}/{name}")
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _head(self, key: str, *, fresh: bool) -> Steps[LogHead | None]:
+        if not fresh:
+            with self._lock:
+                known = self._known.get(key)
+            if known is not None and time.monotonic() - known.learned < HEAD_TRUST_SECONDS:
+                return known.head
+        try:
+            return (yield from self.logs.head(key))
+        except CheckpointNotFound:
+            return None
+
+    def _remember(
+        self, key: str, head: LogHead, lists: dict[tuple[str, str], ListMemory] | None = None
+    ) -> None:
+        with self._lock:
+            known = self._known.get(key)
+            base = check_state(head.state, key)["base"]
+            kept = {} if known is None or _base(known.head) != base else known.lists
+            self._known[key] = _Known(head, time.monotonic(), {**kept, **(lists or {})})
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._known.pop(key, None)
+
+    def _lists(self, key: str, base: int) -> dict[tuple[str, str], ListMemory]:
+        with self._lock:
+            known = self._known.get(key)
+            if known is None or _base(known.head) != base:
+                return {}
+            return dict(known.lists)
+
+    def put(
+        self,
+        config: Config,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        new_versions: Mapping[str, Any],
+        serde: Serializer,
+    ) -> Steps[Config]:
+        """Store a checkpoint: one conditional PUT, plus one per new large value."""
+        from langgraph.checkpoint.base import get_checkpoint_metadata
+
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        ns = configurable.get("checkpoint_ns", "")
+        parent_id = configurable.get("checkpoint_id")
+        extends_latest = bool(configurable.get(LATEST_MARKER))
+        key = thread_key(thread_id)
+        skeleton = dict(checkpoint)
+        channel_values = skeleton.pop("channel_values", {})
+        packed_checkpoint = pack(*serde.dumps_typed(skeleton))
+        packed_metadata = pack(
+            *serde.dumps_typed(get_checkpoint_metadata(config, dict(metadata)))  # type: ignore[arg-type]
+        )
+        # Serialize once; which list values may be stored as extensions depends on the head.
+        serialized: dict[str, Any] = {}
+        for channel in new_versions:
+            if channel not in channel_values:
+                continue
+            value = channel_values[channel]
+            if type(value) is list:
+                serialized[channel] = [serde.dumps_typed(item) for item in value]
+            else:
+                serialized[channel] = serde.dumps_typed(value)
+        large: dict[str, tuple[str, bytes]] = {}
+        head = yield from self._head(key, fresh=False)
+        for attempt in range(1, _APPEND_ATTEMPTS + 1):
+            state = empty_state(thread_id) if head is None else check_state(head.state, key)
+            version = 0 if head is None else head.version + 1
+            check_put(
+                state,
+                ns=ns,
+                parent_id=parent_id,
+                extends_latest=extends_latest,
+                fresh_start=metadata.get("source") == "input" and metadata.get("step") == -1,
+                thread_id=thread_id,
+                version=version,
+            )
+            base = version if state.get("deleted") else state["base"]
+            memories = self._lists(key, base)
+            slot = state["ns"].get(ns) or {}
+            values: dict[str, Any] = {}
+            locations: dict[str, list[int]] = {}
+            remembered: dict[tuple[str, str], ListMemory] = {}
+            for channel, channel_version in new_versions.items():
+                if channel not in serialized:
+                    values[channel] = {"version": channel_version, "empty": True}
+                    locations[channel] = [version]
+                    continue
+                ser = serialized[channel]
+                if isinstance(ser, list):
+                    items = [item_key(t, d) for t, d in ser]
+                    memory = memories.get((ns, channel))
+                    known_slot = slot.get("values", {}).get(channel)
+                    at_parent = (
+                        slot.get("latest") == parent_id
+                        and known_slot is not None
+                        and memory is not None
+                        and known_slot[0] == memory.version
+                    )
+                    if at_parent and memory is not None and list_extends(memory, items):
+                        new = ser[len(memory.items) :]
+                        doc: dict[str, Any] = {
+                            "list_after": memory.version,
+                            "items": [_packed(t, d, large) for t, d in new],
+                        }
+                        chain = (*memory.locations, version)
+                    else:
+                        doc = {"list": [_packed(t, d, large) for t, d in ser]}
+                        chain = (version,)
+                    remembered[(ns, channel)] = ListMemory(channel_version, tuple(items), chain)
+                    locations[channel] = list(chain)
+                else:
+                    doc = _packed(ser[0], ser[1], large)
+                    locations[channel] = [version]
+                values[channel] = {"version": channel_version, "value": doc}
+            yield from self._store_large(key, large)
+            record = {
+                "op": "put",
+                "ns": ns,
+                "id": checkpoint["id"],
+                "parent": parent_id,
+                "checkpoint": packed_checkpoint,
+                "metadata": packed_metadata,
+                "values": values,
+            }
+            new_state = state_after_put(
+                state,
+                ns=ns,
+                checkpoint_id=str(checkpoint["id"]),
+                parent_id=parent_id,
+                channel_versions=checkpoint.get("channel_versions", {}),
+                value_versions=locations,
+                version=version,
+            )
+            new_state["thread_id"] = thread_id
+            try:
+                new_head = yield from self.logs.append(
+                    key,
+                    [record],
+                    after=head,
+                    state=new_state,
+                    kind=THREAD_KIND,
+                    schema_version=THREAD_SCHEMA,
+                )
+            except CheckpointConflict:
+                if attempt == _APPEND_ATTEMPTS:
+                    raise
+                head = yield from self._head(key, fresh=True)
+                continue
+            self._remember(key, new_head, remembered)
+            return {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint["id"],
+                }
+            }
+        raise AssertionError("unreachable")
+
+    def _store_large(self, key: str, large: dict[str, tuple[str, bytes]]) -> Steps[None]:
+        """Write each large value once (its name is its hash: a second write is a no-op)."""
+        requests = []
+        for name, (type_, data) in large.items():
+            object_key = self._value_key(key, name)
+            document = {"format": f"{VALUE_FORMAT}/1", **pack(type_, data)}
+            body = yield from self.codec.document_encoding(document, name=object_key)
+            requests.append(PutObject(object_key, body, Create()))
+        for start in range(0, len(requests), _FETCH_BATCH):
+            batch = tuple(requests[start : start + _FETCH_BATCH])
+            results = yield from ask(Parallel(batch))
+            for request, result in zip(batch, results, strict=True):
+                if result.outcome.value not in ("stored", "precondition_failed"):
+                    raise InvalidPayload(
+                        f"large value not stored ({result.detail or result.outcome.value})",
+                        object_name=request.key,
+                    )
+        large.clear()
+
+    def put_writes(
+        self,
+        config: Config,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+        serde: Serializer,
+    ) -> Steps[None]:
+        """Store a task's pending writes: one conditional PUT whatever their number."""
+        from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        ns = configurable.get("checkpoint_ns", "")
+        checkpoint_id = configurable["checkpoint_id"]
+        key = thread_key(thread_id)
+        large: dict[str, tuple[str, bytes]] = {}
+        items = [
+            [WRITES_IDX_MAP.get(channel, index), channel, _packed(*serde.dumps_typed(value), large)]
+            for index, (channel, value) in enumerate(writes)
+        ]
+        yield from self._store_large(key, large)
+        record = {
+            "op": "writes",
+            "ns": ns,
+            "id": checkpoint_id,
+            "task": task_id,
+            "path": task_path,
+            "items": items,
+        }
+        head = yield from self._head(key, fresh=False)
+        for attempt in range(1, _APPEND_ATTEMPTS + 1):
+            state = empty_state(thread_id) if head is None else check_state(head.state, key)
+            version = 0 if head is None else head.version + 1
+            if state.get("deleted"):
+                raise CheckpointConflict(
+                    thread_id,
+                    expected_revision=None,
+                    actual_revision=version - 1,
+                    message=f"thread {thread_id!r} was deleted; writes after its deletion are "
+                    "refused",
+                )
+            new_state = state_after_writes(
+                state, ns=ns, checkpoint_id=checkpoint_id, version=version
+            )
+            new_state = {**new_state, "thread_id": thread_id}
+            try:
+                new_head = yield from self.logs.append(
+                    key,
+                    [record],
+                    after=head,
+                    state=new_state,
+                    kind=THREAD_KIND,
+                    schema_version=THREAD_SCHEMA,
+                )
+            except CheckpointConflict:
+                if attempt == _APPEND_ATTEMPTS:
+                    raise
+                head = yield from self._head(key, fresh=True)
+                continue
+            self._remember(key, new_head)
+            return None
+
+    # -- whole-thread operations -------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> Steps[None]:
+        """Delete a thread, leaving a tombstone: a late write cannot bring it back."""
+        key = thread_key(thread_id)
+        self._forget(key)
+        head = yield from self._head(key, fresh=True)
+        while head is not None:
+            state = check_state(head.state, key)
+            tombstone = {**empty_state(thread_id), "base": head.version + 1, "deleted": True}
+            try:
+                head = yield from self.logs.append(
+                    key, [{"op": "delete"}], after=head, state=tombstone, kind=THREAD_KIND
+                )
+            except CheckpointConflict:
+                head = yield from self._head(key, fresh=True)
+                continue
+            del state
+            yield from self.logs.drop_below(key, head.version)
+            yield from self._drop_values(key)
+            break
+        self._forget(key)
+
+    def _drop_values(self, key: str) -> Steps[None]:
+        prefix = self._value_key(key, "")
+        token: str | None = None
+        while True:
+            page = yield from ask(ListKeys(prefix, token))
+            if page.keys:
+                yield from ask(Parallel(tuple(DeleteObject(k) for k in page.keys)))
+            token = page.next_token
+            if token is None:
+                return
+
+    def _rewrite(
+        self, thread_id: str, change: Any, serde: Serializer, *, source: str | None = None
+    ) -> Steps[bool]:
+        """Rewrite a thread as `change(model)` leaves it, in one append (a rebase).
+
+        `change` returns False to leave the thread alone. `source`: read that thread's
+        model instead (copy). Older objects are deleted once the rebase is stored.
+        """
+        key = thread_key(thread_id)
+        self._forget(key)
+        for _ in range(_APPEND_ATTEMPTS):
+            read = yield from self._read(thread_key(source or thread_id), None, None)
+            if read is None or read[0].get("deleted"):
+                model = ThreadModel()
+            else:
+                model = read[1]
+            if not change(model):
+                return False
+            head = yield from self._head(key, fresh=True)
+            version = 0 if head is None else head.version + 1
+            state = state_of_model(model, thread_id, version)
+            record = {"op": "rebase", "records": model.records()}
+            try:
+                head = yield from self.logs.append(
+                    key,
+                    [record],
+                    after=head,
+                    state=state,
+                    kind=THREAD_KIND,
+                    schema_version=THREAD_SCHEMA,
+                )
+            except CheckpointConflict:
+                continue
+            yield from self.logs.drop_below(key, head.version)
+            self._forget(key)
+            return True
+        raise CheckpointConflict(
+            thread_id,
+            expected_revision=None,
+            message=f"thread {thread_id!r} kept changing while being rewritten",
+        )
+
+    def prune(self, thread_ids: Sequence[str], strategy: str, serde: Serializer) -> Steps[None]:
+        """Keep only each namespace's latest checkpoint (`keep_latest`), or nothing."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidPayload(f"unknown prune strategy {strategy!r}")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                yield from self.delete_thread(thread_id)
+                continue
+
+            def keep_latest(model: ThreadModel) -> bool:
+                latest = {ns: model.latest(ns) for ns in model.checkpoints}
+                return model.keep(lambda c: latest[c.ns] is c)
+
+            yield from self._rewrite(thread_id, keep_latest, serde)
+
+    def delete_for_runs(self, run_ids: Sequence[str], serde: Serializer) -> Steps[None]:
+        """Delete, in every thread, the checkpoints (and writes) of the given runs."""
+        doomed = set(run_ids)
+        if not doomed:
+            return
+        keys = yield from self.logs.list_ids()
+        for key in keys:
+            read = yield from self._read(key, None, None)
+            if read is None or read[0].get("deleted"):
+                continue
+            thread_id = str(read[0].get("thread_id", key))
+
+            def without_runs(model: ThreadModel, key: str = key) -> bool:
+                return model.keep(
+                    lambda c: _load(serde, c.metadata, key, {}).get("run_id") not in doomed
+                )
+
+            yield from self._rewrite(thread_id, without_runs, serde)
+
+    def copy_thread(self, source_id: str, target_id: str, serde: Serializer) -> Steps[None]:
+        """Copy every checkpoint and write of a thread to another (refused if it has any)."""
+        target = yield from self._read(thread_key(target_id), None, None)
+        if target is not None and not target[0].get("deleted") and target[1].checkpoints:
+            raise CheckpointConflict(
+                target_id,
+                expected_revision=None,
+                message=f"thread {target_id!r} already has checkpoints; copy to a new thread",
+            )
+        yield from self._rewrite(
+            target_id, lambda model: bool(model.checkpoints), serde, source=source_id
+        )
+
+
+def _base(head: LogHead) -> int:
+    state = head.state
+    return state.get("base", -1) if isinstance(state, dict) else -1
+
+
+def _target(config: Config) -> tuple[str, str, str | None]:
+    configurable = config["configurable"]
+    return (
+        str(configurable["thread_id"]),
+        configurable.get("checkpoint_ns", ""),
+        configurable.get("checkpoint_id") or None,
+    )
+
+
+def _packed(type_: str, data: bytes, large: dict[str, tuple[str, bytes]]) -> dict[str, Any]:
+    """Pack a serialized value, setting it aside as an object of its own when large."""
+    if len(data) > LARGE_VALUE:
+        name = large_value_name(data)
+        large[name] = (type_, data)
+        return {"type": type_, "object": name, "bytes": len(data)}
+    return pack(type_, data)
+
+
+def _load(serde: Serializer, packed: Any, name: str, objects: Mapping[str, Any]) -> Any:
+    if not isinstance(packed, Mapping):
+        raise InvalidPayload("a stored value must be an object", object_name=name)
+    if "object" in packed:
+        return serde.loads_typed(objects[packed["object"]])
+    return serde.loads_typed(unpack_bytes(packed, name))
+
+
+def _refs_in_values(
+    model: ThreadModel, ns: str, docs: Mapping[str, dict[str, Any]]
+) -> Iterator[Mapping[str, Any]]:
+    """Yield every packed item of the given channel values, following list chains."""
+    for channel, doc in docs.items():
+        current: dict[str, Any] | None = doc
+        for _ in range(10_000):
+            if current is None:
+                break
+            if "list" in current:
+                yield from current["list"]
+                break
+            if "list_after" in current:
+                yield from current["items"]
+                current = model.values.get((ns, channel, current["list_after"]))
+                continue
+            yield current
+            break
+
+
+def _value(
+    serde: Serializer,
+    model: ThreadModel,
+    ns: str,
+    channel: str,
+    version: Any,
+    name: str,
+    objects: Mapping[str, Any],
+) -> Any:
+    """Return a channel's value at `version`, joining a list's chain of extensions."""
+    parts: list[list[Any]] = []
+    current = model.values.get((ns, channel, version))
+    while current is not None and "list_after" in current:
+        parts.append([_load(serde, item, name, objects) for item in current["items"]])
+        previous = current["list_after"]
+        current = model.values.get((ns, channel, previous))
+        if current is None:
+            raise InvalidPayload(
+                f"channel {channel!r} extends a list stored at version {previous!r}, which "
+                "the thread does not hold",
+                object_name=name,
+            )
+    if current is None:
+        raise InvalidPayload(f"channel {channel!r} has no stored value", object_name=name)
+    if "list" in current:
+        whole = [_load(serde, item, name, objects) for item in current["list"]]
+        for extension in reversed(parts):
+            whole.extend(extension)
+        return whole
+    return _load(serde, current, name, objects)

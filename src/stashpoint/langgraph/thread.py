@@ -1,0 +1,524 @@
+"""A LangGraph thread as a stashpoint log: its records, its small state, and their fold.
+
+One log per thread (namespace `langgraph`, id `thread_key(thread_id)`); every version holds
+one record:
+
+- `put`: a checkpoint of one checkpoint namespace (`ns`): its id, parent id, the checkpoint
+  without its channel values (`checkpoint`), its metadata, and the values of the channels
+  `new_versions` names (`values`: channel -> `{"version", "value"}`; `"empty": true` for a
+  channel with no value). Unchanged channels are not stored again: a checkpoint's values are
+  found by `(ns, channel, version)` among earlier puts, as in LangGraph's own savers.
+- `writes`: pending writes of one task against one checkpoint.
+- `delete`: the thread's tombstone (a late write after it cannot bring the thread back).
+- `rebase`: a rewrite of the surviving checkpoints after `prune`/`delete_for_runs`/
+  `copy_thread`; readers start at the latest rebase (`state["base"]`).
+
+Values go through the saver's serializer (`dumps_typed`) and are stored as `Packed`
+documents: readable JSON when the serialized bytes are plain msgpack that round-trips byte
+for byte, base64 otherwise (an encrypted serializer's output stays opaque), or a reference
+to an immutable object of its own when large. A list value (a messages channel) is stored
+item by item, and a list that extends the one stored at the parent checkpoint stores only
+its new items (`{"after": version, "items": [...]}`), so a growing conversation costs
+O(delta) per step.
+
+The state (stored whole with every version, it stays small) names, for the most recently
+written checkpoint namespaces, the latest checkpoint and the versions a reader needs to
+rebuild it: its put, its pending writes, and the puts holding its channel values. A reader of
+the latest checkpoint therefore reads the newest entry and then those versions, in one
+parallel round, whatever the thread's length.
+
+Everything here is free of I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stashpoint.errors import CheckpointConflict, InvalidPayload
+
+THREAD_KIND = "stashpoint.langgraph-thread"
+"""Kind of a thread's log."""
+THREAD_SCHEMA = 1
+"""Schema version of its records and state."""
+LATEST_MARKER = "__stashpoint_latest__"
+"""Config key `get_tuple` adds when it returns a thread's latest checkpoint.
+
+LangGraph carries it into every `put` of the invocation that read it: such a put must
+extend the thread's latest checkpoint, so two invocations resuming the same head cannot
+both proceed (no silent fork). A config without it (an explicit `checkpoint_id`, a config
+from `get_state_history`) may branch from any checkpoint: time travel. Keys starting with
+`__` are kept out of checkpoint metadata by LangGraph.
+"""
+LARGE_VALUE = 256 * 1024
+"""Serialized values larger than this are immutable objects of their own."""
+LIST_CHAIN = 32
+"""A list value is stored whole again after this many extensions (bounds a read)."""
+STATE_NAMESPACES = 16
+"""Checkpoint namespaces the state tracks (the most recently written ones)."""
+_READABLE_DEPTH = 24
+_SAFE_THREAD = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+Serializer = Any
+"""LangGraph's `SerializerProtocol` (`dumps_typed`, `loads_typed`)."""
+
+
+def thread_key(thread_id: str) -> str:
+    """Return the log id of a thread: the id itself when safe, else an escaped form.
+
+    Safe ids (letters, digits, `._-`) stay readable; anything else (a `/`, spaces, unicode,
+    a colon) becomes `:` + base32 of its UTF-8, and a very long one `:sha256-` + its hash.
+    `:` never appears in a safe id, so two thread ids never share a key (`t` vs `t/x`).
+    """
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidPayload(f"thread_id must be a non-empty str, not {thread_id!r}")
+    if _SAFE_THREAD.fullmatch(thread_id) and thread_id not in (".", ".."):
+        return thread_id
+    encoded = base64.b32encode(thread_id.encode()).decode().rstrip("=").lower()
+    if len(encoded) <= 250:
+        return ":" + encoded
+    return ":sha256-" + hashlib.sha256(thread_id.encode()).hexdigest()
+
+
+# -- values ------------------------------------------------------------------------------------
+
+
+def pack(type_: str, data: bytes) -> dict[str, Any]:
+    """Return the stored form of one serialized value (`dumps_typed`'s pair)."""
+    if type_ == "msgpack":
+        readable = _readable_msgpack(data)
+        if readable is not _UNREADABLE:
+            return {"type": type_, "msgpack": readable}
+    return {"type": type_, "base64": base64.b64encode(data).decode()}
+
+
+def unpack_bytes(packed: Mapping[str, Any], name: str) -> tuple[str, bytes]:
+    """Return the `(type, bytes)` pair a packed value stores inline."""
+    try:
+        type_ = packed["type"]
+        if "msgpack" in packed:
+            import ormsgpack
+
+            return type_, ormsgpack.packb(packed["msgpack"])
+        return type_, base64.b64decode(packed["base64"], validate=True)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidPayload(f"malformed stored value: {exc}", object_name=name) from exc
+
+
+_UNREADABLE: Any = object()
+
+
+def _readable_msgpack(data: bytes) -> Any:
+    """Return the JSON form of plain msgpack whose re-encoding is identical, else _UNREADABLE."""
+    import ormsgpack
+
+    try:
+        value = ormsgpack.unpackb(data)
+    except (ormsgpack.MsgpackDecodeError, ValueError, TypeError):
+        return _UNREADABLE  # extension types (LangChain messages, dataclasses...)
+    if not _json_safe(value, 0):
+        return _UNREADABLE
+    try:
+        same = ormsgpack.packb(value) == data
+    except (TypeError, ValueError):
+        return _UNREADABLE
+    return value if same else _UNREADABLE
+
+
+def _json_safe(value: Any, depth: int) -> bool:
+    if depth > _READABLE_DEPTH:
+        return False
+    if value is None or isinstance(value, (bool, str)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**64
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_json_safe(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_safe(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def large_value_name(data: bytes) -> str:
+    """Return the content address of a large value's object."""
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- records and state ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StoredCheckpoint:
+    """One checkpoint as its put record stores it (values apart)."""
+
+    ns: str
+    """Its checkpoint namespace."""
+    checkpoint_id: str
+    """Its id."""
+    parent_id: str | None
+    """Its parent's id in the same namespace."""
+    checkpoint: dict[str, Any]
+    """The packed checkpoint without channel values."""
+    metadata: dict[str, Any]
+    """The packed metadata."""
+    version: int
+    """The log version of its put."""
+
+
+@dataclass(slots=True)
+class PendingWrite:
+    """One pending write as stored."""
+
+    task_id: str
+    """The task that wrote it."""
+    channel: str
+    """The channel written."""
+    value: dict[str, Any]
+    """The packed value."""
+    task_path: str
+    """The task's path."""
+
+
+@dataclass(slots=True)
+class ThreadModel:
+    """A thread folded from its records (all of them, or the ones a read needed)."""
+
+    thread_id: str | None = None
+    """The thread's id as LangGraph gave it."""
+    checkpoints: dict[str, dict[str, StoredCheckpoint]] = field(default_factory=dict)
+    """Checkpoints by namespace then id, in the order they were put."""
+    values: dict[tuple[str, str, Any], dict[str, Any] | None] = field(default_factory=dict)
+    """Packed channel values by (namespace, channel, version); None: the channel was empty."""
+    writes: dict[tuple[str, str], dict[tuple[str, int], PendingWrite]] = field(
+        default_factory=dict
+    )
+    """Pending writes by (namespace, checkpoint id), then (task id, index)."""
+    deleted: bool = False
+    """Whether the last record read is the thread's tombstone."""
+
+    def apply(self, version: int, record: Any, name: str) -> None:
+        """Fold one record (of log version `version`) into the model."""
+        if not isinstance(record, dict) or not isinstance(record.get("op"), str):
+            raise InvalidPayload("a thread record must be an object with an op", name)
+        try:
+            op = record["op"]
+            if op == "put":
+                self._put(version, record)
+            elif op == "writes":
+                self._writes(record)
+            elif op == "delete":
+                self.__init__(thread_id=self.thread_id, deleted=True)  # type: ignore[misc]
+            elif op == "rebase":
+                self.__init__(thread_id=self.thread_id)  # type: ignore[misc]
+                for inner in record["records"]:
+                    self.apply(version, inner, name)
+            elif op == "value":
+                self.values[(record["ns"], record["channel"], record["version"])] = record[
+                    "value"
+                ]
+            else:
+                raise InvalidPayload(f"unknown thread record op {op!r}", object_name=name)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidPayload(f"malformed thread record: {exc!r}", object_name=name) from exc
+
+    def _put(self, version: int, record: dict[str, Any]) -> None:
+        self.deleted = False
+        ns = record["ns"]
+        checkpoint_id = record["id"]
+        if not isinstance(ns, str) or not isinstance(checkpoint_id, str):
+            raise TypeError("ns and id must be strings")
+        parent = record.get("parent")
+        stored = StoredCheckpoint(
+            ns, checkpoint_id, parent, record["checkpoint"], record["metadata"], version
+        )
+        checkpoints = self.checkpoints.setdefault(ns, {})
+        checkpoints.pop(checkpoint_id, None)
+        checkpoints[checkpoint_id] = stored
+        for channel, slot in record.get("values", {}).items():
+            self.values[(ns, channel, slot["version"])] = None if slot.get("empty") else slot[
+                "value"
+            ]
+
+    def _writes(self, record: dict[str, Any]) -> None:
+        key = (record["ns"], record["id"])
+        task_id, task_path = record["task"], record.get("path", "")
+        stored = self.writes.setdefault(key, {})
+        for index, channel, value in record["items"]:
+            slot = (task_id, int(index))
+            if slot[1] >= 0 and slot in stored:
+                continue  # regular writes: the first one wins (a retried task)
+            stored[slot] = PendingWrite(task_id, channel, value, task_path)
+
+    def latest(self, ns: str) -> StoredCheckpoint | None:
+        """Return the most recently put checkpoint of `ns`."""
+        checkpoints = self.checkpoints.get(ns)
+        if not checkpoints:
+            return None
+        return next(reversed(checkpoints.values()))
+
+    def pending(self, ns: str, checkpoint_id: str) -> list[PendingWrite]:
+        """Return a checkpoint's pending writes in (task path, task id, index) order."""
+        stored = self.writes.get((ns, checkpoint_id), {})
+        ordered = sorted(stored.items(), key=lambda kv: (kv[1].task_path, kv[0][0], kv[0][1]))
+        return [write for _, write in ordered]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Return records that rebuild this model (a rebase's content), values first."""
+        out: list[dict[str, Any]] = [
+            {"op": "value", "ns": ns, "channel": ch, "version": ver, "value": value}
+            for (ns, ch, ver), value in self.values.items()
+            if value is not None
+        ]
+        empty = {key for key, value in self.values.items() if value is None}
+        for ns, checkpoints in self.checkpoints.items():
+            for stored in checkpoints.values():
+                out.append(
+                    {
+                        "op": "put",
+                        "ns": ns,
+                        "id": stored.checkpoint_id,
+                        "parent": stored.parent_id,
+                        "checkpoint": stored.checkpoint,
+                        "metadata": stored.metadata,
+                        "values": {
+                            ch: {"version": ver, "empty": True}
+                            for (n, ch, ver) in empty
+                            if n == ns
+                        },
+                    }
+                )
+        for (ns, checkpoint_id), stored_writes in self.writes.items():
+            if checkpoint_id not in self.checkpoints.get(ns, {}):
+                continue
+            by_task: dict[tuple[str, str], list[list[Any]]] = {}
+            for (task_id, index), write in stored_writes.items():
+                by_task.setdefault((task_id, write.task_path), []).append(
+                    [index, write.channel, write.value]
+                )
+            for (task_id, task_path), items in by_task.items():
+                out.append(
+                    {"op": "writes", "ns": ns, "id": checkpoint_id, "task": task_id,
+                     "path": task_path, "items": items}
+                )  # fmt: skip
+        return out
+
+    def keep(self, survives: Callable[[StoredCheckpoint], bool]) -> bool:
+        """Drop the checkpoints `survives` refuses (and their writes); say if any went."""
+        dropped = False
+        for ns in list(self.checkpoints):
+            kept = {k: c for k, c in self.checkpoints[ns].items() if survives(c)}
+            if len(kept) != len(self.checkpoints[ns]):
+                dropped = True
+                self.checkpoints[ns] = kept
+            if not kept:
+                del self.checkpoints[ns]
+        if dropped:
+            for key in list(self.writes):
+                if key[1] not in self.checkpoints.get(key[0], {}):
+                    del self.writes[key]
+        return dropped
+
+
+def fold(entries: Iterable[tuple[int, list[Any]]], name: str) -> ThreadModel:
+    """Fold `(version, records)` pairs, oldest first, into a model."""
+    model = ThreadModel()
+    for version, records in entries:
+        for record in records:
+            model.apply(version, record, name)
+    return model
+
+
+# -- the state: what a reader of the latest checkpoint needs ---------------------------------
+
+
+def empty_state(thread_id: str) -> dict[str, Any]:
+    """Return the state of a thread with no checkpoint."""
+    return {"thread_id": thread_id, "base": 0, "deleted": False, "ns": {}}
+
+
+def check_state(state: Any, name: str) -> dict[str, Any]:
+    """Return a thread log's state, or refuse one that is not."""
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("ns"), dict)
+        or not isinstance(state.get("base"), int)
+    ):
+        raise InvalidPayload("not a LangGraph thread log (its state has no ns/base)", name)
+    return state
+
+
+def _touched(state: dict[str, Any], ns: str, slot: dict[str, Any]) -> dict[str, Any]:
+    """Return `state` with `ns`'s slot replaced, keeping the most recent namespaces only."""
+    namespaces = {k: v for k, v in state["ns"].items() if k != ns}
+    namespaces[ns] = slot
+    if len(namespaces) > STATE_NAMESPACES:
+        order = sorted((v.get("touched", 0), k) for k, v in namespaces.items() if k not in ("", ns))
+        for _, k in order[: len(namespaces) - STATE_NAMESPACES]:
+            del namespaces[k]
+    return {**state, "deleted": False, "ns": namespaces}
+
+
+def check_put(
+    state: dict[str, Any],
+    *,
+    ns: str,
+    parent_id: str | None,
+    extends_latest: bool,
+    fresh_start: bool,
+    thread_id: str,
+    version: int,
+) -> None:
+    """Refuse a put that would silently fork the thread (see `LATEST_MARKER`).
+
+    A put whose invocation read the latest checkpoint must still extend it. A
+    `fresh_start` (LangGraph's first checkpoint of a thread: no parent, source `input`,
+    step -1) must find its namespace empty: else another invocation started the thread
+    first. Raises `CheckpointConflict` naming the thread.
+    """
+    slot = state["ns"].get(ns)
+    latest = None if slot is None else slot.get("latest")
+    if state.get("deleted") and parent_id is not None:
+        raise CheckpointConflict(
+            thread_id,
+            expected_revision=None,
+            actual_revision=version,
+            message=f"thread {thread_id!r} was deleted; this write comes after its deletion "
+            "and is refused (start the thread again without a checkpoint_id)",
+        )
+    if state.get("deleted"):
+        return
+    if fresh_start and parent_id is None and latest is not None:
+        raise CheckpointConflict(
+            thread_id,
+            expected_revision=None,
+            actual_revision=version,
+            message=f"thread {thread_id!r} (namespace {ns!r}) already has checkpoint "
+            f"{latest}: another invocation started it first",
+        )
+    if extends_latest and parent_id != latest:
+        raise CheckpointConflict(
+            thread_id,
+            expected_revision=None,
+            actual_revision=version,
+            message=f"thread {thread_id!r} (namespace {ns!r}) moved on: this invocation "
+            f"resumed checkpoint {parent_id} but another one has since stored {latest}; "
+            "nothing of this invocation became the thread's latest. Load the thread again "
+            "and retry, or branch on purpose from an explicit checkpoint_id",
+        )
+
+
+def state_after_put(
+    state: dict[str, Any],
+    *,
+    ns: str,
+    checkpoint_id: str,
+    parent_id: str | None,
+    channel_versions: Mapping[str, Any],
+    value_versions: Mapping[str, list[int]],
+    version: int,
+) -> dict[str, Any]:
+    """Return the state after a put at `version`.
+
+    `value_versions`: for each channel this put stored, the log versions holding its value
+    (a list extension names its chain). Channels it did not store keep the locations the
+    previous latest checkpoint had, when that is its parent at the same channel version.
+    """
+    if state.get("deleted"):
+        state = {**empty_state(state["thread_id"]), "base": version}
+    slot = state["ns"].get(ns)
+    known: dict[str, Any] = {}
+    if slot is not None and slot.get("latest") == parent_id and parent_id is not None:
+        known = slot.get("values", {})
+    values: dict[str, Any] = {}
+    complete = True
+    for channel, channel_version in channel_versions.items():
+        if channel in value_versions:
+            values[channel] = [channel_version, value_versions[channel]]
+        elif channel in known and known[channel][0] == channel_version:
+            values[channel] = known[channel]
+        else:
+            complete = False
+    new_slot = {
+        "latest": checkpoint_id,
+        "at": version,
+        "pending": [],
+        "values": values,
+        "complete": complete,
+        "touched": version,
+    }
+    return _touched(state, ns, new_slot)
+
+
+def state_after_writes(
+    state: dict[str, Any], *, ns: str, checkpoint_id: str, version: int
+) -> dict[str, Any]:
+    """Return the state after pending writes against `checkpoint_id` at `version`."""
+    slot = state["ns"].get(ns)
+    if slot is None or slot.get("latest") != checkpoint_id:
+        return state  # writes against an older checkpoint: read by the full fold
+    return _touched(state, ns, {**slot, "pending": [*slot["pending"], version]})
+
+
+def state_of_model(model: ThreadModel, thread_id: str, version: int) -> dict[str, Any]:
+    """Return the state of a thread rewritten whole at `version` (a rebase)."""
+    state = {**empty_state(thread_id), "base": version}
+    for ns in model.checkpoints:
+        latest = model.latest(ns)
+        assert latest is not None
+        state["ns"][ns] = {
+            "latest": latest.checkpoint_id,
+            "at": version,
+            "pending": [],
+            "values": {},
+            "complete": False,  # the whole rebase entry is read anyway
+            "touched": version,
+        }
+    return state
+
+
+def versions_for_latest(state: dict[str, Any], ns: str) -> list[int] | None:
+    """Return the log versions that rebuild `ns`'s latest checkpoint; None: read all."""
+    slot = state["ns"].get(ns)
+    if slot is None or not slot.get("complete"):
+        return None
+    wanted = {slot["at"], *slot["pending"]}
+    for _, locations in slot["values"].values():
+        wanted.update(locations)
+    return sorted(wanted)
+
+
+# -- lists stored by item --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListMemory:
+    """What a saver remembers of a list value it stored: to store only the next items."""
+
+    version: Any
+    """The channel version it was stored at."""
+    items: tuple[bytes, ...]
+    """Each item's serialized bytes (type and data), in order."""
+    locations: tuple[int, ...]
+    """The log versions holding the value (its chain)."""
+
+
+def item_key(type_: str, data: bytes) -> bytes:
+    """Return the identity of one serialized item (to compare lists)."""
+    return type_.encode() + b"\0" + data
+
+
+def list_extends(memory: ListMemory | None, items: Sequence[bytes]) -> bool:
+    """Whether `items` extends the remembered list (and its chain may grow)."""
+    return (
+        memory is not None
+        and len(memory.locations) < LIST_CHAIN
+        and len(items) > len(memory.items)
+        and tuple(items[: len(memory.items)]) == memory.items
+    )
