@@ -219,3 +219,25 @@ def test_one_codec_decodes_correctly_after_every_kind_of_failure() -> None:
         codec.encode(sample({"text": "x" * (2 << 20)}))
     assert codec.encode(good) == data
     assert codec.decode(codec.encode(good)) == good
+
+
+def test_document_that_compresses_past_the_inflation_guard_still_reads_back() -> None:
+    # 5 MB of one character compresses ~20,000x; readers refuse frames past
+    # max_inflation_ratio, so the writer stores such a document as plain JSON instead.
+    codec = Codec()
+    document = {"format": "stashpoint.log/1", "value": "x" * (5 * 1024 * 1024)}
+    stored = list_steps_result(codec.document_encoding(document, name="big"))
+    assert stored[:1] == b"{"
+    decoded = list_steps_result(
+        codec.document_decoding(stored, name="big", format_name="stashpoint.log", format_version=1)
+    )
+    assert decoded == document
+    # A document that compresses within the guard stays a zstd frame.
+    small = list_steps_result(codec.document_encoding({"format": "f/1", "v": "y" * 1000}, name="s"))
+    assert small[:4] == b"\x28\xb5\x2f\xfd"
+
+
+def list_steps_result(steps: object) -> bytes | dict[str, object]:
+    from stashpoint.steps import run_sync
+
+    return run_sync(steps, lambda request: None)  # type: ignore[arg-type]

@@ -166,6 +166,12 @@ class Codec:
                 level=level, write_checksum=True, write_content_size=True
             )
         data = compressor.compress(raw)
+        if len(raw) > _RATIO_FLOOR and len(data) * self.limits.max_inflation_ratio < len(raw):
+            # Readers refuse a frame that inflates past max_inflation_ratio (the zip-bomb
+            # guard), so a document that compresses that well (5 MB of one repeated
+            # character) is stored as plain JSON, which they read: never an acknowledged
+            # write that cannot be read back.
+            data = raw
         if len(data) > self.limits.max_compressed_bytes:
             raise LimitExceeded(
                 f"envelope compresses to {len(data)} bytes, over the limit of "

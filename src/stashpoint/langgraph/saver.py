@@ -9,6 +9,9 @@ its event loop from another thread, as LangGraph's own async savers do.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import secrets
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,8 +24,8 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     DeltaChannelHistory,
     PendingWrite,
-    SerializerProtocol,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stashpoint.errors import ConfigurationError
 from stashpoint.langgraph.steps import NAMESPACE, SaverSteps, TupleParts
@@ -86,6 +89,22 @@ def _history(
     return result
 
 
+def _next_version(current: str | int | float | None) -> str:
+    """Return a channel version after `current` that no other branch will also take.
+
+    Versions are `{counter:032}.{random}`: they sort like the counter, and two branches
+    forked from one checkpoint (time travel) never give a channel the same version, so a
+    value stored for one branch is never mistaken for the other's.
+    """
+    if current is None:
+        counter = 0
+    elif isinstance(current, (int, float)):
+        counter = int(current)
+    else:
+        counter = int(current.split(".")[0])
+    return f"{counter + 1:032}.{secrets.randbelow(10**16):016}"
+
+
 def _thread_config(config: RunnableConfig) -> RunnableConfig:
     configurable = config["configurable"]
     return {
@@ -111,6 +130,8 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         self.stash = stash
         """The stash the threads live in."""
         self._steps = _steps_of(stash)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
 
     @classmethod
     @contextmanager
@@ -121,8 +142,22 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         with open_stash(url, **options) as stash:
             yield cls(stash)
 
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """Return the next channel version (unique across branches of a thread)."""
+        return _next_version(current)
+
     def _run(self, steps: Steps[T]) -> T:
         return run_sync(steps, self.stash._execute)
+
+    def _writing(self, config: RunnableConfig) -> threading.Lock:
+        """Return the lock that orders this saver's appends to one thread.
+
+        LangGraph stores a checkpoint while the next step's writes arrive; both extend the
+        same log, and taking turns here saves a lost append and a re-read each time.
+        """
+        key = str(config["configurable"]["thread_id"])
+        with self._locks_lock:
+            return self._locks.setdefault(key, threading.Lock())
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return the checkpoint `config` names, or the thread's latest without an id."""
@@ -153,9 +188,10 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint; raises `CheckpointConflict` instead of forking silently."""
-        return self._run(  # type: ignore[return-value]
-            self._steps.put(config, checkpoint, metadata, new_versions, self.serde)  # type: ignore[arg-type]
-        )
+        with self._writing(config):
+            return self._run(  # type: ignore[return-value]
+                self._steps.put(config, checkpoint, metadata, new_versions, self.serde)  # type: ignore[arg-type]
+            )
 
     def put_writes(
         self,
@@ -165,7 +201,8 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes in one PUT (first write wins, special ones replace)."""
-        self._run(self._steps.put_writes(config, writes, task_id, task_path, self.serde))  # type: ignore[arg-type]
+        with self._writing(config):
+            self._run(self._steps.put_writes(config, writes, task_id, task_path, self.serde))  # type: ignore[arg-type]
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread and leave a tombstone so that no late write revives it."""
@@ -192,7 +229,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         tuples = self._chain(config)
         return _history(tuples, channels)
 
-    def _chain(self, config: RunnableConfig) -> list[CheckpointTuple]:
+    def _chain(self, config: RunnableConfig) -> builtins.list[CheckpointTuple]:
         target = self.get_tuple(config)
         if target is None:
             return []
@@ -274,6 +311,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         self.stash = stash
         """The stash the threads live in."""
         self._steps = _steps_of(stash)
+        self._locks: dict[str, asyncio.Lock] = {}
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             """The event loop blocking calls are handed to (the one it was made on)."""
@@ -290,6 +328,15 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
 
         async with open_async(url, **options) as stash:
             yield cls(stash)
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """Return the next channel version (unique across branches of a thread)."""
+        return _next_version(current)
+
+    def _writing(self, config: RunnableConfig) -> asyncio.Lock:
+        """Return the lock that orders this saver's appends to one thread (see the twin's)."""
+        key = str(config["configurable"]["thread_id"])
+        return self._locks.setdefault(key, asyncio.Lock())
 
     async def _arun(self, steps: Steps[T]) -> T:
         if self.loop is None:
@@ -344,9 +391,10 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint; raises `CheckpointConflict` instead of forking silently."""
-        return await self._arun(  # type: ignore[return-value]
-            self._steps.put(config, checkpoint, metadata, new_versions, self.serde)  # type: ignore[arg-type]
-        )
+        async with self._writing(config):
+            return await self._arun(
+                self._steps.put(config, checkpoint, metadata, new_versions, self.serde)  # type: ignore[arg-type]
+            )
 
     async def aput_writes(
         self,
@@ -356,7 +404,10 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes in one PUT (first write wins, special ones replace)."""
-        await self._arun(self._steps.put_writes(config, writes, task_id, task_path, self.serde))  # type: ignore[arg-type]
+        async with self._writing(config):
+            await self._arun(
+                self._steps.put_writes(config, writes, task_id, task_path, self.serde)  # type: ignore[arg-type]
+            )
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread and leave a tombstone so that no late write revives it."""
@@ -400,7 +451,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """`alist`, from a thread other than the event loop's."""
 
-        async def collect() -> list[CheckpointTuple]:
+        async def collect() -> builtins.list[CheckpointTuple]:
             return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
 
         yield from self._blocking(collect)

@@ -303,6 +303,8 @@ class SaverSteps:
     ) -> None:
         with self._lock:
             known = self._known.get(key)
+            if known is not None and known.head.version > head.version:
+                return  # a concurrent append of ours (put beside put_writes) got further
             base = check_state(head.state, key)["base"]
             kept = {} if known is None or _base(known.head) != base else known.lists
             self._known[key] = _Known(head, time.monotonic(), {**kept, **(lists or {})})
@@ -353,18 +355,26 @@ class SaverSteps:
                 serialized[channel] = serde.dumps_typed(value)
         large: dict[str, tuple[str, bytes]] = {}
         head = yield from self._head(key, fresh=False)
+        fresh = False
         for attempt in range(1, _APPEND_ATTEMPTS + 1):
             state = empty_state(thread_id) if head is None else check_state(head.state, key)
             version = 0 if head is None else head.version + 1
-            check_put(
-                state,
-                ns=ns,
-                parent_id=parent_id,
-                extends_latest=extends_latest,
-                fresh_start=metadata.get("source") == "input" and metadata.get("step") == -1,
-                thread_id=thread_id,
-                version=version,
-            )
+            try:
+                check_put(
+                    state,
+                    ns=ns,
+                    parent_id=parent_id,
+                    extends_latest=extends_latest,
+                    fresh_start=metadata.get("source") == "input" and metadata.get("step") == -1,
+                    thread_id=thread_id,
+                    version=version,
+                )
+            except CheckpointConflict:
+                if fresh:
+                    raise
+                # What this saver remembered may be behind: judge on the stored head.
+                head, fresh = (yield from self._head(key, fresh=True)), True
+                continue
             base = version if state.get("deleted") else state["base"]
             memories = self._lists(key, base)
             slot = state["ns"].get(ns) or {}
@@ -435,7 +445,7 @@ class SaverSteps:
             except CheckpointConflict:
                 if attempt == _APPEND_ATTEMPTS:
                     raise
-                head = yield from self._head(key, fresh=True)
+                head, fresh = (yield from self._head(key, fresh=True)), True
                 continue
             self._remember(key, new_head, remembered)
             return {
@@ -483,10 +493,11 @@ class SaverSteps:
         checkpoint_id = configurable["checkpoint_id"]
         key = thread_key(thread_id)
         large: dict[str, tuple[str, bytes]] = {}
-        items = [
-            [WRITES_IDX_MAP.get(channel, index), channel, _packed(*serde.dumps_typed(value), large)]
-            for index, (channel, value) in enumerate(writes)
-        ]
+        items = []
+        for index, (channel, value) in enumerate(writes):
+            type_, data = serde.dumps_typed(value)
+            items.append([WRITES_IDX_MAP.get(channel, index), channel, _packed(type_, data, large)])
+
         yield from self._store_large(key, large)
         record = {
             "op": "writes",
@@ -575,10 +586,7 @@ class SaverSteps:
         self._forget(key)
         for _ in range(_APPEND_ATTEMPTS):
             read = yield from self._read(thread_key(source or thread_id), None, None)
-            if read is None or read[0].get("deleted"):
-                model = ThreadModel()
-            else:
-                model = read[1]
+            model = ThreadModel() if read is None or read[0].get("deleted") else read[1]
             if not change(model):
                 return False
             head = yield from self._head(key, fresh=True)

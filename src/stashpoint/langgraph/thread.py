@@ -196,9 +196,7 @@ class ThreadModel:
     """Checkpoints by namespace then id, in the order they were put."""
     values: dict[tuple[str, str, Any], dict[str, Any] | None] = field(default_factory=dict)
     """Packed channel values by (namespace, channel, version); None: the channel was empty."""
-    writes: dict[tuple[str, str], dict[tuple[str, int], PendingWrite]] = field(
-        default_factory=dict
-    )
+    writes: dict[tuple[str, str], dict[tuple[str, int], PendingWrite]] = field(default_factory=dict)
     """Pending writes by (namespace, checkpoint id), then (task id, index)."""
     deleted: bool = False
     """Whether the last record read is the thread's tombstone."""
@@ -206,7 +204,7 @@ class ThreadModel:
     def apply(self, version: int, record: Any, name: str) -> None:
         """Fold one record (of log version `version`) into the model."""
         if not isinstance(record, dict) or not isinstance(record.get("op"), str):
-            raise InvalidPayload("a thread record must be an object with an op", name)
+            raise InvalidPayload("a thread record must be an object with an op", object_name=name)
         try:
             op = record["op"]
             if op == "put":
@@ -220,9 +218,7 @@ class ThreadModel:
                 for inner in record["records"]:
                     self.apply(version, inner, name)
             elif op == "value":
-                self.values[(record["ns"], record["channel"], record["version"])] = record[
-                    "value"
-                ]
+                self.values[(record["ns"], record["channel"], record["version"])] = record["value"]
             else:
                 raise InvalidPayload(f"unknown thread record op {op!r}", object_name=name)
         except (KeyError, TypeError, ValueError) as exc:
@@ -242,9 +238,9 @@ class ThreadModel:
         checkpoints.pop(checkpoint_id, None)
         checkpoints[checkpoint_id] = stored
         for channel, slot in record.get("values", {}).items():
-            self.values[(ns, channel, slot["version"])] = None if slot.get("empty") else slot[
-                "value"
-            ]
+            self.values[(ns, channel, slot["version"])] = (
+                None if slot.get("empty") else slot["value"]
+            )
 
     def _writes(self, record: dict[str, Any]) -> None:
         key = (record["ns"], record["id"])
@@ -288,9 +284,7 @@ class ThreadModel:
                         "checkpoint": stored.checkpoint,
                         "metadata": stored.metadata,
                         "values": {
-                            ch: {"version": ver, "empty": True}
-                            for (n, ch, ver) in empty
-                            if n == ns
+                            ch: {"version": ver, "empty": True} for (n, ch, ver) in empty if n == ns
                         },
                     }
                 )
@@ -350,7 +344,9 @@ def check_state(state: Any, name: str) -> dict[str, Any]:
         or not isinstance(state.get("ns"), dict)
         or not isinstance(state.get("base"), int)
     ):
-        raise InvalidPayload("not a LangGraph thread log (its state has no ns/base)", name)
+        raise InvalidPayload(
+            "not a LangGraph thread log (its state has no ns/base)", object_name=name
+        )
     return state
 
 
