@@ -150,7 +150,12 @@ def test_resuming_the_same_head_through_the_fault_proxy(seaweedfs: servers.S3Ser
             barrier = threading.Barrier(2)
             outcomes: dict[str, str] = {}
 
-            def run(name: str, thread_id: str = thread_id, barrier: Any = barrier) -> None:
+            def run(
+                name: str,
+                thread_id: str = thread_id,
+                barrier: Any = barrier,
+                outcomes: dict[str, str] = outcomes,
+            ) -> None:
                 outcomes[name] = _worker(url, options, thread_id, name, barrier)
 
             workers = [threading.Thread(target=run, args=(f"w{i}",)) for i in range(2)]
