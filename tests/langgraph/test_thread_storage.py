@@ -1,0 +1,219 @@
+"""The stored form of a LangGraph thread: keys, readable values, serializers, tombstones,
+hostile objects and request counts."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base")
+
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+import stashpoint
+from stashpoint import CheckpointConflict, InvalidPayload
+from stashpoint.langgraph import LATEST_MARKER, StashpointSaver
+from stashpoint.langgraph.thread import thread_key
+from stashpoint.stores.objects import GetObject, ListKeys
+
+
+def _put(saver: Any, thread_id: str, values: dict[str, Any], parent: str | None = None,
+         ns: str = "", marker: bool = False, metadata: dict[str, Any] | None = None) -> Any:  # fmt: skip
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = values
+    checkpoint["channel_versions"] = {k: saver.get_next_version(None, None) for k in values}
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if parent is not None:
+        configurable["checkpoint_id"] = parent
+    if marker:
+        configurable[LATEST_MARKER] = True
+    return saver.put(
+        {"configurable": configurable},
+        checkpoint,
+        metadata or {"source": "loop", "step": 0},
+        checkpoint["channel_versions"],
+    )
+
+
+@pytest.fixture
+def stash(memory_url: tuple[str, dict[str, Any]]) -> Any:
+    with stashpoint.open(memory_url[0]) as stash:
+        yield stash
+
+
+def test_thread_ids_never_collide_and_escape_safely(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    ids = ["t", "t/x", "t x", "T", "ü", "a:b", ".", "x" * 400, "y" * 400]
+    keys = [thread_key(i) for i in ids]
+    assert len(set(keys)) == len(ids)
+    assert thread_key("plain-id_1.2") == "plain-id_1.2"
+    for index, thread_id in enumerate(ids):
+        _put(saver, thread_id, {"n": index})
+    for index, thread_id in enumerate(ids):
+        found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        assert found is not None and found.checkpoint["channel_values"] == {"n": index}
+    listed = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+    assert listed == set(ids)
+
+
+def test_plain_values_are_readable_json_and_messages_are_stored_once(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    config = _put(saver, "readable", {"plan": {"steps": ["a", "b"], "n": 2}, "log": ["x"]})
+    config = _put(
+        saver, "readable", {"log": ["x", "y", "z"]}, parent=config["configurable"]["checkpoint_id"]
+    )
+    entries = stash._parts.logs("langgraph").keys.entries_prefix("readable")
+    page = stash._execute(ListKeys(entries))
+    documents = []
+    for key in page.keys:
+        body = stash._execute(GetObject(key)).body
+        codec = stash._parts.codec
+        raw = codec.unwrap(body, name=key)
+        documents.append(
+            codec.parse_document(raw, name=key, format_name="stashpoint.log", format_version=1)
+        )
+    first, second = (d["records"][0]["values"] for d in documents)
+    assert first["plan"]["value"] == {"type": "msgpack", "msgpack": {"steps": ["a", "b"], "n": 2}}
+    assert [i["msgpack"] for i in first["log"]["value"]["list"]] == ["x"]
+    # The second checkpoint's list extends the first's: only the new items are stored.
+    assert [i["msgpack"] for i in second["log"]["value"]["items"]] == ["y", "z"]
+    found = saver.get_tuple({"configurable": {"thread_id": "readable", "checkpoint_ns": ""}})
+    assert found.checkpoint["channel_values"]["log"] == ["x", "y", "z"]
+
+
+class _XorCipher:
+    """A stand-in cipher: the test checks that values go through the serializer only."""
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        return "xor", bytes(b ^ 0x5A for b in plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        assert ciphername == "xor"
+        return bytes(b ^ 0x5A for b in ciphertext)
+
+
+def test_values_go_only_through_the_serializer(stash: Any) -> None:
+    saver = StashpointSaver(stash, serde=EncryptedSerializer(_XorCipher()))
+    _put(saver, "secret", {"token": "hunter2-secret-value"})
+    prefix = stash._parts.logs("langgraph").keys.entries_prefix("secret")
+    for key in stash._execute(ListKeys(prefix)).keys:
+        raw = stash._parts.codec.unwrap(stash._execute(GetObject(key)).body, name=key)
+        assert b"hunter2" not in raw
+    found = saver.get_tuple({"configurable": {"thread_id": "secret", "checkpoint_ns": ""}})
+    assert found.checkpoint["channel_values"] == {"token": "hunter2-secret-value"}
+
+
+def test_deleted_thread_stays_deleted_for_late_writes(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    first = _put(saver, "gone", {"v": 1})
+    late = StashpointSaver(stash)  # another worker, still holding the thread
+    late.get_tuple({"configurable": {"thread_id": "gone", "checkpoint_ns": ""}})
+    saver.delete_thread("gone")
+    with pytest.raises(CheckpointConflict, match="deleted"):
+        _put(late, "gone", {"v": 2}, parent=first["configurable"]["checkpoint_id"])
+    with pytest.raises(CheckpointConflict, match="deleted"):
+        late.put_writes(first, [("ch", 1)], "task")
+    assert saver.get_tuple({"configurable": {"thread_id": "gone", "checkpoint_ns": ""}}) is None
+    assert list(saver.list({"configurable": {"thread_id": "gone"}})) == []
+    # Starting the thread afresh is allowed.
+    _put(saver, "gone", {"v": 3}, metadata={"source": "input", "step": -1})
+    found = saver.get_tuple({"configurable": {"thread_id": "gone", "checkpoint_ns": ""}})
+    assert found.checkpoint["channel_values"] == {"v": 3} and found.parent_config is None
+
+
+def test_a_second_fresh_start_of_a_thread_is_refused(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    _put(saver, "fresh", {"v": 1}, metadata={"source": "input", "step": -1})
+    with pytest.raises(CheckpointConflict, match="started it first"):
+        _put(saver, "fresh", {"v": 2}, metadata={"source": "input", "step": -1})
+
+
+def test_explicit_branch_from_a_past_checkpoint_is_allowed(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    one = _put(saver, "tt", {"v": 1})["configurable"]["checkpoint_id"]
+    two = _put(saver, "tt", {"v": 2}, parent=one)["configurable"]["checkpoint_id"]
+    with pytest.raises(CheckpointConflict, match="moved on"):
+        _put(saver, "tt", {"v": 3}, parent=one, marker=True)
+    branch = _put(saver, "tt", {"v": 4}, parent=one)["configurable"]["checkpoint_id"]
+    latest = saver.get_tuple({"configurable": {"thread_id": "tt", "checkpoint_ns": ""}})
+    assert (
+        latest.checkpoint["id"] == branch
+        and latest.parent_config["configurable"]["checkpoint_id"] == one
+    )
+    assert {t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "tt"}})} == {
+        one,
+        two,
+        branch,
+    }
+
+
+@pytest.mark.parametrize(
+    ("record", "match"),
+    [
+        ({"op": "explode"}, "unknown thread record op"),
+        ({"op": "put", "ns": ""}, "malformed thread record"),
+        ("not a record", "must be an object"),
+    ],
+)
+def test_hostile_thread_records_raise_typed_errors(stash: Any, record: Any, match: str) -> None:
+    saver = StashpointSaver(stash)
+    config = _put(saver, "hostile", {"v": 1})
+    logs = stash._parts.logs("langgraph")  # extended as a hostile writer would
+    logs.full_state_every = 1
+    from stashpoint.steps import run_sync
+
+    current = run_sync(logs.head("hostile"), stash._execute)
+    state = {**current.state, "ns": {}}  # make readers fold the whole thread
+    run_sync(logs.append("hostile", [record], after=current, state=state), stash._execute)
+    with pytest.raises(InvalidPayload, match=match) as raised:
+        saver.get_tuple(config)
+    assert raised.value.object_name == "hostile"
+
+
+def test_a_missing_large_value_object_is_named(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    config = _put(saver, "large", {"blob": "z" * 300_000 + uuid.uuid4().hex})
+    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    keys = stash._execute(ListKeys(prefix)).keys
+    assert len(keys) == 1
+    from stashpoint.stores.objects import DeleteObject
+
+    stash._execute(DeleteObject(keys[0]))
+    with pytest.raises(InvalidPayload, match="large value") as raised:
+        saver.get_tuple(config)
+    assert raised.value.object_name == keys[0]
+
+
+def test_request_counts(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    config = None
+    for step in range(20):
+        parent = None if config is None else config["configurable"]["checkpoint_id"]
+        config = _put(
+            saver, "counted", {"messages": [f"m{i}" for i in range(step + 1)]}, parent=parent
+        )
+        saver.put_writes(config, [("a", 1), ("b", 2)], f"task-{step}")
+    requests: list[str] = []
+    real = stash._execute
+
+    def counting(request: Any) -> Any:
+        requests.append(type(request).__name__)
+        return real(request)
+
+    stash._execute = counting
+    parent = config["configurable"]["checkpoint_id"]
+    _put(saver, "counted", {"messages": ["x"] * 21}, parent=parent)
+    assert requests == ["PutObject"]  # put: one conditional PUT
+    requests.clear()
+    saver.put_writes(config, [(f"c{i}", i) for i in range(50)], "task-big")
+    assert requests == ["PutObject"]  # put_writes of any size: one PUT
+    requests.clear()
+    found = saver.get_tuple({"configurable": {"thread_id": "counted", "checkpoint_ns": ""}})
+    assert found.checkpoint["channel_values"]["messages"] == ["x"] * 21
+    # get latest: a listing (entries and segments at once), the newest entry, then the
+    # entries holding its values and writes in one parallel round.
+    assert requests.count("ListKeys") == 2 and requests.count("GetObject") <= 4, requests
+    assert "PutObject" not in requests
