@@ -217,3 +217,61 @@ def test_request_counts(stash: Any) -> None:
     # entries holding its values and writes in one parallel round.
     assert requests.count("ListKeys") == 2 and requests.count("GetObject") <= 4, requests
     assert "PutObject" not in requests
+
+
+def test_delta_channel_history_matches_in_memory_saver(stash: Any) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    ours, reference = StashpointSaver(stash), InMemorySaver()
+    configs: dict[str, list[Any]] = {"ours": [], "reference": []}
+    for name, saver in (("ours", ours), ("reference", reference)):
+        parent = None
+        for step in range(6):
+            values = {"seed": f"s{step}"} if step % 3 == 0 else {}
+            config = _put(saver, "delta", values, parent=parent)
+            saver.put_writes(
+                config, [("log", f"w{step}a"), ("log", f"w{step}b"), ("x", step)], f"t{step}"
+            )
+            parent = config["configurable"]["checkpoint_id"]
+            configs[name].append(config)
+    for mine, theirs in zip(configs["ours"], configs["reference"], strict=True):
+        got = ours.get_delta_channel_history(config=mine, channels=["log", "seed", "x", "none"])
+        want = reference.get_delta_channel_history(
+            config=theirs, channels=["log", "seed", "x", "none"]
+        )
+        assert got == want
+    # One read of the thread however long the chain: one listing.
+    requests: list[str] = []
+    real = stash._execute
+    stash._execute = lambda r: (requests.append(type(r).__name__), real(r))[1]
+    ours.get_delta_channel_history(config=configs["ours"][-1], channels=["log"])
+    assert requests.count("ListKeys") == 2
+
+
+def test_threads_list_show_and_export(tmp_path: Any) -> None:
+    import json as json_
+
+    from tests.cli.test_cli import cli
+
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        saver = StashpointSaver(stash)
+        ids = [f"thread/{i} ü" for i in range(5)]
+        for thread_id in ids:
+            _put(saver, thread_id, {"messages": ["hi", thread_id]})
+    first = json_.loads(cli("threads", "list", "--limit", "3", "--json", url=url).stdout)
+    assert len(first["threads"]) == 3 and first["cursor"]
+    rest = json_.loads(
+        cli("threads", "list", "--cursor", first["cursor"], "--json", url=url).stdout
+    )
+    listed = [t["thread_id"] for t in first["threads"] + rest["threads"]]
+    assert sorted(listed) == sorted(ids) and rest["cursor"] is None
+    shown = json_.loads(cli("threads", "show", ids[2], url=url).stdout)
+    assert shown["checkpoint"]["channel_values"] == {"messages": ["hi", ids[2]]}
+    assert shown["config"]["thread_id"] == ids[2]
+    out = tmp_path / "threads.jsonl"
+    cli("export", "--prefix", "", "--out", str(out), url=url)
+    lines = [json_.loads(line) for line in out.read_text().splitlines()]
+    threads = [line for line in lines if line.get("namespace") == "langgraph"]
+    assert len(threads) == 5
+    assert {line["state"]["thread_id"] for line in threads} == set(ids)

@@ -50,3 +50,22 @@ def test_a_full_read_is_three_rounds_however_long() -> None:
     assert records == list(range(5 * SEGMENT_SPAN + 3))
     # Two listings, the newest objects, then the five segments: no object twice.
     assert counts["ListKeys"] == 2 and counts["GetObject"] <= 5 + 16
+
+
+def test_list_page_skips_past_long_logs_and_pages_by_cursor() -> None:
+    with stashpoint.open(f"memory://page-{stashpoint.new_id()}") as stash:
+        sizes = {"a": 700, "b": 5, "c": 600, "d": 1, "e": 2}  # "a" alone fills a LIST page
+        for log_id, versions in sizes.items():
+            head = None
+            for v in range(versions):
+                head = stash.logs.append(log_id, [v], after=head)
+        counts = _counting(stash)
+        first, cursor = stash.logs.list_page(limit=2)
+        assert (first, cursor) == (["a", "b"], "b")
+        second, cursor = stash.logs.list_page(limit=2, cursor=cursor)
+        assert (second, cursor) == (["c", "d"], "d")
+        last, cursor = stash.logs.list_page(limit=2, cursor=cursor)
+        assert (last, cursor) == (["e"], None)
+        # Each page skipped the long logs' remaining entries instead of reading them.
+        assert counts["ListKeys"] <= 6
+        assert stash.logs.list_page(prefix="c", limit=5) == (["c"], None)

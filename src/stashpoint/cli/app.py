@@ -36,6 +36,10 @@ app = typer.Typer(
 )
 runs_app = typer.Typer(help="Graph runs: list and inspect.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
+threads_app = typer.Typer(
+    help="LangGraph threads (stashpoint.langgraph): list and inspect.", no_args_is_help=True
+)
+app.add_typer(threads_app, name="threads")
 
 # Pipes and CI logs get wide tables rather than ids cut at 80 columns.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -132,6 +136,13 @@ def _agent_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
 
     storage = AgentStorage.of(stash.checkpoints._cas, stash.checkpoints._logs)
     return stashpoint.LogStore(storage.logs, stash._execute)
+
+
+def _thread_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
+    """Return the logs LangGraph threads live in (namespace `langgraph`)."""
+    steps = stash._parts.logs("langgraph")
+    steps.full_state_every = 1
+    return stashpoint.LogStore(steps, stash._execute)
 
 
 def _has_log(logs: stashpoint.LogStore, log_id: str) -> bool:
@@ -420,7 +431,10 @@ def export(
             envelope_ids: list[str] = []
             total = len(run or [])
             if prefix is not None:
-                for namespace, logs in (("agents", agent_logs), ("logs", stash.logs)):
+                namespaces = (
+                    ("agents", agent_logs), ("logs", stash.logs), ("langgraph", _thread_logs(stash))
+                )  # fmt: skip
+                for namespace, logs in namespaces:
                     ids = logs.list_ids(prefix)
                     logs_by_namespace.append((namespace, logs, ids))
                     total += sum(_versions(logs, i) for i in ids)
@@ -697,6 +711,69 @@ def runs_show(
         table.add_row(when(a.started_at), escape(a.node_id), str(a.attempt),
                       f"[{colour}]{a.status.value}[/]", took, escape(a.error or ""))  # fmt: skip
     out.print(table)
+
+
+@threads_app.command("list")
+def threads_list(
+    prefix: Annotated[str, typer.Option(help="Only thread keys starting with this.")] = "",
+    limit: Annotated[int, typer.Option(help="Threads per page.", min=1, max=1000)] = 50,
+    cursor: Annotated[str | None, typer.Option(help="Cursor of the next page.")] = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """List LangGraph threads (ascending by key), a page at a time, from the bucket listing."""
+    from stashpoint.langgraph.thread import thread_id_of
+
+    with _open(url) as stash:
+        keys, next_cursor = _thread_logs(stash).list_page(prefix, limit, cursor)
+    rows = [{"thread_id": thread_id_of(k), "key": k} for k in keys]
+    if as_json:
+        _emit({"threads": rows, "cursor": next_cursor})
+        return
+    for row in rows:
+        shown = row["thread_id"] if row["thread_id"] is not None else f"(hashed) {row['key']}"
+        out.print(escape(shown))
+    if next_cursor:
+        out.print(f"more: --cursor {escape(next_cursor)}")
+
+
+@threads_app.command("show")
+def threads_show(
+    thread_id: Annotated[str, typer.Argument(help="Thread id (as given to LangGraph).")],
+    checkpoint_ns: Annotated[str, typer.Option("--ns", help="Checkpoint namespace.")] = "",
+    checkpoint: Annotated[
+        str | None, typer.Option(help="A checkpoint id (default: latest).")
+    ] = None,
+    url: Url = None,
+    hide: Redact = None,
+    no_redact: NoRedact = False,
+) -> None:
+    """Show a LangGraph checkpoint: config, metadata, channel values and pending writes."""
+    try:
+        from stashpoint.langgraph import StashpointSaver
+    except ImportError as exc:
+        raise typer.BadParameter(
+            "install the langgraph extra: pip install stashpoint[langgraph]"
+        ) from exc
+    configurable = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if checkpoint:
+        configurable["checkpoint_id"] = checkpoint
+    with _open(url) as stash:
+        found = StashpointSaver(stash).get_tuple({"configurable": configurable})
+    if found is None:
+        raise stashpoint.CheckpointNotFound("no such LangGraph checkpoint", object_name=thread_id)
+    configurable = {k: v for k, v in found.config["configurable"].items() if not k.startswith("__")}
+    document = {
+        "config": configurable,
+        "parent_checkpoint_id": (found.parent_config or {})
+        .get("configurable", {})
+        .get("checkpoint_id"),
+        "metadata": found.metadata,
+        "checkpoint": found.checkpoint,
+        "pending_writes": [list(w) for w in found.pending_writes or []],
+    }
+    plain = json.loads(json.dumps(document, default=repr))
+    _emit(redact(plain, parse(hide, defaults=not no_redact)))
 
 
 def main() -> None:

@@ -38,10 +38,13 @@ class Tally:
 
 
 def log_lines(
-    logs: stashpoint.LogStore, namespace: str, log_id: str, top: int
+    logs: stashpoint.LogStore, namespace: str, log_id: str, top: int, first: int = 0
 ) -> Iterator[dict[str, Any]]:
-    """Yield one export line per version of a log, oldest first, a window at a time."""
-    for start in range(0, top + 1, WINDOW):
+    """Yield one export line per version of a log, oldest first, a window at a time.
+
+    `first`: the oldest version kept (a LangGraph thread rewritten by `prune` starts later).
+    """
+    for start in range(first, top + 1, WINDOW):
         entries: list[LogEntry] = logs.entries(log_id, start, min(top, start + WINDOW - 1))
         for entry in entries:
             yield {
@@ -106,8 +109,9 @@ def export_logs(
     """Export every version of each log in `ids`; unreadable logs are skipped and named."""
     for log_id in ids:
         try:
-            top = logs.head(log_id).version
-            for line in log_lines(logs, namespace, log_id, top):
+            head = logs.head(log_id)
+            first = _kept_from(head) if namespace == "langgraph" else 0
+            for line in log_lines(logs, namespace, log_id, head.version, first):
                 if hide:
                     line["state"] = redact(line["state"], hide)
                     line["records"] = redact(line["records"], hide)
@@ -118,3 +122,10 @@ def export_logs(
             continue  # deleted since it was listed
         except StashpointError as exc:
             tally.unreadable.append(f"{namespace}/{log_id}: {exc}")
+
+
+def _kept_from(head: stashpoint.LogHead) -> int:
+    """Return the first version a LangGraph thread keeps (its last rewrite or tombstone)."""
+    state = head.state
+    base = state.get("base", 0) if isinstance(state, dict) else 0
+    return base if isinstance(base, int) and 0 <= base <= head.version else 0

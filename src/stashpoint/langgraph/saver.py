@@ -23,7 +23,6 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    PendingWrite,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -58,37 +57,6 @@ def _tuple(parts: TupleParts | None) -> CheckpointTuple | None:
     )
 
 
-def _history(
-    tuples: Sequence[CheckpointTuple], channels: Sequence[str]
-) -> Mapping[str, DeltaChannelHistory]:
-    """Walk the parent chain of `tuples[0]` over tuples already read (newest first)."""
-    by_id = {t.checkpoint["id"]: t for t in tuples}
-    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
-    seeds: dict[str, Any] = {}
-    remaining = set(channels)
-    target = tuples[0] if tuples else None
-    cursor = target.parent_config if target is not None else None
-    while cursor is not None and remaining:
-        found = by_id.get(cursor["configurable"]["checkpoint_id"])
-        if found is None:
-            break
-        for write in reversed(found.pending_writes or []):
-            if write[1] in remaining:
-                collected[write[1]].append(write)
-        for channel in list(remaining):
-            if channel in found.checkpoint["channel_values"]:
-                seeds[channel] = found.checkpoint["channel_values"][channel]
-                remaining.discard(channel)
-        cursor = found.parent_config
-    result: dict[str, DeltaChannelHistory] = {}
-    for channel in channels:
-        entry: DeltaChannelHistory = {"writes": list(reversed(collected[channel]))}
-        if channel in seeds:
-            entry["seed"] = seeds[channel]
-        result[channel] = entry
-    return result
-
-
 def _next_version(current: str | int | float | None) -> str:
     """Return a channel version after `current` that no other branch will also take.
 
@@ -103,16 +71,6 @@ def _next_version(current: str | int | float | None) -> str:
     else:
         counter = int(current.split(".")[0])
     return f"{counter + 1:032}.{secrets.randbelow(10**16):016}"
-
-
-def _thread_config(config: RunnableConfig) -> RunnableConfig:
-    configurable = config["configurable"]
-    return {
-        "configurable": {
-            "thread_id": configurable["thread_id"],
-            "checkpoint_ns": configurable.get("checkpoint_ns", ""),
-        }
-    }
 
 
 class StashpointSaver(BaseCheckpointSaver[str]):
@@ -226,14 +184,8 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         """Return each channel's writes and seed along the parent chain, in one read."""
         if not channels:
             return {}
-        tuples = self._chain(config)
-        return _history(tuples, channels)
-
-    def _chain(self, config: RunnableConfig) -> builtins.list[CheckpointTuple]:
-        target = self.get_tuple(config)
-        if target is None:
-            return []
-        return [target, *self.list(_thread_config(target.config))]
+        found = self._run(self._steps.delta_history(config, channels, self.serde))  # type: ignore[arg-type]
+        return found  # type: ignore[return-value]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """`get_tuple` on a worker thread."""
@@ -431,11 +383,8 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         """Return each channel's writes and seed along the parent chain, in one read."""
         if not channels:
             return {}
-        target = await self.aget_tuple(config)
-        if target is None:
-            return _history([], channels)
-        rest = [t async for t in self.alist(_thread_config(target.config))]
-        return _history([target, *rest], channels)
+        found = await self._arun(self._steps.delta_history(config, channels, self.serde))  # type: ignore[arg-type]
+        return found  # type: ignore[return-value]
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """`aget_tuple`, from a thread other than the event loop's."""

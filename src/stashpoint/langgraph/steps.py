@@ -199,6 +199,53 @@ class SaverSteps:
                     out.append((yield from self._tuple(key, thread_id, model, stored, serde)))
         return out
 
+    def delta_history(
+        self, config: Config, channels: Sequence[str], serde: Serializer
+    ) -> Steps[dict[str, dict[str, Any]]]:
+        """Walk the parent chain of a checkpoint for `channels`, in one read of the thread.
+
+        Per channel: the writes stored at each ancestor (oldest first) down to the nearest
+        ancestor holding a value, which is the `seed` (LangGraph's `DeltaChannel` contract).
+        """
+        thread_id, ns, checkpoint_id = _target(config)
+        key = thread_key(thread_id)
+        result: dict[str, dict[str, Any]] = {c: {"writes": []} for c in channels}
+        read = yield from self._read(key, None, None)
+        if read is None or read[0].get("deleted"):
+            return result
+        model = read[1]
+        checkpoints = model.checkpoints.get(ns, {})
+        target = checkpoints.get(checkpoint_id) if checkpoint_id else model.latest(ns)
+        collected: dict[str, list[Any]] = {c: [] for c in channels}
+        seeds: dict[str, tuple[Any, dict[str, Any]]] = {}
+        remaining = set(channels)
+        cursor = None if target is None else checkpoints.get(target.parent_id or "")
+        while cursor is not None and remaining:
+            for write in reversed(model.pending(ns, cursor.checkpoint_id)):
+                if write.channel in remaining:
+                    collected[write.channel].append(write)
+            versions = _load(serde, cursor.checkpoint, key, {}).get("channel_versions", {})
+            for channel in list(remaining):
+                version = versions.get(channel)
+                doc = None if version is None else model.values.get((ns, channel, version))
+                if doc is not None:
+                    seeds[channel] = (version, doc)
+                    remaining.discard(channel)
+            cursor = checkpoints.get(cursor.parent_id or "")
+        packed = [w.value for ws in collected.values() for w in ws]
+        objects = yield from self._fetch_large(
+            key, [*packed, *_refs_in_values(model, ns, {c: d for c, (_, d) in seeds.items()})]
+        )
+        for channel in channels:
+            result[channel]["writes"] = [
+                (w.task_id, w.channel, _load(serde, w.value, key, objects))
+                for w in reversed(collected[channel])
+            ]
+            if channel in seeds:
+                version = seeds[channel][0]
+                result[channel]["seed"] = _value(serde, model, ns, channel, version, key, objects)
+        return result
+
     def _tuple(
         self,
         key: str,

@@ -85,6 +85,19 @@ def thread_key(thread_id: str) -> str:
     return ":sha256-" + hashlib.sha256(thread_id.encode()).hexdigest()
 
 
+def thread_id_of(key: str) -> str | None:
+    """Return the thread id a log id stands for; None for a hashed (very long) one."""
+    if not key.startswith(":"):
+        return key
+    if key.startswith(":sha256-"):
+        return None
+    encoded = key[1:].upper()
+    try:
+        return base64.b32decode(encoded + "=" * (-len(encoded) % 8)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 # -- values ------------------------------------------------------------------------------------
 
 

@@ -749,6 +749,28 @@ class LogSteps:
             yield from ask(Parallel(tuple(DeleteObject(k) for k in keys[start : start + 256])))
         return len(keys)
 
+    def list_page(
+        self, prefix: str, limit: int, cursor: str | None
+    ) -> Steps[tuple[list[str], str | None]]:
+        """Return up to `limit` log ids after `cursor` starting with `prefix`; and a cursor.
+
+        The cursor names the next page (None at the end). Skips past each log's entries
+        with `start_after`, so a page costs about one LIST however long the logs are.
+        """
+        base = self.keys.ids_prefix()
+        ids: list[str] = []
+        after = None if cursor is None else f"{base}{check_log_id(cursor)}/~"
+        while len(ids) < limit:
+            page = yield from ask(ListKeys(base + prefix, start_after=after))
+            for key in page.keys:
+                log_id, slash, _ = key[len(base) :].partition("/")
+                if slash and (not ids or ids[-1] != log_id):
+                    ids.append(log_id)
+            if not page.keys or page.next_token is None:
+                return ids[:limit], (ids[limit - 1] if len(ids) > limit else None)
+            after = f"{base}{ids[-1]}/~"  # the rest of the last log's entries: skipped
+        return ids[:limit], ids[limit - 1]
+
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of logs with entries in this namespace that start with `prefix`."""
         base = self.keys.ids_prefix()

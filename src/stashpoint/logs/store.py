@@ -93,6 +93,16 @@ class _LogApi:
         return self._logs.delete(log_id)
 
     @operation
+    def list_page(
+        self, prefix: str = "", limit: int = 100, cursor: str | None = None
+    ) -> Steps[tuple[list[str], str | None]]:
+        """Return a page of log ids starting with `prefix` after `cursor`, and a cursor.
+
+        Ids ascend; the returned cursor names the next page (None at the end).
+        """
+        return self._logs.list_page(prefix, limit, cursor)
+
+    @operation
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of the logs whose id starts with `prefix`, ascending."""
         return self._logs.list_ids(prefix)
