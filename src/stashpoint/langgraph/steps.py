@@ -426,12 +426,12 @@ class SaverSteps:
             memories = self._lists(key, base)
             slot = state["ns"].get(ns) or {}
             values: dict[str, Any] = {}
-            locations: dict[str, list[int]] = {}
+            locations: dict[str, tuple[int, tuple[int, ...]]] = {}
             remembered: dict[tuple[str, str], ListMemory] = {}
             for channel, channel_version in new_versions.items():
                 if channel not in serialized:
                     values[channel] = {"version": channel_version, "empty": True}
-                    locations[channel] = [version]
+                    locations[channel] = (version, (version,))
                     continue
                 ser = serialized[channel]
                 if isinstance(ser, list):
@@ -450,15 +450,17 @@ class SaverSteps:
                             "list_after": memory.version,
                             "items": [_packed(t, d, large) for t, d in new],
                         }
-                        chain = (*memory.locations, version)
+                        first, chain = memory.first, (*memory.links, version)
                     else:
                         doc = {"list": [_packed(t, d, large) for t, d in ser]}
-                        chain = (version,)
-                    remembered[(ns, channel)] = ListMemory(channel_version, tuple(items), chain)
-                    locations[channel] = list(chain)
+                        first, chain = version, (version,)
+                    remembered[(ns, channel)] = ListMemory(
+                        channel_version, tuple(items), first, chain
+                    )
+                    locations[channel] = (first, chain)
                 else:
                     doc = _packed(ser[0], ser[1], large)
-                    locations[channel] = [version]
+                    locations[channel] = (version, (version,))
                 values[channel] = {"version": channel_version, "value": doc}
             yield from self._store_large(key, large)
             record = {

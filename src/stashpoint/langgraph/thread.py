@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stashpoint.errors import CheckpointConflict, InvalidPayload
+from stashpoint.logs.format import SEGMENT_SPAN
 
 THREAD_KIND = "stashpoint.langgraph-thread"
 """Kind of a thread's log."""
@@ -57,8 +58,6 @@ from `get_state_history`) may branch from any checkpoint: time travel. Keys star
 """
 LARGE_VALUE = 256 * 1024
 """Serialized values larger than this are immutable objects of their own."""
-LIST_CHAIN = 32
-"""A list value is stored whole again after this many extensions (bounds a read)."""
 STATE_NAMESPACES = 16
 """Checkpoint namespaces the state tracks (the most recently written ones)."""
 _READABLE_DEPTH = 24
@@ -430,14 +429,20 @@ def state_after_put(
     checkpoint_id: str,
     parent_id: str | None,
     channel_versions: Mapping[str, Any],
-    value_versions: Mapping[str, list[int]],
+    value_versions: Mapping[str, tuple[int, Sequence[int]]],
     version: int,
 ) -> dict[str, Any]:
     """Return the state after a put at `version`.
 
-    `value_versions`: for each channel this put stored, the log versions holding its value
-    (a list extension names its chain). Channels it did not store keep the locations the
-    previous latest checkpoint had, when that is its parent at the same channel version.
+    `value_versions`: for each channel this put stored, where its value lives: `(first,
+    links)`, the version of the value's first part and the versions of every part (a list
+    extension's chain). Channels it did not store keep the locations the previous latest
+    checkpoint had, when that is its parent at the same channel version.
+
+    A location is stored as `[channel version, first, recent links]`: a reader fetches every
+    version from `first` to the current segment (sealed segments, one GET per 64
+    versions) and only the listed links after it, so the state stays small however long a
+    list's chain grows.
     """
     if state.get("deleted"):
         state = {**empty_state(state["thread_id"]), "base": version}
@@ -449,9 +454,11 @@ def state_after_put(
     complete = True
     for channel, channel_version in channel_versions.items():
         if channel in value_versions:
-            values[channel] = [channel_version, value_versions[channel]]
+            first, links = value_versions[channel]
+            values[channel] = [channel_version, first, _recent(links, version)]
         elif channel in known and known[channel][0] == channel_version:
-            values[channel] = known[channel]
+            kept = known[channel]
+            values[channel] = [kept[0], kept[1], _recent(kept[2], version)]
         else:
             complete = False
     new_slot = {
@@ -463,6 +470,12 @@ def state_after_put(
         "touched": version,
     }
     return _touched(state, ns, new_slot)
+
+
+def _recent(links: Iterable[int], version: int) -> list[int]:
+    """Return the links a reader must fetch one by one: those not yet sealed at `version`."""
+    cut = version - version % SEGMENT_SPAN
+    return [link for link in links if link >= cut]
 
 
 def state_after_writes(
@@ -498,8 +511,11 @@ def versions_for_latest(state: dict[str, Any], ns: str) -> list[int] | None:
     if slot is None or not slot.get("complete"):
         return None
     wanted = {slot["at"], *slot["pending"]}
-    for _, locations in slot["values"].values():
-        wanted.update(locations)
+    cut = slot["at"] - slot["at"] % SEGMENT_SPAN
+    for _, first, links in slot["values"].values():
+        wanted.update(range(first, cut))  # sealed: whole segments, read once each
+        wanted.add(first)
+        wanted.update(links)
     return sorted(wanted)
 
 
@@ -514,8 +530,10 @@ class ListMemory:
     """The channel version it was stored at."""
     items: tuple[bytes, ...]
     """Each item's serialized bytes (type and data), in order."""
-    locations: tuple[int, ...]
-    """The log versions holding the value (its chain)."""
+    first: int
+    """The log version of the value's first (whole) part."""
+    links: tuple[int, ...]
+    """The log versions of every part, first included."""
 
 
 def item_key(type_: str, data: bytes) -> bytes:
@@ -524,10 +542,9 @@ def item_key(type_: str, data: bytes) -> bytes:
 
 
 def list_extends(memory: ListMemory | None, items: Sequence[bytes]) -> bool:
-    """Whether `items` extends the remembered list (and its chain may grow)."""
+    """Whether `items` extends the remembered list (so only the new items are stored)."""
     return (
         memory is not None
-        and len(memory.locations) < LIST_CHAIN
         and len(items) > len(memory.items)
         and tuple(items[: len(memory.items)]) == memory.items
     )
