@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,17 +19,25 @@ EXPECTED_TESTS = 81
 """58 base + 23 optional in langgraph-checkpoint-conformance 0.0.2 (pinned in `dev`)."""
 
 
+def _fresh(url: str) -> str:
+    """Return `url` with a new prefix: each capability suite starts on an empty stash
+    (`delete_for_runs` and `list(None)` visit every thread of a stash)."""
+    scheme, _, rest = url.partition("://")
+    path, question, query = rest.partition("?")
+    return f"{scheme}://{path}-{uuid.uuid4().hex[:6]}{question}{query}"
+
+
 def _registered(kind: str, url: str, options: dict[str, Any]) -> Any:
     if kind == "sync":
 
         async def sync_saver() -> AsyncIterator[StashpointSaver]:
-            with stashpoint.open(url, **options) as stash:
+            with stashpoint.open(_fresh(url), **options) as stash:
                 yield StashpointSaver(stash)
 
         return conformance.checkpointer_test(name=f"StashpointSaver {url}")(sync_saver)
 
     async def async_saver() -> AsyncIterator[AsyncStashpointSaver]:
-        async with stashpoint.open_async(url, **options) as stash:
+        async with stashpoint.open_async(_fresh(url), **options) as stash:
             yield AsyncStashpointSaver(stash)
 
     return conformance.checkpointer_test(name=f"AsyncStashpointSaver {url}")(async_saver)
