@@ -275,3 +275,34 @@ def test_threads_list_show_and_export(tmp_path: Any) -> None:
     threads = [line for line in lines if line.get("namespace") == "langgraph"]
     assert len(threads) == 5
     assert {line["state"]["thread_id"] for line in threads} == set(ids)
+
+
+def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    config = None
+    version = None
+    for step in range(80):
+        checkpoint = empty_checkpoint()
+        version = saver.get_next_version(version, None)
+        checkpoint["channel_values"] = {"messages": [f"message {i}" for i in range(step + 1)]}
+        checkpoint["channel_versions"] = {"messages": version}
+        configurable: dict[str, Any] = {"thread_id": "grow", "checkpoint_ns": ""}
+        if config is not None:
+            configurable["checkpoint_id"] = config["configurable"]["checkpoint_id"]
+        config = saver.put(
+            {"configurable": configurable}, checkpoint, {"source": "loop", "step": step},
+            {"messages": version},
+        )  # fmt: skip
+    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    snapshots = stash._execute(ListKeys(prefix)).keys
+    assert len(snapshots) == 1  # each new snapshot replaced the one before
+    latest = {"configurable": {"thread_id": "grow", "checkpoint_ns": ""}}
+    expected = [f"message {i}" for i in range(80)]
+    assert saver.get_tuple(latest).checkpoint["channel_values"]["messages"] == expected
+    # A reader whose snapshot was replaced under it reads the whole chain instead.
+    from stashpoint.stores.objects import DeleteObject
+
+    stash._execute(DeleteObject(snapshots[0]))
+    assert saver.get_tuple(latest).checkpoint["channel_values"]["messages"] == expected
+    past = list(saver.list({"configurable": {"thread_id": "grow"}}))
+    assert [len(t.checkpoint["channel_values"]["messages"]) for t in past] == list(range(80, 0, -1))

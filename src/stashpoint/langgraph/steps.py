@@ -14,10 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stashpoint.codec import Codec
-from stashpoint.errors import CheckpointConflict, CheckpointNotFound, InvalidPayload
+from stashpoint.errors import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    InvalidPayload,
+    StorageUnavailable,
+)
 from stashpoint.langgraph.thread import (
     LARGE_VALUE,
     LATEST_MARKER,
+    SNAPSHOT_EVERY,
     THREAD_KIND,
     THREAD_SCHEMA,
     ListMemory,
@@ -32,6 +38,7 @@ from stashpoint.langgraph.thread import (
     large_value_name,
     list_extends,
     pack,
+    snapshots_for_latest,
     state_after_put,
     state_after_writes,
     state_of_model,
@@ -50,6 +57,8 @@ VALUES = "langgraph-values"
 """Namespace of large channel values (`{prefix}/langgraph-values/{thread key}/{sha256}`)."""
 VALUE_FORMAT = "stashpoint.langgraph-value"
 """Format name of a large value's object."""
+SNAPSHOT_FORMAT = "stashpoint.langgraph-list"
+"""Format name of a list snapshot's object (`{"items": [packed item, ...]}`)."""
 HEAD_TRUST_SECONDS = 30.0
 """How long a saver appends after a head it learned without reading it again."""
 _APPEND_ATTEMPTS = 64
@@ -131,6 +140,9 @@ class SaverSteps:
             versions = needed
         model = fold(((v, found[v].records) for v in versions), key)
         model.thread_id = state.get("thread_id")
+        model.partial = not state.get("deleted") and versions != list(
+            range(state["base"], head.version + 1)
+        )
         return state, model
 
     def get_tuple(self, config: Config, serde: Serializer) -> Steps[TupleParts | None]:
@@ -143,13 +155,22 @@ class SaverSteps:
         state, model = read
         if state.get("deleted"):
             return None
+        snapshots: dict[str, Any] | None = {}
+        if model.partial:
+            snapshots = yield from self._fetch_snapshots(key, snapshots_for_latest(state, ns))
+            if snapshots is None:  # replaced under us: read the whole thread instead
+                read = yield from self._read(key, None, None)
+                if read is None:
+                    return None
+                state, model = read
+                snapshots = {}
         if checkpoint_id is None:
             stored = model.latest(ns)
         else:
             stored = model.checkpoints.get(ns, {}).get(checkpoint_id)
         if stored is None:
             return None
-        parts = yield from self._tuple(key, thread_id, model, stored, serde)
+        parts = yield from self._tuple(key, thread_id, model, stored, serde, snapshots)
         if checkpoint_id is None:
             parts.config["configurable"][LATEST_MARKER] = True
         return parts
@@ -253,7 +274,9 @@ class SaverSteps:
         model: ThreadModel,
         stored: StoredCheckpoint,
         serde: Serializer,
+        snapshots: Mapping[str, Any] | None = None,
     ) -> Steps[TupleParts]:
+        snapshots = snapshots or {}
         checkpoint = _load(serde, stored.checkpoint, key, {})
         versions = checkpoint.get("channel_versions", {})
         docs: dict[str, dict[str, Any]] = {}
@@ -264,10 +287,12 @@ class SaverSteps:
         writes = model.pending(stored.ns, stored.checkpoint_id)
         objects = yield from self._fetch_large(
             key,
-            [*_refs_in_values(model, stored.ns, docs), *(w.value for w in writes)],
+            [*_refs_in_values(model, stored.ns, docs, snapshots), *(w.value for w in writes)],
         )
         values = {
-            channel: _value(serde, model, stored.ns, channel, versions[channel], key, objects)
+            channel: _value(
+                serde, model, stored.ns, channel, versions[channel], key, objects, snapshots
+            )
             for channel in docs
         }
         ns = stored.ns
@@ -426,12 +451,14 @@ class SaverSteps:
             memories = self._lists(key, base)
             slot = state["ns"].get(ns) or {}
             values: dict[str, Any] = {}
-            locations: dict[str, tuple[int, tuple[int, ...]]] = {}
+            locations: dict[str, tuple[int, tuple[int, ...], Any]] = {}
+            snapshots: dict[str, list[dict[str, Any]]] = {}
+            replaced: list[str] = []
             remembered: dict[tuple[str, str], ListMemory] = {}
             for channel, channel_version in new_versions.items():
                 if channel not in serialized:
                     values[channel] = {"version": channel_version, "empty": True}
-                    locations[channel] = (version, (version,))
+                    locations[channel] = (version, (version,), None)
                     continue
                 ser = serialized[channel]
                 if isinstance(ser, list):
@@ -444,6 +471,8 @@ class SaverSteps:
                         and memory is not None
                         and known_slot[0] == memory.version
                     )
+                    snapshot: tuple[str, int] | None = None
+                    since = 0
                     if at_parent and memory is not None and list_extends(memory, items):
                         new = ser[len(memory.items) :]
                         doc: dict[str, Any] = {
@@ -451,18 +480,30 @@ class SaverSteps:
                             "items": [_packed(t, d, large) for t, d in new],
                         }
                         first, chain = memory.first, (*memory.links, version)
+                        snapshot, since = memory.snapshot, memory.since_snapshot + 1
+                        if since >= SNAPSHOT_EVERY:
+                            whole = [_packed(t, d, large) for t, d in ser]
+                            name = "s-" + large_value_name(b"".join(items))
+                            snapshots[name] = whole
+                            doc["snapshot"] = name
+                            if snapshot is not None and snapshot[0] != name:
+                                replaced.append(snapshot[0])
+                            snapshot, since = (name, version), 0
                     else:
                         doc = {"list": [_packed(t, d, large) for t, d in ser]}
                         first, chain = version, (version,)
                     remembered[(ns, channel)] = ListMemory(
-                        channel_version, tuple(items), first, chain
+                        channel_version, tuple(items), first, chain, since, snapshot
                     )
-                    locations[channel] = (first, chain)
+                    locations[channel] = (
+                        first, chain, None if snapshot is None else list(snapshot)
+                    )  # fmt: skip
                 else:
                     doc = _packed(ser[0], ser[1], large)
-                    locations[channel] = (version, (version,))
+                    locations[channel] = (version, (version,), None)
                 values[channel] = {"version": channel_version, "value": doc}
             yield from self._store_large(key, large)
+            yield from self._store_snapshots(key, snapshots)
             record = {
                 "op": "put",
                 "ns": ns,
@@ -497,6 +538,11 @@ class SaverSteps:
                 head, fresh = (yield from self._head(key, fresh=True)), True
                 continue
             self._remember(key, new_head, remembered)
+            if replaced:
+                # Readers of older heads that miss it fall back to reading the whole chain.
+                yield from ask(
+                    Parallel(tuple(DeleteObject(self._value_key(key, n)) for n in replaced))
+                )
             return {
                 "configurable": {
                     "thread_id": thread_id,
@@ -524,6 +570,40 @@ class SaverSteps:
                         object_name=request.key,
                     )
         large.clear()
+
+    def _store_snapshots(self, key: str, snapshots: dict[str, Any]) -> Steps[None]:
+        """Write each whole list snapshot (content-addressed: a second write is a no-op)."""
+        for name, items in snapshots.items():
+            object_key = self._value_key(key, name)
+            document = {"format": f"{SNAPSHOT_FORMAT}/1", "items": items}
+            body = yield from self.codec.document_encoding(document, name=object_key)
+            result = yield from ask(PutObject(object_key, body, Create()))
+            if result.outcome.value not in ("stored", "precondition_failed"):
+                raise StorageUnavailable(
+                    f"list snapshot not stored ({result.detail or result.outcome.value})",
+                    object_name=object_key,
+                )
+        snapshots.clear()
+
+    def _fetch_snapshots(self, key: str, names: Sequence[str]) -> Steps[dict[str, Any] | None]:
+        """Return the named list snapshots; None when one is gone (a newer one replaced it)."""
+        if not names:
+            return {}
+        object_keys = [self._value_key(key, name) for name in names]
+        limit = self.codec.limits.max_compressed_bytes
+        infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in object_keys)))
+        found: dict[str, Any] = {}
+        for name, object_key, info in zip(names, object_keys, infos, strict=True):
+            if info is None or info.body is None:
+                return None
+            document = yield from self.codec.document_decoding(
+                info.body, name=object_key, format_name=SNAPSHOT_FORMAT, format_version=1
+            )
+            items = document.get("items")
+            if not isinstance(items, list):
+                raise InvalidPayload("list snapshot without items", object_name=object_key)
+            found[name] = items
+        return found
 
     def put_writes(
         self,
@@ -742,13 +822,18 @@ def _load(serde: Serializer, packed: Any, name: str, objects: Mapping[str, Any])
 
 
 def _refs_in_values(
-    model: ThreadModel, ns: str, docs: Mapping[str, dict[str, Any]]
+    model: ThreadModel,
+    ns: str,
+    docs: Mapping[str, dict[str, Any]],
+    snapshots: Mapping[str, Any] | None = None,
 ) -> Iterator[Mapping[str, Any]]:
     """Yield every packed item of the given channel values, following list chains."""
+    snapshots = snapshots or {}
     for channel, doc in docs.items():
         current: dict[str, Any] | None = doc
-        for _ in range(10_000):
-            if current is None:
+        while current is not None:
+            if current.get("snapshot") in snapshots:
+                yield from snapshots[current["snapshot"]]
                 break
             if "list" in current:
                 yield from current["list"]
@@ -769,11 +854,21 @@ def _value(
     version: Any,
     name: str,
     objects: Mapping[str, Any],
+    snapshots: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Return a channel's value at `version`, joining a list's chain of extensions."""
+    """Return a channel's value at `version`, joining a list's chain of extensions.
+
+    A list extension that names a snapshot the caller fetched is the whole list there.
+    """
+    snapshots = snapshots or {}
     parts: list[list[Any]] = []
     current = model.values.get((ns, channel, version))
     while current is not None and "list_after" in current:
+        if current.get("snapshot") in snapshots:
+            whole = [_load(serde, item, name, objects) for item in snapshots[current["snapshot"]]]
+            for extension in reversed(parts):
+                whole.extend(extension)
+            return whole
         parts.append([_load(serde, item, name, objects) for item in current["items"]])
         previous = current["list_after"]
         current = model.values.get((ns, channel, previous))

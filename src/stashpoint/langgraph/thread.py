@@ -58,6 +58,10 @@ from `get_state_history`) may branch from any checkpoint: time travel. Keys star
 """
 LARGE_VALUE = 256 * 1024
 """Serialized values larger than this are immutable objects of their own."""
+SNAPSHOT_EVERY = 32
+"""A list that grew by this many extensions is also written whole, as an object of its own
+that replaces the previous one: a reader of the latest checkpoint fetches it and the few
+extensions after it, not the whole chain."""
 STATE_NAMESPACES = 16
 """Checkpoint namespaces the state tracks (the most recently written ones)."""
 _READABLE_DEPTH = 24
@@ -212,6 +216,8 @@ class ThreadModel:
     """Pending writes by (namespace, checkpoint id), then (task id, index)."""
     deleted: bool = False
     """Whether the last record read is the thread's tombstone."""
+    partial: bool = False
+    """Whether only the records rebuilding one latest checkpoint were read."""
 
     def apply(self, version: int, record: Any, name: str) -> None:
         """Fold one record (of log version `version`) into the model."""
@@ -224,9 +230,9 @@ class ThreadModel:
             elif op == "writes":
                 self._writes(record)
             elif op == "delete":
-                self.__init__(thread_id=self.thread_id, deleted=True)  # type: ignore[misc]
+                self.__init__(thread_id=self.thread_id, deleted=True, partial=self.partial)  # type: ignore[misc]
             elif op == "rebase":
-                self.__init__(thread_id=self.thread_id)  # type: ignore[misc]
+                self.__init__(thread_id=self.thread_id, partial=self.partial)  # type: ignore[misc]
                 for inner in record["records"]:
                     self.apply(version, inner, name)
             elif op == "value":
@@ -429,20 +435,21 @@ def state_after_put(
     checkpoint_id: str,
     parent_id: str | None,
     channel_versions: Mapping[str, Any],
-    value_versions: Mapping[str, tuple[int, Sequence[int]]],
+    value_versions: Mapping[str, tuple[int, Sequence[int], Any]],
     version: int,
 ) -> dict[str, Any]:
     """Return the state after a put at `version`.
 
     `value_versions`: for each channel this put stored, where its value lives: `(first,
-    links)`, the version of the value's first part and the versions of every part (a list
-    extension's chain). Channels it did not store keep the locations the previous latest
-    checkpoint had, when that is its parent at the same channel version.
+    links, snapshot)`, the version of the value's first part, the versions of every part (a
+    list extension's chain) and its latest whole snapshot (`[sha256, version]`, or None).
+    Channels it did not store keep the locations the previous latest checkpoint had, when
+    that is its parent at the same channel version.
 
-    A location is stored as `[channel version, first, recent links]`: a reader fetches every
-    version from `first` to the current segment (sealed segments, one GET per 64
-    versions) and only the listed links after it, so the state stays small however long a
-    list's chain grows.
+    A location is stored as `[channel version, first, recent links, snapshot]`: a reader
+    fetches the snapshot and the versions after it (or, without one, every version from
+    `first`): sealed ones as whole segments, one GET per 64 versions, the listed recent
+    links one by one. The state stays small however long a list's chain grows.
     """
     if state.get("deleted"):
         state = {**empty_state(state["thread_id"]), "base": version}
@@ -454,11 +461,11 @@ def state_after_put(
     complete = True
     for channel, channel_version in channel_versions.items():
         if channel in value_versions:
-            first, links = value_versions[channel]
-            values[channel] = [channel_version, first, _recent(links, version)]
+            first, links, snapshot = value_versions[channel]
+            values[channel] = [channel_version, first, _recent(links, version), snapshot]
         elif channel in known and known[channel][0] == channel_version:
             kept = known[channel]
-            values[channel] = [kept[0], kept[1], _recent(kept[2], version)]
+            values[channel] = [kept[0], kept[1], _recent(kept[2], version), kept[3]]
         else:
             complete = False
     new_slot = {
@@ -512,11 +519,18 @@ def versions_for_latest(state: dict[str, Any], ns: str) -> list[int] | None:
         return None
     wanted = {slot["at"], *slot["pending"]}
     cut = slot["at"] - slot["at"] % SEGMENT_SPAN
-    for _, first, links in slot["values"].values():
-        wanted.update(range(first, cut))  # sealed: whole segments, read once each
-        wanted.add(first)
-        wanted.update(links)
+    for _, first, links, snapshot in slot["values"].values():
+        start = first if snapshot is None else snapshot[1]
+        wanted.update(range(start, cut))  # sealed: whole segments, read once each
+        wanted.add(start)
+        wanted.update(link for link in links if link >= start)
     return sorted(wanted)
+
+
+def snapshots_for_latest(state: dict[str, Any], ns: str) -> list[str]:
+    """Return the list snapshots (sha256 names) a reader of `ns`'s latest fetches."""
+    slot = state["ns"].get(ns) or {}
+    return sorted({v[3][0] for v in slot.get("values", {}).values() if v[3] is not None})
 
 
 # -- lists stored by item --------------------------------------------------------------------
@@ -534,6 +548,10 @@ class ListMemory:
     """The log version of the value's first (whole) part."""
     links: tuple[int, ...]
     """The log versions of every part, first included."""
+    since_snapshot: int = 0
+    """Extensions since the list was last written whole."""
+    snapshot: tuple[str, int] | None = None
+    """The latest whole snapshot: its sha256 name and the version it was taken at."""
 
 
 def item_key(type_: str, data: bytes) -> bytes:
