@@ -1,8 +1,10 @@
-"""A batch worker on a spot instance: it flushes its checkpoint when SIGTERM arrives.
+"""A batch worker on a spot instance: it flushes its checkpoint before the instance goes.
 
-EC2 sends a two-minute reclaim notice and then SIGTERM; Batch and ECS send SIGTERM before
-SIGKILL. The worker checkpoints every `--every` items anyway, and on SIGTERM finishes the
-item in hand, saves at once and exits 0, so the next worker resumes exactly there.
+EC2 posts a spot interruption notice in the instance metadata two minutes ahead, and may
+post a rebalance recommendation earlier; Batch and ECS send SIGTERM before SIGKILL.
+`stashpoint.spot.SpotWatcher` watches all three. The worker checkpoints every `--every`
+items anyway, checkpoints at once on a rebalance recommendation, and on a notice or SIGTERM
+finishes the item in hand, saves and exits 0, so the next worker resumes exactly there.
 
     python examples/spot_worker.py --id nightly --items 1000
 """
@@ -10,13 +12,12 @@ item in hand, saves at once and exits 0, so the next worker resumes exactly ther
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
-from typing import Any
 
 import stashpoint
 from stashpoint import CheckpointNotFound, Envelope
+from stashpoint.spot import SpotWatcher
 
 
 def process(item: int) -> int:
@@ -30,15 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--poll", type=float, default=5.0, help="Seconds between IMDS polls.")
     args = parser.parse_args(argv)
-    stopping = False
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True  # finish the item in hand, then flush
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    with stashpoint.open(args.url) as stash:
+    with stashpoint.open(args.url) as stash, SpotWatcher(interval=args.poll) as watcher:
         store = stash.checkpoints
         try:
             saved = store.load(args.id)
@@ -56,14 +51,22 @@ def main(argv: list[str] | None = None) -> int:
             store.compare_and_swap(following, saved.revision)  # a zombie twin would conflict
             saved = following
 
+        rebalanced = False
         while state["cursor"] < args.items:
             state["sums"] += process(state["cursor"])
             state["cursor"] += 1
             time.sleep(args.delay)
-            if stopping:
+            if watcher.stopping.is_set():  # finish the item in hand, then flush
                 flush()
-                print(f"SIGTERM: flushed at item {state['cursor']}", flush=True)
+                notice = watcher.notice
+                assert notice is not None
+                why = "SIGTERM" if notice.source == "signal" else f"spot {notice.action} notice"
+                print(f"{why}: flushed at item {state['cursor']}", flush=True)
                 return 0
+            if watcher.rebalance is not None and not rebalanced:
+                rebalanced = True  # at elevated risk: a checkpoint now costs little
+                flush()
+                print(f"rebalance recommended: checkpoint at item {state['cursor']}", flush=True)
             if state["cursor"] % args.every == 0:
                 flush()
                 print(f"checkpoint at item {state['cursor']}", flush=True)
