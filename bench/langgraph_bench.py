@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import operator
 import statistics
 import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
-from datetime import timedelta
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -146,9 +145,7 @@ def _run(name: str, saver: Any, steps: int, source: Callable[[], str]) -> dict[s
         saver.put_writes(latest.config, [("a", 1), ("b", "two"), ("c", [3])], "bench-task")
     checkpoint = dict(latest.checkpoint)
     checkpoint["id"] = str(uuid.uuid4())
-    next_version = saver.get_next_version(
-        checkpoint["channel_versions"].get("messages"), None
-    )
+    next_version = saver.get_next_version(checkpoint["channel_versions"].get("messages"), None)
     checkpoint["channel_versions"] = {**checkpoint["channel_versions"], "messages": next_version}
     with _requests() as put:
         saver.put(latest.config, checkpoint, {"source": "loop", "step": steps * 2},
