@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -426,35 +426,29 @@ class SaverSteps:
             else:
                 serialized[channel] = serde.dumps_typed(value)
         large: dict[str, tuple[str, bytes]] = {}
-        head = yield from self._head(key, fresh=False)
-        fresh = False
-        for attempt in range(1, _APPEND_ATTEMPTS + 1):
+        remembered: dict[tuple[str, str], ListMemory] = {}
+        replaced: list[str] = []
+
+        def plan(head: LogHead | None) -> Steps[tuple[dict[str, Any], dict[str, Any]]]:
             state = empty_state(thread_id) if head is None else check_state(head.state, key)
             version = 0 if head is None else head.version + 1
-            try:
-                check_put(
-                    state,
-                    ns=ns,
-                    parent_id=parent_id,
-                    extends_latest=extends_latest,
-                    fresh_start=metadata.get("source") == "input" and metadata.get("step") == -1,
-                    thread_id=thread_id,
-                    version=version,
-                )
-            except CheckpointConflict:
-                if fresh:
-                    raise
-                # What this saver remembered may be behind: judge on the stored head.
-                head, fresh = (yield from self._head(key, fresh=True)), True
-                continue
+            check_put(
+                state,
+                ns=ns,
+                parent_id=parent_id,
+                extends_latest=extends_latest,
+                fresh_start=metadata.get("source") == "input" and metadata.get("step") == -1,
+                thread_id=thread_id,
+                version=version,
+            )
+            remembered.clear()
+            replaced.clear()
             base = version if state.get("deleted") else state["base"]
             memories = self._lists(key, base)
             slot = state["ns"].get(ns) or {}
             values: dict[str, Any] = {}
             locations: dict[str, tuple[int, tuple[int, ...], Any]] = {}
             snapshots: dict[str, list[dict[str, Any]]] = {}
-            replaced: list[str] = []
-            remembered: dict[tuple[str, str], ListMemory] = {}
             for channel, channel_version in new_versions.items():
                 if channel not in serialized:
                     values[channel] = {"version": channel_version, "empty": True}
@@ -523,33 +517,57 @@ class SaverSteps:
                 version=version,
             )
             new_state["thread_id"] = thread_id
+            return record, new_state
+
+        new_head = yield from self._place(key, plan)
+        self._remember(key, new_head, remembered)
+        if replaced:
+            # Readers of older heads that miss it fall back to reading the whole chain.
+            yield from ask(Parallel(tuple(DeleteObject(self._value_key(key, n)) for n in replaced)))
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def _append(
+        self, key: str, head: LogHead | None, record: Any, state: dict[str, Any]
+    ) -> Steps[LogHead]:
+        """Append one thread record after `head` (one conditional PUT)."""
+        kind, schema = THREAD_KIND, THREAD_SCHEMA
+        head_after = yield from self.logs.append(
+            key, [record], after=head, state=state, kind=kind, schema_version=schema
+        )
+        return head_after
+
+    def _place(
+        self, key: str, plan: Callable[[LogHead | None], Steps[tuple[Any, dict[str, Any]]]]
+    ) -> Steps[LogHead]:
+        """Append the record `plan(head)` makes after the thread's head; return the new head.
+
+        The head is the one this saver last wrote, when recent, else read. When another
+        writer got there first, or `plan` refuses on what may be an old head, the head is
+        read again and the record planned again: `plan` may raise `CheckpointConflict`,
+        which ends the attempt only when it judged the stored head.
+        """
+        head = yield from self._head(key, fresh=False)
+        fresh = False
+        for attempt in range(1, _APPEND_ATTEMPTS + 1):
             try:
-                new_head = yield from self.logs.append(
-                    key,
-                    [record],
-                    after=head,
-                    state=new_state,
-                    kind=THREAD_KIND,
-                    schema_version=THREAD_SCHEMA,
-                )
+                record, state = yield from plan(head)
+            except CheckpointConflict:
+                if fresh:
+                    raise
+                head, fresh = (yield from self._head(key, fresh=True)), True
+                continue
+            try:
+                return (yield from self._append(key, head, record, state))
             except CheckpointConflict:
                 if attempt == _APPEND_ATTEMPTS:
                     raise
                 head, fresh = (yield from self._head(key, fresh=True)), True
-                continue
-            self._remember(key, new_head, remembered)
-            if replaced:
-                # Readers of older heads that miss it fall back to reading the whole chain.
-                yield from ask(
-                    Parallel(tuple(DeleteObject(self._value_key(key, n)) for n in replaced))
-                )
-            return {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": checkpoint["id"],
-                }
-            }
         raise AssertionError("unreachable")
 
     def _store_large(self, key: str, large: dict[str, tuple[str, bytes]]) -> Steps[None]:
@@ -636,8 +654,8 @@ class SaverSteps:
             "path": task_path,
             "items": items,
         }
-        head = yield from self._head(key, fresh=False)
-        for attempt in range(1, _APPEND_ATTEMPTS + 1):
+
+        def plan(head: LogHead | None) -> Steps[tuple[dict[str, Any], dict[str, Any]]]:
             state = empty_state(thread_id) if head is None else check_state(head.state, key)
             version = 0 if head is None else head.version + 1
             if state.get("deleted"):
@@ -651,23 +669,10 @@ class SaverSteps:
             new_state = state_after_writes(
                 state, ns=ns, checkpoint_id=checkpoint_id, version=version
             )
-            new_state = {**new_state, "thread_id": thread_id}
-            try:
-                new_head = yield from self.logs.append(
-                    key,
-                    [record],
-                    after=head,
-                    state=new_state,
-                    kind=THREAD_KIND,
-                    schema_version=THREAD_SCHEMA,
-                )
-            except CheckpointConflict:
-                if attempt == _APPEND_ATTEMPTS:
-                    raise
-                head = yield from self._head(key, fresh=True)
-                continue
-            self._remember(key, new_head)
-            return None
+            return record, {**new_state, "thread_id": thread_id}
+            yield  # a generator, like every plan
+
+        self._remember(key, (yield from self._place(key, plan)))
 
     # -- whole-thread operations -------------------------------------------------------------
 
@@ -680,9 +685,7 @@ class SaverSteps:
             state = check_state(head.state, key)
             tombstone = {**empty_state(thread_id), "base": head.version + 1, "deleted": True}
             try:
-                head = yield from self.logs.append(
-                    key, [{"op": "delete"}], after=head, state=tombstone, kind=THREAD_KIND
-                )
+                head = yield from self._append(key, head, {"op": "delete"}, tombstone)
             except CheckpointConflict:
                 head = yield from self._head(key, fresh=True)
                 continue
@@ -723,14 +726,7 @@ class SaverSteps:
             state = state_of_model(model, thread_id, version)
             record = {"op": "rebase", "records": model.records()}
             try:
-                head = yield from self.logs.append(
-                    key,
-                    [record],
-                    after=head,
-                    state=state,
-                    kind=THREAD_KIND,
-                    schema_version=THREAD_SCHEMA,
-                )
+                head = yield from self._append(key, head, record, state)
             except CheckpointConflict:
                 continue
             yield from self.logs.drop_below(key, head.version)
