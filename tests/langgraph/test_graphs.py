@@ -255,3 +255,46 @@ def test_blocking_saver_serves_async_graphs(local_url: tuple[str, dict[str, Any]
     with stashpoint.open(url, **options) as stash:
         observed = asyncio.run(run(StashpointSaver(stash)))
     assert observed == asyncio.run(run(InMemorySaver()))
+
+
+@pytest.mark.parametrize("case", ["interrupt_resume", "subgraph_interrupt", "value_5mb"])
+def test_async_saver_serves_blocking_graphs_from_another_thread(
+    case: str, local_url: tuple[str, dict[str, Any]]
+) -> None:
+    """LangGraph's sync API on an async saver: its loop runs in another thread."""
+    import threading
+
+    url, options = local_url
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        stash = asyncio.run_coroutine_threadsafe(_open_async(url, options), loop).result()
+        saver = asyncio.run_coroutine_threadsafe(_make_async_saver(stash), loop).result()
+        build, script = CASES[case]
+        observed = script(build().compile(checkpointer=saver), _config())
+        asyncio.run_coroutine_threadsafe(stash.close(), loop).result()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(timeout=10)
+    assert observed == _reference_of(build, script)
+
+
+async def _open_async(url: str, options: dict[str, Any]) -> Any:
+    return stashpoint.open_async(url, **options)
+
+
+async def _make_async_saver(stash: Any) -> AsyncStashpointSaver:
+    return AsyncStashpointSaver(stash)  # made on its loop: blocking calls are handed to it
+
+
+def test_async_saver_refuses_blocking_calls_on_its_own_loop(
+    local_url: tuple[str, dict[str, Any]],
+) -> None:
+    async def blocking_on_the_loop() -> None:
+        async with stashpoint.open_async(local_url[0]) as stash:
+            saver = AsyncStashpointSaver(stash)
+            with pytest.raises(stashpoint.ConfigurationError, match="own event loop"):
+                saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+
+    asyncio.run(blocking_on_the_loop())
