@@ -306,3 +306,18 @@ def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> N
     assert saver.get_tuple(latest).checkpoint["channel_values"]["messages"] == expected
     past = list(saver.list({"configurable": {"thread_id": "grow"}}))
     assert [len(t.checkpoint["channel_values"]["messages"]) for t in past] == list(range(80, 0, -1))
+
+
+def test_langchain_messages_are_stored_as_readable_json(stash: Any) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    saver = StashpointSaver(stash)
+    messages = [HumanMessage(content="find the needle", id="h1"),
+                AIMessage(content="found it", id="a1", tool_calls=[])]  # fmt: skip
+    config = _put(saver, "chat", {"messages": messages, "blob": {"raw": b"\x00\x01"}})
+    prefix = stash._parts.logs("langgraph").keys.entries_prefix("chat")
+    key = stash._execute(ListKeys(prefix)).keys[0]
+    raw = stash._parts.codec.unwrap(stash._execute(GetObject(key)).body, name=key)
+    assert b'"content":"find the needle"' in raw  # readable with zstd -d | jq, not base64
+    values = saver.get_tuple(config).checkpoint["channel_values"]
+    assert values["messages"] == messages and values["blob"] == {"raw": b"\x00\x01"}

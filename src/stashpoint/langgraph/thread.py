@@ -120,46 +120,88 @@ def unpack_bytes(packed: Mapping[str, Any], name: str) -> tuple[str, bytes]:
         if "msgpack" in packed:
             import ormsgpack
 
-            return type_, ormsgpack.packb(packed["msgpack"])
+            return type_, ormsgpack.packb(_from_readable(packed["msgpack"]))
         return type_, base64.b64decode(packed["base64"], validate=True)
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidPayload(f"malformed stored value: {exc}", object_name=name) from exc
 
 
 _UNREADABLE: Any = object()
+EXT = "__msgpack_ext__"
+"""Key of a msgpack extension (a LangChain message, a dataclass...) in readable form:
+`{"__msgpack_ext__": code, "data": <its payload, itself readable>}`."""
+
+
+class _Ext:
+    __slots__ = ("code", "payload")
+
+    def __init__(self, code: int, payload: bytes) -> None:
+        self.code, self.payload = code, payload
 
 
 def _readable_msgpack(data: bytes) -> Any:
-    """Return the JSON form of plain msgpack whose re-encoding is identical, else _UNREADABLE."""
+    """Return the JSON form of msgpack whose re-encoding is identical, else _UNREADABLE.
+
+    Extension types (how LangGraph's serializer stores LangChain messages, pydantic models
+    and dataclasses) become `{"__msgpack_ext__": code, "data": ...}` when their payload is
+    itself readable: a message reads as its module, class and fields in `zstd -d | jq`, and
+    compresses as text. Anything that would not re-encode to the very same bytes is stored
+    as base64 instead, so every value round-trips exactly.
+    """
     import ormsgpack
 
     try:
-        value = ormsgpack.unpackb(data)
-    except (ormsgpack.MsgpackDecodeError, ValueError, TypeError):
-        return _UNREADABLE  # extension types (LangChain messages, dataclasses...)
-    if not _json_safe(value, 0):
+        value = _to_readable(ormsgpack.unpackb(data, ext_hook=_Ext), 0)
+    except (ormsgpack.MsgpackDecodeError, ValueError, TypeError, _NotReadable):
         return _UNREADABLE
     try:
-        same = ormsgpack.packb(value) == data
+        same = ormsgpack.packb(_from_readable(value)) == data
     except (TypeError, ValueError):
         return _UNREADABLE
     return value if same else _UNREADABLE
 
 
-def _json_safe(value: Any, depth: int) -> bool:
+class _NotReadable(Exception):
+    pass
+
+
+def _to_readable(value: Any, depth: int) -> Any:
+    import ormsgpack
+
     if depth > _READABLE_DEPTH:
-        return False
+        raise _NotReadable
+    if isinstance(value, _Ext):
+        inner = ormsgpack.unpackb(value.payload, ext_hook=_Ext)
+        return {EXT: value.code, "data": _to_readable(inner, depth + 1)}
     if value is None or isinstance(value, (bool, str)):
-        return True
+        return value
     if isinstance(value, int):
-        return -(2**63) <= value < 2**64
+        if not -(2**63) <= value < 2**64:
+            raise _NotReadable
+        return value
     if isinstance(value, float):
-        return math.isfinite(value)
+        if not math.isfinite(value):
+            raise _NotReadable
+        return value
     if isinstance(value, list):
-        return all(_json_safe(v, depth + 1) for v in value)
+        return [_to_readable(v, depth + 1) for v in value]
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _json_safe(v, depth + 1) for k, v in value.items())
-    return False
+        if not all(isinstance(k, str) for k in value):
+            raise _NotReadable
+        return {k: _to_readable(v, depth + 1) for k, v in value.items()}
+    raise _NotReadable  # bytes and anything else JSON cannot hold
+
+
+def _from_readable(value: Any) -> Any:
+    import ormsgpack
+
+    if isinstance(value, list):
+        return [_from_readable(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 2 and EXT in value and "data" in value:
+            return ormsgpack.Ext(value[EXT], ormsgpack.packb(_from_readable(value["data"])))
+        return {k: _from_readable(v) for k, v in value.items()}
+    return value
 
 
 def large_value_name(data: bytes) -> str:
