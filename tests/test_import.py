@@ -63,3 +63,13 @@ def test_every_public_name_resolves() -> None:
 def test_sync_checkpoints_on_the_local_default_load_no_async_or_aws_module() -> None:
     # The local default's index is SQLite; everything else stays unloaded.
     assert _loaded(SYNC_LOCAL_USE) <= {"sqlite3"}
+
+
+def test_the_langgraph_saver_imports_no_graph_runtime() -> None:
+    script = (
+        "import sys, stashpoint.langgraph, stashpoint.spot\n"
+        "print(' '.join(m for m in ('langgraph.graph', 'langgraph.pregel') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == []
