@@ -1,0 +1,190 @@
+"""A saver that dies at any request of a put (large values, list snapshots, the append,
+the clean-up of the old snapshot) loses no acknowledged checkpoint and leaves nothing a
+reader trips over; a real `kill -9` mid-conversation likewise."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base")
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.base import empty_checkpoint
+
+import stashpoint
+from stashpoint.langgraph import StashpointSaver
+
+
+class _Crash(BaseException):
+    """The process died here (no `except Exception` catches it)."""
+
+
+@contextmanager
+def _crash_at(stash: Any, step: int, after: bool) -> Iterator[list[str]]:
+    """Die at the `step`-th storage request: before it is sent, or after it took effect."""
+    calls: list[str] = []
+    real = stash._execute
+
+    def execute(request: Any) -> Any:
+        calls.append(type(request).__name__)
+        mine = len(calls) - 1
+        if mine == step and not after:
+            raise _Crash
+        result = real(request)
+        if mine == step:
+            raise _Crash
+        return result
+
+    stash._execute = execute
+    try:
+        yield calls
+    finally:
+        stash._execute = real
+
+
+def _messages(count: int) -> list[str]:
+    # Every 5th message is large (a value object of its own); the list grows by one a step.
+    return [("L" * 300_000 + str(i)) if i % 5 == 4 else f"message {i}" for i in range(count)]
+
+
+def _put(saver: StashpointSaver, count: int, parent: str | None, version: str | None) -> Any:
+    checkpoint = empty_checkpoint()
+    new_version = saver.get_next_version(version, None)
+    checkpoint["channel_values"] = {"messages": _messages(count)}
+    checkpoint["channel_versions"] = {"messages": new_version}
+    configurable: dict[str, Any] = {"thread_id": "crash", "checkpoint_ns": ""}
+    if parent is not None:
+        configurable["checkpoint_id"] = parent
+    saver.put({"configurable": configurable}, checkpoint, {"source": "loop", "step": count},
+              {"messages": new_version})  # fmt: skip
+    return checkpoint["id"], new_version
+
+
+def _latest(url: str) -> tuple[str | None, str | None, int]:
+    """Read the thread as a new process would: (checkpoint id, channel version, length)."""
+    with stashpoint.open(url) as stash:
+        found = StashpointSaver(stash).get_tuple(
+            {"configurable": {"thread_id": "crash", "checkpoint_ns": ""}}
+        )
+    if found is None:
+        return None, None, 0
+    messages = found.checkpoint["channel_values"]["messages"]
+    assert messages == _messages(len(messages))  # whole, in order, nothing twice
+    return found.checkpoint["id"], found.checkpoint["channel_versions"]["messages"], len(messages)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    plan=st.lists(
+        st.tuples(st.integers(0, 40), st.integers(0, 12), st.booleans()), min_size=1, max_size=3
+    )
+)
+def test_crash_at_any_request_of_a_put_keeps_every_acknowledged_checkpoint(
+    plan: list[tuple[int, int, bool]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`puts` acknowledged puts, then a put that dies at request `step` (before or after it
+    took effect), then a new process reads and goes on."""
+    url = f"local://{tmp_path_factory.mktemp('lg-crash')}?fsync=false"
+    acknowledged = 0
+    for puts, step, after in plan:
+        checkpoint_id, version, length = _latest(url)
+        assert acknowledged <= length <= acknowledged + 1  # at most the one in flight
+        acknowledged = length
+        with stashpoint.open(url) as stash:
+            saver = StashpointSaver(stash)
+            for _ in range(puts):
+                checkpoint_id, version = _put(saver, acknowledged + 1, checkpoint_id, version)
+                acknowledged += 1
+            with _crash_at(stash, step, after):
+                try:
+                    _put(saver, acknowledged + 1, checkpoint_id, version)
+                except _Crash:
+                    pass
+                else:
+                    acknowledged += 1
+    checkpoint_id, version, length = _latest(url)
+    assert acknowledged <= length <= acknowledged + 1
+    with stashpoint.open(url) as stash:  # the thread goes on after any crash
+        _put(StashpointSaver(stash), length + 1, checkpoint_id, version)
+    assert _latest(url)[2] == length + 1
+
+
+KILLED_GRAPH = textwrap.dedent(
+    """
+    import operator, sys
+    from typing import Annotated, TypedDict
+    from langgraph.graph import END, START, StateGraph
+    import stashpoint
+    from stashpoint.langgraph import StashpointSaver
+
+    class Chat(TypedDict):
+        messages: Annotated[list[str], operator.add]
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", lambda s: {"messages": [f"reply {len(s['messages'])}"]})
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    with stashpoint.open(sys.argv[1]) as stash:
+        graph = builder.compile(checkpointer=StashpointSaver(stash))
+        config = {"configurable": {"thread_id": "victim"}}
+        while True:
+            done = graph.invoke({"messages": ["user " + "x" * 500]}, config)
+            print(len(done["messages"]), done["messages"][-1], sep="\t", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["local", "seaweedfs"])
+def test_sigkill_mid_conversation_loses_no_acknowledged_turn(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if where == "local":
+        url = f"local://{tmp_path / 'stash'}"
+    else:
+        url = request.getfixturevalue("seaweedfs").url(f"t-{uuid.uuid4().hex}")
+    stored = replies = 0
+    for round_ in range(5):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_GRAPH, url], stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )  # fmt: skip
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(4 + 3 * round_)]
+        time.sleep(0.002 * round_)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        lines += proc.stdout.read().splitlines()
+        printed = [line.rstrip("\n").split("\t") for line in lines if line.strip()]
+        # It resumed on everything stored before: one user message and its reply further.
+        assert int(printed[0][0]) == stored + 2
+        acknowledged, last_reply = int(printed[-1][0]), printed[-1][1]
+        with stashpoint.open(url) as stash:
+            found = StashpointSaver(stash).get_tuple(
+                {"configurable": {"thread_id": "victim", "checkpoint_ns": ""}}
+            )
+        assert found is not None
+        messages = found.checkpoint["channel_values"]["messages"]
+        # Every acknowledged turn is there; at most the input of the killed one beyond it.
+        assert acknowledged <= len(messages) <= acknowledged + 1
+        assert messages[acknowledged - 1] == last_reply
+        replies += len(printed)  # each line printed is one acknowledged reply
+        stored_replies = [m for m in messages if m.startswith("reply")]
+        assert len(set(stored_replies)) == len(stored_replies)  # nothing twice
+        assert replies <= len(stored_replies) <= replies + 1  # none lost
+        replies = len(stored_replies)
+        stored = len(messages)
