@@ -321,3 +321,54 @@ def test_langchain_messages_are_stored_as_readable_json(stash: Any) -> None:
     assert b'"content":"find the needle"' in raw  # readable with zstd -d | jq, not base64
     values = saver.get_tuple(config).checkpoint["channel_values"]
     assert values["messages"] == messages and values["blob"] == {"raw": b"\x00\x01"}
+
+
+def _grown(saver: StashpointSaver, steps: int) -> Any:
+    config, version = None, None
+    for step in range(steps):
+        checkpoint = empty_checkpoint()
+        version = saver.get_next_version(version, None)
+        checkpoint["channel_values"] = {"messages": [f"m{i}" for i in range(step + 1)]}
+        checkpoint["channel_versions"] = {"messages": version}
+        configurable: dict[str, Any] = {"thread_id": "hostile-values", "checkpoint_ns": ""}
+        if config is not None:
+            configurable["checkpoint_id"] = config["configurable"]["checkpoint_id"]
+        config = saver.put({"configurable": configurable}, checkpoint,
+                           {"source": "loop", "step": step}, {"messages": version})  # fmt: skip
+    return config
+
+
+@pytest.mark.parametrize("swap", ["other snapshot", "garbage"])
+def test_a_snapshot_that_is_not_what_its_name_says_is_refused(stash: Any, swap: str) -> None:
+    saver = StashpointSaver(stash)
+    _grown(saver, 40)  # one snapshot (after 32 extensions)
+    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    [key] = stash._execute(ListKeys(prefix)).keys
+    codec = stash._parts.codec
+    from stashpoint.steps import run_sync
+    from stashpoint.stores.objects import PutObject
+
+    if swap == "garbage":
+        body = b"\x28\xb5\x2f\xfd garbage"
+    else:  # a well-formed snapshot of another list
+        document = {"format": "stashpoint.langgraph-list/1",
+                    "items": [{"type": "msgpack", "msgpack": "forged"}]}  # fmt: skip
+        body = run_sync(codec.document_encoding(document, name="x"), stash._execute)
+    stash._execute(PutObject(key, body, None))
+    latest = {"configurable": {"thread_id": "hostile-values", "checkpoint_ns": ""}}
+    with pytest.raises(InvalidPayload, match="does not hold what its name says") as raised:
+        saver.get_tuple(latest)
+    assert raised.value.object_name == key
+
+
+def test_a_large_value_object_holding_another_value_is_refused(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    config = _put(saver, "swapped", {"a": "A" * 300_000, "b": "B" * 300_000})
+    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    first, second = stash._execute(ListKeys(prefix)).keys
+    from stashpoint.stores.objects import PutObject
+
+    stash._execute(PutObject(first, stash._execute(GetObject(second)).body, None))
+    with pytest.raises(InvalidPayload, match="does not hold the value its name says") as raised:
+        saver.get_tuple(config)
+    assert raised.value.object_name == first

@@ -7,6 +7,7 @@ saver with another serializer.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -448,7 +449,7 @@ class SaverSteps:
             slot = state["ns"].get(ns) or {}
             values: dict[str, Any] = {}
             locations: dict[str, tuple[int, tuple[int, ...], Any]] = {}
-            snapshots: dict[str, list[dict[str, Any]]] = {}
+            snapshots: dict[str, bytes] = {}
             for channel, channel_version in new_versions.items():
                 if channel not in serialized:
                     values[channel] = {"version": channel_version, "empty": True}
@@ -476,9 +477,16 @@ class SaverSteps:
                         first, chain = memory.first, (*memory.links, version)
                         snapshot, since = memory.snapshot, memory.since_snapshot + 1
                         if since >= SNAPSHOT_EVERY:
-                            whole = [_packed(t, d, large) for t, d in ser]
-                            name = "s-" + large_value_name(b"".join(items))
-                            snapshots[name] = whole
+                            whole = {
+                                "format": f"{SNAPSHOT_FORMAT}/1",
+                                "items": [_packed(t, d, large) for t, d in ser],
+                            }
+                            body = yield from self.codec.document_encoding(
+                                whole, name=f"list snapshot of {channel!r}"
+                            )
+                            # Named by its bytes: a reader checks it holds what it says.
+                            name = "s-" + hashlib.sha256(body).hexdigest()
+                            snapshots[name] = body
                             doc["snapshot"] = name
                             if snapshot is not None and snapshot[0] != name:
                                 replaced.append(snapshot[0])
@@ -591,10 +599,8 @@ class SaverSteps:
 
     def _store_snapshots(self, key: str, snapshots: dict[str, Any]) -> Steps[None]:
         """Write each whole list snapshot (content-addressed: a second write is a no-op)."""
-        for name, items in snapshots.items():
+        for name, body in snapshots.items():
             object_key = self._value_key(key, name)
-            document = {"format": f"{SNAPSHOT_FORMAT}/1", "items": items}
-            body = yield from self.codec.document_encoding(document, name=object_key)
             result = yield from ask(PutObject(object_key, body, Create()))
             if result.outcome.value not in ("stored", "precondition_failed"):
                 raise StorageUnavailable(
@@ -614,6 +620,10 @@ class SaverSteps:
         for name, object_key, info in zip(names, object_keys, infos, strict=True):
             if info is None or info.body is None:
                 return None
+            if "s-" + hashlib.sha256(info.body).hexdigest() != name:
+                raise InvalidPayload(
+                    "list snapshot does not hold what its name says", object_name=object_key
+                )
             document = yield from self.codec.document_decoding(
                 info.body, name=object_key, format_name=SNAPSHOT_FORMAT, format_version=1
             )
