@@ -372,3 +372,16 @@ def test_a_large_value_object_holding_another_value_is_refused(stash: Any) -> No
     with pytest.raises(InvalidPayload, match="does not hold the value its name says") as raised:
         saver.get_tuple(config)
     assert raised.value.object_name == first
+
+
+def test_a_long_lived_saver_remembers_a_bounded_number_of_threads(stash: Any) -> None:
+    from stashpoint.langgraph.steps import KNOWN_THREADS
+
+    saver = StashpointSaver(stash)
+    for index in range(KNOWN_THREADS + 40):
+        _put(saver, f"many-{index}", {"messages": ["hi", str(index)]})
+    assert len(saver._steps._known) == KNOWN_THREADS  # the least recently written went
+    assert len(saver._locks) == 0  # a thread's write lock lives only while in use
+    # A forgotten thread is read again and written as before.
+    config = _put(saver, "many-0", {"messages": ["again"]})
+    assert saver.get_tuple(config).checkpoint["channel_values"] == {"messages": ["again"]}

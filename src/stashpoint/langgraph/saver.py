@@ -12,6 +12,7 @@ import asyncio
 import builtins
 import secrets
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,6 +37,25 @@ if TYPE_CHECKING:
     from stashpoint.stash import AsyncStash, Stash
 
 T = TypeVar("T")
+
+
+class _Lock:
+    """A `threading.Lock` that a weak reference can point at."""
+
+    __slots__ = ("__weakref__", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+class _AsyncLock(asyncio.Lock):
+    """An `asyncio.Lock` that a weak reference can point at."""
 
 
 def _steps_of(stash: Stash | AsyncStash) -> SaverSteps:
@@ -88,7 +108,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         self.stash = stash
         """The stash the threads live in."""
         self._steps = _steps_of(stash)
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._locks_lock = threading.Lock()
 
     @classmethod
@@ -107,7 +127,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
     def _run(self, steps: Steps[T]) -> T:
         return run_sync(steps, self.stash._execute)
 
-    def _writing(self, config: RunnableConfig) -> threading.Lock:
+    def _writing(self, config: RunnableConfig) -> _Lock:
         """Return the lock that orders this saver's appends to one thread.
 
         LangGraph stores a checkpoint while the next step's writes arrive; both extend the
@@ -115,7 +135,10 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         """
         key = str(config["configurable"]["thread_id"])
         with self._locks_lock:
-            return self._locks.setdefault(key, threading.Lock())
+            lock = self._locks.get(key)
+            if lock is None:  # held only while in use: idle threads' locks go away
+                lock = self._locks[key] = _Lock()
+            return lock
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return the checkpoint `config` names, or the thread's latest without an id."""
@@ -263,7 +286,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         self.stash = stash
         """The stash the threads live in."""
         self._steps = _steps_of(stash)
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             """The event loop blocking calls are handed to (the one it was made on)."""
@@ -285,10 +308,13 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         """Return the next channel version (unique across branches of a thread)."""
         return _next_version(current)
 
-    def _writing(self, config: RunnableConfig) -> asyncio.Lock:
+    def _writing(self, config: RunnableConfig) -> _AsyncLock:
         """Return the lock that orders this saver's appends to one thread (see the twin's)."""
         key = str(config["configurable"]["thread_id"])
-        return self._locks.setdefault(key, asyncio.Lock())
+        lock = self._locks.get(key)
+        if lock is None:  # held only while in use: idle threads' locks go away
+            lock = self._locks[key] = _AsyncLock()
+        return lock
 
     async def _arun(self, steps: Steps[T]) -> T:
         if self.loop is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,9 @@ VALUE_FORMAT = "stashpoint.langgraph-value"
 """Format name of a large value's object."""
 SNAPSHOT_FORMAT = "stashpoint.langgraph-list"
 """Format name of a list snapshot's object (`{"items": [packed item, ...]}`)."""
+KNOWN_THREADS = 256
+"""Threads a saver remembers (head, list items) to write O(delta); the least recently
+written are forgotten first, so a server's memory stays bounded however many threads."""
 HEAD_TRUST_SECONDS = 30.0
 """How long a saver appends after a head it learned without reading it again."""
 _APPEND_ATTEMPTS = 64
@@ -99,7 +103,7 @@ class SaverSteps:
         """Where large values live."""
         self.codec = codec
         """Encodes large values' objects."""
-        self._known: dict[str, _Known] = {}
+        self._known: OrderedDict[str, _Known] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- reading ---------------------------------------------------------------------------
@@ -381,6 +385,9 @@ class SaverSteps:
             base = check_state(head.state, key)["base"]
             kept = {} if known is None or _base(known.head) != base else known.lists
             self._known[key] = _Known(head, time.monotonic(), {**kept, **(lists or {})})
+            self._known.move_to_end(key)
+            while len(self._known) > KNOWN_THREADS:
+                self._known.popitem(last=False)  # a server's idle threads: read again
 
     def _forget(self, key: str) -> None:
         with self._lock:
