@@ -32,6 +32,7 @@ from collections.abc import Callable, Coroutine
 from types import MethodType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from stashpoint import tracing
 from stashpoint.steps import Steps, run_async, run_sync
 
 P = ParamSpec("P")
@@ -53,12 +54,19 @@ Executor = Callable[[Any, tuple[Any, ...]], Callable[[Any], Any]]
 
 def _drivers(steps: Callable[..., Steps[Any]], executor: Executor) -> tuple[Any, Any]:
     """Return the blocking function and the coroutine function that run `steps`."""
+    name = steps.__name__
 
     def blocking(first: Any, /, *args: Any, **kwargs: Any) -> Any:
-        return run_sync(steps(first, *args, **kwargs), executor(first, args))
+        with tracing.operation(name, args, kwargs) as span:
+            result = run_sync(steps(first, *args, **kwargs), executor(first, args))
+            tracing.finished(span, result)
+            return result
 
     async def awaiting(first: Any, /, *args: Any, **kwargs: Any) -> Any:
-        return await run_async(steps(first, *args, **kwargs), executor(first, args))
+        with tracing.operation(name, args, kwargs) as span:
+            result = await run_async(steps(first, *args, **kwargs), executor(first, args))
+            tracing.finished(span, result)
+            return result
 
     for function in (blocking, awaiting):
         _describe(function, steps)

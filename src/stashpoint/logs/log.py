@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from stashpoint import tracing
 from stashpoint.codec import Codec
 from stashpoint.envelope import MAX_REVISION, utc_now
 from stashpoint.errors import (
@@ -592,6 +593,7 @@ class LogSteps:
         """Create the entry object; settle an unclear answer by reading the version back."""
         body = yield from self.codec.document_encoding(entry_document(entry), name=key)
         request = PutObject(key, body, Create())
+        tracing.sent(len(body))
         tracker = WriteTracker(self.retry)
         while True:
             result = yield from ask(request)

@@ -19,6 +19,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from stashpoint import tracing
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH, CheckpointInfo, Envelope
 from stashpoint.errors import (
@@ -237,7 +238,12 @@ class WriteTracker:
             result.outcome is WriteOutcome.CONDITION_CONFLICT
             and self.attempt < self.retry.max_attempts
         ):
+            tracing.event("retry", attempt=self.attempt, outcome=result.outcome.value)
             return Answer.BACK_OFF
+        if self.refused_for_sure:
+            tracing.event("conflict", attempt=self.attempt, outcome=result.outcome.value)
+        else:
+            tracing.event("read_back", attempt=self.attempt, outcome=result.outcome.value)
         return Answer.READ_BACK
 
     @property
@@ -402,6 +408,7 @@ class CompareAndSwap:
                 etag = facts.etag
             condition = Match(etag)
         request = PutObject(key, body, condition, head_metadata(envelope))
+        tracing.sent(len(body))
         sent_etag = condition.etag if isinstance(condition, Match) else None
         tracker = WriteTracker(self.retry)
         while True:
