@@ -129,14 +129,20 @@ class SaverSteps:
                         return quick
             return list(range(state["base"], head.version + 1))
 
+        asked: list[list[int]] = []
+
+        def remembered(head: LogHead) -> list[int]:
+            asked.append(wanted(head))
+            return asked[-1]
+
         try:
-            head, found = yield from self.logs.head_with(key, wanted)
+            head, found = yield from self.logs.head_with(key, remembered)
         except CheckpointNotFound:
             return None
         state = check_state(head.state, key)
         versions = sorted(v for v in found if v >= state["base"])
         if not state.get("deleted"):
-            needed = wanted(head)
+            needed = asked[-1]
             missing = [v for v in needed if v not in found]
             if missing:
                 raise InvalidPayload(

@@ -98,6 +98,8 @@ _TAIL_GUESS = 256
 """Most versions a tail read fetches in its first round, before it knows record counts."""
 _RELISTS = 3
 """Fresh listings tried when listed objects vanish under a reader (clean-up ran)."""
+_KNOWN_TOPS = 4096
+"""Logs whose latest version a `LogSteps` remembers as a listing hint (bounded memory)."""
 
 
 _NO_SNAPSHOT: Any = object()
@@ -297,8 +299,15 @@ class LogSteps:
                 first_version, _ = parse_segment_name(key[len(segments_prefix) :], key)
                 listing.segments[first_version] = key
         if listing.top is not None:
-            self._tops[log_id] = listing.top
+            self._learn_top(log_id, listing.top)
         return listing
+
+    def _learn_top(self, log_id: str, top: int) -> None:
+        """Remember a log's latest version as a listing hint (for the most recent logs)."""
+        self._tops.pop(log_id, None)
+        self._tops[log_id] = top
+        if len(self._tops) > _KNOWN_TOPS:
+            del self._tops[next(iter(self._tops))]  # the least recently learned
 
     def _all_pages(self, prefix: str, first: KeyPage | None) -> Steps[list[KeyPage]]:
         page = first if first is not None else (yield from ask(ListKeys(prefix)))
@@ -407,9 +416,8 @@ class LogSteps:
 
     def head(self, log_id: str) -> Steps[LogHead]:
         """Return the latest version of a log (a listing and one GET)."""
-        listing, entries = yield from self._read(log_id, self._top_plan(log_id))
-        del listing
-        return LogHead.of(entries[-1])
+        head, _ = yield from self.head_with(log_id, lambda _: ())
+        return head
 
     def head_with(
         self, log_id: str, wanted: Callable[[LogHead], Iterable[int]]
@@ -572,7 +580,7 @@ class LogSteps:
         if after is not None and time.time() - after.learned_at > self._trust_seconds:
             yield from self._refuse_phantom(log_id, entry, key, etag)
         head = LogHead.of(entry)
-        self._tops[log_id] = max(version, self._tops.get(log_id, version))
+        self._learn_top(log_id, max(version, self._tops.get(log_id, version)))
         if version and version % SEGMENT_SPAN == 0:
             # The append is durable already; a failed seal is redone by the next one or gc.
             with contextlib.suppress(StashpointError):
