@@ -11,8 +11,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,33 +24,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 import stashpoint
 from stashpoint.langgraph import StashpointSaver
-
-
-class _Crash(BaseException):
-    """The process died here (no `except Exception` catches it)."""
-
-
-@contextmanager
-def _crash_at(stash: Any, step: int, after: bool) -> Iterator[list[str]]:
-    """Die at the `step`-th storage request: before it is sent, or after it took effect."""
-    calls: list[str] = []
-    real = stash._execute
-
-    def execute(request: Any) -> Any:
-        calls.append(type(request).__name__)
-        mine = len(calls) - 1
-        if mine == step and not after:
-            raise _Crash
-        result = real(request)
-        if mine == step:
-            raise _Crash
-        return result
-
-    stash._execute = execute
-    try:
-        yield calls
-    finally:
-        stash._execute = real
+from tests.crashes import Crash, crash_at
 
 
 def _messages(count: int) -> list[str]:
@@ -110,10 +82,10 @@ def test_crash_at_any_request_of_a_put_keeps_every_acknowledged_checkpoint(
             for _ in range(puts):
                 checkpoint_id, version = _put(saver, acknowledged + 1, checkpoint_id, version)
                 acknowledged += 1
-            with _crash_at(stash, step, after):
+            with crash_at(stash, step, after):
                 try:
                     _put(saver, acknowledged + 1, checkpoint_id, version)
-                except _Crash:
+                except Crash:
                     pass
                 else:
                     acknowledged += 1

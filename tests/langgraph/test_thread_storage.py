@@ -279,20 +279,7 @@ def test_threads_list_show_and_export(tmp_path: Any) -> None:
 
 def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> None:
     saver = StashpointSaver(stash)
-    config = None
-    version = None
-    for step in range(80):
-        checkpoint = empty_checkpoint()
-        version = saver.get_next_version(version, None)
-        checkpoint["channel_values"] = {"messages": [f"message {i}" for i in range(step + 1)]}
-        checkpoint["channel_versions"] = {"messages": version}
-        configurable: dict[str, Any] = {"thread_id": "grow", "checkpoint_ns": ""}
-        if config is not None:
-            configurable["checkpoint_id"] = config["configurable"]["checkpoint_id"]
-        config = saver.put(
-            {"configurable": configurable}, checkpoint, {"source": "loop", "step": step},
-            {"messages": version},
-        )  # fmt: skip
+    _grown(saver, 80, thread_id="grow", word="message")
     prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
     snapshots = stash._execute(ListKeys(prefix)).keys
     assert len(snapshots) == 1  # each new snapshot replaced the one before
@@ -323,14 +310,17 @@ def test_langchain_messages_are_stored_as_readable_json(stash: Any) -> None:
     assert values["messages"] == messages and values["blob"] == {"raw": b"\x00\x01"}
 
 
-def _grown(saver: StashpointSaver, steps: int) -> Any:
+def _grown(
+    saver: StashpointSaver, steps: int, *, thread_id: str = "hostile-values", word: str = "m"
+) -> Any:
+    """Put `steps` checkpoints whose list grows by one item each; return the last config."""
     config, version = None, None
     for step in range(steps):
         checkpoint = empty_checkpoint()
         version = saver.get_next_version(version, None)
-        checkpoint["channel_values"] = {"messages": [f"m{i}" for i in range(step + 1)]}
+        checkpoint["channel_values"] = {"messages": [f"{word} {i}" for i in range(step + 1)]}
         checkpoint["channel_versions"] = {"messages": version}
-        configurable: dict[str, Any] = {"thread_id": "hostile-values", "checkpoint_ns": ""}
+        configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
         if config is not None:
             configurable["checkpoint_id"] = config["configurable"]["checkpoint_id"]
         config = saver.put({"configurable": configurable}, checkpoint,

@@ -5,7 +5,6 @@ and `kill -9`."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
@@ -15,7 +14,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ import stashpoint
 from stashpoint import CheckpointConflict, CheckpointNotFound, StorageUnavailable
 from stashpoint.logs import SEGMENT_SPAN
 from tests import servers
+from tests.crashes import Crash, crash_at
 from tests.faultproxy import FaultPlan, FaultProxy
 
 
@@ -215,36 +214,6 @@ def test_fault_proxy_loses_and_duplicates_no_record(seaweedfs: servers.S3Server)
 # --- a crash at every request of append and sealing ------------------------------------------
 
 
-class _Crash(BaseException):
-    """The process died here (a BaseException, so no `except Exception` handles it)."""
-
-
-@contextlib.contextmanager
-def _crash_at(stash: stashpoint.Stash, step: int, after: bool) -> Iterator[list[str]]:
-    """Die at the `step`-th storage request: before it is sent, or after it took effect."""
-    calls: list[str] = []
-    real = stash._transport.execute
-    lock = threading.Lock()
-
-    def execute(request: Any) -> Any:
-        with lock:
-            calls.append(type(request).__name__)
-            mine = len(calls) - 1
-        if mine == step and not after:
-            raise _Crash(type(request).__name__)
-        result = real(request)
-        if mine == step:
-            raise _Crash(type(request).__name__)
-        return result
-
-    stash._transport.execute = execute  # type: ignore[method-assign]
-    stash.logs._execute = execute
-    try:
-        yield calls
-    finally:
-        stash._transport.execute = real  # type: ignore[method-assign]
-
-
 def _verify(url: str, acknowledged: list[int]) -> list[int]:
     with stashpoint.open(url, log_delete_after=timedelta(0)) as stash:
         try:
@@ -285,10 +254,10 @@ def test_crash_at_any_request_of_append_or_sealing_keeps_every_acknowledged_reco
             for _ in range(appends):
                 head = stash.logs.append("c", [len(acknowledged)], after=head)
                 acknowledged.append(len(acknowledged))
-            with _crash_at(stash, step, after):
+            with crash_at(stash, step, after):
                 try:
                     stash.logs.append("c", [len(acknowledged)], after=head)
-                except _Crash:
+                except Crash:
                     pass
                 else:
                     acknowledged.append(len(acknowledged))
