@@ -171,7 +171,16 @@ def _cleanup(key: str) -> Steps[Check]:
 
 _MUST_RESTORE = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 """Storage classes whose objects cannot be read until restored."""
-_HOT = ("checkpoints/", "runs/", "agents/", "logs/", "blobs/")
+_HOT = (
+    "checkpoints/",
+    "runs/",
+    "run-logs/",
+    "agents/",
+    "logs/",
+    "langgraph/",
+    "langgraph-values/",
+    "blobs/",
+)
 """Namespaces read on every resume: archiving them would break loads."""
 
 

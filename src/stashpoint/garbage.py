@@ -1,5 +1,9 @@
 """Garbage collection of blobs: delete what no checkpoint or run references any more.
 
+A run that is a log references blobs from its records (attempt inputs and outputs, all of
+them current) and its latest state (the snapshot): gc reads every run log whole. Older
+states count only with `history`, like older envelope revisions.
+
 Blobs (`stores.blobs`) are written before the compare-and-swap that references them, so a
 young unreferenced blob may be about to be referenced: only blobs older than `min_age` go.
 A head that cannot be decoded (corrupt, or written by a newer stashpoint) has unknown
@@ -13,7 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stashpoint.codec import Codec
-from stashpoint.errors import ConfigurationError, StashpointError
+from stashpoint.errors import CheckpointNotFound, ConfigurationError, StashpointError
+from stashpoint.logs.log import LogSteps
 from stashpoint.steps import Steps, ask
 from stashpoint.stores.blobs import REF_KEY, is_ref
 from stashpoint.stores.layout import BLOBS, Layout
@@ -61,13 +66,15 @@ def collect_garbage(
     dry_run: bool,
     min_age: timedelta,
     history: bool = False,
+    logs: tuple[LogSteps, ...] = (),
 ) -> Steps[GcReport]:
     """Delete blobs that no head in `namespaces` references and that are older than `min_age`.
 
     Only heads count unless `history`: then every older revision of every head is read too,
     and a blob any of them references stays. Blobs younger than `min_age` stay, since a
     writer stores its blobs just before its compare-and-swap references them. If any head
-    cannot be decoded, nothing is deleted: its references are unknown.
+    cannot be decoded, nothing is deleted: its references are unknown. Every log of `logs`
+    is read whole: its records and latest state count (every state, with `history`).
     """
     blob_prefix = layout.namespace_prefix(BLOBS)
     blobs = yield from _all_keys(blob_prefix)
@@ -88,6 +95,19 @@ def collect_garbage(
                     unreadable.append(key if version_id is None else f"{key}@{version_id}")
                     continue
                 _refs(envelope.payload, referenced)
+    for steps in logs:
+        for log_id in (yield from steps.list_ids()):
+            try:
+                entries = yield from steps.entries(log_id)
+            except CheckpointNotFound:
+                continue  # deleted since it was listed
+            except StashpointError as exc:
+                unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc}")
+                continue
+            for entry in entries:
+                _refs(entry.records, referenced)
+                if history or entry is entries[-1]:
+                    _refs(entry.state, referenced)
     now = datetime.now(UTC)
     doomed: list[str] = []
     young = 0

@@ -204,6 +204,7 @@ class _Parts:
 
     def gc(self, dry_run: bool, min_age: timedelta, history: bool) -> Steps[GcReport]:
         from stashpoint.garbage import collect_garbage
+        from stashpoint.runs.journal import RUN_LOGS
 
         return collect_garbage(
             self.backend.layout,
@@ -212,6 +213,7 @@ class _Parts:
             dry_run=dry_run,
             min_age=min_age,
             history=history,
+            logs=(self.logs(RUN_LOGS),),
         )
 
     def doctor(self) -> Steps[list[Check]]:
@@ -221,12 +223,13 @@ class _Parts:
 
     def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
         from stashpoint.runs.index import RunIndex
+        from stashpoint.runs.journal import RUN_LOGS
         from stashpoint.stores.blobs import DEFAULT_THRESHOLD, Blobs
 
         index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
         blobs = Blobs(self.backend.layout, self.codec, threshold)
-        return store_type(self.cas(RUNS), blobs, index, execute)
+        return store_type(self.cas(RUNS), self.logs(RUN_LOGS), blobs, index, execute)
 
 
 class _StashApi(Generic[StoreT]):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import stashpoint
 from stashpoint import AttemptStatus, RunStatus
 from stashpoint.agent import AgentCheckpoint, AgentRunner
 from stashpoint.codec import Codec
-from stashpoint.stores.objects import PutObject
+from stashpoint.stores.objects import GetObject, PutObject
 
 GOLDEN = Path(__file__).resolve().parents[2] / "moto_fixtures" / "golden"
 
@@ -48,14 +50,14 @@ def test_seed_004_enum_spellings_read_as_ours(tmp_path: Path) -> None:
         state = stash.runs.load_run("run-seed")
         assert state is not None and state.status is RunStatus.RUNNING
         assert state.attempts[0].status is AttemptStatus.COMPLETED
-        stash.runs.complete_run("run-seed")  # continued: written in our spelling
+        stash.runs.complete_run("run-seed")  # continued: migrated to a log, in our spelling
         assert stash.runs.load_run("run-seed").status is RunStatus.COMPLETED  # type: ignore[union-attr]
-        raw = stash.checkpoints._cas.codec.decode_document(
-            stash._transport.execute(
-                __import__("stashpoint.stores.objects", fromlist=["GetObject"]).GetObject(
-                    "runs/run-seed"
-                )
-            ).body
-        )
-        assert raw["payload"]["status"] == "completed"
-        assert raw["payload"]["attempts"][0]["status"] == "completed"
+        codec = stash.checkpoints._cas.codec
+
+        def raw(key: str) -> Any:
+            return json.loads(codec.unwrap(stash._transport.execute(GetObject(key)).body))
+
+        entry = raw("run-logs/run-seed/" + "0" * 20)
+        assert entry["state"]["status"] == "completed"
+        assert entry["records"][0]["status"] == "completed"
+        assert raw("runs/run-seed")["payload"]["status"] == "Running"  # left as history

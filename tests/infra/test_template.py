@@ -116,7 +116,10 @@ def test_deployed_stack_on_moto_runs_the_library(deployed: dict[str, str]) -> No
         assert [r.status for r in stash.runs.list_runs().items] == [RunStatus.COMPLETED]
         assert [c.status for c in stash.doctor() if c.status == "fail"] == []
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="team-checkpoints").get("Contents", [])]
-    assert sorted(keys) == ["agents/checkpoints/agent-1", f"agents/runs/{run_id}"]
+    assert sorted(keys) == [
+        "agents/checkpoints/agent-1",
+        *(f"agents/run-logs/{run_id}/{version:020d}" for version in (0, 1)),
+    ]
     assert json.loads(json.dumps(deployed))["StashUrl"].startswith("s3://team-checkpoints/agents?")
 
 

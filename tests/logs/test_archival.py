@@ -55,6 +55,35 @@ def test_an_archived_segment_names_the_restore_and_reads_once_restored(
             stash.logs.restore("kept", tier="Instant")
 
 
+def test_an_archived_run_segment_names_the_restore_and_the_command_restores_it(
+    s3_moto_url: tuple[str, dict[str, Any]],
+) -> None:
+    url, options = s3_moto_url
+    with stashpoint.open(url, **options) as stash:
+        run_id = stash.runs.create_run("g", run_id="old-run")
+        for n in range(SEGMENT_SPAN // 2):
+            attempt = stash.runs.record_attempt(run_id, f"n{n}", 1)
+            stash.runs.complete_attempt(attempt, n)
+        segment = stash.runs._logs.keys.segment(run_id, 0)
+        _archive(url, segment)
+        with pytest.raises(ArchivedObject, match="stashpoint restore old-run") as info:
+            stash.runs.load_run(run_id)
+        assert info.value.object_name == segment
+        stash.runs.complete_run(run_id)  # the hot end still takes transitions
+    from typer.testing import CliRunner
+
+    from stashpoint.cli.app import app
+
+    # In-process (moto lives in this process): the same command line as a user types.
+    result = CliRunner().invoke(app, ["restore", run_id, "--json", "--url", url])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["what"] == "run log" and report["started"] == 1
+    with stashpoint.open(url, **options) as stash:
+        state = stash.runs.load_run(run_id)
+        assert state is not None and len(state.attempts) == SEGMENT_SPAN // 2
+
+
 def test_lifecycle_rules_are_read_from_s3_and_absent_locally(
     s3_moto_url: tuple[str, dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -1,4 +1,8 @@
-"""Run transitions are pure: checked against a simple model with hypothesis."""
+"""Run transitions are pure: checked against a simple model with hypothesis.
+
+The run is what its log says: the head a transition returns folded with every record
+appended so far (`journal.fold`), compared with the model after every step.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from stashpoint import AttemptNotFound, Interrupt, TerminalStateConflict
-from stashpoint.runs import transitions
-from stashpoint.runs.models import AttemptStatus, RunState, RunStatus
+from stashpoint.runs import journal, transitions
+from stashpoint.runs.models import AttemptStatus, RunHead, RunState, RunStatus
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -22,7 +26,8 @@ class RunMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.state = RunState(run_id="r", graph_name="g", created_at=T0, updated_at=T0)
+        self.head = RunHead(run_id="r", graph_name="g", created_at=T0, updated_at=T0)
+        self.records: list[dict[str, object]] = []
         self.model_status = RunStatus.RUNNING
         self.model_attempts: dict[str, AttemptStatus] = {}
         self.clock = T0
@@ -32,9 +37,16 @@ class RunMachine(RuleBasedStateMachine):
         self.clock += timedelta(seconds=1)
         return self.clock
 
-    def _expect(self, ok: bool, call: Callable[[], RunState]) -> None:
+    @property
+    def state(self) -> RunState:
+        return journal.fold(self.head, self.records, "r")
+
+    def _expect(self, ok: bool, call: Callable[[], transitions.Change]) -> None:
         if ok:
-            self.state = call()
+            change = call()
+            self.head = change.head
+            self.records.extend(change.records)
+            assert len(change.touched) == len(change.records)  # one index item per record
         else:
             with pytest.raises((TerminalStateConflict, AttemptNotFound)):
                 call()
@@ -45,7 +57,7 @@ class RunMachine(RuleBasedStateMachine):
         attempt_id = f"r~{self.counter}"
         ok = not self.model_status.is_terminal
         self._expect(ok, lambda: transitions.record_attempt(
-            self.state, attempt_id=attempt_id, node_id=node, attempt=1, input=None,
+            self.head, attempt_id=attempt_id, node_id=node, attempt=1, input=None,
             trace_ctx=None, now=self._now()))  # fmt: skip
         if ok:
             self.model_attempts[attempt_id] = AttemptStatus.RUNNING
@@ -57,21 +69,21 @@ class RunMachine(RuleBasedStateMachine):
         attempt_id = data.draw(st.sampled_from(sorted(self.model_attempts)))
         running = self.model_attempts[attempt_id] is AttemptStatus.RUNNING
         now = self._now()
-        call: Callable[[], RunState]
+        call: Callable[[], transitions.Change]
         if how == "complete":
             ok = running
             call = partial(
-                transitions.complete_attempt, self.state, attempt_id, output=1, meta={}, now=now
+                transitions.complete_attempt, self.head, attempt_id, output=1, meta={}, now=now
             )
             new = AttemptStatus.COMPLETED
         elif how == "fail":
             ok = running
-            call = partial(transitions.fail_attempt, self.state, attempt_id, error="e", now=now)
+            call = partial(transitions.fail_attempt, self.head, attempt_id, error="e", now=now)
             new = AttemptStatus.FAILED
         else:
             ok = running and not self.model_status.is_terminal
             call = partial(
-                transitions.record_interrupt, self.state, attempt_id, interrupt=Interrupt(), now=now
+                transitions.record_interrupt, self.head, attempt_id, interrupt=Interrupt(), now=now
             )
             new = AttemptStatus.INTERRUPTED
         self._expect(ok, call)
@@ -83,26 +95,32 @@ class RunMachine(RuleBasedStateMachine):
     @rule()
     def unknown_attempt(self) -> None:
         with pytest.raises(AttemptNotFound):
-            transitions.complete_attempt(
-                self.state, "r~missing", output=1, meta={}, now=self._now()
-            )
+            transitions.complete_attempt(self.head, "r~missing", output=1, meta={}, now=self._now())
+        assert isinstance(journal.not_running(self.state, "r~missing"), AttemptNotFound)
 
     @rule(target_status=st.sampled_from([RunStatus.COMPLETED, RunStatus.FAILED]))
     def finish_run(self, target_status: RunStatus) -> None:
         ok = self.model_status is RunStatus.RUNNING
-        self._expect(ok, lambda: transitions.finish_run(self.state, target_status, now=self._now()))
+        self._expect(ok, lambda: transitions.finish_run(self.head, target_status, now=self._now()))
         if ok:
             self.model_status = target_status
 
     @rule()
     def cancel(self) -> None:
         ok = not self.model_status.is_terminal
-        self._expect(ok, lambda: transitions.cancel_run(self.state, now=self._now()))
+        self._expect(ok, lambda: transitions.cancel_run(self.head, now=self._now()))
         if ok:
             self.model_status = RunStatus.CANCELLED
             for k, v in self.model_attempts.items():
                 if v is AttemptStatus.RUNNING:
                     self.model_attempts[k] = AttemptStatus.CANCELLED
+
+    @invariant()
+    def ended_attempts_are_explained(self) -> None:
+        state = self.state
+        for attempt_id, status in self.model_attempts.items():
+            if status is not AttemptStatus.RUNNING:
+                assert isinstance(journal.not_running(state, attempt_id), TerminalStateConflict)
 
     @invariant()
     def matches_model(self) -> None:

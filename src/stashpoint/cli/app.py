@@ -138,6 +138,13 @@ def _agent_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     return stashpoint.LogStore(storage.logs, stash._execute)
 
 
+def _run_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
+    """Return the logs graph runs live in (namespace `run-logs`)."""
+    from stashpoint.runs.journal import RUN_LOGS
+
+    return stashpoint.LogStore(stash._parts.logs(RUN_LOGS), stash._execute)
+
+
 def _thread_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs LangGraph threads live in (namespace `langgraph`)."""
     steps = stash._parts.logs("langgraph")
@@ -500,7 +507,7 @@ def _versions(logs: stashpoint.LogStore, log_id: str) -> int:
 
 @app.command()
 def restore(
-    checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint or log id.")],
+    checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint, run or log id.")],
     days: Annotated[int, typer.Option(help="Days the restored copies stay.", min=1)] = 7,
     tier: Annotated[
         str, typer.Option(help="Retrieval tier: expedited, standard or bulk.")
@@ -510,7 +517,7 @@ def restore(
 ) -> None:
     """Restore a checkpoint's or log's archived objects (S3 Glacier tiers) so they read.
 
-    Requests a restore of every archived sealed segment of an agent checkpoint or log (or
+    Requests a restore of every archived sealed segment of an agent checkpoint, run or log (or
     of every archived old revision of an envelope checkpoint); run it again to see how far
     the restores are. Objects still in the standard tier are left alone.
     """
@@ -523,6 +530,8 @@ def restore(
             what, report = "agent checkpoint log", agent_logs.restore(checkpoint_id, days, chosen)
         elif _has_log(stash.logs, checkpoint_id):
             what, report = "log", stash.logs.restore(checkpoint_id, days, chosen)
+        elif _has_log(run_logs := _run_logs(stash), checkpoint_id):
+            what, report = "run log", run_logs.restore(checkpoint_id, days, chosen)
         else:
             what = "checkpoint revisions"
             report = stash.checkpoints.restore(checkpoint_id, days, chosen)
@@ -581,15 +590,16 @@ def gc(
 ) -> None:
     """Delete unreferenced blobs (--history: no revision references); tidy up logs.
 
-    Logs (agent transcripts, `stash.logs`) get any segment an interrupted append left
-    unsealed, and their sealed entries past the clean-up delay deleted (not with --dry-run).
+    Logs (agent transcripts, graph runs, `stash.logs`) get any segment an interrupted
+    append left unsealed, and their sealed entries past the clean-up delay deleted (not
+    with --dry-run).
     """
     sealed = 0
     with _open(url) as stash:
         report = stash.collect_garbage(
             dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history
         )
-        logs = [_agent_logs(stash), stash.logs]
+        logs = [_agent_logs(stash), _run_logs(stash), stash.logs]
         log_ids = [(store, log_id) for store in logs for log_id in store.list_ids()]
         if not dry_run:
             for store, log_id in log_ids:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ from stashpoint.index.requests import (
 )
 from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS, TTL_ATTRIBUTE
 from stashpoint.runs import indexing as mapping
-from stashpoint.runs.models import AttemptRow, AttemptStatus, Page, RunRow, RunState, RunStatus
+from stashpoint.runs.models import AttemptRow, AttemptStatus, Page, RunHead, RunRow, RunStatus
 from stashpoint.steps import Steps, ask
 
 log = logging.getLogger("stashpoint.index")
@@ -48,10 +48,10 @@ class RunIndex:
         return None if self.ttl_seconds is None else int(time.time()) + self.ttl_seconds
 
     def items(
-        self, old: RunState | None, new: RunState, revision: int
+        self, head: RunHead, attempts: Iterable[AttemptRow], revision: int
     ) -> tuple[dict[str, Any], ...]:
-        """Return the items a transition changes (every item of the run if `old` is None)."""
-        return mapping.items_for(old, new, revision, self._expires_at())
+        """Return the run's item at `revision` and the items of `attempts`."""
+        return mapping.items_for(head, attempts, revision, self._expires_at())
 
     def read_marker(self, name: str) -> Steps[str | None]:
         """Return the progress a resumable job (reindex) recorded under `name`."""
@@ -67,37 +67,44 @@ class RunIndex:
         """Forget a finished job's progress."""
         yield from ask(DeleteItem(_MARKER_PK, name))
 
-    def record(self, old: RunState | None, new: RunState, revision: int) -> Steps[bool]:
-        """Write the items a transition changed; return False if the index lags instead.
+    def record(self, head: RunHead, touched: Iterable[AttemptRow], revision: int) -> Steps[bool]:
+        """Write the run's item and those of the attempts a transition touched.
 
-        An index failure does not undo or fail the storage write before it (storage is the
-        truth): it is logged, and `reindex` or the next `load_run` repairs the index.
+        One item, or two for a transition of one attempt. Returns False if the index lags
+        instead: an index failure does not undo or fail the storage write before it
+        (storage is the truth); it is logged, and `reindex` or the next `load_run` repairs
+        the index.
         """
         try:
-            yield from ask(PutItems(self.items(old, new, revision)))
+            yield from ask(PutItems(self.items(head, touched, revision)))
         except StashpointError as exc:
-            log.warning("index write for run %s failed; index lags: %s", new.run_id, exc)
+            log.warning("index write for run %s failed; index lags: %s", head.run_id, exc)
             return False
         return True
 
     def repair(
-        self, state: RunState, revision: int, confirm: Callable[[], Steps[int | None]]
+        self,
+        head: RunHead,
+        attempts: Iterable[AttemptRow],
+        revision: int,
+        confirm: Callable[[], Steps[int | None]],
     ) -> Steps[int]:
         """Make the run's items equal to what storage says; return how many were fixed.
 
         One consistent read of the run's partition (the run item and every attempt item),
-        compared field by field with the items of `state` at `revision`: a stale or wrong
+        compared field by field with the items of `head` and all its `attempts` at
+        `revision`: a stale or wrong
         item is replaced over exactly the revision read (never over a concurrent writer's
         newer item), a missing one created, one storage does not know deleted. An item
         claiming a revision newer than storage's is trusted only if `confirm()` (a fresh
         read of the head's revision) says storage has moved on; otherwise it is corrupt and
         replaced too.
         """
-        stored = yield from ask(GetPartition(mapping.run_pk(state.run_id)))
+        stored = yield from ask(GetPartition(mapping.run_pk(head.run_id)))
         by_sort = {str(item["sk"]): item for item in stored}
         fixes: list[tuple[dict[str, Any], int | None]] = []
         ahead: list[tuple[dict[str, Any], int | None]] = []
-        for item in self.items(None, state, revision):
+        for item in self.items(head, attempts, revision):
             have = by_sort.pop(str(item["sk"]), None)
             if have is not None and _same(have, item):
                 continue

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from stashpoint.errors import ConfigurationError
 from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS, TTL_ATTRIBUTE
 from stashpoint.runs.models import (
-    AttemptRecord,
     AttemptRow,
     AttemptStatus,
+    RunHead,
     RunRow,
-    RunState,
     RunStatus,
 )
 
@@ -68,67 +67,63 @@ def _short(error: str | None) -> str | None:
     return None if error is None else error[:ERROR_CHARS]
 
 
-def run_item(state: RunState, revision: int, expires_at: int | None) -> dict[str, Any]:
-    """Return the index item of a run at `revision`."""
-    failed = sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED)
-    running = sum(1 for a in state.attempts if a.status is AttemptStatus.RUNNING)
-    created, updated = sortable(state.created_at), sortable(state.updated_at)
+def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, Any]:
+    """Return the index item of a run at `revision` (counts come from the head)."""
+    created, updated = sortable(head.created_at), sortable(head.updated_at)
     return {
-        "pk": run_pk(state.run_id),
+        "pk": run_pk(head.run_id),
         "sk": RUN_SORT,
-        BY_GRAPH.partition_key: graph_partition(state.namespace, state.graph_name),
-        BY_GRAPH.sort_key: f"{created}#{state.run_id}",
-        BY_STATUS.partition_key: status_partition(state.namespace, state.status),
-        BY_STATUS.sort_key: f"{updated}#{state.run_id}",
-        BY_NAMESPACE.partition_key: namespace_partition(state.namespace),
-        BY_NAMESPACE.sort_key: f"{created}#{state.run_id}",
+        BY_GRAPH.partition_key: graph_partition(head.namespace, head.graph_name),
+        BY_GRAPH.sort_key: f"{created}#{head.run_id}",
+        BY_STATUS.partition_key: status_partition(head.namespace, head.status),
+        BY_STATUS.sort_key: f"{updated}#{head.run_id}",
+        BY_NAMESPACE.partition_key: namespace_partition(head.namespace),
+        BY_NAMESPACE.sort_key: f"{created}#{head.run_id}",
         "revision": revision,
         TTL_ATTRIBUTE: expires_at,
-        "run_id": state.run_id,
-        "graph_name": state.graph_name,
-        "namespace": state.namespace,
-        "status": state.status.value,
-        "attempts": len(state.attempts),
-        "failed_attempts": failed,
-        "running_attempts": running,
-        "error": _short(state.error),
+        "run_id": head.run_id,
+        "graph_name": head.graph_name,
+        "namespace": head.namespace,
+        "status": head.status.value,
+        "attempts": head.attempt_count,
+        "failed_attempts": head.failed_count,
+        "running_attempts": len(head.running),
+        "error": _short(head.error),
         "created_at": created,
         "updated_at": updated,
     }
 
 
 def attempt_item(
-    record: AttemptRecord, namespace: str, revision: int, expires_at: int | None
+    row: AttemptRow, namespace: str, revision: int, expires_at: int | None
 ) -> dict[str, Any]:
     """Return the index item of an attempt, as of run `revision`."""
-    started = sortable(record.started_at)
+    started = sortable(row.started_at)
     return {
-        "pk": run_pk(record.run_id),
-        "sk": attempt_sk(record.attempt_id),
-        BY_STATUS.partition_key: attempt_status_partition(namespace, record.status),
-        BY_STATUS.sort_key: f"{started}#{record.attempt_id}",
+        "pk": run_pk(row.run_id),
+        "sk": attempt_sk(row.attempt_id),
+        BY_STATUS.partition_key: attempt_status_partition(namespace, row.status),
+        BY_STATUS.sort_key: f"{started}#{row.attempt_id}",
         "revision": revision,
         TTL_ATTRIBUTE: expires_at,
-        "attempt_id": record.attempt_id,
-        "run_id": record.run_id,
-        "node_id": record.node_id,
-        "attempt": record.attempt,
-        "status": record.status.value,
-        "error": _short(record.error),
+        "attempt_id": row.attempt_id,
+        "run_id": row.run_id,
+        "node_id": row.node_id,
+        "attempt": row.attempt,
+        "status": row.status.value,
+        "error": _short(row.error),
         "started_at": started,
-        "finished_at": None if record.finished_at is None else sortable(record.finished_at),
+        "finished_at": None if row.finished_at is None else sortable(row.finished_at),
     }
 
 
 def items_for(
-    old: RunState | None, new: RunState, revision: int, expires_at: int | None
+    head: RunHead, attempts: Iterable[AttemptRow], revision: int, expires_at: int | None
 ) -> tuple[dict[str, Any], ...]:
-    """Return the items a transition from `old` to `new` changes (all of them if no `old`)."""
-    before = {} if old is None else {a.attempt_id: a for a in old.attempts}
-    changed = [a for a in new.attempts if before.get(a.attempt_id) != a]
+    """Return the run's item and those of `attempts` (the ones a transition touched)."""
     return (
-        run_item(new, revision, expires_at),
-        *(attempt_item(a, new.namespace, revision, expires_at) for a in changed),
+        run_item(head, revision, expires_at),
+        *(attempt_item(a, head.namespace, revision, expires_at) for a in attempts),
     )
 
 

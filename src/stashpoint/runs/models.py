@@ -19,6 +19,10 @@ RUN_KIND = "stashpoint.run"
 """Envelope kind of a run's state."""
 RUN_SCHEMA_VERSION = 1
 """Schema version of `RunState` payloads this library writes and reads."""
+RUN_LOG_KIND = "stashpoint.run-log"
+"""Kind of a run's log: records are attempts and their endings, the state a `RunHead`."""
+RUN_LOG_SCHEMA_VERSION = 1
+"""Schema version of run-log records and heads this library writes and reads."""
 
 
 class _Status(StrEnum):
@@ -176,6 +180,60 @@ class RunState(_Model):
     def attempt(self, attempt_id: str) -> AttemptRecord | None:
         """Return the attempt with this id, if recorded."""
         return next((a for a in self.attempts if a.attempt_id == attempt_id), None)
+
+
+class RunningAttempt(_Model):
+    """A running attempt as the run head keeps it: enough to end it and index it."""
+
+    node_id: str
+    """The graph node executed."""
+    attempt: int = Field(ge=0)
+    """Attempt number of this node."""
+    started_at: datetime
+    """When the attempt was recorded."""
+
+
+class RunHead(_Model):
+    """The small state a run's log stores with every version: the run without its attempts.
+
+    Attempts live in the log's records (one when recorded, one when they end); the head
+    keeps only the running ones and counts, so a transition writes O(1) bytes however many
+    attempts the run has (`stashpoint.runs.journal`).
+    """
+
+    run_id: str
+    """Run identity."""
+    graph_name: str
+    """Name of the graph being run."""
+    namespace: str = "default"
+    """Isolation namespace (tenant, environment) for listings."""
+    status: RunStatus = RunStatus.RUNNING
+    """Overall status."""
+    running: dict[str, RunningAttempt] = Field(default_factory=dict)
+    """Attempts not ended yet, by attempt id."""
+    attempt_count: int = Field(default=0, ge=0)
+    """Attempts recorded in all."""
+    failed_count: int = Field(default=0, ge=0)
+    """Attempts that failed."""
+    state_snapshot: dict[str, Any] = Field(default_factory=dict)
+    """Latest graph state snapshot (values may be blob references when large)."""
+    checkpoint: CheckpointMetadata | None = None
+    """Metadata of the latest snapshot."""
+    graph_hash: str | None = None
+    """Hash of the graph definition the run was recorded with."""
+    interrupted: Interrupt | None = None
+    """The pending interrupt of an interrupted run."""
+    error: str | None = None
+    """Error of a failed run."""
+    trace_ctx: TraceContext | None = None
+    """Trace context of the run."""
+    created_at: datetime = Field(default_factory=utc_now)
+    """When the run was created."""
+    updated_at: datetime = Field(default_factory=utc_now)
+    """When the run last changed."""
+    revision_base: int = Field(default=0, ge=0)
+    """Added to the log version to give the run's revision: 0 for a run born as a log, the
+    envelope's revision + 1 for one migrated from a whole envelope (revisions only grow)."""
 
 
 class RunSummary(_Model):

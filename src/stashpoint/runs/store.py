@@ -1,10 +1,16 @@
 """`RunStore` (blocking) and `AsyncRunStore` (asyncio): the graph-run API of seed 004.
 
-A run's state is one envelope (kind `stashpoint.run`) under `runs/{run_id}`. Every
-transition loads it, applies a pure transition (`runs.transitions`), saves the result with
-the store's one optimistic-update loop (`CompareAndSwap.update`), so concurrent workers
-completing attempts of one run lose nothing. The index is written after storage, never
-before (`runs.index`).
+A run is an append-only log (`runs.journal`): every transition applies a pure transition
+(`runs.transitions`) to the small run head and appends the head and the transition's
+records after the version it read, so concurrent workers completing attempts of one run
+lose nothing (a lost race re-reads the head and applies the transition again) and a
+transition costs the same at attempt 10,000 as at attempt 10. The index is written after
+storage, never before (`runs.index`): one item per transition, two when an attempt is
+recorded or ends.
+
+A run saved as one whole envelope by an earlier stashpoint (kind `stashpoint.run` under
+`runs/{run_id}`) is read in place, and becomes a log on its next transition (version 0
+holds its attempts and the transition's records; the envelope stays, as history).
 
 The API is defined once, in `_RunApi`: each operation has its signature, docstring and
 logic there, as steps. `RunStore` and `AsyncRunStore` inherit it and differ only in their
@@ -17,6 +23,7 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,24 +42,30 @@ from stashpoint.errors import (
     StashpointError,
 )
 from stashpoint.ids import new_id, validate_id
+from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.retry import RetryPolicy
-from stashpoint.runs import transitions
+from stashpoint.runs import journal, transitions
 from stashpoint.runs.index import RunIndex
+from stashpoint.runs.journal import parse_head, row_of
 from stashpoint.runs.models import (
     RUN_KIND,
+    RUN_LOG_KIND,
+    RUN_LOG_SCHEMA_VERSION,
     RUN_SCHEMA_VERSION,
     AttemptRow,
     AttemptStatus,
     CheckpointMetadata,
     Interrupt,
     Page,
+    RunHead,
     RunRow,
     RunState,
     RunStatus,
     RunSummary,
     TraceContext,
 )
-from stashpoint.steps import Steps, ask
+from stashpoint.runs.transitions import Change
+from stashpoint.steps import Sleep, Steps, ask
 from stashpoint.stores.blobs import Blobs
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.objects import ListKeys
@@ -115,12 +128,32 @@ def _moment(value: object, name: str) -> datetime | None:
     return value
 
 
+@dataclass(frozen=True)
+class _Known:
+    """A run's latest head as this process knows it."""
+
+    head: RunHead
+    """The run head."""
+    log: LogHead | None
+    """The log version it was read from; None for an unmigrated whole-envelope run."""
+    legacy: RunState | None = None
+    """The whole-envelope run, until it is migrated (its attempts become records)."""
+
+    @property
+    def revision(self) -> int:
+        """The run's revision: the index items of this head carry it."""
+        if self.log is None:
+            return self.head.revision_base - 1
+        return self.head.revision_base + self.log.version
+
+
 class _RunApi:
     """The run operations, defined once as steps; see `RunStore`."""
 
     def __init__(
         self,
         cas: CompareAndSwap,
+        logs: LogSteps,
         blobs: Blobs,
         index: RunIndex | None,
         execute: Callable[[Any], Any],
@@ -129,13 +162,14 @@ class _RunApi:
         cache_size: int = 1024,
     ) -> None:
         self._cas = cas
+        self._logs = logs
         self._blobs = blobs
         self._index = index
         self._execute = execute
         self._retry = retry
-        # The last envelope this process wrote or read per run: a single writer then saves
-        # with one PUT and no GET. A stale entry only costs a conflict and a reload.
-        self._latest: OrderedDict[str, Envelope] = OrderedDict()
+        # The last head this process wrote or read per run: a single writer then appends
+        # with one PUT and no read. A stale entry only costs a conflict and a re-read.
+        self._latest: OrderedDict[str, _Known] = OrderedDict()
         self._latest_lock = threading.Lock()
         self._cache_size = cache_size
 
@@ -151,14 +185,17 @@ class _RunApi:
         graph_hash: str | None = None,
         trace_ctx: TraceContext | None = None,
     ) -> Steps[str]:
-        """Create a running run; return its id (a new UUIDv7 unless `run_id` is given)."""
+        """Create a running run; return its id (a new UUIDv7 unless `run_id` is given).
+
+        `CheckpointConflict` if a run with this id exists.
+        """
         run_id = validate_id(new_id() if run_id is None else run_id, what="run id")
         _text(graph_name, "graph_name")
         validate_id(namespace, what="namespace")
         _text(graph_hash, "graph_hash", optional=True)
         _of(trace_ctx, TraceContext, "trace_ctx")
         now = utc_now()
-        state = RunState(
+        head = RunHead(
             run_id=run_id,
             graph_name=graph_name,
             namespace=namespace,
@@ -167,13 +204,16 @@ class _RunApi:
             created_at=now,
             updated_at=now,
         )
-        envelope = Envelope.initial(
-            run_id, run_id, RUN_KIND, RUN_SCHEMA_VERSION, state.model_dump(mode="json")
-        )
-        yield from self._cas.compare_and_swap(envelope, None)
-        self._remember(envelope)
-        if self._index is not None:
-            yield from self._index.record(None, state, envelope.revision)
+        try:
+            yield from self._cas.describe(run_id)
+        except CheckpointNotFound:
+            pass
+        else:
+            raise CheckpointConflict(
+                run_id, expected_revision=None, message="a run with this id exists"
+            )
+        # Appending after no head creates the log: of two creators exactly one succeeds.
+        yield from self._append(_Known(head, None), Change(head))
         return run_id
 
     @operation
@@ -198,8 +238,8 @@ class _RunApi:
         stored_input = yield from self._blobs.offload(input, "input")
         yield from self._apply(
             run_id,
-            lambda state, now: transitions.record_attempt(
-                state,
+            lambda head, now: transitions.record_attempt(
+                head,
                 attempt_id=attempt_id,
                 node_id=node_id,
                 attempt=attempt,
@@ -220,8 +260,8 @@ class _RunApi:
         check_json(meta or {}, self._cas.codec.limits.max_depth, start_depth=5, root="meta")
         yield from self._apply(
             run_of(attempt_id),
-            lambda state, now: transitions.complete_attempt(
-                state, attempt_id, output=stored_output, meta=meta or {}, now=now
+            lambda head, now: transitions.complete_attempt(
+                head, attempt_id, output=stored_output, meta=meta or {}, now=now
             ),
         )
 
@@ -231,7 +271,7 @@ class _RunApi:
         _text(error, "error")
         yield from self._apply(
             run_of(attempt_id),
-            lambda state, now: transitions.fail_attempt(state, attempt_id, error=error, now=now),
+            lambda head, now: transitions.fail_attempt(head, attempt_id, error=error, now=now),
         )
 
     @operation
@@ -240,8 +280,8 @@ class _RunApi:
         _of(interrupt, Interrupt, "interrupt", optional=False)
         yield from self._apply(
             run_of(attempt_id),
-            lambda state, now: transitions.record_interrupt(
-                state, attempt_id, interrupt=interrupt, now=now
+            lambda head, now: transitions.record_interrupt(
+                head, attempt_id, interrupt=interrupt, now=now
             ),
         )
 
@@ -260,8 +300,8 @@ class _RunApi:
             stored[key] = yield from self._blobs.offload(value, f"state.{key}")
         yield from self._apply(
             run_id,
-            lambda current, now: transitions.save_state_snapshot(
-                current, stored, metadata=metadata, now=now
+            lambda head, now: transitions.save_state_snapshot(
+                head, stored, metadata=metadata, now=now
             ),
         )
 
@@ -295,31 +335,13 @@ class _RunApi:
     @operation
     def cancel_run(self, run_id: str) -> Steps[None]:
         """Cancel a running or interrupted run and its running attempts."""
-        yield from self._apply(run_id, lambda state, now: transitions.cancel_run(state, now=now))
+        yield from self._apply(run_id, lambda head, now: transitions.cancel_run(head, now=now))
 
     @operation
     def summarize_run(self, run_id: str) -> Steps[RunSummary | None]:
-        """Return the run's summary, None if unknown."""
+        """Return the run's summary, None if unknown (reads every attempt of the run)."""
         state = yield from self._load_run(run_id, None, True, False)
-        if state is None:
-            return None
-        trace_id = next(
-            (a.meta["trace_id"] for a in state.attempts if isinstance(a.meta.get("trace_id"), str)),
-            None,
-        )
-        trace_ctx = next((a.trace_ctx for a in state.attempts if a.trace_ctx), state.trace_ctx)
-        return RunSummary(
-            run_id=state.run_id,
-            graph_name=state.graph_name,
-            status=state.status,
-            total_nodes_executed=len({a.node_id for a in state.attempts}),
-            total_attempts=len(state.attempts),
-            failed_attempts=sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED),
-            trace_id=trace_id,
-            trace_ctx=trace_ctx,
-            started_at=state.created_at,
-            finished_at=None if state.status is RunStatus.RUNNING else state.updated_at,
-        )
+        return None if state is None else summary_of(state)
 
     # -- listings (index only) -------------------------------------------------------------
 
@@ -369,27 +391,32 @@ class _RunApi:
 
         Every run's items are compared with its head: stale, wrong (a status that storage
         does not say, a revision from the future) and missing items are rewritten, items
-        storage does not know are deleted. Progress is kept in the index after every page,
-        and a new call continues after it unless `resume=False`.
+        storage does not know are deleted. Runs that are logs come first, then runs still
+        in whole envelopes. Progress is kept in the index after every page, and a new call
+        continues after it unless `resume=False`.
         """
         index = self._require_index()
-        marker = f"runs:{self._cas.layout.prefix or '-'}"
+        where = self._cas.layout.prefix or "-"
+        indexed = 0
+        marker = f"run-logs:{where}"
+        cursor = (yield from index.read_marker(marker)) if resume else None
+        while True:
+            ids, cursor = yield from self._logs.list_page("", 100, cursor)
+            for run_id in ids:
+                indexed += yield from self._reindex_one(run_id)
+            if cursor is None:
+                break
+            yield from index.write_marker(marker, cursor)
+        yield from index.clear_marker(marker)
+        marker = f"runs:{where}"
         start_after = (yield from index.read_marker(marker)) if resume else None
         base = self._cas.layout.namespace_prefix(self._cas.namespace)
-        indexed = 0
         while True:
             page = yield from ask(ListKeys(base, None, 100, start_after))
             for key in page.keys:
                 run_id = key[len(base) :]
-                if "/" in run_id:
-                    continue
-                try:
-                    envelope = yield from self._cas.load(run_id)
-                except CheckpointNotFound:
-                    continue
-                state = state_of(envelope)
-                yield from index.repair(state, envelope.revision, self._head(run_id))
-                indexed += 1
+                if "/" not in run_id:
+                    indexed += yield from self._reindex_one(run_id, legacy_only=True)
             if not page.keys:
                 break
             start_after = page.keys[-1]
@@ -401,12 +428,28 @@ class _RunApi:
 
     # -- logic shared by the operations ----------------------------------------------------
 
-    def _head(self, run_id: str) -> Callable[[], Steps[int | None]]:
-        """Return steps that read the run head's revision afresh (one HEAD on S3)."""
+    def _reindex_one(self, run_id: str, *, legacy_only: bool = False) -> Steps[int]:
+        """Repair one run's items; return 1 if it was indexed (0: gone, or a log already)."""
+        index = self._require_index()
+        if legacy_only and (yield from self._logs.listing(run_id)).top is not None:
+            return 0  # migrated: indexed with the logs
+        read = yield from self._read_all(run_id)
+        if read is None:
+            return 0
+        known, state = read
+        rows = [row_of(a) for a in state.attempts]
+        yield from index.repair(known.head, rows, known.revision, self._revision_now(run_id))
+        return 1
+
+    def _revision_now(self, run_id: str) -> Callable[[], Steps[int | None]]:
+        """Return steps that read the run's current revision afresh."""
 
         def read() -> Steps[int | None]:
-            facts = yield from self._cas.read_head(self._cas.key(run_id))
-            return None if facts is None else facts.revision
+            try:
+                known = yield from self._read(run_id)
+            except RunNotFound:
+                return None
+            return known.revision
 
         return read
 
@@ -418,15 +461,59 @@ class _RunApi:
             )
         return self._index
 
+    def _name(self, run_id: str) -> str:
+        return self._logs.keys.entries_prefix(run_id)
+
+    def _known_of(self, log: LogHead) -> _Known:
+        head = parse_head(
+            log.state, log.kind, log.schema_version, log.log_id, self._name(log.log_id)
+        )
+        return _Known(head, log)
+
+    def _read(self, run_id: str) -> Steps[_Known]:
+        """Read the run's latest head: its log's, else its whole envelope's."""
+        validate_id(run_id, what="run id")
+        try:
+            log = yield from self._logs.head(run_id)
+        except CheckpointNotFound:
+            try:
+                envelope = yield from self._cas.load(run_id)
+            except CheckpointNotFound:
+                raise RunNotFound("no run with this id", object_name=run_id) from None
+            state = state_of(envelope)
+            head, _ = journal.from_state(state, envelope.revision)
+            return _Known(head, None, state)
+        known = self._known_of(log)
+        self._remember(run_id, known)
+        return known
+
+    def _read_all(self, run_id: str) -> Steps[tuple[_Known, RunState] | None]:
+        """Read the whole run (every attempt): its log folded, else its envelope."""
+        validate_id(run_id, what="run id")
+        try:
+            entries = yield from self._logs.entries(run_id)
+        except CheckpointNotFound:
+            try:
+                envelope = yield from self._cas.load(run_id)
+            except CheckpointNotFound:
+                return None
+            state = state_of(envelope)
+            head, _ = journal.from_state(state, envelope.revision)
+            return _Known(head, None, state), state
+        known = self._known_of(LogHead.of(entries[-1]))
+        state = journal.fold(
+            known.head, (r for e in entries for r in e.records), self._name(run_id)
+        )
+        self._remember(run_id, known)
+        return known, state
+
     def _load_run(
         self, run_id: str, graph_hash: str | None, allow_graph_drift: bool, resolve_blobs: bool
     ) -> Steps[RunState | None]:
-        try:
-            envelope = yield from self._cas.load(run_id)
-        except CheckpointNotFound:
+        read = yield from self._read_all(run_id)
+        if read is None:
             return None
-        self._remember(envelope)
-        state = state_of(envelope)
+        known, state = read
         if (
             graph_hash is not None
             and state.graph_hash is not None
@@ -436,46 +523,85 @@ class _RunApi:
             raise GraphDriftError(run_id, stored_hash=state.graph_hash, current_hash=graph_hash)
         if self._index is not None:
             # The index is derived: a failed repair must not fail a read.
+            rows = [row_of(a) for a in state.attempts]
             with contextlib.suppress(StashpointError):
-                yield from self._index.repair(state, envelope.revision, self._head(run_id))
+                yield from self._index.repair(
+                    known.head, rows, known.revision, self._revision_now(run_id)
+                )
         if resolve_blobs:
             state = yield from self._resolve(state)
         return state
 
     def _finish_run(self, run_id: str, status: RunStatus, error: str | None) -> Steps[None]:
         yield from self._apply(
-            run_id, lambda state, now: transitions.finish_run(state, status, error=error, now=now)
+            run_id, lambda head, now: transitions.finish_run(head, status, error=error, now=now)
         )
 
     def _apply(
-        self, run_id: str, transition: Callable[[RunState, datetime], RunState]
-    ) -> Steps[RunState]:
-        """Apply a pure transition with the store's optimistic-update loop, then index it."""
-        seen: list[tuple[RunState, RunState]] = []
+        self, run_id: str, transition: Callable[[RunHead, datetime], Change]
+    ) -> Steps[RunHead]:
+        """Apply a pure transition to the latest head and append it; retry a lost race.
 
-        def mutate(envelope: Envelope) -> Any:
-            old = state_of(envelope)
+        A cached head is tried first (no read); if the transition refuses it, it is judged
+        again on a fresh read, since a stale copy may be what it objected to. Ending an
+        attempt the fresh head does not have running reads the whole run to say why.
+        """
+        known = self._cached(run_id)
+        attempt = 0
+        while True:
+            attempt += 1
+            fresh = known is None
+            if known is None:
+                known = yield from self._read(run_id)
             try:
-                new = transition(old, utc_now())
+                change = transition(known.head, utc_now())
+            except AttemptNotFound as exc:
+                if not fresh:
+                    known = None
+                    continue
+                read = yield from self._read_all(run_id)
+                raise (
+                    exc if read is None else journal.not_running(read[1], exc.object_name or "")
+                ) from None
+            except StashpointError:
+                if not fresh:
+                    known = None
+                    continue
+                raise
             except pydantic.ValidationError as exc:
                 raise InvalidArgument(f"invalid run data: {exc}", object_name=run_id) from None
-            seen.append((old, new))
-            return new.model_dump(mode="json")
+            try:
+                yield from self._append(known, change)
+            except CheckpointConflict:
+                self._forget(run_id)
+                if attempt >= self._retry.max_attempts:
+                    raise
+                known = None
+                yield Sleep(self._retry.delay(min(attempt, 6)))
+                continue
+            return change.head
 
-        try:
-            saved = yield from self._cas.update(
-                run_id, mutate, retry=self._retry, known=self._cached(run_id)
-            )
-        except CheckpointNotFound:
-            raise RunNotFound("no run with this id", object_name=run_id) from None
-        except CheckpointConflict:
-            self._forget(run_id)
-            raise
-        self._remember(saved)
-        old, new = seen[-1]
+    def _append(self, known: _Known, change: Change) -> Steps[None]:
+        """Append a change after `known` (migrating a whole-envelope run), then index it."""
+        records = list(change.records)
+        touched = change.touched
+        if known.log is None and known.legacy is not None:
+            # Migration: version 0 holds the envelope's attempts, then this change's records.
+            _, earlier = journal.from_state(known.legacy, known.head.revision_base - 1)
+            records = earlier + records
+        run_id = change.head.run_id
+        log = yield from self._logs.append(
+            run_id,
+            records,
+            after=known.log,
+            state=journal.head_document(change.head),
+            kind=RUN_LOG_KIND,
+            schema_version=RUN_LOG_SCHEMA_VERSION,
+        )
+        saved = _Known(change.head, log)
+        self._remember(run_id, saved)
         if self._index is not None:
-            yield from self._index.record(old, new, saved.revision)
-        return new
+            yield from self._index.record(change.head, touched, saved.revision)
 
     def _resolve(self, state: RunState) -> Steps[RunState]:
         attempts = []
@@ -490,22 +616,43 @@ class _RunApi:
             snapshot[key] = yield from self._blobs.resolve(value)
         return state.model_copy(update={"attempts": tuple(attempts), "state_snapshot": snapshot})
 
-    def _cached(self, run_id: str) -> Envelope | None:
+    def _cached(self, run_id: str) -> _Known | None:
         with self._latest_lock:
             return self._latest.get(run_id)
 
-    def _remember(self, envelope: Envelope) -> None:
+    def _remember(self, run_id: str, known: _Known) -> None:
         with self._latest_lock:
-            current = self._latest.get(envelope.id)
-            if current is None or current.revision <= envelope.revision:
-                self._latest[envelope.id] = envelope
-                self._latest.move_to_end(envelope.id)
+            current = self._latest.get(run_id)
+            if current is None or current.revision <= known.revision:
+                self._latest[run_id] = known
+                self._latest.move_to_end(run_id)
             while len(self._latest) > self._cache_size:
                 self._latest.popitem(last=False)
 
     def _forget(self, run_id: str) -> None:
         with self._latest_lock:
             self._latest.pop(run_id, None)
+
+
+def summary_of(state: RunState) -> RunSummary:
+    """Return the summary of a whole run: what ran, how often, how it ended."""
+    trace_id = next(
+        (a.meta["trace_id"] for a in state.attempts if isinstance(a.meta.get("trace_id"), str)),
+        None,
+    )
+    trace_ctx = next((a.trace_ctx for a in state.attempts if a.trace_ctx), state.trace_ctx)
+    return RunSummary(
+        run_id=state.run_id,
+        graph_name=state.graph_name,
+        status=state.status,
+        total_nodes_executed=len({a.node_id for a in state.attempts}),
+        total_attempts=len(state.attempts),
+        failed_attempts=sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED),
+        trace_id=trace_id,
+        trace_ctx=trace_ctx,
+        started_at=state.created_at,
+        finished_at=None if state.status is RunStatus.RUNNING else state.updated_at,
+    )
 
 
 class RunStore(Blocking, _RunApi):

@@ -1,50 +1,80 @@
-"""Run state transitions as pure functions: `RunState` in, new `RunState` out, or a typed error.
+"""Run state transitions as pure functions: `RunHead` in, a `Change` out, or a typed error.
 
-No I/O and no clock of their own (`now` is passed in), so the store can apply them inside a
+A run is a log (`runs.journal`): a transition returns the new head and the records it
+appends, never the run's earlier attempts, so its cost does not grow with them. No I/O and
+no clock of their own (`now` is passed in), so the store can apply them inside a
 compare-and-swap retry loop and tests can check every rule directly. Where the seed's
 in-memory store silently ignores unknown ids, these raise.
+
+Ending an attempt the head does not have running raises `AttemptNotFound`: the head does
+not keep ended attempts, so the store then reads the run and says which it is
+(`journal.not_running`: unknown, or already ended).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from stashpoint.errors import AttemptNotFound, TerminalStateConflict
+from stashpoint.runs.journal import AttemptEnd, attempt_record, end_record, row_of
 from stashpoint.runs.models import (
     AttemptRecord,
+    AttemptRow,
     AttemptStatus,
     CheckpointMetadata,
     Interrupt,
-    RunState,
+    RunHead,
+    RunningAttempt,
     RunStatus,
     TraceContext,
 )
 
 
-def _require_open(state: RunState, action: str) -> None:
-    if state.status.is_terminal:
+@dataclass(frozen=True)
+class Change:
+    """What a transition does: the new head, the records to append, the attempts touched."""
+
+    head: RunHead
+    """The run head after the transition."""
+    records: tuple[dict[str, Any], ...] = ()
+    """Log records of the transition (attempts recorded or ended)."""
+    touched: tuple[AttemptRow, ...] = ()
+    """Index rows of the attempts the transition recorded or ended."""
+
+
+def _require_open(head: RunHead, action: str) -> None:
+    if head.status.is_terminal:
         raise TerminalStateConflict(
-            f"cannot {action}: run is {state.status.value}", object_name=state.run_id
+            f"cannot {action}: run is {head.status.value}", object_name=head.run_id
         )
 
 
-def _finish_attempt(
-    state: RunState, attempt_id: str, now: datetime, **changes: Any
-) -> tuple[AttemptRecord, ...]:
-    record = state.attempt(attempt_id)
-    if record is None:
-        raise AttemptNotFound("no such attempt in this run", object_name=attempt_id)
-    if record.status is not AttemptStatus.RUNNING:
-        raise TerminalStateConflict(
-            f"attempt is already {record.status.value}", object_name=attempt_id
-        )
-    updated = record.model_copy(update={**changes, "finished_at": now})
-    return tuple(updated if a.attempt_id == attempt_id else a for a in state.attempts)
+def _end(
+    head: RunHead, attempt_id: str, now: datetime, status: AttemptStatus, **results: Any
+) -> tuple[dict[str, RunningAttempt], dict[str, Any], AttemptRow]:
+    """End a running attempt: the running set without it, its record, its index row."""
+    running = head.running.get(attempt_id)
+    if running is None:
+        raise AttemptNotFound("not a running attempt of this run", object_name=attempt_id)
+    end = AttemptEnd(attempt_id=attempt_id, status=status, finished_at=now, **results)
+    row = AttemptRow(
+        attempt_id=attempt_id,
+        run_id=head.run_id,
+        node_id=running.node_id,
+        attempt=running.attempt,
+        status=status,
+        error=end.error,
+        started_at=running.started_at,
+        finished_at=now,
+    )
+    rest = {k: v for k, v in head.running.items() if k != attempt_id}
+    return rest, end_record(end), row
 
 
 def record_attempt(
-    state: RunState,
+    head: RunHead,
     *,
     attempt_id: str,
     node_id: str,
@@ -52,104 +82,114 @@ def record_attempt(
     input: Any,
     trace_ctx: TraceContext | None,
     now: datetime,
-) -> RunState:
+) -> Change:
     """Add a running attempt. Recording an attempt resumes an interrupted run."""
-    _require_open(state, "record an attempt")
-    if state.attempt(attempt_id) is not None:
+    _require_open(head, "record an attempt")
+    if attempt_id in head.running:
         raise TerminalStateConflict("attempt id already recorded", object_name=attempt_id)
     record = AttemptRecord(
         attempt_id=attempt_id,
-        run_id=state.run_id,
+        run_id=head.run_id,
         node_id=node_id,
         attempt=attempt,
         input=input,
         trace_ctx=trace_ctx,
         started_at=now,
     )
-    return state.model_copy(
+    running = RunningAttempt(node_id=node_id, attempt=attempt, started_at=now)
+    new = head.model_copy(
         update={
-            "attempts": (*state.attempts, record),
+            "running": {**head.running, attempt_id: running},
+            "attempt_count": head.attempt_count + 1,
             "status": RunStatus.RUNNING,
             "interrupted": None,
             "updated_at": now,
         }
     )
+    return Change(new, (attempt_record(record),), (row_of(record),))
 
 
 def complete_attempt(
-    state: RunState, attempt_id: str, *, output: Any, meta: dict[str, Any], now: datetime
-) -> RunState:
+    head: RunHead, attempt_id: str, *, output: Any, meta: dict[str, Any], now: datetime
+) -> Change:
     """Mark a running attempt completed with its output and metadata."""
-    attempts = _finish_attempt(
-        state, attempt_id, now, status=AttemptStatus.COMPLETED, output=output, meta=dict(meta)
+    running, record, row = _end(
+        head, attempt_id, now, AttemptStatus.COMPLETED, output=output, meta=dict(meta)
     )
-    return state.model_copy(update={"attempts": attempts, "updated_at": now})
+    new = head.model_copy(update={"running": running, "updated_at": now})
+    return Change(new, (record,), (row,))
 
 
-def fail_attempt(state: RunState, attempt_id: str, *, error: str, now: datetime) -> RunState:
+def fail_attempt(head: RunHead, attempt_id: str, *, error: str, now: datetime) -> Change:
     """Mark a running attempt failed with its error."""
-    attempts = _finish_attempt(state, attempt_id, now, status=AttemptStatus.FAILED, error=error)
-    return state.model_copy(update={"attempts": attempts, "updated_at": now})
+    running, record, row = _end(head, attempt_id, now, AttemptStatus.FAILED, error=error)
+    new = head.model_copy(
+        update={"running": running, "failed_count": head.failed_count + 1, "updated_at": now}
+    )
+    return Change(new, (record,), (row,))
 
 
 def record_interrupt(
-    state: RunState, attempt_id: str, *, interrupt: Interrupt, now: datetime
-) -> RunState:
+    head: RunHead, attempt_id: str, *, interrupt: Interrupt, now: datetime
+) -> Change:
     """Mark a running attempt interrupted and the run interrupted, keeping the interrupt."""
-    _require_open(state, "record an interrupt")
-    attempts = _finish_attempt(state, attempt_id, now, status=AttemptStatus.INTERRUPTED)
-    return state.model_copy(
+    _require_open(head, "record an interrupt")
+    running, record, row = _end(head, attempt_id, now, AttemptStatus.INTERRUPTED)
+    new = head.model_copy(
         update={
-            "attempts": attempts,
+            "running": running,
             "status": RunStatus.INTERRUPTED,
             "interrupted": interrupt,
             "updated_at": now,
         }
     )
+    return Change(new, (record,), (row,))
 
 
 def save_state_snapshot(
-    state: RunState,
+    head: RunHead,
     snapshot: dict[str, Any],
     *,
     metadata: CheckpointMetadata | None,
     now: datetime,
-) -> RunState:
+) -> Change:
     """Replace the state snapshot (and its metadata) of a run that is not finished."""
-    _require_open(state, "save a snapshot")
+    _require_open(head, "save a snapshot")
     update: dict[str, Any] = {"state_snapshot": dict(snapshot), "updated_at": now}
     if metadata is not None:
         update["checkpoint"] = metadata
         update["graph_hash"] = metadata.graph_hash
-    return state.model_copy(update=update)
+    return Change(head.model_copy(update=update))
 
 
 def finish_run(
-    state: RunState, status: RunStatus, *, error: str | None = None, now: datetime
-) -> RunState:
+    head: RunHead, status: RunStatus, *, error: str | None = None, now: datetime
+) -> Change:
     """Move a running run to a final status (seed: only from Running)."""
-    if state.status is not RunStatus.RUNNING:
+    if head.status is not RunStatus.RUNNING:
         raise TerminalStateConflict(
-            f"cannot mark run {status.value}: it is {state.status.value}",
-            object_name=state.run_id,
+            f"cannot mark run {status.value}: it is {head.status.value}",
+            object_name=head.run_id,
         )
-    return state.model_copy(update={"status": status, "error": error, "updated_at": now})
+    return Change(head.model_copy(update={"status": status, "error": error, "updated_at": now}))
 
 
-def cancel_run(state: RunState, *, now: datetime) -> RunState:
+def cancel_run(head: RunHead, *, now: datetime) -> Change:
     """Cancel a running or interrupted run; its running attempts are cancelled too."""
-    _require_open(state, "cancel")
-    attempts = tuple(
-        a.model_copy(update={"status": AttemptStatus.CANCELLED, "finished_at": now})
-        if a.status is AttemptStatus.RUNNING
-        else a
-        for a in state.attempts
-    )
-    return state.model_copy(
+    _require_open(head, "cancel")
+    records: list[dict[str, Any]] = []
+    rows: list[AttemptRow] = []
+    current = head
+    for attempt_id in head.running:
+        running, record, row = _end(current, attempt_id, now, AttemptStatus.CANCELLED)
+        current = current.model_copy(update={"running": running})
+        records.append(record)
+        rows.append(row)
+    new = current.model_copy(
         update={
             "status": RunStatus.CANCELLED,
-            "attempts": attempts,
             "interrupted": None,  # nothing is pending any more
             "updated_at": now,
         }
     )
+    return Change(new, tuple(records), tuple(rows))

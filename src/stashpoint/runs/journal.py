@@ -1,0 +1,212 @@
+"""A run as an append-only log: its records, its head, and the fold back to a `RunState`.
+
+A run is one log (`stashpoint.logs`, namespace `run-logs`). Every version stores the small
+`RunHead` (the run without its attempts: running attempts, counts, snapshot) and the records
+of one transition:
+
+- `{"op": "attempt", ...AttemptRecord}`: an attempt was recorded (a run migrated from a
+  whole envelope writes its earlier attempts this way, with their final status);
+- `{"op": "end", "attempt_id", "status", "finished_at", "output", "meta", "error"}`: a
+  running attempt ended.
+
+So a transition appends O(1) bytes, however many attempts came before, and the whole run
+is the fold of its records under its latest head. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import pydantic
+from pydantic import Field
+
+from stashpoint.errors import (
+    AttemptNotFound,
+    InvalidPayload,
+    StashpointError,
+    TerminalStateConflict,
+    UnsupportedFormat,
+)
+from stashpoint.runs.models import (
+    RUN_LOG_KIND,
+    RUN_LOG_SCHEMA_VERSION,
+    AttemptRecord,
+    AttemptRow,
+    AttemptStatus,
+    RunHead,
+    RunningAttempt,
+    RunState,
+    _Model,
+)
+
+RUN_LOGS = "run-logs"
+"""Log namespace of runs: `{prefix}/run-logs/{run_id}/…`, sealed under `sealed/run-logs/`."""
+
+_HEAD_ONLY = ("running", "attempt_count", "failed_count", "revision_base")
+"""`RunHead` fields a `RunState` does not have (it has the attempts themselves)."""
+
+
+class AttemptEnd(_Model):
+    """The record of a running attempt reaching a final status."""
+
+    attempt_id: str
+    """The attempt that ended."""
+    status: AttemptStatus
+    """Its final status."""
+    finished_at: datetime
+    """When it ended."""
+    output: Any = None
+    """Output of a completed attempt (or a blob reference when large)."""
+    meta: dict[str, Any] = Field(default_factory=dict)
+    """Caller metadata recorded at completion."""
+    error: str | None = None
+    """Error message of a failed attempt."""
+
+
+def attempt_record(record: AttemptRecord) -> dict[str, Any]:
+    """Return the log record of a recorded attempt."""
+    return {"op": "attempt", **record.model_dump(mode="json")}
+
+
+def end_record(end: AttemptEnd) -> dict[str, Any]:
+    """Return the log record of an attempt's end."""
+    return {"op": "end", **end.model_dump(mode="json")}
+
+
+def row_of(record: AttemptRecord) -> AttemptRow:
+    """Return the listing row of an attempt."""
+    return AttemptRow(
+        attempt_id=record.attempt_id,
+        run_id=record.run_id,
+        node_id=record.node_id,
+        attempt=record.attempt,
+        status=record.status,
+        error=record.error,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+    )
+
+
+def head_document(head: RunHead) -> dict[str, Any]:
+    """Return the JSON a log version stores as its state."""
+    return head.model_dump(mode="json")
+
+
+def parse_head(state: Any, kind: str, schema_version: int, run_id: str, name: str) -> RunHead:
+    """Return the typed head a run log's latest version stores, or a typed error."""
+    if kind != RUN_LOG_KIND:
+        raise InvalidPayload(f"not a run log: kind is {kind!r}", object_name=name)
+    if schema_version != RUN_LOG_SCHEMA_VERSION:
+        raise UnsupportedFormat(
+            f"run log schema version {schema_version} is not the one this library reads "
+            f"({RUN_LOG_SCHEMA_VERSION}); upgrade stashpoint",
+            object_name=name,
+        )
+    try:
+        head = RunHead.model_validate(state)
+    except pydantic.ValidationError as exc:
+        raise InvalidPayload(f"run head is invalid: {exc}", object_name=name) from None
+    if head.run_id != run_id:
+        raise InvalidPayload(f"run head belongs to run {head.run_id!r}", object_name=name)
+    return head
+
+
+def fold(head: RunHead, records: Iterable[Any], name: str) -> RunState:
+    """Return the whole run: the head's fields and every attempt the records describe.
+
+    The records must agree with the head (same attempts, same running ones): a log that
+    lost or gained records is refused with `InvalidPayload` naming it, never shortened.
+    """
+    attempts: dict[str, AttemptRecord] = {}
+    for position, record in enumerate(records):
+        where = f"{name} (record {position})"
+        if not isinstance(record, Mapping):
+            raise InvalidPayload("run record is not an object", object_name=where)
+        fields = dict(record)
+        op = fields.pop("op", None)
+        try:
+            if op == "attempt":
+                attempt = AttemptRecord.model_validate(fields)
+                if attempt.attempt_id in attempts:
+                    raise InvalidPayload("attempt recorded twice", object_name=where)
+                if attempt.run_id != head.run_id:
+                    raise InvalidPayload(
+                        f"attempt of another run ({attempt.run_id!r})", object_name=where
+                    )
+                attempts[attempt.attempt_id] = attempt
+            elif op == "end":
+                end = AttemptEnd.model_validate(fields)
+                before = attempts.get(end.attempt_id)
+                if before is None or before.status is not AttemptStatus.RUNNING:
+                    raise InvalidPayload(
+                        f"end of attempt {end.attempt_id!r}, which is not running",
+                        object_name=where,
+                    )
+                attempts[end.attempt_id] = ended(before, end)
+            else:
+                raise UnsupportedFormat(
+                    f"unknown run record {op!r}: written by a newer stashpoint?",
+                    object_name=where,
+                )
+        except pydantic.ValidationError as exc:
+            raise InvalidPayload(f"run record is invalid: {exc}", object_name=where) from None
+    running = {k for k, a in attempts.items() if a.status is AttemptStatus.RUNNING}
+    if len(attempts) != head.attempt_count or running != set(head.running):
+        raise InvalidPayload(
+            f"records hold {len(attempts)} attempts ({len(running)} running), the head says "
+            f"{head.attempt_count} ({len(head.running)} running): records are missing or extra",
+            object_name=name,
+        )
+    fields = head.model_dump(exclude=set(_HEAD_ONLY))
+    fields.update(head.model_extra or {})
+    return RunState.model_validate({**fields, "attempts": tuple(attempts.values())})
+
+
+def ended(record: AttemptRecord, end: AttemptEnd) -> AttemptRecord:
+    """Return `record` with the final status, time and results of `end`."""
+    return record.model_copy(
+        update={
+            "status": end.status,
+            "finished_at": end.finished_at,
+            "output": end.output,
+            "meta": dict(end.meta),
+            "error": end.error,
+        }
+    )
+
+
+def from_state(state: RunState, revision: int) -> tuple[RunHead, list[dict[str, Any]]]:
+    """Return the head and records of a whole-envelope run at envelope `revision`.
+
+    Its migration to a log writes them as version 0 (revisions continue above `revision`).
+    """
+    fields = state.model_dump(exclude={"attempts"})
+    fields.update(state.model_extra or {})
+    head = RunHead.model_validate(
+        {
+            **fields,
+            "running": {
+                a.attempt_id: RunningAttempt(
+                    node_id=a.node_id, attempt=a.attempt, started_at=a.started_at
+                )
+                for a in state.attempts
+                if a.status is AttemptStatus.RUNNING
+            },
+            "attempt_count": len(state.attempts),
+            "failed_count": sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED),
+            "revision_base": revision + 1,
+        }
+    )
+    return head, [attempt_record(a) for a in state.attempts]
+
+
+def not_running(state: RunState, attempt_id: str) -> StashpointError:
+    """Return the error for ending `attempt_id`, which the run does not have running."""
+    record = state.attempt(attempt_id)
+    if record is None:
+        return AttemptNotFound("no such attempt in this run", object_name=attempt_id)
+    return TerminalStateConflict(
+        f"attempt is already {record.status.value}", object_name=attempt_id
+    )
