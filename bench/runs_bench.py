@@ -30,7 +30,13 @@ from typing import Any
 import stashpoint
 from stashpoint.envelope import Envelope
 from stashpoint.index.requests import PutItems
-from stashpoint.runs.models import RUN_KIND, RUN_SCHEMA_VERSION, AttemptRecord, RunState
+from stashpoint.runs.models import (
+    RUN_KIND,
+    RUN_SCHEMA_VERSION,
+    AttemptRecord,
+    AttemptStatus,
+    RunState,
+)
 from stashpoint.steps import run_sync
 from stashpoint.stores.objects import PutObject
 from tests import servers
@@ -134,7 +140,10 @@ def _baseline(stash: stashpoint.Stash, attempts: int) -> dict[str, dict[str, Any
         )  # fmt: skip
         transition(lambda run, r=record: run.model_copy(update={"attempts": (*run.attempts, r)}))
         done = record.model_copy(
-            update={"status": "completed", "output": {"rows": n, "out": f"s3://out/{n}"}}
+            update={
+                "status": AttemptStatus.COMPLETED,
+                "output": {"rows": n, "out": f"s3://out/{n}"},
+            }
         )
         transition(lambda run, d=done: run.model_copy(update={"attempts": (*run.attempts[:-1], d)}))
         if n % WINDOW == WINDOW - 1 and (n < WINDOW or n >= attempts - WINDOW):
@@ -165,6 +174,8 @@ def main() -> None:
     from stashpoint._backends.dynamodb import create_table
 
     with tempfile.TemporaryDirectory() as data:
+        for sub in ("s3", "dynamo"):
+            (Path(data) / sub).mkdir()
         s3 = servers.start_seaweedfs(Path(data) / "s3")
         dynamo = servers.start_dynamodb_local(Path(data) / "dynamo")
         try:

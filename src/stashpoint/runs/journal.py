@@ -77,16 +77,7 @@ def end_record(end: AttemptEnd) -> dict[str, Any]:
 
 def row_of(record: AttemptRecord) -> AttemptRow:
     """Return the listing row of an attempt."""
-    return AttemptRow(
-        attempt_id=record.attempt_id,
-        run_id=record.run_id,
-        node_id=record.node_id,
-        attempt=record.attempt,
-        status=record.status,
-        error=record.error,
-        started_at=record.started_at,
-        finished_at=record.finished_at,
-    )
+    return AttemptRow.model_validate(record, from_attributes=True)
 
 
 def head_document(head: RunHead) -> dict[str, Any]:

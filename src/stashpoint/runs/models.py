@@ -147,8 +147,8 @@ class AttemptRecord(_Model):
     """When the attempt reached a final status."""
 
 
-class RunState(_Model):
-    """Persisted state of a run, sufficient to resume it."""
+class _Run(_Model):
+    """What a run is besides its attempts: shared by `RunState` and `RunHead`."""
 
     run_id: str
     """Run identity."""
@@ -158,8 +158,6 @@ class RunState(_Model):
     """Isolation namespace (tenant, environment) for listings."""
     status: RunStatus = RunStatus.RUNNING
     """Overall status."""
-    attempts: tuple[AttemptRecord, ...] = ()
-    """Attempts in the order they were recorded."""
     state_snapshot: dict[str, Any] = Field(default_factory=dict)
     """Latest graph state snapshot (values may be blob references when large)."""
     checkpoint: CheckpointMetadata | None = None
@@ -176,6 +174,13 @@ class RunState(_Model):
     """When the run was created."""
     updated_at: datetime = Field(default_factory=utc_now)
     """When the run last changed."""
+
+
+class RunState(_Run):
+    """Persisted state of a run, sufficient to resume it."""
+
+    attempts: tuple[AttemptRecord, ...] = ()
+    """Attempts in the order they were recorded."""
 
     def attempt(self, attempt_id: str) -> AttemptRecord | None:
         """Return the attempt with this id, if recorded."""
@@ -193,7 +198,7 @@ class RunningAttempt(_Model):
     """When the attempt was recorded."""
 
 
-class RunHead(_Model):
+class RunHead(_Run):
     """The small state a run's log stores with every version: the run without its attempts.
 
     Attempts live in the log's records (one when recorded, one when they end); the head
@@ -201,36 +206,12 @@ class RunHead(_Model):
     attempts the run has (`stashpoint.runs.journal`).
     """
 
-    run_id: str
-    """Run identity."""
-    graph_name: str
-    """Name of the graph being run."""
-    namespace: str = "default"
-    """Isolation namespace (tenant, environment) for listings."""
-    status: RunStatus = RunStatus.RUNNING
-    """Overall status."""
     running: dict[str, RunningAttempt] = Field(default_factory=dict)
     """Attempts not ended yet, by attempt id."""
     attempt_count: int = Field(default=0, ge=0)
     """Attempts recorded in all."""
     failed_count: int = Field(default=0, ge=0)
     """Attempts that failed."""
-    state_snapshot: dict[str, Any] = Field(default_factory=dict)
-    """Latest graph state snapshot (values may be blob references when large)."""
-    checkpoint: CheckpointMetadata | None = None
-    """Metadata of the latest snapshot."""
-    graph_hash: str | None = None
-    """Hash of the graph definition the run was recorded with."""
-    interrupted: Interrupt | None = None
-    """The pending interrupt of an interrupted run."""
-    error: str | None = None
-    """Error of a failed run."""
-    trace_ctx: TraceContext | None = None
-    """Trace context of the run."""
-    created_at: datetime = Field(default_factory=utc_now)
-    """When the run was created."""
-    updated_at: datetime = Field(default_factory=utc_now)
-    """When the run last changed."""
     revision_base: int = Field(default=0, ge=0)
     """Added to the log version to give the run's revision: 0 for a run born as a log, the
     envelope's revision + 1 for one migrated from a whole envelope (revisions only grow)."""

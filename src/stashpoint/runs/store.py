@@ -65,9 +65,9 @@ from stashpoint.runs.models import (
     TraceContext,
 )
 from stashpoint.runs.transitions import Change
-from stashpoint.steps import Sleep, Steps, ask
+from stashpoint.steps import Steps, ask
 from stashpoint.stores.blobs import Blobs
-from stashpoint.stores.cas import CompareAndSwap
+from stashpoint.stores.cas import CompareAndSwap, optimistic_update
 from stashpoint.stores.objects import ListKeys
 from stashpoint.twins import Awaiting, Blocking, operation
 
@@ -476,13 +476,10 @@ class _RunApi:
         try:
             log = yield from self._logs.head(run_id)
         except CheckpointNotFound:
-            try:
-                envelope = yield from self._cas.load(run_id)
-            except CheckpointNotFound:
+            legacy = yield from self._legacy(run_id)
+            if legacy is None:
                 raise RunNotFound("no run with this id", object_name=run_id) from None
-            state = state_of(envelope)
-            head, _ = journal.from_state(state, envelope.revision)
-            return _Known(head, None, state)
+            return legacy[0]
         known = self._known_of(log)
         self._remember(run_id, known)
         return known
@@ -493,19 +490,23 @@ class _RunApi:
         try:
             entries = yield from self._logs.entries(run_id)
         except CheckpointNotFound:
-            try:
-                envelope = yield from self._cas.load(run_id)
-            except CheckpointNotFound:
-                return None
-            state = state_of(envelope)
-            head, _ = journal.from_state(state, envelope.revision)
-            return _Known(head, None, state), state
+            return (yield from self._legacy(run_id))
         known = self._known_of(LogHead.of(entries[-1]))
         state = journal.fold(
             known.head, (r for e in entries for r in e.records), self._name(run_id)
         )
         self._remember(run_id, known)
         return known, state
+
+    def _legacy(self, run_id: str) -> Steps[tuple[_Known, RunState] | None]:
+        """Read a run an earlier stashpoint saved as one whole envelope (None: there is none)."""
+        try:
+            envelope = yield from self._cas.load(run_id)
+        except CheckpointNotFound:
+            return None
+        state = state_of(envelope)
+        head, _ = journal.from_state(state, envelope.revision)
+        return _Known(head, None, state), state
 
     def _load_run(
         self, run_id: str, graph_hash: str | None, allow_graph_drift: bool, resolve_blobs: bool
@@ -546,40 +547,33 @@ class _RunApi:
         again on a fresh read, since a stale copy may be what it objected to. Ending an
         attempt the fresh head does not have running reads the whole run to say why.
         """
-        known = self._cached(run_id)
-        attempt = 0
-        while True:
-            attempt += 1
-            fresh = known is None
-            if known is None:
-                known = yield from self._read(run_id)
+
+        def change(known: _Known, fresh: bool) -> Steps[Change]:
             try:
-                change = transition(known.head, utc_now())
+                return transition(known.head, utc_now())
             except AttemptNotFound as exc:
-                if not fresh:
-                    known = None
-                    continue
-                read = yield from self._read_all(run_id)
-                raise (
-                    exc if read is None else journal.not_running(read[1], exc.object_name or "")
-                ) from None
-            except StashpointError:
-                if not fresh:
-                    known = None
-                    continue
-                raise
+                read = (yield from self._read_all(run_id)) if fresh else None
+                if read is None:
+                    raise
+                raise journal.not_running(read[1], exc.object_name or "") from None
             except pydantic.ValidationError as exc:
                 raise InvalidArgument(f"invalid run data: {exc}", object_name=run_id) from None
-            try:
-                yield from self._append(known, change)
-            except CheckpointConflict:
-                self._forget(run_id)
-                if attempt >= self._retry.max_attempts:
-                    raise
-                known = None
-                yield Sleep(self._retry.delay(min(attempt, 6)))
-                continue
+
+        def write(known: _Known, change: Change) -> Steps[RunHead]:
+            yield from self._append(known, change)
             return change.head
+
+        return (
+            yield from optimistic_update(
+                lambda: self._read(run_id),
+                change,
+                write,
+                retry=self._retry,
+                max_attempts=self._retry.max_attempts,
+                known=self._cached(run_id),
+                forget=lambda: self._forget(run_id),
+            )
+        )
 
     def _append(self, known: _Known, change: Change) -> Steps[None]:
         """Append a change after `known` (migrating a whole-envelope run), then index it."""

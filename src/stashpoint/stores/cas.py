@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from stashpoint import tracing
 from stashpoint.codec import Codec
@@ -259,6 +259,56 @@ class _Verdict(Enum):
     UNKNOWN = "unknown"
 
 
+K = TypeVar("K")
+C = TypeVar("C")
+R = TypeVar("R")
+
+
+def optimistic_update(
+    read: Callable[[], Steps[K]],
+    change: Callable[[K, bool], Steps[C]],
+    write: Callable[[K, C], Steps[R]],
+    *,
+    retry: RetryPolicy,
+    max_attempts: int,
+    known: K | None = None,
+    forget: Callable[[], None] | None = None,
+) -> Steps[R]:
+    """Run the one optimistic-update loop (SlateDB's `maybe_apply_update`), for any head.
+
+    `change(head, fresh)` computes what to write after `head` (it may raise to abort);
+    `write(head, what)` writes it conditionally on `head`. `known` (a cached head) is tried
+    first; when `change` refuses it with a `StashpointError`, it is judged again on a fresh
+    `read()`, since a stale copy may be what it objected to (`fresh` says which it got).
+    A lost race (`CheckpointConflict` from `write`) calls `forget()`, reads again and
+    retries with backoff, `max_attempts` times in all; the last conflict is raised. Any
+    other error of `write` is raised as it is: its outcome is the write's to judge.
+    """
+    head = known
+    attempt = 0
+    while True:
+        attempt += 1
+        fresh = head is None
+        if head is None:
+            head = yield from read()
+        try:
+            what = yield from change(head, fresh)
+        except StashpointError:
+            if fresh:
+                raise
+            head = None
+            continue
+        try:
+            return (yield from write(head, what))
+        except CheckpointConflict:
+            if forget is not None:
+                forget()
+            if attempt >= max_attempts:
+                raise
+            head = None
+            yield Sleep(retry.delay(min(attempt, 6)))
+
+
 def judge_write(
     facts: HeadFacts | None,
     envelope: Envelope,
@@ -487,31 +537,25 @@ class CompareAndSwap:
         all (default: the policy's); the last conflict is raised. Returns the envelope saved.
         """
         retry = retry or self.retry
-        max_attempts = max_attempts or retry.max_attempts
-        envelope = known
-        attempt = 0
-        while True:
-            attempt += 1
-            fresh = envelope is None
-            if envelope is None:
-                envelope = yield from self.load(object_id)
-            try:
-                payload = mutate(envelope)
-            except StashpointError:
-                if fresh:
-                    raise
-                envelope = None
-                continue
-            following = envelope.next(payload)
-            try:
-                yield from self.compare_and_swap(following, envelope.revision)
-            except CheckpointConflict:
-                if attempt >= max_attempts:
-                    raise
-                envelope = None
-                yield Sleep(retry.delay(min(attempt, 6)))
-                continue
+
+        def change(envelope: Envelope, fresh: bool) -> Steps[Envelope]:
+            return envelope.next(mutate(envelope))
+            yield  # a generator: computing the next envelope needs no request
+
+        def save(envelope: Envelope, following: Envelope) -> Steps[Envelope]:
+            yield from self.compare_and_swap(following, envelope.revision)
             return following
+
+        return (
+            yield from optimistic_update(
+                lambda: self.load(object_id),
+                change,
+                save,
+                retry=retry,
+                max_attempts=max_attempts or retry.max_attempts,
+                known=known,
+            )
+        )
 
     def read_head(self, key: str, version_id: str | None = None) -> Steps[HeadFacts | None]:
         """Return what the head (or one version) says about itself: one HEAD, a GET if need be."""
