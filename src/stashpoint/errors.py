@@ -43,6 +43,8 @@ class ErrorKind(StrEnum):
     """Storage holds something stashpoint refuses to follow (a symlink inside the store)."""
     ARCHIVED = "archived"
     """The object sits in an archive storage class: restore it before reading it."""
+    FENCED = "fenced"
+    """Another worker took the run over: this worker's epoch is stale; stop, store nothing."""
 
 
 class StashpointError(Exception):
@@ -167,6 +169,28 @@ class ArchivedObject(StashpointError):
     """
 
     kind = ErrorKind.ARCHIVED
+
+
+class Fenced(StashpointError):
+    """A write under an owner epoch older than the run's: another worker took it over.
+
+    Nothing was stored. The worker that gets this is a zombie (a reclaimed spot instance
+    still running, a timed-out Lambda retried while alive): it should stop working on the
+    run, not retry.
+    """
+
+    kind = ErrorKind.FENCED
+
+    def __init__(self, run_id: str, *, epoch: int, current_epoch: int) -> None:
+        self.epoch = epoch
+        """The epoch this worker wrote under."""
+        self.current_epoch = current_epoch
+        """The run's epoch now (raised by the takeover)."""
+        super().__init__(
+            f"fenced: this worker holds epoch {epoch}, the run was taken over (epoch "
+            f"{current_epoch}); nothing was stored",
+            object_name=run_id,
+        )
 
 
 class RunNotFound(StashpointError):

@@ -236,3 +236,29 @@ def test_demo_kills_resumes_and_verifies(tmp_path: Path) -> None:
     assert "killed with SIGKILL" in result.stdout
     assert "every item processed exactly once: YES" in result.stdout
     assert "1 killed mid-batch and retried" in result.stdout
+
+
+def test_runs_stuck_lists_abandoned_attempts_and_takeover_ends_them(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run("spot")
+        gone = stash.runs.record_attempt(run_id, "item-1", 1, lease=0.01)
+        stash.runs.record_attempt(run_id, "item-2", 1, lease=3600)  # alive for an hour
+    stuck = json.loads(cli("runs", "stuck", "--clock-skew", "0", "--json", url=url).stdout)
+    assert [row["attempt_id"] for row in stuck["items"]] == [gone]
+    assert stuck["items"][0]["lease_expires_at"] is not None
+    table = cli("runs", "stuck", "--clock-skew", "0", url=url).stdout
+    assert "item-1" in table and "item-2" not in table
+    taken = json.loads(cli("runs", "takeover", run_id, "--json", url=url).stdout)
+    assert taken == {"run_id": run_id, "epoch": 1}
+    assert (
+        json.loads(cli("runs", "stuck", "--clock-skew", "0", "--json", url=url).stdout)["items"]
+        == []
+    )
+    with stashpoint.open(url) as stash:
+        state = stash.runs.load_run(run_id)
+        assert state is not None
+        assert {a.node_id: a.status.value for a in state.attempts} == {
+            "item-1": "failed",
+            "item-2": "failed",
+        }

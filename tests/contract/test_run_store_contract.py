@@ -196,3 +196,94 @@ def test_running_and_failed_attempts_are_listed_from_the_index(runs: Any) -> Non
 def test_bad_cursor_is_a_configuration_error(runs: Any) -> None:
     with pytest.raises(stashpoint.ConfigurationError):
         runs.list_runs(cursor="%%%not-a-cursor")
+
+
+# --- leases, heartbeats and fencing (issue 13) ---------------------------------------------------
+
+
+def _store(runs: Any) -> Any:
+    """The store behind the blocking facade of the async driver (for its settings)."""
+    return getattr(runs, "_target", runs)
+
+
+def _abandoned(runs: Any, **options: Any) -> list[str]:
+    return [row.attempt_id for row in runs.list_attempts(abandoned=True, **options).items]
+
+
+def test_an_attempt_whose_lease_runs_out_is_listed_abandoned_until_it_ends(runs: Any) -> None:
+    namespace = f"ns-{stashpoint.new_id()}"
+    run_id = runs.create_run("spot", namespace=namespace)
+    short = runs.record_attempt(run_id, "a", 1, lease=timedelta(seconds=10))
+    long = runs.record_attempt(run_id, "b", 1, lease=30, worker={"instance_id": "i-0abc"})
+    runs.record_attempt(run_id, "c", 1)  # no lease: never judged abandoned
+    assert _abandoned(runs, namespace=namespace) == []  # leases are fresh
+    store = _store(runs)
+    store.clock_skew = timedelta(seconds=-20)  # judge as if 20 s had passed
+    assert _abandoned(runs, namespace=namespace) == [short]
+    store.clock_skew = timedelta(seconds=-3600)
+    assert _abandoned(runs, namespace=namespace) == [long, short]  # latest expiry first
+    first = runs.list_attempts(abandoned=True, namespace=namespace, limit=1)
+    second = runs.list_attempts(abandoned=True, namespace=namespace, limit=1, cursor=first.cursor)
+    assert [r.attempt_id for r in first.items + second.items] == [long, short]
+    assert first.items[0].lease_expires_at is not None
+    before = first.items[0].lease_expires_at
+    runs.heartbeat(short)  # alive again: its lease starts from now
+    runs.heartbeat(long)
+    store.clock_skew = timedelta(seconds=-5)
+    assert _abandoned(runs, namespace=namespace) == []
+    store.clock_skew = timedelta(seconds=-20)
+    assert _abandoned(runs, namespace=namespace) == [short]
+    runs.complete_attempt(short, 1)
+    store.clock_skew = timedelta(seconds=-3600)
+    assert _abandoned(runs, namespace=namespace) == [long]  # an ended attempt leaves the list
+    rows = {r.attempt_id: r for r in runs.list_attempts(namespace=namespace, limit=10).items}
+    assert rows[long].lease_expires_at is not None and rows[long].lease_expires_at > before
+    state = runs.load_run(run_id)
+    assert state.attempt(long).worker == {"instance_id": "i-0abc"}
+    assert state.attempt(long).lease_seconds == 30.0
+    with pytest.raises(TerminalStateConflict):
+        runs.heartbeat(short)
+    with pytest.raises(stashpoint.InvalidArgument):
+        runs.record_attempt(run_id, "d", 1, lease=0)
+    with pytest.raises(stashpoint.InvalidArgument):
+        runs.list_attempts(AttemptStatus.FAILED, abandoned=True)
+
+
+def test_a_takeover_fences_the_earlier_owner_which_then_stores_nothing(
+    run_backend: tuple[str, dict[str, Any], str], runs: Any
+) -> None:
+    from tests.contract.conftest import _open
+
+    run_id = runs.create_run("spot")  # this store owns epoch 0
+    held = runs.record_attempt(run_id, "item-1", 1, lease=60)
+    done = runs.record_attempt(run_id, "item-0", 1)
+    runs.complete_attempt(done, "ok")
+    second = _open(*run_backend)
+    other = next(second).runs
+    try:
+        assert other.takeover(run_id) == 1
+        before = other.load_run(run_id)
+        for zombie_write in (
+            lambda: runs.record_attempt(run_id, "item-2", 1),
+            lambda: runs.complete_attempt(held, "late result"),
+            lambda: runs.heartbeat(held),
+            lambda: runs.save_state_snapshot(run_id, {"cursor": 99}),
+            lambda: runs.complete_run(run_id),
+        ):
+            with pytest.raises(stashpoint.Fenced) as fenced:
+                zombie_write()
+            assert (fenced.value.epoch, fenced.value.current_epoch) == (0, 1)
+            assert fenced.value.kind is stashpoint.ErrorKind.FENCED
+        after = other.load_run(run_id)
+        assert after == before  # nothing of the zombie was stored
+        [ended] = [a for a in after.attempts if a.attempt_id == held]
+        assert ended.status is AttemptStatus.FAILED and "taken over" in (ended.error or "")
+        retry = other.record_attempt(run_id, "item-1", 2)  # the new owner goes on
+        other.complete_attempt(retry, "ok")
+        assert runs.takeover(run_id) == 2  # and can be taken over in turn
+        with pytest.raises(stashpoint.Fenced):
+            other.complete_run(run_id)
+        runs.complete_run(run_id)
+        assert runs.load_run(run_id).status is RunStatus.COMPLETED
+    finally:
+        second.close()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from stashpoint import AttemptNotFound, Interrupt, TerminalStateConflict
+from stashpoint import AttemptNotFound, Fenced, Interrupt, TerminalStateConflict
 from stashpoint.runs import journal, transitions
 from stashpoint.runs.models import AttemptStatus, RunHead, RunState, RunStatus
 
@@ -46,7 +46,10 @@ class RunMachine(RuleBasedStateMachine):
             change = call()
             self.head = change.head
             self.records.extend(change.records)
-            assert len(change.touched) == len(change.records)  # one index item per record
+            # One index item per record, or the renewed lease of a heartbeat.
+            assert len(change.touched) == len(change.records) or (
+                not change.records and len(change.touched) == 1
+            )
         else:
             with pytest.raises((TerminalStateConflict, AttemptNotFound)):
                 call()
@@ -91,6 +94,30 @@ class RunMachine(RuleBasedStateMachine):
             self.model_attempts[attempt_id] = new
             if how == "interrupt":
                 self.model_status = RunStatus.INTERRUPTED
+
+    @rule()
+    def take_over(self) -> None:
+        ok = not self.model_status.is_terminal
+        before = self.head.epoch
+        self._expect(ok, lambda: transitions.takeover(self.head, now=self._now(), reason="gone"))
+        if ok:
+            assert self.head.epoch == before + 1
+            for k, v in self.model_attempts.items():
+                if v is AttemptStatus.RUNNING:  # every one was recorded under an older epoch
+                    self.model_attempts[k] = AttemptStatus.FAILED
+            with pytest.raises(Fenced):
+                transitions.check_owner(self.head, before)
+        transitions.check_owner(self.head, self.head.epoch)
+        transitions.check_owner(self.head, None)
+
+    @precondition(lambda self: self.model_attempts)
+    @rule(data=st.data())
+    def heartbeat(self, data: st.DataObject) -> None:
+        attempt_id = data.draw(st.sampled_from(sorted(self.model_attempts)))
+        ok = self.model_attempts[attempt_id] is AttemptStatus.RUNNING
+        self._expect(ok, lambda: transitions.heartbeat(self.head, attempt_id, now=self._now()))
+        if ok:
+            assert self.head.running[attempt_id].heartbeat_at == self.clock
 
     @rule()
     def unknown_attempt(self) -> None:

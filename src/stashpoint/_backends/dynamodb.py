@@ -212,10 +212,21 @@ def _query(request: QueryItems, table: str) -> Steps[ItemPage]:
     names = {"#p": gsi.partition_key}
     values: dict[str, Any] = {":p": {"S": request.partition}}
     condition = "#p = :p"
-    if request.sort_at_least is not None:
+    if request.sort_at_least is not None and request.sort_below is not None:
+        names["#s"] = gsi.sort_key
+        # BETWEEN is inclusive at both ends: the upper bound is exclusive, so it must not
+        # be a key itself (sort keys end in `#{id}`, bounds are bare timestamps).
+        condition += " AND #s BETWEEN :since AND :below"
+        values[":since"] = {"S": request.sort_at_least}
+        values[":below"] = {"S": request.sort_below}
+    elif request.sort_at_least is not None:
         names["#s"] = gsi.sort_key
         condition += " AND #s >= :since"
         values[":since"] = {"S": request.sort_at_least}
+    elif request.sort_below is not None:
+        names["#s"] = gsi.sort_key
+        condition += " AND #s < :below"
+        values[":below"] = {"S": request.sort_below}
     params: dict[str, Any] = {
         "TableName": table,
         "IndexName": gsi.name,

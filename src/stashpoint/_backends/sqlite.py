@@ -169,6 +169,9 @@ class SqliteIndexTransport:
         if request.sort_at_least is not None:
             where.append(f"{gsi.sort_key} >= ?")
             params.append(request.sort_at_least)
+        if request.sort_below is not None:
+            where.append(f"{gsi.sort_key} < ?")
+            params.append(request.sort_below)
         if request.after is not None:
             where.append(f"{gsi.sort_key} < ?")
             params.append(request.after[gsi.sort_key])

@@ -26,6 +26,7 @@ from stashpoint.cli.redact import parse, redact
 from stashpoint.cli.tables import runs_table, when
 from stashpoint.codec import FORMAT
 from stashpoint.errors import ErrorKind
+from stashpoint.runs.store import summary_of
 
 app = typer.Typer(
     name="stashpoint",
@@ -674,6 +675,62 @@ def runs_list(
         out.print(f"more: --cursor {page.cursor}")
 
 
+@runs_app.command("stuck")
+def runs_stuck(
+    namespace: Annotated[str, typer.Option(help="Namespace.")] = "default",
+    limit: Annotated[int, typer.Option(help="Rows per page.")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Cursor of the next page.")] = None,
+    clock_skew: Annotated[
+        float, typer.Option(help="Seconds a lease must be past its expiry (clock skew).")
+    ] = 5.0,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """List abandoned attempts: running, and their lease ran out (the latest first).
+
+    Their workers stopped sending heartbeats (a reclaimed spot instance, a killed Lambda).
+    Take the run over (`stashpoint runs takeover RUN_ID`, or `takeover()` in the library)
+    to fence those workers and end their attempts as failed, then retry them.
+    """
+    with _open(url) as stash:
+        stash.runs.clock_skew = timedelta(seconds=clock_skew)
+        page = stash.runs.list_attempts(
+            abandoned=True, namespace=namespace, limit=limit, cursor=cursor
+        )
+    if as_json:
+        _emit(page.model_dump(mode="json"))
+        return
+    table = Table(title=f"abandoned attempts ({namespace})")
+    for column in ("lease ran out", "run", "node", "attempt", "started"):
+        table.add_column(column)
+    for row in page.items:
+        table.add_row(
+            when(row.lease_expires_at), escape(row.run_id), escape(row.node_id),
+            str(row.attempt), when(row.started_at),
+        )  # fmt: skip
+    out.print(table)
+    if page.cursor:
+        out.print(f"more: --cursor {page.cursor}")
+
+
+@runs_app.command("takeover")
+def runs_takeover(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    reason: Annotated[str, typer.Option(help="Error recorded on the attempts it ends.")] = (
+        "abandoned: the run was taken over"
+    ),
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Take a run over: raise its owner epoch, fence earlier owners, fail their attempts."""
+    with _open(url) as stash:
+        epoch = stash.runs.takeover(run_id, reason=reason)
+    if as_json:
+        _emit({"run_id": run_id, "epoch": epoch})
+    else:
+        out.print(f"{escape(run_id)}: taken over, owner epoch {epoch}")
+
+
 @runs_app.command("show")
 def runs_show(
     run_id: Annotated[str, typer.Argument(help="Run id.")],
@@ -685,9 +742,9 @@ def runs_show(
     """Show a run: attempt timeline, errors, interrupts, snapshot size (secrets hidden)."""
     with _open(url) as stash:
         state = stash.runs.load_run(run_id, resolve_blobs=False)
-        summary = stash.runs.summarize_run(run_id)
-    if state is None or summary is None:
+    if state is None:
         raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
+    summary = summary_of(state)  # from the one read of every attempt
     snapshot_bytes = len(pydantic_core.to_json(state.state_snapshot))
     if as_json:
         run = redact(state.model_dump(mode="json"), parse(hide, defaults=not no_redact))

@@ -87,6 +87,8 @@ class QueryItems(Request["ItemPage"]):
     """Only items whose sort key is >= this (a `since` bound)."""
     filters: Mapping[str, str] = field(default_factory=dict)
     """Attribute equality filters applied after the key condition."""
+    sort_below: str | None = None
+    """Only items whose sort key is < this (leases that ran out before a moment)."""
 
 
 @dataclass(frozen=True, slots=True)

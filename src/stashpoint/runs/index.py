@@ -168,6 +168,22 @@ class RunIndex:
             )
         )
 
+    def list_abandoned(
+        self, *, namespace: str, before: datetime, limit: int, cursor: str | None
+    ) -> Steps[Page[AttemptRow]]:
+        """Return running attempts whose lease ran out before `before`, latest expiry first.
+
+        Only expired leases are read (a sparse index keyed by expiry), never every running
+        attempt.
+        """
+        partition = mapping.lease_partition(namespace)
+        return (
+            yield from self._page(
+                BY_NAMESPACE.name, partition, None, {}, limit, cursor, mapping.attempt_row,
+                below=mapping.sortable(before),
+            )
+        )  # fmt: skip
+
     def _page(
         self,
         index: str,
@@ -177,6 +193,8 @@ class RunIndex:
         limit: int,
         cursor: str | None,
         to_row: Callable[[dict[str, Any]], Row],
+        *,
+        below: str | None = None,
     ) -> Steps[Page[Row]]:
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
             raise InvalidArgument(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
@@ -186,7 +204,9 @@ class RunIndex:
         while len(found) < limit:
             # With filters, a page can come back short: ask for a full page each time.
             want = limit if filters else limit - len(found)
-            page = yield from ask(QueryItems(index, partition, want, after, since, filters))
+            page = yield from ask(
+                QueryItems(index, partition, want, after, since, filters, sort_below=below)
+            )
             found.extend(page.items)
             after = page.last_keys
             if after is None:

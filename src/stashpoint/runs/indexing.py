@@ -58,6 +58,15 @@ def attempt_status_partition(namespace: str, status: AttemptStatus) -> str:
     return f"attempt-status#{namespace}#{status.value}"
 
 
+def lease_partition(namespace: str) -> str:
+    """Return the by_namespace partition of running attempts with a lease, by expiry.
+
+    Attempt items do not use by_namespace otherwise, so it holds leases too (a sparse,
+    overloaded index: an item leaves it when its attempt ends).
+    """
+    return f"lease#{namespace}"
+
+
 def namespace_partition(namespace: str) -> str:
     """Return the by_namespace partition of all runs of a namespace."""
     return f"runs#{namespace}"
@@ -99,6 +108,8 @@ def attempt_item(
 ) -> dict[str, Any]:
     """Return the index item of an attempt, as of run `revision`."""
     started = sortable(row.started_at)
+    leased = row.status is AttemptStatus.RUNNING and row.lease_expires_at is not None
+    expires = sortable(row.lease_expires_at) if leased and row.lease_expires_at else None
     return {
         "pk": run_pk(row.run_id),
         "sk": attempt_sk(row.attempt_id),
@@ -114,6 +125,9 @@ def attempt_item(
         "error": _short(row.error),
         "started_at": started,
         "finished_at": None if row.finished_at is None else sortable(row.finished_at),
+        BY_NAMESPACE.partition_key: lease_partition(namespace) if expires else None,
+        BY_NAMESPACE.sort_key: f"{expires}#{row.attempt_id}" if expires else None,
+        "lease_expires_at": expires,
     }
 
 
@@ -161,6 +175,7 @@ def attempt_row(item: Mapping[str, Any]) -> AttemptRow:
         error=item.get("error"),
         started_at=_moment(item["started_at"]),
         finished_at=_moment(item.get("finished_at")),
+        lease_expires_at=_moment(item.get("lease_expires_at")),
     )
 
 

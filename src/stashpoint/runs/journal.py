@@ -80,6 +80,29 @@ def row_of(record: AttemptRecord) -> AttemptRow:
     return AttemptRow.model_validate(record, from_attributes=True)
 
 
+def lease_row(head: RunHead, attempt_id: str, running: RunningAttempt) -> AttemptRow:
+    """Return the index row of a running attempt, with its lease."""
+    return AttemptRow(
+        attempt_id=attempt_id,
+        run_id=head.run_id,
+        node_id=running.node_id,
+        attempt=running.attempt,
+        status=AttemptStatus.RUNNING,
+        started_at=running.started_at,
+        lease_expires_at=running.lease_expires_at,
+    )
+
+
+def rows_of(head: RunHead, state: RunState) -> list[AttemptRow]:
+    """Return the index rows of every attempt of a whole run (leases from its head)."""
+    return [
+        lease_row(head, a.attempt_id, head.running[a.attempt_id])
+        if a.attempt_id in head.running
+        else row_of(a)
+        for a in state.attempts
+    ]
+
+
 def head_document(head: RunHead) -> dict[str, Any]:
     """Return the JSON a log version stores as its state."""
     return head.model_dump(mode="json")
@@ -180,7 +203,11 @@ def from_state(state: RunState, revision: int) -> tuple[RunHead, list[dict[str, 
             **fields,
             "running": {
                 a.attempt_id: RunningAttempt(
-                    node_id=a.node_id, attempt=a.attempt, started_at=a.started_at
+                    node_id=a.node_id,
+                    attempt=a.attempt,
+                    started_at=a.started_at,
+                    lease_seconds=a.lease_seconds,
+                    epoch=a.epoch,
                 )
                 for a in state.attempts
                 if a.status is AttemptStatus.RUNNING

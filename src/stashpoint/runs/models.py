@@ -5,7 +5,7 @@ Status enums may gain variants in later versions: keep a default branch when mat
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -145,6 +145,14 @@ class AttemptRecord(_Model):
     """When the attempt was recorded."""
     finished_at: datetime | None = None
     """When the attempt reached a final status."""
+    lease_seconds: float | None = None
+    """The lease the worker asked for: it promised a heartbeat at least this often (None:
+    no lease, the attempt is never reported abandoned)."""
+    worker: dict[str, str] = Field(default_factory=dict)
+    """Where the attempt ran (`stashpoint.spot.compute_identity()`: AWS Batch job id,
+    attempt and array index, ECS task ARN, instance id, Lambda request id, host)."""
+    epoch: int = 0
+    """The run's owner epoch the attempt was recorded under."""
 
 
 class _Run(_Model):
@@ -188,7 +196,7 @@ class RunState(_Run):
 
 
 class RunningAttempt(_Model):
-    """A running attempt as the run head keeps it: enough to end it and index it."""
+    """A running attempt as the run head keeps it: enough to end it, index it, judge it."""
 
     node_id: str
     """The graph node executed."""
@@ -196,6 +204,19 @@ class RunningAttempt(_Model):
     """Attempt number of this node."""
     started_at: datetime
     """When the attempt was recorded."""
+    lease_seconds: float | None = None
+    """Its lease (None: none)."""
+    heartbeat_at: datetime | None = None
+    """When the worker last said it is alive (recording counts as the first heartbeat)."""
+    epoch: int = 0
+    """The owner epoch it was recorded under."""
+
+    @property
+    def lease_expires_at(self) -> datetime | None:
+        """When the lease runs out unless a heartbeat renews it (None: no lease)."""
+        if self.lease_seconds is None:
+            return None
+        return (self.heartbeat_at or self.started_at) + timedelta(seconds=self.lease_seconds)
 
 
 class RunHead(_Run):
@@ -212,6 +233,9 @@ class RunHead(_Run):
     """Attempts recorded in all."""
     failed_count: int = Field(default=0, ge=0)
     """Attempts that failed."""
+    epoch: int = Field(default=0, ge=0)
+    """The owner epoch: `takeover` raises it, and a store that wrote under an older one is
+    refused with `Fenced` (SlateDB's writer epochs over the same compare-and-swap)."""
     revision_base: int = Field(default=0, ge=0)
     """Added to the log version to give the run's revision: 0 for a run born as a log, the
     envelope's revision + 1 for one migrated from a whole envelope (revisions only grow)."""
@@ -288,6 +312,8 @@ class AttemptRow(_Model):
     """When the attempt was recorded."""
     finished_at: datetime | None = None
     """When it finished."""
+    lease_expires_at: datetime | None = None
+    """When a running attempt's lease runs out without a heartbeat (None: no lease)."""
 
 
 class Page(BaseModel, Generic[T]):

@@ -24,7 +24,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pydantic
@@ -46,7 +46,7 @@ from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.retry import RetryPolicy
 from stashpoint.runs import journal, transitions
 from stashpoint.runs.index import RunIndex
-from stashpoint.runs.journal import parse_head, row_of
+from stashpoint.runs.journal import parse_head
 from stashpoint.runs.models import (
     RUN_KIND,
     RUN_LOG_KIND,
@@ -73,6 +73,15 @@ from stashpoint.twins import Awaiting, Blocking, operation
 
 RUN_RETRY = RetryPolicy(max_attempts=100, base_delay=0.005, max_delay=0.25)
 """Retry policy of transition loops: many workers may update one run at once."""
+
+CLOCK_SKEW = timedelta(seconds=5)
+"""How far apart two workers' clocks may be: a lease counts as run out only this long
+after its expiry, read on the lister's clock against the expiry the worker wrote on its
+own. Safety never rests on it: a worker that takes over an attempt wrongly judged
+abandoned fences the other, which then stores nothing."""
+
+_HELD_RUNS = 65_536
+"""Runs whose owner epoch a store remembers (the most recently created or taken over)."""
 
 ATTEMPT_SEPARATOR = "~"
 """Separates the run id from the unique part of an attempt id (`{run_id}~{uuid7}`)."""
@@ -120,6 +129,16 @@ def _status(value: object, kind: type[RunStatus] | type[AttemptStatus]) -> Any:
     except ValueError:
         known = ", ".join(m.value for m in kind)
         raise InvalidArgument(f"unknown status {value!r}: use one of {known}") from None
+
+
+def _seconds(value: object, name: str) -> float | None:
+    """Return a duration (a timedelta, or seconds) as seconds > 0, None for None."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if type(seconds) not in (int, float) or not 0 < seconds < 10**9:  # type: ignore[operator]
+        raise InvalidArgument(f"{name} must be a positive duration, not {value!r}")
+    return float(seconds)  # type: ignore[arg-type]
 
 
 def _moment(value: object, name: str) -> datetime | None:
@@ -172,6 +191,11 @@ class _RunApi:
         self._latest: OrderedDict[str, _Known] = OrderedDict()
         self._latest_lock = threading.Lock()
         self._cache_size = cache_size
+        # The owner epoch this store holds per run (from create_run or takeover): its writes
+        # to that run are refused with `Fenced` once another store takes the run over.
+        self._epochs: OrderedDict[str, int] = OrderedDict()
+        self.clock_skew = CLOCK_SKEW
+        """How long after its expiry a lease counts as run out (`CLOCK_SKEW`)."""
 
     # -- the seed's operations -------------------------------------------------------------
 
@@ -214,6 +238,7 @@ class _RunApi:
             )
         # Appending after no head creates the log: of two creators exactly one succeeds.
         yield from self._append(_Known(head, None), Change(head))
+        self._hold(run_id, head.epoch)
         return run_id
 
     @operation
@@ -225,16 +250,27 @@ class _RunApi:
         input: Any = None,
         *,
         trace_ctx: TraceContext | None = None,
+        lease: timedelta | float | None = None,
+        worker: dict[str, str] | None = None,
     ) -> Steps[str]:
         """Record a running attempt of `node_id`; return the attempt id.
 
-        Recording an attempt resumes an interrupted run.
+        Recording an attempt resumes an interrupted run. With `lease` (a duration, or
+        seconds), the worker promises to call `heartbeat` at least that often; an attempt
+        whose lease runs out is listed as abandoned (`list_attempts(abandoned=True)`).
+        `worker` says where it runs (`stashpoint.spot.compute_identity()`).
         """
         attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
         _text(node_id, "node_id")
         if type(attempt) is not int or attempt < 0:
             raise InvalidArgument(f"attempt must be an int >= 0, not {attempt!r}")
         _of(trace_ctx, TraceContext, "trace_ctx")
+        lease_seconds = _seconds(lease, "lease")
+        if worker is not None and not (
+            isinstance(worker, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in worker.items())
+        ):
+            raise InvalidArgument(f"worker must be a dict of str to str, not {worker!r}")
         stored_input = yield from self._blobs.offload(input, "input")
         yield from self._apply(
             run_id,
@@ -246,9 +282,39 @@ class _RunApi:
                 input=stored_input,
                 trace_ctx=trace_ctx,
                 now=now,
+                lease_seconds=lease_seconds,
+                worker=worker,
             ),
         )
         return attempt_id
+
+    @operation
+    def heartbeat(self, attempt_id: str) -> Steps[None]:
+        """Say a running attempt's worker is alive: its lease starts again from now."""
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda head, now: transitions.heartbeat(head, attempt_id, now=now),
+        )
+
+    @operation
+    def takeover(
+        self, run_id: str, *, reason: str = "abandoned: the run was taken over"
+    ) -> Steps[int]:
+        """Become the run's owner; return the new owner epoch.
+
+        Every earlier owner (a store that created the run or took it over before) is fenced:
+        its next write to the run raises `Fenced` and stores nothing. Running attempts
+        recorded under an earlier epoch end as failed with `reason`, for the new owner to
+        retry. Take over a run whose worker is gone (`list_attempts(abandoned=True)`,
+        `stashpoint runs stuck`), or at the start of every Lambda invocation of a run.
+        """
+        _text(reason, "reason")
+        head = yield from self._apply(
+            run_id,
+            lambda head, now: transitions.takeover(head, now=now, reason=reason),
+            claim=True,
+        )
+        return head.epoch
 
     @operation
     def complete_attempt(
@@ -375,8 +441,22 @@ class _RunApi:
         since: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        abandoned: bool = False,
     ) -> Steps[Page[AttemptRow]]:
-        """Return one page of attempts in `status` (running by default), from the index."""
+        """Return one page of attempts in `status` (running by default), from the index.
+
+        With `abandoned`, only running attempts whose lease ran out (more than `clock_skew`
+        ago, on this machine's clock), the latest expiry first; only those are read.
+        """
+        if abandoned:
+            if _status(status, AttemptStatus) is not AttemptStatus.RUNNING or since is not None:
+                raise InvalidArgument("abandoned attempts are running ones, listed without since")
+            return self._require_index().list_abandoned(
+                namespace=validate_id(namespace, what="namespace"),
+                before=utc_now() - self.clock_skew,
+                limit=limit,
+                cursor=_text(cursor, "cursor", optional=True),
+            )
         return self._require_index().list_attempts(
             namespace=validate_id(namespace, what="namespace"),
             status=_status(status, AttemptStatus),
@@ -437,7 +517,7 @@ class _RunApi:
         if read is None:
             return 0
         known, state = read
-        rows = [row_of(a) for a in state.attempts]
+        rows = journal.rows_of(known.head, state)
         yield from index.repair(known.head, rows, known.revision, self._revision_now(run_id))
         return 1
 
@@ -524,7 +604,7 @@ class _RunApi:
             raise GraphDriftError(run_id, stored_hash=state.graph_hash, current_hash=graph_hash)
         if self._index is not None:
             # The index is derived: a failed repair must not fail a read.
-            rows = [row_of(a) for a in state.attempts]
+            rows = journal.rows_of(known.head, state)
             with contextlib.suppress(StashpointError):
                 yield from self._index.repair(
                     known.head, rows, known.revision, self._revision_now(run_id)
@@ -538,17 +618,33 @@ class _RunApi:
             run_id, lambda head, now: transitions.finish_run(head, status, error=error, now=now)
         )
 
+    def _hold(self, run_id: str, epoch: int) -> None:
+        with self._latest_lock:
+            self._epochs[run_id] = epoch
+            self._epochs.move_to_end(run_id)
+            while len(self._epochs) > _HELD_RUNS:
+                self._epochs.popitem(last=False)  # the least recently claimed run
+
     def _apply(
-        self, run_id: str, transition: Callable[[RunHead, datetime], Change]
+        self,
+        run_id: str,
+        transition: Callable[[RunHead, datetime], Change],
+        *,
+        claim: bool = False,
     ) -> Steps[RunHead]:
         """Apply a pure transition to the latest head and append it; retry a lost race.
 
         A cached head is tried first (no read); if the transition refuses it, it is judged
         again on a fresh read, since a stale copy may be what it objected to. Ending an
-        attempt the fresh head does not have running reads the whole run to say why.
+        attempt the fresh head does not have running reads the whole run to say why. A
+        store holding an owner epoch for the run (`create_run`, `takeover`) is refused with
+        `Fenced` once the run's epoch moved past it; `claim` (a takeover) is not.
         """
+        with self._latest_lock:
+            epoch = None if claim else self._epochs.get(run_id)
 
         def change(known: _Known, fresh: bool) -> Steps[Change]:
+            transitions.check_owner(known.head, epoch)
             try:
                 return transition(known.head, utc_now())
             except AttemptNotFound as exc:
@@ -561,6 +657,8 @@ class _RunApi:
 
         def write(known: _Known, change: Change) -> Steps[RunHead]:
             yield from self._append(known, change)
+            if claim:
+                self._hold(run_id, change.head.epoch)
             return change.head
 
         return (

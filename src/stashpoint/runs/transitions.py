@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stashpoint.errors import AttemptNotFound, TerminalStateConflict
-from stashpoint.runs.journal import AttemptEnd, attempt_record, end_record, row_of
+from stashpoint.errors import AttemptNotFound, Fenced, TerminalStateConflict
+from stashpoint.runs.journal import AttemptEnd, attempt_record, end_record, lease_row
 from stashpoint.runs.models import (
     AttemptRecord,
     AttemptRow,
@@ -42,6 +42,15 @@ class Change:
     """Log records of the transition (attempts recorded or ended)."""
     touched: tuple[AttemptRow, ...] = ()
     """Index rows of the attempts the transition recorded or ended."""
+
+
+def check_owner(head: RunHead, epoch: int | None) -> None:
+    """Refuse with `Fenced` a writer whose owner epoch is not the run's.
+
+    `epoch` None is a writer that never claimed the run: it is not fenced.
+    """
+    if epoch is not None and epoch != head.epoch:
+        raise Fenced(head.run_id, epoch=epoch, current_epoch=head.epoch)
 
 
 def _require_open(head: RunHead, action: str) -> None:
@@ -82,8 +91,14 @@ def record_attempt(
     input: Any,
     trace_ctx: TraceContext | None,
     now: datetime,
+    lease_seconds: float | None = None,
+    worker: dict[str, str] | None = None,
 ) -> Change:
-    """Add a running attempt. Recording an attempt resumes an interrupted run."""
+    """Add a running attempt. Recording an attempt resumes an interrupted run.
+
+    With `lease_seconds`, the worker promises a heartbeat at least that often; recording is
+    the first one.
+    """
     _require_open(head, "record an attempt")
     if attempt_id in head.running:
         raise TerminalStateConflict("attempt id already recorded", object_name=attempt_id)
@@ -95,8 +110,18 @@ def record_attempt(
         input=input,
         trace_ctx=trace_ctx,
         started_at=now,
+        lease_seconds=lease_seconds,
+        worker=dict(worker or {}),
+        epoch=head.epoch,
     )
-    running = RunningAttempt(node_id=node_id, attempt=attempt, started_at=now)
+    running = RunningAttempt(
+        node_id=node_id,
+        attempt=attempt,
+        started_at=now,
+        lease_seconds=lease_seconds,
+        heartbeat_at=now,
+        epoch=head.epoch,
+    )
     new = head.model_copy(
         update={
             "running": {**head.running, attempt_id: running},
@@ -106,7 +131,7 @@ def record_attempt(
             "updated_at": now,
         }
     )
-    return Change(new, (attempt_record(record),), (row_of(record),))
+    return Change(new, (attempt_record(record),), (lease_row(new, attempt_id, running),))
 
 
 def complete_attempt(
@@ -192,4 +217,38 @@ def cancel_run(head: RunHead, *, now: datetime) -> Change:
             "updated_at": now,
         }
     )
+    return Change(new, tuple(records), tuple(rows))
+
+
+def heartbeat(head: RunHead, attempt_id: str, *, now: datetime) -> Change:
+    """Renew a running attempt's lease: the worker is alive (no record; the head changes)."""
+    running = head.running.get(attempt_id)
+    if running is None:
+        raise AttemptNotFound("not a running attempt of this run", object_name=attempt_id)
+    renewed = running.model_copy(update={"heartbeat_at": now})
+    new = head.model_copy(update={"running": {**head.running, attempt_id: renewed}})
+    return Change(new, (), (lease_row(new, attempt_id, renewed),))
+
+
+def takeover(head: RunHead, *, now: datetime, reason: str) -> Change:
+    """Make the caller the run's owner: raise the epoch, fence every older owner.
+
+    Running attempts recorded under an older epoch can never be ended by their owner any
+    more (it is fenced), so they end here, failed with `reason`, for the new owner to retry.
+    """
+    _require_open(head, "take over")
+    epoch = head.epoch + 1
+    records: list[dict[str, Any]] = []
+    rows: list[AttemptRow] = []
+    current = head
+    for attempt_id, held in head.running.items():
+        if held.epoch >= epoch:
+            continue
+        running, record, row = _end(current, attempt_id, now, AttemptStatus.FAILED, error=reason)
+        current = current.model_copy(
+            update={"running": running, "failed_count": current.failed_count + 1}
+        )
+        records.append(record)
+        rows.append(row)
+    new = current.model_copy(update={"epoch": epoch, "updated_at": now})
     return Change(new, tuple(records), tuple(rows))
