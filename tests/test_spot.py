@@ -125,4 +125,6 @@ def test_spot_example_flushes_within_the_notice_window(tmp_path: Path) -> None:
     assert last.startswith("spot terminate notice: flushed at item")
     assert took < 10  # well inside the two-minute window
     with stashpoint.open(url) as stash:
-        assert stash.checkpoints.load("spot").payload["cursor"] == int(last.split()[-1])
+        run = stash.runs.load_run("spot")
+    assert run is not None and run.state_snapshot["cursor"] == int(last.split()[-1])
+    assert run.attempts[-1].worker == {"instance_id": imds.instance_id}  # where it ran

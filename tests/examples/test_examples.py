@@ -105,12 +105,51 @@ def test_spot_worker_flushes_on_sigterm_and_the_next_one_finishes(tmp_path: Path
     flushed = int(out.strip().splitlines()[-1].split()[-1])
     assert "SIGTERM: flushed at item" in out and 500 < flushed < 3000
     with stashpoint.open(url) as stash:
-        assert stash.checkpoints.load("batch").payload["cursor"] == flushed  # nothing lost
+        assert _snapshot(stash, "batch")["cursor"] == flushed  # nothing lost
     second = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     assert second.stdout.startswith(f"worker starts at item {flushed}")
     with stashpoint.open(url) as stash:
-        final = stash.checkpoints.load("batch").payload
+        final = _snapshot(stash, "batch")
+        run = stash.runs.load_run("batch")
     assert final == {"cursor": 3000, "sums": sum(i * i for i in range(3000)), "workers": 2}
+    assert run is not None and run.status is stashpoint.RunStatus.COMPLETED
+    assert {a.status.value for a in run.attempts} == {"completed"}  # the first flushed cleanly
+
+
+def _snapshot(stash: stashpoint.Stash, run_id: str) -> dict[str, Any]:
+    run = stash.runs.load_run(run_id)
+    assert run is not None
+    return dict(run.state_snapshot)
+
+
+def test_a_frozen_spot_worker_is_fenced_after_another_takes_over(tmp_path: Path) -> None:
+    """A reclaimed instance may run on for a while: it must not overwrite its successor."""
+    url = f"local://{tmp_path / 'stash'}"
+    command = [sys.executable, str(EXAMPLES / "spot_worker.py"), "--url", url, "--id", "batch",
+               "--items", "3000", "--every", "500"]  # fmt: skip
+    zombie = subprocess.Popen([*command, "--delay", "0.001"], stdout=subprocess.PIPE, text=True)
+    assert zombie.stdout is not None
+    assert zombie.stdout.readline().startswith("worker starts at item 0")
+    assert zombie.stdout.readline().startswith("checkpoint at item 500")
+    zombie.send_signal(signal.SIGSTOP)  # frozen, as if reclaimed without a notice
+    try:
+        second = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+        assert second.stdout.startswith("worker starts at item 500")
+        with stashpoint.open(url) as stash:
+            finished = stash.runs.load_run("batch")
+    finally:
+        zombie.send_signal(signal.SIGCONT)  # it wakes up and goes on where it was
+    out, _ = zombie.communicate(timeout=120)
+    assert zombie.returncode == 3 and "fenced: another worker took this run over" in out
+    with stashpoint.open(url) as stash:
+        after = stash.runs.load_run("batch")
+    assert after == finished  # nothing of the zombie was stored
+    assert after is not None and after.state_snapshot == {
+        "cursor": 3000, "sums": sum(i * i for i in range(3000)), "workers": 2,
+    }  # fmt: skip
+    statuses = [(a.attempt, a.status.value, a.epoch) for a in after.attempts]
+    assert statuses[0] == (0, "completed", 0) and statuses[1] == (500, "failed", 0)
+    assert all(status == "completed" and epoch == 1 for _, status, epoch in statuses[2:])
 
 
 def test_lambda_example_runs_locally_with_a_fake_context(tmp_path: Path) -> None:
