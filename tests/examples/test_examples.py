@@ -45,18 +45,6 @@ def test_agent_killed_mid_turn_resumes_to_the_uninterrupted_transcript(tmp_path:
     assert json.loads(resumed.stdout) == json.loads(reference.stdout)
 
 
-class FakeLambdaContext:
-    """Lambda's context object: each turn of the fake model spends 2 s of the budget."""
-
-    def __init__(self, budget_ms: int) -> None:
-        self.remaining = budget_ms
-
-    def get_remaining_time_in_millis(self) -> int:
-        remaining = self.remaining
-        self.remaining -= 2_000
-        return remaining
-
-
 def test_lambda_handler_stops_before_deadline_and_continues(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -67,10 +55,12 @@ def test_lambda_handler_stops_before_deadline_and_continues(
     event = {"checkpoint_id": "lambda-run"}
     results: list[dict[str, Any]] = []
     while not results or results[-1]["status"] != "done":
-        results.append(lambda_agent.handler(event, FakeLambdaContext(budget_ms=6_500)))
+        context = lambda_agent.LocalContext(budget_ms=9_000)  # a fake clock, 2 s per turn
+        results.append(lambda_agent.handler(event, context, clock=context.clock))
         assert len(results) < 10
-    # 6.5 s per invocation, 2 s per turn, 3 s margin: two turns, then stop and come back.
-    assert [(r["status"], r["turns_here"]) for r in results] == [("continue", 2), ("done", 2)]
+    # 9 s per invocation, 2 s per turn: after two turns 5 s are left, exactly what a third
+    # is given (2 x 2 s + 1 s); after three, 3 s are left: stop and come back.
+    assert [(r["status"], r["turns"]) for r in results] == [("continue", 3), ("done", 4)]
     reference = _uninterrupted(tmp_path)
     with stashpoint.open() as stash:
         from stashpoint.agent import AgentCheckpoint
@@ -158,5 +148,9 @@ def test_lambda_example_runs_locally_with_a_fake_context(tmp_path: Path) -> None
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [(r["status"], r["turns_here"]) for r in lines] == [("continue", 2), ("done", 2)]
+    # 6.5 s per invocation, turns of 2 s: after the first turn of an invocation, 4.5 s are
+    # left and a second turn is given 2 x 2 s + 1 s, so each invocation runs one turn.
+    assert [(r["status"], r["turns"]) for r in lines] == [
+        ("continue", 1), ("continue", 2), ("continue", 3), ("done", 4),
+    ]  # fmt: skip
     assert "42" in lines[-1]["answer"]

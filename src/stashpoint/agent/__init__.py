@@ -11,6 +11,7 @@ from stashpoint.agent.checkpoint import (
     CheckpointCursor,
 )
 from stashpoint.agent.conversation import AsyncConversationStore, ConversationStore
+from stashpoint.agent.deadline import Deadline
 from stashpoint.agent.logic import (
     AsyncTurn,
     Turn,
@@ -32,6 +33,7 @@ from stashpoint.agent.models import (
     ModelResponse,
     ReadyForTurn,
     ResumePolicy,
+    Suspended,
     ToolCall,
     TurnInFlight,
     Usage,
@@ -54,12 +56,14 @@ __all__ = [
     "CheckpointCursor",
     "Completed",
     "ConversationStore",
+    "Deadline",
     "DurableConversationCheckpoint",
     "Message",
     "ModelRef",
     "ModelResponse",
     "ReadyForTurn",
     "ResumePolicy",
+    "Suspended",
     "ToolCall",
     "Turn",
     "TurnInFlight",

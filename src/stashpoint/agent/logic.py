@@ -10,16 +10,19 @@ store and a driver.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
 
+from stashpoint.agent.deadline import Deadline
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
     SEED_AGENT_KIND,
+    TURN_HISTORY,
     AgentCheckpointState,
     AgentOutcome,
     Completed,
@@ -29,6 +32,7 @@ from stashpoint.agent.models import (
     ModelResponse,
     ReadyForTurn,
     ResumePolicy,
+    Suspended,
     TurnInFlight,
     Usage,
 )
@@ -261,9 +265,7 @@ class Saved:
 
 def _log_state(state: AgentCheckpointState, start: int) -> dict[str, Any]:
     """Return what an entry stores of `state`: everything but the transcript's messages."""
-    stored = state.model_dump(mode="json", exclude={"transcript"})
-    if state.durable_conversation is None:
-        stored.pop("durable_conversation", None)
+    stored = state.to_payload(transcript=False)
     stored["transcript_start"] = start
     stored["transcript_length"] = len(state.transcript)
     return stored
@@ -504,13 +506,17 @@ def run_turn(
     *,
     marked: bool = False,
     mark_next: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+    goes_on: Callable[[AgentCheckpointState], Steps[bool]] | None = None,
 ) -> Steps[tuple[Saved, AgentCheckpointState]]:
     """Run one turn durably: in flight before the model runs, stable after.
 
     `marked`: the in-flight marker of this turn is saved already (by the previous turn's
     commit). `mark_next`: if the agent goes on, save this turn's commit with the next
     turn's in-flight marker, one append instead of two; only `run()` knows that a next
-    turn follows at once. Returns the saved state and the state to continue from
+    turn follows at once, and `goes_on(state)` (a deadline's plan) may still say it does
+    not. The turn's duration on `clock` joins `turn_seconds`. Returns the saved state (in
+    flight for the next turn if it was marked) and the state to continue from
     (`ReadyForTurn` or `Completed`).
     """
     if state.outcome() is not None or saved.state.outcome() is not None:
@@ -526,10 +532,14 @@ def run_turn(
         saved = yield from save_saved(
             storage, saved, state.model_copy(update={"phase": TurnInFlight(turn=number)})
         )
+    started = yield from ask(Call(clock, ()))
     result = yield from ask(Call(turn, (state, number)))
+    took = (yield from ask(Call(clock, ()))) - started
     if not isinstance(result, TurnResult):
         raise TypeError(f"a turn must return a TurnResult, not {type(result).__name__}")
     after = after_turn(state, result)
+    durations = [*state.turn_seconds, round(max(0.0, took), 3)][-TURN_HISTORY:]
+    after = after.model_copy(update={"turn_seconds": durations})
     durable = after.durable_conversation
     if durable is not None and commit_conversations:
         version = yield from commit_conversation(
@@ -541,6 +551,8 @@ def run_turn(
         )
         durable = durable.model_copy(update={"expected_version": version})
         after = after.model_copy(update={"durable_conversation": durable})
+    if mark_next and after.outcome() is None:
+        mark_next = True if goes_on is None else (yield from goes_on(after))
     if mark_next and after.outcome() is None:
         # The next turn starts as soon as this one is stored: one append says both.
         marker = after.model_copy(update={"phase": TurnInFlight(turn=after.turns + 1)})
@@ -562,10 +574,14 @@ def run(
     transcript: list[Message],
     max_turns: int,
     durable: DurableConversationCheckpoint | None,
-) -> Steps[AgentOutcome]:
-    """Resume (or start) and run turns until completion.
+    deadline: Deadline | None = None,
+) -> Steps[AgentOutcome | Suspended]:
+    """Resume (or start) and run turns until completion, or until the deadline is near.
 
-    A completed checkpoint returns its outcome without running a turn.
+    A completed checkpoint returns its outcome without running a turn. With `deadline`, a
+    turn starts only if the time left covers what recent turns needed
+    (`Deadline.needed`); otherwise the finished turns are saved with no turn in flight and
+    `Suspended` is returned.
     """
     try:
         saved, state = yield from resume(storage, checkpoint_id, policy, agent, model)
@@ -574,7 +590,24 @@ def run(
             storage, checkpoint_id, agent=agent, model=model, transcript=transcript,
             execution_id=None, run_id=None, durable=durable,
         )  # fmt: skip
+    shortfall: list[tuple[float, float]] = []
+
+    def fits(after: AgentCheckpointState, first: bool = False) -> Steps[bool]:
+        """Whether the next turn fits the time left (the shortfall is kept when not)."""
+        if deadline is None:
+            return True
+        left = float((yield from ask(Call(deadline.remaining, ()))))
+        needed = deadline.needed(after.turn_seconds, first=first)
+        if left < needed:
+            shortfall.append((left, needed))
+            return False
+        return True
+
+    clock = time.monotonic if deadline is None else deadline.clock
     marked = False
+    if state.outcome() is None and not (yield from fits(state, first=True)):
+        left, needed = shortfall[-1]
+        return Suspended(turns=state.turns, remaining_seconds=left, needed_seconds=needed)
     while (outcome := state.outcome()) is None:
         if state.turns >= max_turns:
             raise LimitExceeded(
@@ -585,10 +618,40 @@ def run(
         mark_next = state.turns + 1 < max_turns
         saved, state = yield from run_turn(
             storage, saved, state, commit_conversations, turn, marked=marked,
-            mark_next=mark_next,
+            mark_next=mark_next, clock=clock, goes_on=fits,
         )  # fmt: skip
-        marked = mark_next and state.outcome() is None
+        marked = isinstance(saved.state.phase, TurnInFlight)
+        if state.outcome() is None and not marked and shortfall:
+            left, needed = shortfall[-1]
+            return Suspended(turns=state.turns, remaining_seconds=left, needed_seconds=needed)
     return outcome
+
+
+def resolve(
+    storage: AgentStorage, checkpoint_id: str, *, retry: bool
+) -> Steps[tuple[bool, AgentCheckpointState]]:
+    """Settle a turn left in flight (the process died mid-turn), as an operator decided.
+
+    `retry`: the turn runs again from the transcript saved before it (its effects may
+    repeat). Otherwise it is abandoned: counted as done with nothing added, and listed in
+    `abandoned_turns`. Returns whether there was a turn to settle, and the state now.
+    """
+    saved = yield from load_saved(storage, checkpoint_id)
+    phase = saved.state.phase
+    if not isinstance(phase, TurnInFlight):
+        return False, saved.state
+    if retry:
+        state = saved.state.model_copy(update={"phase": ReadyForTurn()})
+    else:
+        state = saved.state.model_copy(
+            update={
+                "phase": ReadyForTurn(),
+                "turns": saved.state.turns + 1,
+                "abandoned_turns": [*saved.state.abandoned_turns, phase.turn],
+            }
+        )
+    yield from save_saved(storage, saved, state)
+    return True, state
 
 
 def _conversation_head(cas: CompareAndSwap, key: str) -> Steps[Envelope | None]:

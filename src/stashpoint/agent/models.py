@@ -176,6 +176,25 @@ class AgentOutcome(_Closed):
     """Usage at completion."""
 
 
+class Suspended(_Closed):
+    """What `run_until` returns when the time left would not fit the next turn.
+
+    Every finished turn is saved and no turn is in flight: invoke again (Step Functions
+    loop, re-queue) to continue.
+    """
+
+    turns: int
+    """Turns completed so far."""
+    remaining_seconds: float
+    """Time left when the runner stopped."""
+    needed_seconds: float
+    """Time the next turn was expected to need (its recent durations, with headroom)."""
+
+
+TURN_HISTORY = 20
+"""Turn durations an agent checkpoint keeps (the latest)."""
+
+
 class AgentCheckpointState(BaseModel):
     """Versioned agent state stored in a domain-neutral checkpoint envelope."""
 
@@ -201,6 +220,12 @@ class AgentCheckpointState(BaseModel):
     """Current recovery phase."""
     durable_conversation: DurableConversationCheckpoint | None = None
     """Atomic conversation commit metadata, when this is a durable turn (omitted if None)."""
+    turn_seconds: list[float] = Field(default_factory=list)
+    """How long the latest turns took, oldest first (at most `TURN_HISTORY`; omitted when
+    empty): `run_until` plans from them."""
+    abandoned_turns: list[int] = Field(default_factory=list)
+    """Turns an operator abandoned after they were interrupted (`resolve`; omitted when
+    empty)."""
 
     def outcome(self) -> AgentOutcome | None:
         """Return the outcome of a completed execution, None in any other phase."""
@@ -215,11 +240,19 @@ class AgentCheckpointState(BaseModel):
             usage=self.usage,
         )
 
-    def to_payload(self) -> dict[str, Any]:
-        """Return the JSON payload as the seed serialises it (no `durable_conversation`)."""
-        payload = self.model_dump(mode="json", exclude_none=False)
+    def to_payload(self, *, transcript: bool = True) -> dict[str, Any]:
+        """Return the JSON payload as the seed serialises it (no `durable_conversation`).
+
+        `transcript=False` leaves the transcript out (a log stores it as records).
+        """
+        payload = self.model_dump(
+            mode="json", exclude_none=False, exclude=None if transcript else {"transcript"}
+        )
         if self.durable_conversation is None:
             payload.pop("durable_conversation")
+        for added in ("turn_seconds", "abandoned_turns"):  # not the seed's: only when used
+            if not payload[added]:
+                payload.pop(added)
         return payload
 
 

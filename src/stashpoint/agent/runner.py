@@ -19,6 +19,7 @@ from stashpoint.agent.checkpoint import (
     CheckpointCursor,
     _CursorApi,
 )
+from stashpoint.agent.deadline import Deadline
 from stashpoint.agent.logic import AsyncTurn
 from stashpoint.agent.models import (
     AgentCheckpointState,
@@ -27,6 +28,7 @@ from stashpoint.agent.models import (
     Message,
     ModelRef,
     ResumePolicy,
+    Suspended,
 )
 from stashpoint.steps import Steps
 from stashpoint.twins import Awaiting, Blocking, operation
@@ -111,11 +113,51 @@ class _RunnerApi(Generic[HandleT, CursorT]):
 
         A completed checkpoint returns its outcome without calling the model again.
         """
-        return logic.run(
+        outcome = yield from logic.run(
             self.checkpoint._storage, self.checkpoint.id, turn, policy=self.policy,
             commit_conversations=self.commit_conversations, agent=agent, model=model,
             transcript=transcript or [], max_turns=max_turns, durable=durable,
         )  # fmt: skip
+        assert isinstance(outcome, AgentOutcome)  # no deadline: never suspended
+        return outcome
+
+    @operation
+    def run_until(
+        self,
+        deadline: Deadline,
+        turn: AsyncTurn,
+        *,
+        agent: str,
+        model: ModelRef,
+        transcript: list[Message] | None = None,
+        max_turns: int = 100,
+        durable: DurableConversationCheckpoint | None = None,
+    ) -> Steps[AgentOutcome | Suspended]:
+        """Run turns like `run`, but start one only if it is likely to end before `deadline`.
+
+        The checkpoint keeps how long recent turns took; a turn starts only if the time
+        left covers the slowest of them with headroom (`Deadline`). Otherwise every
+        finished turn is saved, no turn is left in flight, and `Suspended` is returned:
+        invoke again to go on (a Lambda handler returns "continue" to its Step Functions
+        loop). `Deadline.of_lambda(context)` reads a Lambda context.
+        """
+        return logic.run(
+            self.checkpoint._storage, self.checkpoint.id, turn, policy=self.policy,
+            commit_conversations=self.commit_conversations, agent=agent, model=model,
+            transcript=transcript or [], max_turns=max_turns, durable=durable,
+            deadline=deadline,
+        )  # fmt: skip
+
+    @operation
+    def resolve(self, *, retry: bool) -> Steps[tuple[bool, AgentCheckpointState]]:
+        """Settle a turn a dead process left in flight, as an operator decided.
+
+        `retry=True` runs it again on the next resume (its model calls and tools may
+        repeat); `retry=False` abandons it (counted, nothing added, listed in
+        `abandoned_turns`). Returns whether a turn was in flight, and the state now. The
+        command line: `stashpoint agent resolve ID --retry-turn | --abandon-turn`.
+        """
+        return logic.resolve(self.checkpoint._storage, self.checkpoint.id, retry=retry)
 
 
 class AgentRunner(Blocking, _RunnerApi[AgentCheckpoint, CheckpointCursor]):

@@ -37,6 +37,8 @@ app = typer.Typer(
 )
 runs_app = typer.Typer(help="Graph runs: list and inspect.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
+agent_app = typer.Typer(help="Agent checkpoints: settle interrupted turns.", no_args_is_help=True)
+app.add_typer(agent_app, name="agent")
 threads_app = typer.Typer(
     help="LangGraph threads (stashpoint.langgraph): list and inspect.", no_args_is_help=True
 )
@@ -673,6 +675,42 @@ def runs_list(
     out.print(runs_table(page.items))
     if page.cursor:
         out.print(f"more: --cursor {page.cursor}")
+
+
+@agent_app.command("resolve")
+def agent_resolve(
+    checkpoint_id: Annotated[str, typer.Argument(help="Agent checkpoint id.")],
+    retry_turn: Annotated[
+        bool, typer.Option("--retry-turn", help="Run the interrupted turn again.")
+    ] = False,
+    abandon_turn: Annotated[
+        bool, typer.Option("--abandon-turn", help="Count it as done, add nothing, go on.")
+    ] = False,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Settle a turn a dead process left in flight (resume refuses it as ambiguous).
+
+    --retry-turn: its model calls and tools run again (they may repeat effects).
+    --abandon-turn: it is counted and listed in `abandoned_turns`; nothing is added.
+    """
+    from stashpoint.agent import AgentCheckpoint, AgentRunner, TurnInFlight
+
+    if retry_turn == abandon_turn:
+        raise typer.BadParameter("pass exactly one of --retry-turn and --abandon-turn")
+    with _open(url) as stash:
+        runner = AgentRunner(AgentCheckpoint.existing(checkpoint_id, stash.checkpoints))
+        _, before = AgentCheckpoint.existing(checkpoint_id, stash.checkpoints).load()
+        resolved, _ = runner.resolve(retry=retry_turn)
+    turn = before.phase.turn if isinstance(before.phase, TurnInFlight) else None
+    how = "retried" if retry_turn else "abandoned"
+    if as_json:
+        _emit({"checkpoint_id": checkpoint_id, "resolved": resolved, "turn": turn,
+               "how": how if resolved else None})  # fmt: skip
+    elif resolved:
+        out.print(f"{escape(checkpoint_id)}: turn {turn} {how}; resume it to go on")
+    else:
+        out.print(f"{escape(checkpoint_id)}: no turn in flight, nothing to resolve")
 
 
 @runs_app.command("stuck")
