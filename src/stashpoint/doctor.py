@@ -176,6 +176,7 @@ _HOT = (
     "runs/",
     "run-logs/",
     "agents/",
+    "conversations/",
     "logs/",
     "langgraph/",
     "langgraph-values/",

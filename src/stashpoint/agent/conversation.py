@@ -2,8 +2,10 @@
 
 A turn commits its transcript only if the conversation is still at the version the turn
 loaded (`expected_version`), persisting the transcript minus its leading runtime-only
-messages. The rules live in `agent.logic`; `ConversationStore` and `AsyncConversationStore`
-are made from one definition (`stashpoint.twins`).
+messages. A conversation is an append-only log (namespace `conversations`): a commit
+appends the messages added since the last one. The rules live in `agent.logic`;
+`ConversationStore` and `AsyncConversationStore` are made from one definition
+(`stashpoint.twins`).
 """
 
 from __future__ import annotations
@@ -29,13 +31,13 @@ class _ConversationApi(Generic[StoreT]):
     def __init__(self, store: StoreT) -> None:
         self.store: StoreT = store
         """The checkpoint store holding conversations."""
-        self._cas = store._cas
+        self._storage = logic.AgentStorage.of(store._cas, store._logs)
         self._execute = store._execute
 
     @operation
     def load(self, namespace: str, conversation_id: str) -> Steps[tuple[int, list[Message]]]:
         """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
-        return logic.load_conversation(self._cas, namespace, conversation_id)
+        return logic.load_conversation(self._storage, namespace, conversation_id)
 
     @operation
     def commit(
@@ -45,9 +47,13 @@ class _ConversationApi(Generic[StoreT]):
         expected_version: int,
         messages: Sequence[Message],
     ) -> Steps[int]:
-        """Replace the transcript if still at `expected_version`; return the new version."""
+        """Commit the transcript if still at `expected_version`; return the new version.
+
+        One append of the messages added since the last commit (the whole transcript when
+        it is not an extension of it, for example after a summary).
+        """
         return logic.commit_conversation(
-            self._cas, namespace, conversation_id, expected_version, messages
+            self._storage, namespace, conversation_id, expected_version, messages
         )
 
 

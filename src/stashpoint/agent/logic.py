@@ -10,12 +10,14 @@ store and a driver.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
+import pydantic_core
 
 from stashpoint.agent.deadline import Deadline
 from stashpoint.agent.models import (
@@ -160,6 +162,10 @@ _ALL = 2**62
 """A record count larger than any log: "the whole transcript"."""
 
 
+CONVERSATIONS = "conversations"
+"""Namespace of durable conversation logs: `{prefix}/conversations/{key}/{version}`."""
+
+
 @dataclass(frozen=True)
 class AgentStorage:
     """Where agent checkpoints live: their logs, and the envelopes of earlier versions."""
@@ -167,8 +173,10 @@ class AgentStorage:
     logs: LogSteps
     """Agent checkpoint logs (one per checkpoint id)."""
     cas: CompareAndSwap
-    """The checkpoint namespace: whole-envelope checkpoints of earlier stashpoint versions
-    (read, then migrated to a log on their next save) and durable conversations."""
+    """The checkpoint namespace: whole-envelope checkpoints and durable conversations of
+    earlier stashpoint versions (read, then migrated to a log on their next save)."""
+    conversations: LogSteps
+    """Durable conversation logs (one per conversation key)."""
 
     @classmethod
     def of(cls, cas: CompareAndSwap, logs: Callable[[str], LogSteps] | None = None) -> AgentStorage:
@@ -176,10 +184,11 @@ class AgentStorage:
 
         `logs(namespace)` makes log steps with the stash's settings; default ones otherwise.
         """
-        if logs is not None:
-            return cls(logs(AGENTS), cas)
-        keys = LogKeys(cas.layout, AGENTS)
-        return cls(LogSteps(keys, cas.codec, cas.retry), cas)
+        if logs is None:
+            logs = lambda namespace: LogSteps(  # noqa: E731 - the default, as one expression
+                LogKeys(cas.layout, namespace), cas.codec, cas.retry
+            )
+        return cls(logs(AGENTS), cas, logs(CONVERSATIONS))
 
 
 @dataclass(frozen=True)
@@ -543,7 +552,7 @@ def run_turn(
     durable = after.durable_conversation
     if durable is not None and commit_conversations:
         version = yield from commit_conversation(
-            storage.cas,
+            storage,
             durable.namespace,
             durable.conversation_id,
             durable.expected_version,
@@ -654,64 +663,145 @@ def resolve(
     return True, state
 
 
-def _conversation_head(cas: CompareAndSwap, key: str) -> Steps[Envelope | None]:
+def _transcript_digest(messages: Sequence[Any]) -> str:
+    """Return a digest of a transcript's JSON (what a commit compares, without reading)."""
+    digest = hashlib.sha256()
+    for message in messages:
+        digest.update(hashlib.sha256(pydantic_core.to_json(message)).digest())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class _Conversation:
+    """A conversation's latest commit, and where its transcript is.
+
+    `head` is None for a whole-envelope conversation of an earlier version, or none.
+    """
+
+    head: LogHead | None
+    version: int
+    start: int
+    length: int
+    digest: str
+    legacy: list[Message] | None = None
+
+
+def _conversation(storage: AgentStorage, key: str) -> Steps[_Conversation]:
+    """Read a conversation's latest commit (a listing and the newest objects, no messages)."""
     try:
-        return (yield from cas.load(key))
+        head = yield from storage.conversations.head(key)
     except CheckpointNotFound:
-        return None
+        return (yield from _legacy_conversation(storage, key))
+    return _parsed(storage, key, head)
+
+
+def _legacy_conversation(storage: AgentStorage, key: str) -> Steps[_Conversation]:
+    """Read a whole-envelope conversation of an earlier version (version 0: none)."""
+    try:
+        envelope = yield from storage.cas.load(key)
+    except CheckpointNotFound:
+        return _Conversation(None, 0, 0, 0, _transcript_digest([]))
+    messages = _legacy_messages(envelope)
+    dumped = [m.model_dump(mode="json") for m in messages]
+    return _Conversation(
+        None, envelope.revision + 1, 0, len(messages), _transcript_digest(dumped), messages
+    )
+
+
+def _parsed(storage: AgentStorage, key: str, head: LogHead) -> _Conversation:
+    """Return the commit a conversation log's head describes, or a typed error."""
+    state = head.state if isinstance(head.state, dict) else {}
+    name = storage.conversations.keys.entry(key, head.version)
+    try:
+        base, start, length = int(state["version_base"]), int(state["start"]), int(state["length"])
+        digest = str(state["digest"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidPayload("not a conversation log state", object_name=name) from None
+    if head.kind != CONVERSATION_KIND or start < 0 or start + length != head.next_record:
+        raise InvalidPayload("not a conversation log, or a broken one", object_name=name)
+    return _Conversation(head, base + head.version + 1, start, length, digest)
+
+
+def _legacy_messages(envelope: Envelope) -> list[Message]:
+    if envelope.kind != CONVERSATION_KIND or not isinstance(envelope.payload, dict):
+        raise InvalidPayload("not a conversation", object_name=envelope.id)
+    return [Message.model_validate(m) for m in envelope.payload.get("messages", [])]
 
 
 def load_conversation(
-    cas: CompareAndSwap, namespace: str, conversation_id: str
+    storage: AgentStorage, namespace: str, conversation_id: str
 ) -> Steps[tuple[int, list[Message]]]:
     """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
-    envelope = yield from _conversation_head(cas, conversation_key(namespace, conversation_id))
-    if envelope is None:
-        return 0, []
-    if envelope.kind != CONVERSATION_KIND or not isinstance(envelope.payload, dict):
-        raise InvalidPayload("not a conversation", object_name=envelope.id)
-    return envelope.revision + 1, [
-        Message.model_validate(m) for m in envelope.payload.get("messages", [])
-    ]
+    key = conversation_key(namespace, conversation_id)
+    try:
+        head, entries = yield from storage.conversations.tail(
+            key, _ALL, since=lambda h: _parsed(storage, key, h).start
+        )
+    except CheckpointNotFound:
+        found = yield from _legacy_conversation(storage, key)
+        return found.version, list(found.legacy or [])
+    found = _parsed(storage, key, head)
+    records = [r for e in entries for r in e.records[max(0, found.start - e.first_record) :]]
+    if len(records) != found.length or _transcript_digest(records) != found.digest:
+        raise InvalidPayload(
+            "conversation log's messages do not match its state (missing or changed)",
+            object_name=storage.conversations.keys.entry(key, head.version),
+        )
+    return found.version, [Message.model_validate(m) for m in records]
 
 
 def commit_conversation(
-    cas: CompareAndSwap,
+    storage: AgentStorage,
     namespace: str,
     conversation_id: str,
     expected_version: int,
     messages: Sequence[Message],
 ) -> Steps[int]:
-    """Replace the transcript if still at `expected_version`; return the new version.
+    """Commit the transcript if the conversation is still at `expected_version`.
 
-    Version N means N commits (0: none yet). Committing the same messages again at the next
-    version is the commit already made (a crash after it, before the agent checkpoint moved
-    on). Another turn's commit raises `CheckpointConflict`.
+    Returns the new version; one append of the messages added since the last commit when
+    the transcript extends it. Version N means N commits (0: none yet). Committing the
+    same messages again at the next version is the commit already made (a crash after it,
+    before the agent checkpoint moved on). Another turn's commit raises
+    `CheckpointConflict`.
     """
     key = conversation_key(namespace, conversation_id)
-    payload = {"messages": [m.model_dump(mode="json") for m in messages]}
-
-    def replace(head: Envelope) -> Any:
-        if head.revision + 1 != expected_version:  # another turn committed: abort
-            raise CheckpointConflict(key, expected_revision=expected_version - 1)
-        return payload
-
-    try:
-        if expected_version == 0:
-            initial = Envelope.initial(key, None, CONVERSATION_KIND, 1, payload)
-            yield from cas.compare_and_swap(initial, None)
-        else:
-            yield from cas.update(key, replace)
-        return expected_version + 1
-    except (CheckpointConflict, CheckpointNotFound):
-        head = yield from _conversation_head(cas, key)
-    version = 0 if head is None else head.revision + 1
-    if head is not None and version == expected_version + 1 and head.payload == payload:
-        return version  # our own commit, made before a crash: nothing to do
-    raise CheckpointConflict(
-        key,
-        expected_revision=expected_version - 1 if expected_version else None,
-        actual_revision=None if head is None else head.revision,
-        message=f"conversation moved to version {version}; this turn loaded "
-        f"version {expected_version}",
+    dumped = [m.model_dump(mode="json") for m in messages]
+    digest = _transcript_digest(dumped)
+    found = yield from _conversation(storage, key)
+    if found.version != expected_version:
+        if found.version == expected_version + 1 and found.digest == digest:
+            return found.version  # our own commit, made before a crash: nothing to do
+        raise CheckpointConflict(
+            key,
+            expected_revision=expected_version - 1 if expected_version else None,
+            actual_revision=found.version - 1 if found.version else None,
+            message=f"conversation moved to version {found.version}; this turn loaded "
+            f"version {expected_version}",
+        )
+    extends = found.head is not None and (
+        len(dumped) >= found.length and _transcript_digest(dumped[: found.length]) == found.digest
     )
+    if found.head is None:
+        # A new log: a whole-envelope conversation of an earlier version migrates here.
+        records, start, base = dumped, 0, found.version
+    elif extends:
+        records, start, base = (
+            dumped[found.length :],
+            found.start,
+            found.version - found.head.version - 1,
+        )
+    else:
+        records, start = dumped, found.head.next_record
+        base = found.version - found.head.version - 1
+    state = {"version_base": base, "start": start, "length": len(dumped), "digest": digest}
+    try:
+        yield from storage.conversations.append(
+            key, records, after=found.head, state=state, kind=CONVERSATION_KIND
+        )
+    except CheckpointConflict:
+        again = yield from _conversation(storage, key)
+        if again.version == expected_version + 1 and again.digest == digest:
+            return again.version  # a concurrent identical commit, or our own resent one
+        raise
+    return expected_version + 1

@@ -141,6 +141,13 @@ def _agent_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     return stashpoint.LogStore(storage.logs, stash._execute)
 
 
+def _conversation_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
+    """Return the logs durable conversations live in (namespace `conversations`)."""
+    from stashpoint.agent.logic import CONVERSATIONS
+
+    return stashpoint.LogStore(stash._parts.logs(CONVERSATIONS), stash._execute)
+
+
 def _run_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs graph runs live in (namespace `run-logs`)."""
     from stashpoint.runs.journal import RUN_LOGS
@@ -442,7 +449,8 @@ def export(
             total = len(run or [])
             if prefix is not None:
                 namespaces = (
-                    ("agents", agent_logs), ("logs", stash.logs), ("langgraph", _thread_logs(stash))
+                    ("agents", agent_logs), ("conversations", _conversation_logs(stash)),
+                    ("logs", stash.logs), ("langgraph", _thread_logs(stash)),
                 )  # fmt: skip
                 for namespace, logs in namespaces:
                     ids = logs.list_ids(prefix)
@@ -602,7 +610,7 @@ def gc(
         report = stash.collect_garbage(
             dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history
         )
-        logs = [_agent_logs(stash), _run_logs(stash), stash.logs]
+        logs = [_agent_logs(stash), _conversation_logs(stash), _run_logs(stash), stash.logs]
         log_ids = [(store, log_id) for store in logs for log_id in store.list_ids()]
         if not dry_run:
             for store, log_id in log_ids:

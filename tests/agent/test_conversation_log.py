@@ -1,0 +1,125 @@
+"""Durable conversations are logs: a commit sends the new messages only, whole-envelope
+conversations of earlier versions migrate on their next commit, racing commits at one
+version let exactly one through, and a tampered log is refused."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import stashpoint
+from stashpoint import CheckpointConflict, Envelope, InvalidPayload
+from stashpoint.agent import ConversationStore, Message
+from stashpoint.agent.logic import CONVERSATION_KIND, CONVERSATIONS, conversation_key
+from stashpoint.logs.store import LogStore
+from stashpoint.steps import run_sync
+from stashpoint.stores.objects import PutObject
+
+
+@pytest.fixture(params=["local_url", "s3_seaweed_url"], ids=["local", "s3"])
+def stash(request: pytest.FixtureRequest) -> Any:
+    url, options = request.getfixturevalue(request.param)
+    with stashpoint.open(url, **options) as opened:
+        yield opened
+
+
+def _turn(n: int) -> list[Message]:
+    return [
+        Message(role="user", content=f"question {n} " + "x" * 1500),
+        Message(role="assistant", content=f"answer {n} " + "y" * 1500),
+    ]
+
+
+def _put_bytes(stash: Any) -> list[int]:
+    sent: list[int] = []
+    real = stash._transport.execute
+
+    def execute(request: Any) -> Any:
+        if isinstance(request, PutObject):
+            sent.append(len(request.body))
+        return real(request)
+
+    stash._transport.execute = execute
+    stash._execute = execute
+    stash.checkpoints._execute = execute
+    return sent
+
+
+def test_a_commit_sends_only_the_new_messages(stash: Any) -> None:
+    conversations = ConversationStore(stash.checkpoints)
+    sent = _put_bytes(stash)
+    conversations._execute = stash._execute
+    transcript: list[Message] = []
+    per_commit: list[int] = []
+    for n in range(60):
+        transcript = [*transcript, *_turn(n)]
+        before = sum(sent)
+        assert conversations.commit("t", "chat", n, transcript) == n + 1
+        per_commit.append(sum(sent) - before)
+    version, loaded = conversations.load("t", "chat")
+    assert version == 60 and loaded == transcript
+    early, late = sorted(per_commit[2:12])[5], sorted(per_commit[-10:])[5]
+    assert late <= 1.5 * early, per_commit  # flat: not the whole transcript each time
+    summary = [Message(role="system", content="summary of 60 turns"), *_turn(60)]
+    assert conversations.commit("t", "chat", 60, summary) == 61  # not an extension
+    assert conversations.load("t", "chat") == (61, summary)
+    assert conversations.commit("t", "chat", 60, summary) == 61  # replayed after a crash
+
+
+def test_a_whole_envelope_conversation_migrates_on_its_next_commit(stash: Any) -> None:
+    key = conversation_key("t", "old")
+    old = [m.model_dump(mode="json") for m in _turn(0)]
+    envelope = Envelope.initial(key, None, CONVERSATION_KIND, 1, {"messages": old})
+    cas = stash.checkpoints._cas
+    run_sync(cas.compare_and_swap(envelope, None), stash._execute)
+    run_sync(cas.compare_and_swap(envelope.next({"messages": old}), 0), stash._execute)
+    conversations = ConversationStore(stash.checkpoints)
+    assert conversations.load("t", "old") == (2, _turn(0))
+    with pytest.raises(CheckpointConflict):
+        conversations.commit("t", "old", 1, _turn(9))
+    grown = [*_turn(0), *_turn(1)]
+    assert conversations.commit("t", "old", 2, grown) == 3
+    assert conversations.load("t", "old") == (3, grown)
+    assert conversations.commit("t", "old", 3, [*grown, *_turn(2)]) == 4
+    assert conversations.load("t", "old")[0] == 4
+
+
+def test_racing_commits_at_one_version_let_exactly_one_through(stash: Any) -> None:
+    conversations = ConversationStore(stash.checkpoints)
+    conversations.commit("t", "race", 0, _turn(0))
+    barrier = threading.Barrier(6)
+    won: list[int] = []
+    lost: list[int] = []
+
+    def commit(i: int) -> None:
+        barrier.wait()
+        try:
+            conversations.commit("t", "race", 1, [*_turn(0), *_turn(100 + i)])
+            won.append(i)
+        except CheckpointConflict:
+            lost.append(i)
+
+    threads = [threading.Thread(target=commit, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1 and len(lost) == 5
+    assert conversations.load("t", "race") == (2, [*_turn(0), *_turn(100 + won[0])])
+
+
+def test_a_tampered_conversation_log_is_refused_naming_it(local_url: Any) -> None:
+    url, _ = local_url
+    with stashpoint.open(url) as stash:
+        conversations = ConversationStore(stash.checkpoints)
+        conversations.commit("t", "c", 0, _turn(0))
+        logs = LogStore(stash._parts.logs(CONVERSATIONS), stash._execute)
+        key = conversation_key("t", "c")
+        head = logs.head(key)
+        forged = [{"role": "assistant", "content": "words nobody said"}]
+        logs.append(key, forged, after=head, state=dict(head.state, length=3))
+        with pytest.raises(InvalidPayload, match="do not match") as caught:
+            conversations.load("t", "c")
+        assert "conversations/" in (caught.value.object_name or "")
