@@ -100,6 +100,8 @@ def _log_path(stash: stashpoint.Stash, attempts: int) -> dict[str, dict[str, Any
         meter.times.append(time.perf_counter() - start)
         if n % WINDOW == WINDOW - 1 and (n < WINDOW or n >= attempts - WINDOW):
             found["early" if n < WINDOW else "late"] = meter.window()
+        if n % 1000 == 999:
+            print(f"  run log: attempt {n + 1}", flush=True)
     start = time.perf_counter()
     state = stash.runs.load_run(run_id)
     assert state is not None
@@ -148,6 +150,8 @@ def _baseline(stash: stashpoint.Stash, attempts: int) -> dict[str, dict[str, Any
         transition(lambda run, d=done: run.model_copy(update={"attempts": (*run.attempts[:-1], d)}))
         if n % WINDOW == WINDOW - 1 and (n < WINDOW or n >= attempts - WINDOW):
             found["early" if n < WINDOW else "late"] = meter.window()
+        if n % 250 == 249:
+            print(f"  whole envelope: attempt {n + 1}", flush=True)
     return found
 
 

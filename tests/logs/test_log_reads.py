@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -75,3 +76,21 @@ def test_list_page_skips_past_long_logs_and_pages_by_cursor() -> None:
         # Each page skipped the long logs' remaining entries instead of reading them.
         assert counts["ListKeys"] <= 6
         assert stash.logs.list_page(prefix="c", limit=5) == (["c"], None)
+
+
+def test_an_append_costs_the_same_requests_with_thousands_of_entries_awaiting_clean_up() -> None:
+    """Sealed entries stay an hour: at 40 segments' worth, the seal an append makes still
+    lists the recent entries and the oldest page only (not every page, twice)."""
+    url = f"memory://many-{stashpoint.new_id()}"
+    with stashpoint.open(url) as writer:
+        counts = _counting(writer)
+        head = None
+        per_window: list[int] = []
+        for v in range(40 * SEGMENT_SPAN):
+            if v % SEGMENT_SPAN == 0:
+                per_window.append(sum(counts.values()))
+            head = writer.logs.append("many", [v], after=head, state={"v": v})
+        costs = [b - a for a, b in itertools.pairwise(per_window)]
+        assert costs[-1] <= costs[2] + 1, costs  # flat: not growing with the entries kept
+        assert counts["ListKeys"] <= 4 * 40, counts  # a few listings per sealing
+        assert writer.logs.records("many") == list(range(40 * SEGMENT_SPAN))

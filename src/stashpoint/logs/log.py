@@ -286,14 +286,7 @@ class LogSteps:
                 entry_pages = yield from self._all_pages(entries_prefix, first[0])
         listing = LogListing(log_id)
         for page in entry_pages:
-            for index, key in enumerate(page.keys):
-                name = key[len(entries_prefix) :]
-                if "/" in name:
-                    continue  # another log's entries never sit below ours; not ours to judge
-                version = parse_entry_name(name, key)
-                listing.entries[version] = key
-                if page.modified is not None:
-                    listing.entry_modified[version] = page.modified[index]
+            _add_entries(listing, page, entries_prefix)
         for page in segment_pages:
             for key in page.keys:
                 first_version, _ = parse_segment_name(key[len(segments_prefix) :], key)
@@ -682,8 +675,15 @@ class LogSteps:
         `delete_after` are deleted. Returns how many segments were written. Idempotent and
         safe to run concurrently: segment ranges and bytes are fixed by the entries, and
         segments are created with `If-None-Match: *`.
+
+        With `below` (the seal an append makes), only the recent entries are listed, and
+        clean-up looks at the oldest page of entries: a constant number of requests
+        however many entries await their delay (a fast writer leaves thousands). A range
+        left unsealed further back (a sealer that died) is sealed by `gc` (no `below`),
+        which lists everything.
         """
-        listing = yield from self.listing(log_id, complete=True)
+        recent = below is not None
+        listing = yield from self.listing(log_id, complete=not recent)
         top = listing.top
         if top is None:
             return 0
@@ -697,6 +697,14 @@ class LogSteps:
                     yield from self._write_segment(log_id, listing, first)
                     written += 1
             first += SEGMENT_SPAN
+        if recent:
+            # The oldest entries are the ones old enough to go; the segments listed (and
+            # just written) say which are sealed.
+            entries_prefix = self.keys.entries_prefix(log_id)
+            oldest = LogListing(log_id, segments=listing.segments)
+            _add_entries(oldest, (yield from ask(ListKeys(entries_prefix))), entries_prefix)
+            yield from self._clean(oldest)
+            return written
         if written:
             listing = yield from self.listing(log_id, ordered=True, complete=True)
         yield from self._clean(listing)
@@ -809,6 +817,18 @@ class LogSteps:
             token = page.next_token
             if token is None:
                 return ids
+
+
+def _add_entries(listing: LogListing, page: KeyPage, entries_prefix: str) -> None:
+    """Add the entries a page of keys lists (with when each was written) to `listing`."""
+    for index, key in enumerate(page.keys):
+        name = key[len(entries_prefix) :]
+        if "/" in name:
+            continue  # another log's entries never sit below ours; not ours to judge
+        version = parse_entry_name(name, key)
+        listing.entries[version] = key
+        if page.modified is not None:
+            listing.entry_modified[version] = page.modified[index]
 
 
 def _top_sources(
