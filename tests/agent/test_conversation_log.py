@@ -123,3 +123,104 @@ def test_a_tampered_conversation_log_is_refused_naming_it(local_url: Any) -> Non
         with pytest.raises(InvalidPayload, match="do not match") as caught:
             conversations.load("t", "c")
         assert "conversations/" in (caught.value.object_name or "")
+
+
+def test_commits_through_a_fault_proxy_lose_and_duplicate_no_message(
+    seaweedfs: Any,
+) -> None:
+    """Six writers extend one conversation through dropped requests and answers, 503s and
+    409s: every acknowledged message is in the final transcript once, none twice."""
+    import uuid
+
+    from botocore.config import Config
+
+    from tests.faultproxy import FaultPlan, FaultProxy
+
+    plan = FaultPlan(
+        {"drop_response": 0.08, "drop_request": 0.05, "slowdown": 0.05, "conflict": 0.05}
+    )
+    config = Config(
+        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
+    )
+    prefix = f"t-{uuid.uuid4().hex}"
+    acknowledged: list[str] = []
+    unknown: list[str] = []
+    lock = threading.Lock()
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
+        with stashpoint.open(url, client_config=config) as stash:
+            conversations = ConversationStore(stash.checkpoints)
+
+            def writer(who: int) -> None:
+                for n in range(6):
+                    text = f"w{who}-{n}"
+                    for _ in range(50):
+                        try:
+                            version, messages = conversations.load("t", "shared")
+                            new = [*messages, Message(role="user", content=text)]
+                            conversations.commit("t", "shared", version, new)
+                            with lock:
+                                acknowledged.append(text)
+                            break
+                        except CheckpointConflict:
+                            continue  # another writer went first: load and extend again
+                        except stashpoint.StashpointError:
+                            with lock:
+                                unknown.append(text)
+                            break
+
+            threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        version, messages = ConversationStore(clean.checkpoints).load("t", "shared")
+    texts = [m.content for m in messages]
+    assert all(texts.count(t) == 1 for t in acknowledged), "lost or duplicated"
+    assert all(texts.count(t) <= 1 for t in unknown), "duplicated"
+    assert set(texts) <= set(acknowledged) | set(unknown), "invented"
+    assert version == len(texts) and len(acknowledged) > 20
+    assert plan.injected["drop_response"] > 0 and plan.injected["conflict"] > 0
+
+
+KILLED_WRITER = """
+import sys
+import stashpoint
+from stashpoint.agent import ConversationStore, Message
+with stashpoint.open(sys.argv[1]) as stash:
+    conversations = ConversationStore(stash.checkpoints)
+    version, messages = conversations.load("t", "killed")
+    for n in range(version, 100_000):
+        print("try", n, flush=True)
+        messages = [*messages, Message(role="user", content=f"m{n}")]
+        version = conversations.commit("t", "killed", version, messages)
+        print("acked", n, flush=True)
+"""
+
+
+def test_a_writer_killed_mid_commit_loses_no_acknowledged_message(tmp_path: Any) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    url = f"local://{tmp_path / 'stash'}"
+    acked: list[int] = []
+    for round_ in range(3):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", KILLED_WRITER, url], stdout=subprocess.PIPE, text=True
+        )
+        assert writer.stdout is not None
+        lines: list[str] = []
+        while len([x for x in lines if x.startswith("acked")]) < 20 + 7 * round_:
+            lines.append(writer.stdout.readline())
+        writer.send_signal(signal.SIGKILL)  # somewhere in the next commit, or between two
+        assert writer.wait(timeout=30) == -signal.SIGKILL
+        lines += writer.stdout.read().splitlines()
+        acked += [int(x.split()[1]) for x in lines if x.startswith("acked")]
+        with stashpoint.open(url) as stash:
+            version, messages = ConversationStore(stash.checkpoints).load("t", "killed")
+        texts = [m.content for m in messages]
+        assert texts == [f"m{n}" for n in range(len(texts))]  # in order, no gap, none twice
+        assert len(texts) in (max(acked) + 1, max(acked) + 2)  # at most the one in flight
+        assert version == len(texts)
