@@ -45,6 +45,10 @@ class ErrorKind(StrEnum):
     """The object sits in an archive storage class: restore it before reading it."""
     FENCED = "fenced"
     """Another worker took the run over: this worker's epoch is stale; stop, store nothing."""
+    NONDETERMINISTIC = "nondeterministic"
+    """A replay asked for other steps than the run recorded, in another order."""
+    STEP_INTERRUPTED = "step_interrupted"
+    """An at-most-once step started before and did not complete: it is not run again."""
 
 
 class StashpointError(Exception):
@@ -189,6 +193,40 @@ class Fenced(StashpointError):
         super().__init__(
             f"fenced: this worker holds epoch {epoch}, the run was taken over (epoch "
             f"{current_epoch}); nothing was stored",
+            object_name=run_id,
+        )
+
+
+class NondeterministicReplay(StashpointError):
+    """A durable run replayed another step than the one recorded at the same position."""
+
+    kind = ErrorKind.NONDETERMINISTIC
+
+    def __init__(self, run_id: str, *, position: int, recorded: str, asked: str) -> None:
+        self.position = position
+        """Position of the step (0: the first)."""
+        self.recorded = recorded
+        """The step the run recorded there."""
+        self.asked = asked
+        """The step the replay asked for."""
+        super().__init__(
+            f"replay asked for step {asked!r} at position {position}, where the run recorded "
+            f"{recorded!r}: steps must run in the same order on every replay",
+            object_name=run_id,
+        )
+
+
+class StepInterrupted(StashpointError):
+    """An at-most-once step started before and did not complete; it is not run again."""
+
+    kind = ErrorKind.STEP_INTERRUPTED
+
+    def __init__(self, run_id: str, *, step: str, detail: str) -> None:
+        self.step = step
+        """The step."""
+        super().__init__(
+            f"at-most-once step {step!r} started before and did not complete ({detail}); "
+            "it is not run again: settle it by hand",
             object_name=run_id,
         )
 

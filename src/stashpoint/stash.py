@@ -125,6 +125,20 @@ def _index_factories(
     raise ConfigurationError(f"unknown index {spec!r}: use dynamodb://TABLE, sqlite://PATH or none")
 
 
+class _Kept:
+    """A transport of a named memory stash, shared by its openers: `close` leaves it open."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+
+    def execute(self, request: Any) -> Any:
+        """Execute on the shared transport."""
+        return self._transport.execute(request)
+
+    def close(self) -> None:
+        """Nothing: the named stash lives as long as the process."""
+
+
 def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, Any]) -> _Backend:
     if parsed.scheme == "memory":
         from stashpoint._backends.sqlite import SqliteIndexTransport
@@ -132,11 +146,17 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         if object_options:
             raise ConfigurationError(f"unknown memory options: {', '.join(sorted(object_options))}")
 
+        objects: Any
+        memory_index: Any
         if parsed.location:
             with _shared_memory_lock:
-                objects, memory_index = _shared_memory.setdefault(
+                shared = _shared_memory.setdefault(
                     parsed.location, (MemoryTransport(), SqliteIndexTransport(":memory:"))
                 )
+            # Every opener of a named memory stash shares its transports: closing one
+            # opener must not close them under the others (a closed SQLite connection in
+            # use by another thread crashes the process).
+            objects, memory_index = _Kept(shared[0]), _Kept(shared[1])
         else:
             objects, memory_index = MemoryTransport(), SqliteIndexTransport(":memory:")
         has_index = own.get("index") != "none"

@@ -19,6 +19,7 @@ from stashpoint.agent import (
     CheckpointCursor,
     ModelRef,
 )
+from stashpoint.runs.durable import AsyncDurableRun, DurableRun
 
 
 def blocking(stash: Stash, runner: AgentRunner, handle: AgentCheckpoint) -> None:
@@ -42,3 +43,8 @@ async def awaiting(
     cursor, state = await runner.resume()
     assert_type(cursor, AsyncCheckpointCursor)
     assert_type(await AsyncCheckpointCursor.create(handle, state), AsyncCheckpointCursor)
+
+
+def _durable_runs_are_typed(stash: Stash, async_stash: AsyncStash) -> None:
+    assert_type(stash.runs.durable("r"), DurableRun)
+    assert_type(async_stash.runs.durable("r"), AsyncDurableRun)

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pydantic
 
@@ -45,6 +45,7 @@ from stashpoint.ids import new_id, validate_id
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.retry import RetryPolicy
 from stashpoint.runs import journal, transitions
+from stashpoint.runs.durable import AsyncDurableRun, DurableRun
 from stashpoint.runs.index import RunIndex
 from stashpoint.runs.journal import parse_head
 from stashpoint.runs.models import (
@@ -70,6 +71,8 @@ from stashpoint.stores.blobs import Blobs
 from stashpoint.stores.cas import CompareAndSwap, optimistic_update
 from stashpoint.stores.objects import ListKeys
 from stashpoint.twins import Awaiting, Blocking, operation
+
+DurableT = TypeVar("DurableT", DurableRun, AsyncDurableRun)
 
 RUN_RETRY = RetryPolicy(max_attempts=100, base_delay=0.005, max_delay=0.25)
 """Retry policy of transition loops: many workers may update one run at once."""
@@ -166,8 +169,10 @@ class _Known:
         return self.head.revision_base + self.log.version
 
 
-class _RunApi:
+class _RunApi(Generic[DurableT]):
     """The run operations, defined once as steps; see `RunStore`."""
+
+    _durable_type: type[DurableT]
 
     def __init__(
         self,
@@ -506,6 +511,20 @@ class _RunApi:
         yield from index.clear_marker(marker)
         return indexed
 
+    # -- durable steps -----------------------------------------------------------------------
+
+    def durable(
+        self, run_id: str, *, graph_name: str = "durable", lease: float | None = None
+    ) -> DurableT:
+        """Return the run `run_id` as durable steps (`stashpoint.runs.durable`).
+
+        No request until the first step: then the run is created, or taken over (its
+        previous worker is fenced), and its recorded steps are read for replay.
+        """
+        return self._durable_type(
+            self, validate_id(run_id, what="run id"), graph_name=graph_name, lease=lease
+        )
+
     # -- logic shared by the operations ----------------------------------------------------
 
     def _reindex_one(self, run_id: str, *, legacy_only: bool = False) -> Steps[int]:
@@ -747,13 +766,17 @@ def summary_of(state: RunState) -> RunSummary:
     )
 
 
-class RunStore(Blocking, _RunApi):
+class RunStore(Blocking, _RunApi[DurableRun]):
     """Durable per-attempt recording of graph runs. Thread-safe: share one per process.
 
     Unknown runs raise `RunNotFound`, unknown attempts `AttemptNotFound`, transitions out of
     a final state `TerminalStateConflict`.
     """
 
+    _durable_type = DurableRun
 
-class AsyncRunStore(Awaiting, _RunApi):
+
+class AsyncRunStore(Awaiting, _RunApi[AsyncDurableRun]):
     """The asyncio twin of `RunStore`: the same methods, awaitable."""
+
+    _durable_type = AsyncDurableRun

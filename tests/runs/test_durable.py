@@ -1,0 +1,176 @@
+"""Durable steps: replay returns stored results, a reordered replay is refused, at-most-once
+steps cut off mid-function are reported, a second worker fences the first, and the
+50-item batch example survives `kill -9` on SeaweedFS + DynamoDB Local."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stashpoint
+from stashpoint import Fenced, NondeterministicReplay, StepInterrupted
+from stashpoint.runs.durable import Semantics
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+class Crash(BaseException):
+    """The process died inside the step's function."""
+
+
+def test_a_replay_returns_stored_results_without_running_the_steps(local_url: Any) -> None:
+    url, _ = local_url
+    calls: Counter[str] = Counter()
+
+    def work(name: str, value: int) -> dict[str, int]:
+        calls[name] += 1
+        return {name: value * 10}
+
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r1")
+        assert run.step("a", work, "a", 1) == {"a": 10}
+        assert run.step("b", work, "b", 2) == {"b": 20}
+    with stashpoint.open(url) as stash:  # the next process: replays, then goes on
+        run = stash.runs.durable("r1")
+        assert run.step("a", work, "a", 1) == {"a": 10}
+        assert run.step("b", work, "b", 2) == {"b": 20}
+        assert run.step("c", work, "c", 3) == {"c": 30}
+        run.complete()
+        assert calls == {"a": 1, "b": 1, "c": 1}
+        state = stash.runs.load_run("r1")
+    assert state is not None and state.status is stashpoint.RunStatus.COMPLETED
+    assert [(a.node_id, a.status.value) for a in state.attempts] == [
+        ("a", "completed"), ("b", "completed"), ("c", "completed"),
+    ]  # fmt: skip
+    assert state.attempts[0].input == {"key": "r1:a"}  # the idempotency key, recorded
+
+
+def test_a_reordered_replay_is_refused_naming_both_steps(local_url: Any) -> None:
+    url, _ = local_url
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r2")
+        run.step("fetch", lambda: 1)
+        run.step("store", lambda: 2)
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r2")
+        with pytest.raises(NondeterministicReplay) as caught:
+            run.step("store", lambda: 2)
+    assert (caught.value.position, caught.value.recorded, caught.value.asked) == (
+        0, "fetch", "store",
+    )  # fmt: skip
+    assert caught.value.kind is stashpoint.ErrorKind.NONDETERMINISTIC
+
+
+def test_a_step_cut_off_mid_function_runs_again_or_is_reported(local_url: Any) -> None:
+    url, _ = local_url
+    calls: Counter[str] = Counter()
+
+    def dies(name: str) -> None:
+        calls[name] += 1
+        raise Crash(name)
+
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r3")
+        with pytest.raises(Crash):
+            run.step("charge-card", dies, "charge-card", semantics=Semantics.AT_MOST_ONCE)
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r3")
+        with pytest.raises(StepInterrupted, match="charge-card"):
+            run.step("charge-card", dies, "charge-card", semantics=Semantics.AT_MOST_ONCE)
+    assert calls == {"charge-card": 1}  # never run a second time
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r4")
+        with pytest.raises(Crash):
+            run.step("send", dies, "send")
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r4")
+        assert run.step("send", lambda: "sent") == "sent"  # at least once: again
+        state = stash.runs.load_run("r4")
+    assert state is not None
+    assert [(a.attempt, a.status.value) for a in state.attempts] == [
+        (1, "failed"),
+        (2, "completed"),
+    ]
+    assert "taken over" in (state.attempts[0].error or "")
+
+
+def test_an_error_in_a_step_is_recorded_and_raised(local_url: Any) -> None:
+    url, _ = local_url
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r5")
+        with pytest.raises(ZeroDivisionError):
+            run.step("divide", lambda: 1 / 0)
+        assert run.step("divide", lambda: 0.5) == 0.5  # a retry, same step
+        state = stash.runs.load_run("r5")
+    assert state is not None
+    assert [(a.node_id, a.attempt, a.status.value) for a in state.attempts] == [
+        ("divide", 1, "failed"), ("divide", 2, "completed"),
+    ]  # fmt: skip
+    assert "ZeroDivisionError" in (state.attempts[0].error or "")
+
+
+def test_a_second_worker_fences_the_first(s3_dynamo_url: Any) -> None:
+    url, options = s3_dynamo_url
+    with stashpoint.open(url, **options) as first, stashpoint.open(url, **options) as second:
+        zombie = first.runs.durable("r6")
+        zombie.step("one", lambda: 1)
+        taker = second.runs.durable("r6")
+        assert taker.step("one", lambda: 99) == 1  # replayed, and the run taken over
+        with pytest.raises(Fenced):
+            zombie.step("two", lambda: 2)
+        assert taker.step("two", lambda: 22) == 22
+        taker.complete()
+        state = second.runs.load_run("r6")
+    assert state is not None
+    assert [(a.node_id, a.output) for a in state.attempts] == [("one", 1), ("two", 22)]
+
+
+def test_the_async_twin_awaits_coroutine_steps(memory_url: Any) -> None:
+    url, _ = memory_url
+
+    async def main() -> list[int]:
+        async with stashpoint.open_async(url) as stash:
+            run = stash.runs.durable("r7")
+
+            async def double(x: int) -> int:
+                await asyncio.sleep(0)
+                return 2 * x
+
+            values = [await run.step(f"s{i}", double, i) for i in range(3)]
+            again = stash.runs.durable("r7")
+            values.append(await again.step("s0", double, 100))  # replayed: not 200
+            return values
+
+    assert asyncio.run(main()) == [0, 2, 4, 0]
+
+
+def test_the_batch_example_survives_kill_9_and_runs_each_item_once_per_claim(
+    s3_dynamo_url: Any, tmp_path: Path
+) -> None:
+    url, options = s3_dynamo_url
+    url += f"&index_endpoint_url={options['index_endpoint_url']}"
+    trace = tmp_path / "trace"
+    command = [sys.executable, str(EXAMPLES / "durable_batch.py"), "--url", url, "--id", "batch",
+               "--trace", str(trace)]  # fmt: skip
+    for kills in range(2):
+        worker = subprocess.Popen([*command, "--delay", "0.05"], stdout=subprocess.PIPE)
+        while not trace.exists() or len(trace.read_text().split()) < 12 * (kills + 1):
+            assert worker.poll() is None
+        worker.send_signal(signal.SIGKILL)
+        assert worker.wait(timeout=30) == -signal.SIGKILL
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip() == f"sum {sum(i * i for i in range(50))}"
+    runs = Counter(int(line) for line in trace.read_text().split())
+    assert set(runs) == set(range(50))
+    assert max(runs.values()) <= 2  # at most the item in flight at each kill ran again
+    assert sum(runs.values()) <= 50 + 2
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    assert again.stdout == done.stdout  # a completed run: replayed from its results only
+    assert Counter(int(line) for line in trace.read_text().split()) == runs
