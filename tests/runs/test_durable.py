@@ -108,10 +108,17 @@ def test_an_error_in_a_step_is_recorded_and_raised(local_url: Any) -> None:
         with pytest.raises(ZeroDivisionError):
             run.step("divide", lambda: 1 / 0)
         assert run.step("divide", lambda: 0.5) == 0.5  # a retry, same step
+        assert run.step("next", lambda: "n") == "n"
+        with pytest.raises(stashpoint.InvalidArgument):
+            run.step("odd", lambda: 0, semantics="exactly_once")
         state = stash.runs.load_run("r5")
+    with stashpoint.open(url) as stash:  # a replay sees two steps, in that order
+        replay = stash.runs.durable("r5")
+        assert replay.step("divide", lambda: 9) == 0.5
+        assert replay.step("next", lambda: "x") == "n"
     assert state is not None
     assert [(a.node_id, a.attempt, a.status.value) for a in state.attempts] == [
-        ("divide", 1, "failed"), ("divide", 2, "completed"),
+        ("divide", 1, "failed"), ("divide", 2, "completed"), ("next", 1, "completed"),
     ]  # fmt: skip
     assert "ZeroDivisionError" in (state.attempts[0].error or "")
 

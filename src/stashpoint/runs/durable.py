@@ -28,6 +28,7 @@ from typing import Any
 
 from stashpoint.errors import (
     CheckpointConflict,
+    InvalidArgument,
     NondeterministicReplay,
     StepInterrupted,
     TerminalStateConflict,
@@ -74,7 +75,7 @@ class _DurableApi:
         self._order: list[str] = []
         self._last: dict[str, _Outcome] = {}
         self._tries: dict[str, int] = {}
-        self._position = 0
+        self._asked: list[str] = []
 
     def _run_op(self, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
         """Return the steps of a run-store operation (one driver runs them all)."""
@@ -119,13 +120,18 @@ class _DurableApi:
         An exception from `fn` is recorded (the attempt fails) and raised; the next replay
         runs the step again (`AT_LEAST_ONCE`) or raises `StepInterrupted`.
         """
+        try:
+            semantics = Semantics(semantics)
+        except ValueError:
+            raise InvalidArgument(f"unknown step semantics {semantics!r}") from None
         yield from self._open()
-        position = self._position
-        self._position += 1
-        if position < len(self._order) and self._order[position] != name:
-            raise NondeterministicReplay(
-                self.run_id, position=position, recorded=self._order[position], asked=name
-            )
+        if name not in self._asked:  # asking again for a step is retrying it, not a new one
+            position = len(self._asked)
+            self._asked.append(name)
+            if position < len(self._order) and self._order[position] != name:
+                raise NondeterministicReplay(
+                    self.run_id, position=position, recorded=self._order[position], asked=name
+                )
         last = self._last.get(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             return last.output
@@ -134,9 +140,9 @@ class _DurableApi:
                 f"the run is finished: step {name!r} was never completed in it",
                 object_name=self.run_id,
             )
-        if last is not None and Semantics(semantics) is Semantics.AT_MOST_ONCE:
+        if last is not None and semantics is Semantics.AT_MOST_ONCE:
             raise StepInterrupted(self.run_id, step=name, detail=last.error or last.status.value)
-        if position >= len(self._order):
+        if name not in self._order:
             self._order.append(name)
         attempt = self._tries.get(name, 0) + 1
         self._tries[name] = attempt
