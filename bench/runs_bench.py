@@ -23,13 +23,11 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import stashpoint
 from stashpoint.envelope import Envelope
-from stashpoint.index.requests import PutItems
 from stashpoint.runs.models import (
     RUN_KIND,
     RUN_SCHEMA_VERSION,
@@ -38,38 +36,22 @@ from stashpoint.runs.models import (
     RunState,
 )
 from stashpoint.steps import run_sync
-from stashpoint.stores.objects import PutObject
 from tests import servers
+from tests.meter import Meter
 
 WINDOW = 64
 """Attempts per measured window (two transitions each)."""
 
 
-class _Meter:
-    """Counts one stash's requests, PUT bytes and index items, per window."""
+class _Meter(Meter):
+    """Counts one stash's requests, PUT bytes and index items, per window, with times."""
 
     def __init__(self, stash: stashpoint.Stash) -> None:
-        self.requests: Counter[str] = Counter()
-        self.put_bytes = 0
-        self.index_items = 0
+        super().__init__(stash)
         self.times: list[float] = []
-        real = stash._transport.execute
-
-        def execute(request: Any) -> Any:
-            self.requests[type(request).__name__] += 1
-            if isinstance(request, PutObject):
-                self.put_bytes += len(request.body)
-            if isinstance(request, PutItems):
-                self.index_items += len(request.items)
-            return real(request)
-
-        stash._transport.execute = execute  # type: ignore[method-assign]
-        stash._execute = execute
-        stash.runs._execute = execute
 
     def reset(self) -> None:
-        self.requests.clear()
-        self.put_bytes = self.index_items = 0
+        super().reset()
         self.times = []
 
     def window(self) -> dict[str, Any]:

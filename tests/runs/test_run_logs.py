@@ -4,7 +4,6 @@ earlier versions migrate on their next transition, hostile run logs give typed e
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,7 +18,6 @@ from stashpoint import (
     UnsupportedFormat,
 )
 from stashpoint.envelope import Envelope
-from stashpoint.index.requests import PutItems
 from stashpoint.logs.store import LogStore
 from stashpoint.runs.journal import RUN_LOGS
 from stashpoint.runs.models import (
@@ -30,7 +28,7 @@ from stashpoint.runs.models import (
     RunState,
 )
 from stashpoint.steps import run_sync
-from stashpoint.stores.objects import PutObject
+from tests.meter import Meter
 
 INDEXED = ["memory_url", "local_url", "s3_dynamo_url"]
 
@@ -40,33 +38,7 @@ def target(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return request.getfixturevalue(request.param)
 
 
-class _Meter:
-    """Counts a stash's requests, PUT body bytes and index items written."""
-
-    def __init__(self, stash: stashpoint.Stash) -> None:
-        self.requests: Counter[str] = Counter()
-        self.put_bytes = 0
-        self.index_items = 0
-        real = stash._transport.execute
-
-        def execute(request: Any) -> Any:
-            self.requests[type(request).__name__] += 1
-            if isinstance(request, PutObject):
-                self.put_bytes += len(request.body)
-            if isinstance(request, PutItems):
-                self.index_items += len(request.items)
-            return real(request)
-
-        for holder in (stash, stash._transport, stash.runs):
-            holder._execute = execute  # type: ignore[union-attr]
-        stash._transport.execute = execute  # type: ignore[method-assign]
-
-    def reset(self) -> None:
-        self.requests.clear()
-        self.put_bytes = self.index_items = 0
-
-
-def _transitions(stash: stashpoint.Stash, run_id: str, meter: _Meter, n: int) -> dict[str, Any]:
+def _transitions(stash: stashpoint.Stash, run_id: str, meter: Meter, n: int) -> dict[str, Any]:
     """Record and complete `n` attempts; return the mean cost of a transition."""
     meter.reset()
     for i in range(n):
@@ -87,7 +59,7 @@ def test_a_transition_costs_the_same_at_attempt_256_as_at_attempt_10(
 ) -> None:
     url, options = target
     with stashpoint.open(url, **options) as stash:
-        meter = _Meter(stash)
+        meter = Meter(stash)
         run_id = stash.runs.create_run("batch")
         early = _transitions(stash, run_id, meter, 64)  # a whole sealing period each
         _transitions(stash, run_id, meter, 128)
@@ -109,7 +81,7 @@ def test_every_transition_writes_at_most_two_index_items(
 ) -> None:
     url, options = target
     with stashpoint.open(url, **options) as stash:
-        meter = _Meter(stash)
+        meter = Meter(stash)
         run_id = stash.runs.create_run("g")
         assert meter.index_items == 1
         calls = [
