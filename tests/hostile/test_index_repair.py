@@ -16,6 +16,7 @@ import stashpoint
 from stashpoint import AttemptStatus, RunStatus
 from stashpoint.index.requests import PutItems, ReplaceItems
 from stashpoint.runs import indexing
+from tests.index_items import attempt_ids
 
 
 @pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["sqlite", "dynamodb"])
@@ -49,8 +50,7 @@ def test_load_run_repairs_attempt_items_left_stale_by_an_unindexed_writer(
         assert running_ids(stash, namespace) == {first, second}  # the stale item
         stash.runs.load_run(run_id)
         assert running_ids(stash, namespace) == {second}
-        completed = stash.runs.list_attempts(AttemptStatus.COMPLETED, namespace=namespace)
-        assert [row.attempt_id for row in completed.items] == [first]
+        assert attempt_ids(stash, [run_id], "completed") == [first]
 
 
 def _corrupt(stash: stashpoint.Stash, item: dict[str, Any], **changes: Any) -> None:
@@ -80,12 +80,19 @@ def test_reindex_rewrites_wrong_status_future_revision_and_orphans(
         run_item = items[indexing.RUN_SORT]
         attempt_item = items[indexing.attempt_sk(attempt)]
         # Right revision, wrong status; a revision from the future; an item storage lacks.
-        _corrupt(stash, run_item, status="failed", spk=f"status#{namespace}#failed")
-        _corrupt(stash, attempt_item, revision=10**9, status="running")
+        shard = indexing.shard_of(run_id)
+        failed_partition = indexing.status_partition(namespace, RunStatus.FAILED, shard)
+        _corrupt(stash, run_item, status="failed", rspk=failed_partition)
+        running = indexing.attempt_status_partition(namespace, AttemptStatus.RUNNING, shard)
+        _corrupt(
+            stash, attempt_item, revision=10**9, status="running", aspk=running,
+            assk=f"{attempt_item['started_at']}#{attempt}",
+        )  # fmt: skip
         orphan = dict(attempt_item, sk=indexing.attempt_sk(f"{run_id}~ghost"))
         stash._transport.index.execute(PutItems((orphan,)))
         failed = stash.runs.list_runs(namespace=namespace, status=RunStatus.FAILED)
         assert [row.run_id for row in failed.items] == [run_id]
+        assert running_ids(stash, namespace) == {attempt}
 
         assert stash.runs.reindex(resume=False) >= 1
         after = _items(stash, run_id)

@@ -17,7 +17,9 @@ import pytest
 
 import stashpoint
 from stashpoint import AttemptStatus, RunStatus
+from stashpoint.index.schema import SHARDS
 from tests import servers
+from tests.index_items import attempt_ids
 
 BACKENDS = ["local_url", "s3_dynamo_url"]
 
@@ -44,7 +46,8 @@ def _drop_index(url: str, options: dict[str, Any]) -> None:
     create_table(client, table)
 
 
-def _snapshot(runs: stashpoint.RunStore, ns: str) -> tuple[list[Any], dict[str, list[str]]]:
+def _snapshot(stash: stashpoint.Stash, ns: str) -> tuple[list[Any], dict[str, list[str]]]:
+    runs = stash.runs
     listed = [
         (r.run_id, r.status, r.revision, r.attempts, r.failed_attempts, r.running_attempts)
         for r in runs.list_runs(namespace=ns, limit=1000).items
@@ -52,7 +55,9 @@ def _snapshot(runs: stashpoint.RunStore, ns: str) -> tuple[list[Any], dict[str, 
     by_status = {
         s.value: sorted(a.attempt_id for a in runs.list_attempts(s, namespace=ns, limit=1000).items)
         for s in AttemptStatus
+        if s is not AttemptStatus.COMPLETED  # in no GSI: read from each run's items
     }
+    by_status["completed"] = attempt_ids(stash, [row[0] for row in listed], "completed")
     return listed, by_status
 
 
@@ -81,8 +86,7 @@ def test_sixteen_workers_complete_sixteen_attempts_of_one_run(
         assert [a.output for a in state.attempts] == [{"result": i * i} for i in range(16)]
         row = stash.runs.list_runs(namespace=ns).items[0]
         assert row.revision == before + 16, "one revision per completion, none lost"
-        completed = stash.runs.list_attempts(AttemptStatus.COMPLETED, namespace=ns, limit=100)
-        assert sorted(a.attempt_id for a in completed.items) == sorted(attempts)
+        assert attempt_ids(stash, [run_id], "completed") == sorted(attempts)
         assert stash.runs.list_attempts(namespace=ns).items == []
 
 
@@ -99,15 +103,15 @@ def test_dropped_index_is_rebuilt_by_reindex(target: tuple[str, dict[str, Any]])
             elif n % 3 == 1:
                 stash.runs.complete_attempt(a, n)
                 stash.runs.complete_run(run_id)
-        before = _snapshot(stash.runs, ns)
+        before = _snapshot(stash, ns)
     assert len(before[0]) == 6
     _drop_index(url, options)
     with stashpoint.open(url, **options) as stash:
         assert stash.runs.list_runs(namespace=ns).items == []
         assert stash.runs.reindex() == 6
-        assert _snapshot(stash.runs, ns) == before
+        assert _snapshot(stash, ns) == before
         assert stash.runs.reindex() == 6  # idempotent
-        assert _snapshot(stash.runs, ns) == before
+        assert _snapshot(stash, ns) == before
 
 
 KILLED_BETWEEN_WRITES = textwrap.dedent(
@@ -153,8 +157,7 @@ def test_kill_between_storage_and_index_write_is_repaired(
         else:
             stash.runs.reindex()
         assert stash.runs.list_attempts(namespace=ns).items == []
-        done = stash.runs.list_attempts(AttemptStatus.COMPLETED, namespace=ns).items
-        assert [a.attempt_id for a in done] == [attempt_id]
+        assert attempt_ids(stash, [run_id], "completed") == [attempt_id]
 
 
 def test_thousand_runs_page_from_the_index_alone(
@@ -182,14 +185,20 @@ def test_thousand_runs_page_from_the_index_alone(
         stash._transport.index.client.get().meta.events.register("before-call", count("ddb"))
         seen: list[str] = []
         cursor = None
+        pages = 0
         while True:
             page = stash.runs.list_runs(namespace=ns, limit=50, cursor=cursor)
             seen += [r.run_id for r in page.items]
+            pages += 1
             cursor = page.cursor
             if cursor is None:
                 break
         assert len(seen) == 1000 and len(set(seen)) == 1000  # no duplicates, no gaps
         assert seen == expected  # newest first
         assert all(k.startswith("ddb:") for k in calls), calls  # no S3 request at all
-        assert calls["ddb:Query"] in (20, 21)  # 20 pages (+1 empty page DynamoDB may need)
+        # 20 pages (+1 empty page DynamoDB may need), each one round: a query per shard at
+        # once, then one batch read of the page's items.
+        assert pages in (20, 21)
+        assert calls["ddb:Query"] <= pages * SHARDS
+        assert calls["ddb:BatchGetItem"] == 20
         assert all(r.status is RunStatus.RUNNING for r in stash.runs.list_runs(namespace=ns).items)

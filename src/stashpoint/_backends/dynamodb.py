@@ -1,4 +1,4 @@
-"""DynamoDB as the index: one table, three GSIs (see `index.schema`), boto3 and aiobotocore.
+"""DynamoDB as the index: one table, its GSIs (see `index.schema`), boto3 and aiobotocore.
 
 What each index request means in DynamoDB calls is written once (`dynamodb_calls`);
 the sync and async transports only perform the calls. Writes are conditional on `revision`
@@ -31,6 +31,7 @@ from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
     GetItem,
+    GetItems,
     GetPartition,
     IndexDescription,
     IndexRequest,
@@ -47,7 +48,7 @@ from stashpoint.index.schema import (
     TTL_ATTRIBUTE,
     dynamodb_table_definition,
 )
-from stashpoint.steps import Steps, ask
+from stashpoint.steps import Sleep, Steps, ask
 
 DEFAULT_CLIENT_CONFIG = botocore.config.Config(
     connect_timeout=5,
@@ -61,6 +62,10 @@ _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 _GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
 _CONDITION = f"attribute_not_exists({PARTITION_KEY}) OR {REVISION} < :revision"
+_BATCH_GET = 100
+"""Most keys one BatchGetItem takes."""
+_UNPROCESSED_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 0.0)
+"""Waits between asking again for keys DynamoDB left unprocessed (the last try: no wait)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +176,8 @@ def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
                     if not page.get("LastEvaluatedKey"):
                         return partition
                     query = {**query, "ExclusiveStartKey": page["LastEvaluatedKey"]}
+            case GetItems(keys):
+                return (yield from _get_items(keys, table))
             case GetItem(pk, sk):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
                 response = yield from ask(
@@ -212,13 +219,15 @@ def _query(request: QueryItems, table: str) -> Steps[ItemPage]:
     names = {"#p": gsi.partition_key}
     values: dict[str, Any] = {":p": {"S": request.partition}}
     condition = "#p = :p"
+    limit = request.limit
     if request.sort_at_least is not None and request.sort_below is not None:
         names["#s"] = gsi.sort_key
-        # BETWEEN is inclusive at both ends: the upper bound is exclusive, so it must not
-        # be a key itself (sort keys end in `#{id}`, bounds are bare timestamps).
+        # BETWEEN is inclusive at both ends and the upper bound may be a key (the last one
+        # listed): ask for one more and drop it.
         condition += " AND #s BETWEEN :since AND :below"
         values[":since"] = {"S": request.sort_at_least}
         values[":below"] = {"S": request.sort_below}
+        limit += 1
     elif request.sort_at_least is not None:
         names["#s"] = gsi.sort_key
         condition += " AND #s >= :since"
@@ -231,24 +240,44 @@ def _query(request: QueryItems, table: str) -> Steps[ItemPage]:
         "TableName": table,
         "IndexName": gsi.name,
         "KeyConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
         "ScanIndexForward": False,
-        "Limit": request.limit,
+        "Limit": limit,
     }
-    filters = []
-    for n, (name, value) in enumerate(sorted(request.filters.items())):
-        names[f"#f{n}"] = name
-        values[f":f{n}"] = {"S": value}
-        filters.append(f"#f{n} = :f{n}")
-    if filters:
-        params["FilterExpression"] = " AND ".join(filters)
-    params["ExpressionAttributeNames"] = names
-    params["ExpressionAttributeValues"] = values
-    if request.after is not None:
-        params["ExclusiveStartKey"] = {k: {"S": v} for k, v in request.after.items()}
     response = yield from ask(AwsCall("query", params))
     items = [from_attributes(i) for i in response.get("Items", [])]
-    last = response.get("LastEvaluatedKey")
-    return ItemPage(items, None if last is None else {k: v["S"] for k, v in last.items()})
+    more = bool(response.get("LastEvaluatedKey"))
+    items = [i for i in items if i.get(gsi.sort_key) != request.sort_below]
+    if len(items) > request.limit:
+        items, more = items[: request.limit], True
+    return ItemPage(items, more)
+
+
+def _get_items(keys: tuple[tuple[str, str], ...], table: str) -> Steps[list[Any]]:
+    """BatchGetItem in chunks of 100, asking again for what DynamoDB left unprocessed."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    wanted = list(dict.fromkeys(keys))
+    for start in range(0, len(wanted), _BATCH_GET):
+        pending: list[dict[str, Any]] = [
+            {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
+            for pk, sk in wanted[start : start + _BATCH_GET]
+        ]
+        for delay in _UNPROCESSED_BACKOFF:
+            request = {table: {"Keys": pending, "ConsistentRead": True}}
+            response = yield from ask(AwsCall("batch_get_item", {"RequestItems": request}))
+            for raw in response.get("Responses", {}).get(table, []):
+                item = from_attributes(raw)
+                found[(str(item[PARTITION_KEY]), str(item[SORT_KEY]))] = item
+            pending = response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
+            if not pending:
+                break
+            yield from ask(Sleep(delay))
+        else:
+            raise StorageUnavailable(
+                "DynamoDB left keys unprocessed after every retry (throttled)", object_name=table
+            )
+    return [found.get(key) for key in keys]
 
 
 def dynamodb_transport(settings: DynamoDBSettings) -> AwsTransport:

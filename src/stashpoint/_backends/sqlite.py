@@ -20,6 +20,7 @@ from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
     GetItem,
+    GetItems,
     GetPartition,
     IndexDescription,
     IndexRequest,
@@ -30,11 +31,14 @@ from stashpoint.index.requests import (
 )
 from stashpoint.index.schema import (
     KEY_ATTRIBUTES,
+    LAYOUT,
+    LEGACY_INDEXES,
     PARTITION_KEY,
     REVISION,
     SECONDARY_INDEXES,
     SORT_KEY,
     TTL_ATTRIBUTE,
+    sqlite_missing_columns,
     sqlite_schema,
 )
 
@@ -64,6 +68,37 @@ def _in_transaction(db: sqlite3.Connection, writes: Callable[[], int]) -> int:
         db.execute("ROLLBACK")
         raise
     return written
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """Bring a file made by an older layout to this one, in one transaction.
+
+    Layout 1 (unsharded GSI columns) gains the new key columns, and every item is re-keyed
+    from what it holds: the embedded default needs no `stashpoint reindex`.
+    """
+    if db.execute("PRAGMA user_version").fetchone()[0] >= LAYOUT:
+        return
+    from stashpoint.runs.indexing import rekey  # here: only old files need it
+
+    def rewrite() -> int:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(items)")}
+        for statement in sqlite_missing_columns(columns):
+            db.execute(statement)
+        for name in LEGACY_INDEXES:
+            db.execute(f"DROP INDEX IF EXISTS {name}")
+        changed = 0
+        for pk, sk, raw in db.execute("SELECT pk, sk, item FROM items").fetchall():
+            item = rekey(json.loads(raw))
+            if item is None:
+                continue
+            sets = ", ".join(f"{c} = ?" for c in _COLUMNS[2:])
+            update = f"UPDATE items SET {sets} WHERE pk = ? AND sk = ?"
+            db.execute(update, (*_row(item)[2:], pk, sk))
+            changed += 1
+        db.execute(f"PRAGMA user_version = {LAYOUT}")
+        return changed
+
+    _in_transaction(db, rewrite)
 
 
 class SqliteIndexTransport:
@@ -98,7 +133,10 @@ class SqliteIndexTransport:
         if self.path != ":memory:":
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute("PRAGMA synchronous = NORMAL")
-        for statement in sqlite_schema():
+        table, *indexes = sqlite_schema()
+        connection.execute(table)
+        _upgrade(connection)
+        for statement in indexes:
             connection.execute(statement)
         return connection
 
@@ -128,6 +166,8 @@ class SqliteIndexTransport:
                     "SELECT item FROM items WHERE pk = ? ORDER BY sk", (pk,)
                 ).fetchall()
                 return [json.loads(r[0]) for r in rows]
+            case GetItems(keys):
+                return self._get_items(db, keys)
             case GetItem(pk, sk):
                 found = db.execute(
                     "SELECT item FROM items WHERE pk = ? AND sk = ?", (pk, sk)
@@ -162,6 +202,19 @@ class SqliteIndexTransport:
             (*row[2:], item[PARTITION_KEY], item[SORT_KEY], expected),
         ).rowcount
 
+    @staticmethod
+    def _get_items(db: sqlite3.Connection, keys: tuple[tuple[str, str], ...]) -> list[Any]:
+        found: dict[tuple[str, str], Any] = {}
+        for start in range(0, len(keys), 400):  # SQLite's host-parameter limit
+            chunk = keys[start : start + 400]
+            where = " OR ".join("(pk = ? AND sk = ?)" for _ in chunk)
+            rows = db.execute(
+                f"SELECT pk, sk, item FROM items WHERE {where}", [p for key in chunk for p in key]
+            )
+            for pk, sk, raw in rows:
+                found[(pk, sk)] = json.loads(raw)
+        return [found.get(key) for key in keys]
+
     def _query(self, db: sqlite3.Connection, request: QueryItems) -> ItemPage:
         gsi = _GSI[request.index]
         where = [f"{gsi.partition_key} = ?", f"({TTL_ATTRIBUTE} IS NULL OR {TTL_ATTRIBUTE} > ?)"]
@@ -172,25 +225,13 @@ class SqliteIndexTransport:
         if request.sort_below is not None:
             where.append(f"{gsi.sort_key} < ?")
             params.append(request.sort_below)
-        if request.after is not None:
-            where.append(f"{gsi.sort_key} < ?")
-            params.append(request.after[gsi.sort_key])
-        for name, value in request.filters.items():
-            where.append("json_extract(item, ?) = ?")
-            params += [f"$.{name}", value]
         rows = db.execute(
             f"SELECT item FROM items WHERE {' AND '.join(where)} "
             f"ORDER BY {gsi.sort_key} DESC LIMIT ?",
             (*params, request.limit + 1),
         ).fetchall()
         items = [json.loads(r[0]) for r in rows[: request.limit]]
-        more = len(rows) > request.limit
-        last = (
-            {k: items[-1][k] for k in (PARTITION_KEY, SORT_KEY, gsi.partition_key, gsi.sort_key)}
-            if more and items
-            else None
-        )
-        return ItemPage(items, last)
+        return ItemPage(items, len(rows) > request.limit)
 
     def close(self) -> None:
         """Close this thread's connection (others close when their threads end)."""

@@ -574,7 +574,12 @@ def reindex(
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """Rebuild the run index from storage (idempotent; resumes an interrupted rebuild)."""
+    """Rebuild the run index from storage (idempotent; resumes an interrupted rebuild).
+
+    Also the upgrade of a DynamoDB table from index layout 1: deploy infra/ (it adds the
+    layout-2 GSIs), run this, then delete the old GSIs (`stashpoint doctor` names them).
+    A local (SQLite) index upgrades itself when opened.
+    """
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     spinner = Progress(

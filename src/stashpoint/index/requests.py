@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stashpoint.steps import Request
@@ -72,7 +72,9 @@ class DeleteItem(Request["None"]):
 class QueryItems(Request["ItemPage"]):
     """Request: one page of a secondary index partition, sort key descending.
 
-    Result: `ItemPage`. `after` is the cursor of the previous page (an item's keys).
+    Result: `ItemPage`. The GSIs project keys only, so items carry their keys alone (the
+    SQLite index may give more). Paging continues below the last sort key seen
+    (`sort_below`): sort keys end in a unique id, so that is exact.
     """
 
     index: str
@@ -81,14 +83,21 @@ class QueryItems(Request["ItemPage"]):
     """Partition key value."""
     limit: int
     """Largest page wanted."""
-    after: Mapping[str, str] | None = None
-    """Keys of the last item of the previous page."""
     sort_at_least: str | None = None
     """Only items whose sort key is >= this (a `since` bound)."""
-    filters: Mapping[str, str] = field(default_factory=dict)
-    """Attribute equality filters applied after the key condition."""
     sort_below: str | None = None
-    """Only items whose sort key is < this (leases that ran out before a moment)."""
+    """Only items whose sort key is < this (the previous page's last key, or a moment)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetItems(Request["list[dict[str, Any] | None]"]):
+    """Request: read items by key, consistently (a listing's page).
+
+    Result: the items in the order of `keys`, None where there is no item.
+    """
+
+    keys: tuple[tuple[str, str], ...]
+    """(partition key, sort key) of each item."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +105,9 @@ class ItemPage:
     """One page of query results."""
 
     items: list[dict[str, Any]]
-    """Items, sort key descending."""
-    last_keys: dict[str, str] | None
-    """Keys to continue after, None when the partition is exhausted."""
+    """Items (at least their keys), sort key descending."""
+    more: bool
+    """Whether the partition may hold more items below the last one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +130,14 @@ class IndexDescription:
 
 
 IndexRequest = (
-    PutItems | ReplaceItems | GetPartition | GetItem | DeleteItem | QueryItems | DescribeIndex
+    PutItems
+    | ReplaceItems
+    | GetPartition
+    | GetItem
+    | GetItems
+    | DeleteItem
+    | QueryItems
+    | DescribeIndex
 )
 """Every request an index transport executes."""
 
@@ -130,6 +146,7 @@ INDEX_REQUESTS = (
     ReplaceItems,
     GetPartition,
     GetItem,
+    GetItems,
     DeleteItem,
     QueryItems,
     DescribeIndex,

@@ -3,13 +3,25 @@
 The DynamoDB table, the SQLite table and the infra template all come from these constants,
 so they cannot drift apart.
 
+Layout 2 (sharded, keys only; `runs/indexing.py` builds the items, `docs/index.md` explains):
+
     pk = run#{run_id}   sk = run                  one item per run
     pk = run#{run_id}   sk = attempt#{attempt_id} one item per attempt
-    GSI by_graph:     gpk = graph#{namespace}#{graph_name}      gsk = {created_at}#{run_id}
-    GSI by_status:    spk = status#{namespace}#{status}         ssk = {updated_at}#{run_id}
-                      spk = attempt-status#{namespace}#{status} ssk = {started_at}#{attempt_id}
-    GSI by_namespace: npk = runs#{namespace}                    nsk = {created_at}#{run_id}
+    GSI runs_by_namespace: rnpk = runs#{ns}#{shard}                  rnsk = {created_at}#{run_id}
+    GSI runs_by_status:    rspk = status#{ns}#{status}#{shard}       rssk = {created_at}#{run_id}
+    GSI runs_by_graph:     rgpk = graph#{ns}#{graph}#{status}#{shard} rgsk = {created_at}#{run_id}
+    GSI attempts_by_status: aspk = attempt-status#{ns}#{status}#{shard} assk = {started_at}#{id}
+                            aspk = lease#{ns}#{shard}             assk = {lease expiry}#{id}
     TTL attribute: expires_at (epoch seconds), set when a retention is configured.
+
+`shard` is a hash of the run id modulo `SHARDS`: no GSI partition takes more than its share
+of a namespace's writes, and a listing queries every shard at once and merges them. The GSIs
+project keys only, so a transition that changes no key writes no GSI; a listing reads the
+items of its page afterwards (one batch get). Completed attempts are in no GSI (they are
+most attempts, and a run's attempts are read from its log).
+
+Layout 1 (`LEGACY_INDEXES`: by_graph, by_status, by_namespace, unsharded, projection ALL)
+is what `stashpoint reindex` upgrades from.
 """
 
 from __future__ import annotations
@@ -39,14 +51,25 @@ class SecondaryIndex:
     """Sort key attribute."""
 
 
-BY_GRAPH = SecondaryIndex("by_graph", "gpk", "gsk")
-"""Runs of one graph, newest first."""
-BY_STATUS = SecondaryIndex("by_status", "spk", "ssk")
-"""Runs (and attempts) in one status, most recently updated first."""
-BY_NAMESPACE = SecondaryIndex("by_namespace", "npk", "nsk")
+LAYOUT = 2
+"""Version of the index layout these definitions describe."""
+SHARDS = 8
+"""Write shards of every GSI partition (changing it needs `stashpoint reindex`)."""
+
+RUNS_BY_NAMESPACE = SecondaryIndex("runs_by_namespace", "rnpk", "rnsk")
 """All runs of a namespace, newest first."""
-SECONDARY_INDEXES = (BY_GRAPH, BY_STATUS, BY_NAMESPACE)
-"""Every secondary index of the table."""
+RUNS_BY_STATUS = SecondaryIndex("runs_by_status", "rspk", "rssk")
+"""Runs in one status, newest first."""
+RUNS_BY_GRAPH = SecondaryIndex("runs_by_graph", "rgpk", "rgsk")
+"""Runs of one graph in one status, newest first (a graph's runs: every status at once)."""
+ATTEMPTS_BY_STATUS = SecondaryIndex("attempts_by_status", "aspk", "assk")
+"""Attempts that are not completed, by status; running attempts with a lease, by expiry."""
+SECONDARY_INDEXES = (RUNS_BY_NAMESPACE, RUNS_BY_STATUS, RUNS_BY_GRAPH, ATTEMPTS_BY_STATUS)
+"""Every secondary index of the table (layout 2)."""
+LEGACY_INDEXES = ("by_graph", "by_status", "by_namespace")
+"""The GSIs of layout 1, which a table upgraded by `stashpoint reindex` may still have."""
+LEGACY_KEY_ATTRIBUTES = ("gpk", "gsk", "spk", "ssk", "npk", "nsk")
+"""Key attributes of layout 1 (items rewritten in layout 2 drop them)."""
 
 KEY_ATTRIBUTES = (
     PARTITION_KEY,
@@ -57,7 +80,7 @@ KEY_ATTRIBUTES = (
 
 
 def dynamodb_table_definition(table_name: str) -> dict[str, Any]:
-    """Return `CreateTable` parameters: on-demand billing, the three GSIs."""
+    """Return `CreateTable` parameters: on-demand billing, the GSIs, keys only."""
     return {
         "TableName": table_name,
         "BillingMode": "PAY_PER_REQUEST",
@@ -75,7 +98,7 @@ def dynamodb_table_definition(table_name: str) -> dict[str, Any]:
                     {"AttributeName": gsi.partition_key, "KeyType": "HASH"},
                     {"AttributeName": gsi.sort_key, "KeyType": "RANGE"},
                 ],
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
             }
             for gsi in SECONDARY_INDEXES
         ],
@@ -83,7 +106,10 @@ def dynamodb_table_definition(table_name: str) -> dict[str, Any]:
 
 
 def sqlite_schema() -> list[str]:
-    """Return the SQLite statements creating the same model (idempotent)."""
+    """Return the SQLite statements creating the same model (idempotent).
+
+    A file made by layout 1 keeps its table; `sqlite_upgrade` adds the new key columns.
+    """
     key_columns = ", ".join(f"{name} TEXT" for name in KEY_ATTRIBUTES[2:])
     statements = [
         f"CREATE TABLE IF NOT EXISTS items ({PARTITION_KEY} TEXT NOT NULL, "
@@ -96,3 +122,12 @@ def sqlite_schema() -> list[str]:
         for gsi in SECONDARY_INDEXES
     ]
     return statements
+
+
+def sqlite_missing_columns(columns: set[str]) -> list[str]:
+    """Return the `ALTER TABLE` statements a layout-1 file needs (given its columns)."""
+    return [
+        f"ALTER TABLE items ADD COLUMN {name} TEXT"
+        for name in KEY_ATTRIBUTES[2:]
+        if name not in columns
+    ]

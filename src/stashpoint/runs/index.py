@@ -9,23 +9,33 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from stashpoint.errors import InvalidArgument, StashpointError
 from stashpoint.index.requests import (
     DeleteItem,
     GetItem,
+    GetItems,
     GetPartition,
     PutItems,
     QueryItems,
     ReplaceItems,
 )
-from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS, TTL_ATTRIBUTE
+from stashpoint.index.schema import (
+    ATTEMPTS_BY_STATUS,
+    RUNS_BY_GRAPH,
+    RUNS_BY_NAMESPACE,
+    RUNS_BY_STATUS,
+    SECONDARY_INDEXES,
+    SHARDS,
+)
 from stashpoint.runs import indexing as mapping
 from stashpoint.runs.models import AttemptRow, AttemptStatus, Page, RunHead, RunRow, RunStatus
-from stashpoint.steps import Steps, ask
+from stashpoint.steps import Parallel, Steps, ask
 
 log = logging.getLogger("stashpoint.index")
 
@@ -35,6 +45,8 @@ _MARKER_PK = "meta#progress"
 
 MAX_PAGE = 1000
 """Largest page a listing returns."""
+
+_GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
 
 
 class RunIndex:
@@ -48,10 +60,18 @@ class RunIndex:
         return None if self.ttl_seconds is None else int(time.time()) + self.ttl_seconds
 
     def items(
-        self, head: RunHead, attempts: Iterable[AttemptRow], revision: int
+        self,
+        head: RunHead,
+        attempts: Iterable[AttemptRow],
+        revision: int,
+        *,
+        before: RunHead | None = None,
     ) -> tuple[dict[str, Any], ...]:
-        """Return the run's item at `revision` and the items of `attempts`."""
-        return mapping.items_for(head, attempts, revision, self._expires_at())
+        """Return the run's item at `revision` and the items of `attempts`.
+
+        The run's item is left out if it lists nothing new since `before`.
+        """
+        return mapping.items_for(head, attempts, revision, self._expires_at(), before=before)
 
     def read_marker(self, name: str) -> Steps[str | None]:
         """Return the progress a resumable job (reindex) recorded under `name`."""
@@ -67,16 +87,24 @@ class RunIndex:
         """Forget a finished job's progress."""
         yield from ask(DeleteItem(_MARKER_PK, name))
 
-    def record(self, head: RunHead, touched: Iterable[AttemptRow], revision: int) -> Steps[bool]:
+    def record(
+        self,
+        head: RunHead,
+        touched: Iterable[AttemptRow],
+        revision: int,
+        *,
+        before: RunHead | None = None,
+    ) -> Steps[bool]:
         """Write the run's item and those of the attempts a transition touched.
 
-        One item, or two for a transition of one attempt. Returns False if the index lags
+        One item, or two for a transition of one attempt (one for a heartbeat: the run's
+        item would list the same as at `before`). Returns False if the index lags
         instead: an index failure does not undo or fail the storage write before it
         (storage is the truth); it is logged, and `reindex` or the next `load_run` repairs
         the index.
         """
         try:
-            yield from ask(PutItems(self.items(head, touched, revision)))
+            yield from ask(PutItems(self.items(head, touched, revision, before=before)))
         except StashpointError as exc:
             log.warning("index write for run %s failed; index lags: %s", head.run_id, exc)
             return False
@@ -106,7 +134,7 @@ class RunIndex:
         ahead: list[tuple[dict[str, Any], int | None]] = []
         for item in self.items(head, attempts, revision):
             have = by_sort.pop(str(item["sk"]), None)
-            if have is not None and _same(have, item):
+            if have is not None and mapping.same_listing(have, item):
                 continue
             have_revision = None if have is None else int(have["revision"])
             if have_revision is not None and have_revision > revision:
@@ -133,22 +161,26 @@ class RunIndex:
         limit: int,
         cursor: str | None,
     ) -> Steps[Page[RunRow]]:
-        """Return one page of runs, newest first."""
-        filters: dict[str, str] = {}
+        """Return one page of runs, newest first (created), every shard queried at once.
+
+        A graph's runs in every status are its runs in each status, merged.
+        """
         if graph_name is not None:
-            index, partition = BY_GRAPH.name, mapping.graph_partition(namespace, graph_name)
-            if status is not None:
-                filters["status"] = status.value
+            statuses = list(RunStatus) if status is None else [status]
+            index = RUNS_BY_GRAPH.name
+            partitions = [
+                mapping.graph_partition(namespace, graph_name, s, shard)
+                for s in statuses
+                for shard in range(SHARDS)
+            ]
         elif status is not None:
-            index, partition = BY_STATUS.name, mapping.status_partition(namespace, status)
+            index = RUNS_BY_STATUS.name
+            partitions = mapping.every_shard(partial(mapping.status_partition, namespace, status))
         else:
-            index, partition = BY_NAMESPACE.name, mapping.namespace_partition(namespace)
+            index = RUNS_BY_NAMESPACE.name
+            partitions = mapping.every_shard(partial(mapping.namespace_partition, namespace))
         since_key = None if since is None else mapping.sortable(since)
-        return (
-            yield from self._page(
-                index, partition, since_key, filters, limit, cursor, mapping.run_row
-            )
-        )
+        return (yield from self._page(index, partitions, limit, cursor, mapping.run_row, since_key))
 
     def list_attempts(
         self,
@@ -159,12 +191,25 @@ class RunIndex:
         limit: int,
         cursor: str | None,
     ) -> Steps[Page[AttemptRow]]:
-        """Return one page of attempts in a status, most recently started first."""
-        partition = mapping.attempt_status_partition(namespace, status)
+        """Return one page of attempts in a status, most recently started first.
+
+        Running attempts with a lease sort by lease expiry among the others (the latest
+        moment they are known to be alive). Completed attempts are not indexed.
+        """
+        if status in mapping.UNLISTED_ATTEMPTS:
+            raise InvalidArgument(
+                f"{status.value} attempts are not indexed (most attempts end so, and a GSI "
+                "write each is not worth it): list runs, then read a run's attempts"
+            )
+        partitions = mapping.every_shard(
+            partial(mapping.attempt_status_partition, namespace, status)
+        )
+        if status is AttemptStatus.RUNNING:
+            partitions += mapping.every_shard(partial(mapping.lease_partition, namespace))
         since_key = None if since is None else mapping.sortable(since)
         return (
             yield from self._page(
-                BY_STATUS.name, partition, since_key, {}, limit, cursor, mapping.attempt_row
+                ATTEMPTS_BY_STATUS.name, partitions, limit, cursor, mapping.attempt_row, since_key
             )
         )
 
@@ -173,53 +218,78 @@ class RunIndex:
     ) -> Steps[Page[AttemptRow]]:
         """Return running attempts whose lease ran out before `before`, latest expiry first.
 
-        Only expired leases are read (a sparse index keyed by expiry), never every running
+        Only expired leases are read (partitions keyed by expiry), never every running
         attempt.
         """
-        partition = mapping.lease_partition(namespace)
         return (
             yield from self._page(
-                BY_NAMESPACE.name, partition, None, {}, limit, cursor, mapping.attempt_row,
-                below=mapping.sortable(before),
+                ATTEMPTS_BY_STATUS.name,
+                mapping.every_shard(partial(mapping.lease_partition, namespace)), limit, cursor,
+                mapping.attempt_row, None, below=mapping.sortable(before),
             )
         )  # fmt: skip
 
     def _page(
         self,
         index: str,
-        partition: str,
-        since: str | None,
-        filters: dict[str, str],
+        partitions: list[str],
         limit: int,
         cursor: str | None,
         to_row: Callable[[dict[str, Any]], Row],
+        since: str | None,
         *,
         below: str | None = None,
     ) -> Steps[Page[Row]]:
+        """Merge one page, newest first, from every partition (shard) of a listing.
+
+        One round of queries, all at once, each asking for a whole page below where the
+        cursor left its shard; a shard that answers short but is not exhausted is asked
+        again, so the newest `limit` of the union are exact. Then one batch read of the
+        page's items (the GSIs hold keys only), dropping any that left the listing since
+        (the index is eventually consistent; storage decides).
+        """
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
             raise InvalidArgument(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
-        gsi = {g.name: g for g in (BY_GRAPH, BY_STATUS, BY_NAMESPACE)}[index]
-        after = mapping.decode_cursor(cursor)
-        found: list[dict[str, Any]] = []
-        while len(found) < limit:
-            # With filters, a page can come back short: ask for a full page each time.
-            want = limit if filters else limit - len(found)
-            page = yield from ask(
-                QueryItems(index, partition, want, after, since, filters, sort_below=below)
-            )
-            found.extend(page.items)
-            after = page.last_keys
-            if after is None:
-                break
-        if len(found) > limit:
-            found = found[:limit]
-            last = found[-1]
-            after = {k: last[k] for k in ("pk", "sk", gsi.partition_key, gsi.sort_key)}
-        return Page[Row](items=[to_row(i) for i in found], cursor=mapping.encode_cursor(after))
+        sort_key = _GSI[index].sort_key
+        query = mapping.fingerprint(index, partitions, since)
+        after, done = mapping.decode_cursor(cursor, query)
+        live = [n for n in range(len(partitions)) if n not in done]
 
+        def asked(n: int, above: str | None, want: int) -> QueryItems:
+            upper = min((b for b in (below, above) if b is not None), default=None)
+            return QueryItems(index, partitions[n], want, since, upper)
 
-def _same(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    """Whether a stored item says what storage says (its revision and retention aside)."""
-    ignore = ("revision", TTL_ATTRIBUTE)
-    keys = (set(stored) | set(wanted)) - set(ignore)
-    return all(stored.get(k) == wanted.get(k) for k in keys)
+        pages = yield from ask(Parallel(tuple(asked(n, after, limit) for n in live)))
+        found: dict[int, tuple[list[dict[str, Any]], bool]] = {}
+        for n, page in zip(live, pages, strict=True):
+            items, more = list(page.items), page.more
+            while more and len(items) < limit:  # rare: a short page with more behind it
+                above = str(items[-1][sort_key]) if items else after
+                extra = yield from ask(asked(n, above, limit - len(items)))
+                items, more = items + extra.items, extra.more
+            found[n] = (items, more)
+        merged = sorted(
+            ((str(item[sort_key]), n, item) for n, (items, _) in found.items() for item in items),
+            key=lambda entry: entry[0],
+            reverse=True,
+        )[:limit]
+        # Every shard answered a whole page or all it has, so the page is the newest
+        # `limit` of them all, and every shard goes on below its last key (sort keys end
+        # in a unique id: no two are equal). A shard whose items were all taken and that
+        # has no more is done.
+        taken = Counter(n for _, n, _ in merged)
+        done |= {n for n, (items, more) in found.items() if not more and taken[n] == len(items)}
+        next_cursor = (
+            None
+            if not merged or len(done) == len(partitions)
+            else mapping.encode_cursor(query, merged[-1][0], done)
+        )
+        keys = tuple((str(item["pk"]), str(item["sk"])) for _, _, item in merged)
+        fresh = (yield from ask(GetItems(keys))) if keys else []
+        partition_key = _GSI[index].partition_key
+        rows = [
+            to_row(item)
+            for (_, n, _), item in zip(merged, fresh, strict=True)
+            if item is not None and item.get(partition_key) == partitions[n]
+        ]
+        return Page[Row](items=rows, cursor=next_cursor)

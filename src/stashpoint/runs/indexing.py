@@ -7,13 +7,23 @@ listings and status queries show.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from stashpoint.errors import ConfigurationError
-from stashpoint.index.schema import BY_GRAPH, BY_NAMESPACE, BY_STATUS, TTL_ATTRIBUTE
+from stashpoint.index.schema import (
+    ATTEMPTS_BY_STATUS,
+    LEGACY_KEY_ATTRIBUTES,
+    RUNS_BY_GRAPH,
+    RUNS_BY_NAMESPACE,
+    RUNS_BY_STATUS,
+    SHARDS,
+    TTL_ATTRIBUTE,
+)
 from stashpoint.runs.models import (
     AttemptRow,
     AttemptStatus,
@@ -26,11 +36,19 @@ RUN_SORT = "run"
 """Sort key of a run's own item."""
 ERROR_CHARS = 512
 """Errors are cut to this length in the index (the full text stays in storage)."""
+UNLISTED_ATTEMPTS = (AttemptStatus.COMPLETED,)
+"""Attempt statuses in no GSI: most attempts end completed, and listing them across a
+namespace is not worth a GSI write per attempt (a run's attempts are read from its log)."""
 
 
 def sortable(moment: datetime) -> str:
     """Return a timestamp that sorts as text: fixed-width UTC with microseconds."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def shard_of(run_id: str) -> int:
+    """Return the write shard of a run's GSI entries (stable across processes and versions)."""
+    return zlib.crc32(run_id.encode()) % SHARDS
 
 
 def run_pk(run_id: str) -> str:
@@ -43,33 +61,41 @@ def attempt_sk(attempt_id: str) -> str:
     return f"attempt#{attempt_id}"
 
 
-def graph_partition(namespace: str, graph_name: str) -> str:
-    """Return the by_graph partition of a graph's runs."""
-    return f"graph#{namespace}#{graph_name}"
+def graph_partition(namespace: str, graph_name: str, status: RunStatus, shard: int) -> str:
+    """Return the runs_by_graph partition of a graph's runs in a status, in one shard."""
+    return f"graph#{namespace}#{graph_name}#{status.value}#{shard}"
 
 
-def status_partition(namespace: str, status: RunStatus) -> str:
-    """Return the by_status partition of runs in a status."""
-    return f"status#{namespace}#{status.value}"
+def status_partition(namespace: str, status: RunStatus, shard: int) -> str:
+    """Return the runs_by_status partition of runs in a status, in one shard."""
+    return f"status#{namespace}#{status.value}#{shard}"
 
 
-def attempt_status_partition(namespace: str, status: AttemptStatus) -> str:
-    """Return the by_status partition of attempts in a status."""
-    return f"attempt-status#{namespace}#{status.value}"
+def namespace_partition(namespace: str, shard: int) -> str:
+    """Return the runs_by_namespace partition of a namespace's runs, in one shard."""
+    return f"runs#{namespace}#{shard}"
 
 
-def lease_partition(namespace: str) -> str:
-    """Return the by_namespace partition of running attempts with a lease, by expiry.
+def attempt_status_partition(namespace: str, status: AttemptStatus, shard: int) -> str:
+    """Return the attempts_by_status partition of attempts in a status, in one shard.
 
-    Attempt items do not use by_namespace otherwise, so it holds leases too (a sparse,
-    overloaded index: an item leaves it when its attempt ends).
+    Running attempts with a lease are in the lease partitions instead (by expiry).
     """
-    return f"lease#{namespace}"
+    return f"attempt-status#{namespace}#{status.value}#{shard}"
 
 
-def namespace_partition(namespace: str) -> str:
-    """Return the by_namespace partition of all runs of a namespace."""
-    return f"runs#{namespace}"
+def lease_partition(namespace: str, shard: int) -> str:
+    """Return the attempts_by_status partition of running leased attempts, in one shard.
+
+    A leased running attempt is indexed by lease expiry here and nowhere else, so starting,
+    renewing and ending it each write one GSI entry (renewing moves it: two).
+    """
+    return f"lease#{namespace}#{shard}"
+
+
+def every_shard(partition: Callable[[int], str]) -> list[str]:
+    """Return a partition in every shard (what a listing queries)."""
+    return [partition(shard) for shard in range(SHARDS)]
 
 
 def _short(error: str | None) -> str | None:
@@ -79,20 +105,22 @@ def _short(error: str | None) -> str | None:
 def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, Any]:
     """Return the index item of a run at `revision` (counts come from the head)."""
     created, updated = sortable(head.created_at), sortable(head.updated_at)
+    shard, ns = shard_of(head.run_id), head.namespace
+    order = f"{created}#{head.run_id}"
     return {
         "pk": run_pk(head.run_id),
         "sk": RUN_SORT,
-        BY_GRAPH.partition_key: graph_partition(head.namespace, head.graph_name),
-        BY_GRAPH.sort_key: f"{created}#{head.run_id}",
-        BY_STATUS.partition_key: status_partition(head.namespace, head.status),
-        BY_STATUS.sort_key: f"{updated}#{head.run_id}",
-        BY_NAMESPACE.partition_key: namespace_partition(head.namespace),
-        BY_NAMESPACE.sort_key: f"{created}#{head.run_id}",
+        RUNS_BY_NAMESPACE.partition_key: namespace_partition(ns, shard),
+        RUNS_BY_NAMESPACE.sort_key: order,
+        RUNS_BY_STATUS.partition_key: status_partition(ns, head.status, shard),
+        RUNS_BY_STATUS.sort_key: order,
+        RUNS_BY_GRAPH.partition_key: graph_partition(ns, head.graph_name, head.status, shard),
+        RUNS_BY_GRAPH.sort_key: order,
         "revision": revision,
         TTL_ATTRIBUTE: expires_at,
         "run_id": head.run_id,
         "graph_name": head.graph_name,
-        "namespace": head.namespace,
+        "namespace": ns,
         "status": head.status.value,
         "attempts": head.attempt_count,
         "failed_attempts": head.failed_count,
@@ -110,35 +138,92 @@ def attempt_item(
     started = sortable(row.started_at)
     leased = row.status is AttemptStatus.RUNNING and row.lease_expires_at is not None
     expires = sortable(row.lease_expires_at) if leased and row.lease_expires_at else None
+    shard = shard_of(row.run_id)
+    partition: str | None
+    order: str | None
+    if expires is not None:
+        partition, order = lease_partition(namespace, shard), f"{expires}#{row.attempt_id}"
+    elif row.status in UNLISTED_ATTEMPTS:
+        partition = order = None
+    else:
+        partition = attempt_status_partition(namespace, row.status, shard)
+        order = f"{started}#{row.attempt_id}"
     return {
         "pk": run_pk(row.run_id),
         "sk": attempt_sk(row.attempt_id),
-        BY_STATUS.partition_key: attempt_status_partition(namespace, row.status),
-        BY_STATUS.sort_key: f"{started}#{row.attempt_id}",
+        ATTEMPTS_BY_STATUS.partition_key: partition,
+        ATTEMPTS_BY_STATUS.sort_key: order,
         "revision": revision,
         TTL_ATTRIBUTE: expires_at,
         "attempt_id": row.attempt_id,
         "run_id": row.run_id,
+        "namespace": namespace,
         "node_id": row.node_id,
         "attempt": row.attempt,
         "status": row.status.value,
         "error": _short(row.error),
         "started_at": started,
         "finished_at": None if row.finished_at is None else sortable(row.finished_at),
-        BY_NAMESPACE.partition_key: lease_partition(namespace) if expires else None,
-        BY_NAMESPACE.sort_key: f"{expires}#{row.attempt_id}" if expires else None,
         "lease_expires_at": expires,
     }
 
 
 def items_for(
-    head: RunHead, attempts: Iterable[AttemptRow], revision: int, expires_at: int | None
+    head: RunHead,
+    attempts: Iterable[AttemptRow],
+    revision: int,
+    expires_at: int | None,
+    *,
+    before: RunHead | None = None,
 ) -> tuple[dict[str, Any], ...]:
-    """Return the run's item and those of `attempts` (the ones a transition touched)."""
-    return (
-        run_item(head, revision, expires_at),
-        *(attempt_item(a, head.namespace, revision, expires_at) for a in attempts),
-    )
+    """Return the run's item and those of `attempts` (the ones a transition touched).
+
+    The run's item is left out when it would say what it said at `before` (a heartbeat
+    changes no listed field): the index write then costs the attempt's item alone.
+    """
+    run = run_item(head, revision, expires_at)
+    attempt_items = tuple(attempt_item(a, head.namespace, revision, expires_at) for a in attempts)
+    if before is not None and attempt_items and same_listing(run_item(before, 0, expires_at), run):
+        return attempt_items
+    return (run, *attempt_items)
+
+
+def same_listing(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether a stored item says what `wanted` says (their revisions and retention aside)."""
+    ignore = ("revision", TTL_ATTRIBUTE)
+    keys = (set(stored) | set(wanted)) - set(ignore)
+    return all(stored.get(k) == wanted.get(k) for k in keys)
+
+
+def rekey(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Return a layout-1 item in layout 2 (None: not a run or attempt item).
+
+    Everything the new keys need is in the item itself, except an attempt's namespace,
+    which layout 1 kept only in its status partition (`attempt-status#{ns}#{status}`).
+    """
+    fields = {k: v for k, v in item.items() if k not in LEGACY_KEY_ATTRIBUTES}
+    sort_key = str(item.get("sk", ""))
+    if sort_key == RUN_SORT:
+        row = run_row(item)
+        head = RunHead.model_construct(
+            run_id=row.run_id, graph_name=row.graph_name, namespace=row.namespace,
+            status=row.status, created_at=row.created_at, updated_at=row.updated_at,
+        )  # fmt: skip
+        keys = run_item(head, 0, None)
+    elif sort_key.startswith("attempt#"):
+        namespace = item.get("namespace")
+        if namespace is None:
+            partition = str(item.get("spk") or "")
+            namespace = partition.split("#")[1] if partition.count("#") >= 2 else "default"
+        keys = attempt_item(attempt_row(item), str(namespace), 0, None)
+    else:
+        return None
+    for gsi in (RUNS_BY_NAMESPACE, RUNS_BY_STATUS, RUNS_BY_GRAPH, ATTEMPTS_BY_STATUS):
+        for name in (gsi.partition_key, gsi.sort_key):
+            if name in keys:
+                fields[name] = keys[name]
+    fields.setdefault("namespace", keys["namespace"])
+    return fields
 
 
 def _moment(value: str | None) -> datetime | None:
@@ -179,23 +264,37 @@ def attempt_row(item: Mapping[str, Any]) -> AttemptRow:
     )
 
 
-def encode_cursor(keys: Mapping[str, str] | None) -> str | None:
-    """Return an opaque cursor for the keys of the last item of a page."""
-    if keys is None:
-        return None
-    raw = json.dumps(dict(keys), separators=(",", ":"), sort_keys=True).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def fingerprint(index: str, partitions: Sequence[str], since: str | None) -> str:
+    """Return what ties a cursor to its listing (the same query, in the same shards)."""
+    spec = "|".join((index, *partitions, since or ""))
+    return hashlib.blake2s(spec.encode(), digest_size=6).hexdigest()
 
 
-def decode_cursor(cursor: str | None) -> dict[str, str] | None:
-    """Return the keys inside a cursor; a malformed cursor is a `ConfigurationError`."""
+def encode_cursor(query: str, below: str, done: Iterable[int]) -> str:
+    """Return an opaque cursor: the last sort key listed, and the shards with no more."""
+    raw = json.dumps({"q": query, "below": below, "done": sorted(done)}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None, query: str) -> tuple[str | None, set[int]]:
+    """Return where a cursor of this listing continues: below a key, without some shards.
+
+    A malformed cursor, or one made by another listing, is a `ConfigurationError`.
+    """
     if not cursor:
-        return None
+        return None, set()
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        keys = json.loads(base64.urlsafe_b64decode(padded))
+        decoded = json.loads(base64.urlsafe_b64decode(padded))
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(f"malformed listing cursor {cursor!r}") from exc
-    if not isinstance(keys, dict) or not all(isinstance(v, str) for v in keys.values()):
+    if not isinstance(decoded, dict):
         raise ConfigurationError(f"malformed listing cursor {cursor!r}")
-    return keys
+    below, done = decoded.get("below"), decoded.get("done")
+    if not isinstance(below, str) or not isinstance(done, list):
+        raise ConfigurationError(f"malformed listing cursor {cursor!r}")
+    if not all(type(n) is int for n in done):
+        raise ConfigurationError(f"malformed listing cursor {cursor!r}")
+    if decoded.get("q") != query:
+        raise ConfigurationError("this cursor belongs to another listing (other filters)")
+    return below, set(done)

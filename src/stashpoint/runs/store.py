@@ -712,7 +712,7 @@ class _RunApi(Generic[DurableT]):
         saved = _Known(change.head, log)
         self._remember(run_id, saved)
         if self._index is not None:
-            yield from self._index.record(change.head, touched, saved.revision)
+            yield from self._index.record(change.head, touched, saved.revision, before=known.head)
 
     def _resolve(self, state: RunState) -> Steps[RunState]:
         attempts = []

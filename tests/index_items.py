@@ -1,0 +1,27 @@
+"""Reading a run's index items directly: completed attempts are in no GSI (layout 2), so
+tests that check the index agrees with storage read the run's own partition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import stashpoint
+from stashpoint.index.requests import GetPartition
+from stashpoint.runs import indexing
+
+
+def run_items(stash: stashpoint.Stash, run_id: str) -> dict[str, dict[str, Any]]:
+    """Return a run's index items by sort key (its run item and its attempts' items)."""
+    found = stash._transport.index.execute(GetPartition(indexing.run_pk(run_id)))
+    return {str(item["sk"]): item for item in found}
+
+
+def attempt_ids(stash: stashpoint.Stash, run_ids: Iterable[str], status: str) -> list[str]:
+    """Return the ids of the runs' indexed attempts in `status`, sorted."""
+    return sorted(
+        str(item["attempt_id"])
+        for run_id in run_ids
+        for sk, item in run_items(stash, run_id).items()
+        if sk.startswith("attempt#") and item["status"] == status
+    )
