@@ -28,7 +28,9 @@ from stashpoint.errors import (
     LimitExceeded,
     NondeterministicReplay,
     RunNotFound,
+    RunSuspended,
     StashpointError,
+    StepFailed,
     StepInterrupted,
     StorageUnavailable,
     TerminalStateConflict,
@@ -38,6 +40,7 @@ from stashpoint.errors import (
 
 if TYPE_CHECKING:
     from stashpoint.codec import Codec, Limits
+    from stashpoint.deadline import Deadline
     from stashpoint.envelope import CheckpointInfo, Envelope
     from stashpoint.ids import new_id, validate_id
     from stashpoint.logs import AsyncLogStore, LogEntry, LogHead, LogStore
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
         RunSummary,
         TraceContext,
     )
+    from stashpoint.runs.durable import Retry, Semantics
     from stashpoint.stash import AsyncStash, Options, Stash, open, open_async
     from stashpoint.stores import AsyncStore, Store
 
@@ -61,6 +65,8 @@ _LAZY = {
     **dict.fromkeys(("CheckpointInfo", "Envelope"), "stashpoint.envelope"),
     **dict.fromkeys(("new_id", "validate_id"), "stashpoint.ids"),
     "RetryPolicy": "stashpoint.retry",
+    "Deadline": "stashpoint.deadline",
+    **dict.fromkeys(("Retry", "Semantics"), "stashpoint.runs.durable"),
     **dict.fromkeys(("AsyncLogStore", "LogEntry", "LogHead", "LogStore"), "stashpoint.logs"),
     **dict.fromkeys(("AsyncStash", "Options", "Stash", "open", "open_async"), "stashpoint.stash"),
     **dict.fromkeys(("AsyncStore", "Store"), "stashpoint.stores"),
@@ -109,6 +115,7 @@ __all__ = [
     "CheckpointMetadata",
     "CheckpointNotFound",
     "Codec",
+    "Deadline",
     "ConfigurationError",
     "Envelope",
     "ErrorKind",
@@ -126,14 +133,18 @@ __all__ = [
     "LogHead",
     "LogStore",
     "Options",
+    "Retry",
     "RetryPolicy",
     "RunNotFound",
+    "RunSuspended",
     "RunState",
     "RunStatus",
     "RunStore",
     "RunSummary",
+    "Semantics",
     "Stash",
     "StashpointError",
+    "StepFailed",
     "StepInterrupted",
     "Store",
     "StorageUnavailable",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -49,6 +50,10 @@ class ErrorKind(StrEnum):
     """A replay asked for other steps than the run recorded, in another order."""
     STEP_INTERRUPTED = "step_interrupted"
     """An at-most-once step started before and did not complete: it is not run again."""
+    SUSPENDED = "suspended"
+    """A durable run stopped on purpose (a wait, a retry delay, a deadline): run it later."""
+    STEP_FAILED = "step_failed"
+    """A step failed as many times as its retry policy allows."""
 
 
 class StashpointError(Exception):
@@ -227,6 +232,43 @@ class StepInterrupted(StashpointError):
         super().__init__(
             f"at-most-once step {step!r} started before and did not complete ({detail}); "
             "it is not run again: settle it by hand",
+            object_name=run_id,
+        )
+
+
+class RunSuspended(StashpointError):
+    """A durable run stopped on purpose; nothing is lost: run it again later.
+
+    Not a failure: the handler returns and is invoked again (from `stashpoint runs due`,
+    EventBridge Scheduler, an SQS delay, or a loop) at `until`, or at once when `until` is
+    None (a deadline: the next invocation has time again).
+    """
+
+    kind = ErrorKind.SUSPENDED
+
+    def __init__(self, run_id: str, *, until: datetime | None, reason: str) -> None:
+        self.run_id = run_id
+        """The run."""
+        self.until = until
+        """When the run is due again (None: at once, in a new invocation)."""
+        self.reason = reason
+        """Why: `wait`, `retry` or `deadline`."""
+        when = "now, in a new invocation" if until is None else f"at {until.isoformat()}"
+        super().__init__(f"run suspended ({reason}): run it again {when}", object_name=run_id)
+
+
+class StepFailed(StashpointError):
+    """A step failed on every attempt its retry policy allows; it is not run again."""
+
+    kind = ErrorKind.STEP_FAILED
+
+    def __init__(self, run_id: str, *, step: str, attempts: int, error: str | None) -> None:
+        self.step = step
+        """The step."""
+        self.attempts = attempts
+        """Attempts made."""
+        super().__init__(
+            f"step {step!r} failed {attempts} times, its last error: {error}",
             object_name=run_id,
         )
 

@@ -92,7 +92,8 @@ class Parallel(Request[list[Any]]):
     """
 
     requests: tuple[Request[Any], ...]
-    """The requests; none may be a driver request (`Sleep`, `Compute`, `Call`, `Parallel`)."""
+    """The requests: transport requests, or `Call`s (a caller's functions, run at once on
+    threads of their own, or gathered by asyncio); never `Sleep`, `Compute`, `Parallel`."""
 
 
 PARALLEL_WIDTH = 16
@@ -104,15 +105,28 @@ _pool_lock = threading.Lock()
 
 def _blocking_parallel(request: Parallel, execute: Callable[[Any], Any]) -> list[Any]:
     global _pool
-    if len(request.requests) <= 1:
-        return [execute(r) for r in request.requests]
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor  # here: most users never need it
+    calls = any(isinstance(r, Call) for r in request.requests)
 
+    def one(item: Request[Any]) -> Any:
+        return _blocking_call(item) if isinstance(item, Call) else execute(item)
+
+    if len(request.requests) <= 1:
+        return [one(r) for r in request.requests]
+    from concurrent.futures import ThreadPoolExecutor  # here: most users never need it
+
+    if calls:
+        # A caller's functions get threads of their own: one that waits on stashpoint
+        # (whose requests use the shared pool) must never hold a shared thread meanwhile.
+        with ThreadPoolExecutor(len(request.requests), thread_name_prefix="step") as own:
+            return _gathered([own.submit(one, r) for r in request.requests])
+    if _pool is None:
         with _pool_lock:
             if _pool is None:
                 _pool = ThreadPoolExecutor(PARALLEL_WIDTH, thread_name_prefix="stashpoint")
-    futures = [_pool.submit(execute, r) for r in request.requests]
+    return _gathered([_pool.submit(one, r) for r in request.requests])
+
+
+def _gathered(futures: list[Any]) -> list[Any]:
     results: list[Any] = []
     failure: BaseException | None = None
     for future in futures:
@@ -132,6 +146,9 @@ async def _async_parallel(request: Parallel, execute: Callable[[Any], Awaitable[
     gate = asyncio.Semaphore(PARALLEL_WIDTH)
 
     async def one(item: Request[Any]) -> Any:
+        if isinstance(item, Call):  # the caller's own concurrency: not bounded here
+            result = item.function(*item.args)
+            return await result if isinstance(result, Awaitable) else result
         async with gate:
             return await execute(item)
 

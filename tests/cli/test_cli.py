@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +262,21 @@ def test_runs_stuck_lists_abandoned_attempts_and_takeover_ends_them(tmp_path: Pa
             "item-1": "failed",
             "item-2": "failed",
         }
+
+
+def test_runs_due_lists_waiting_runs_once_their_wake_time_has_come(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    soon = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    with stashpoint.open(url) as stash:
+        early = stash.runs.create_run("nightly")
+        stash.runs.suspend_run(early, until=soon)
+        late = stash.runs.create_run("nightly")
+        stash.runs.suspend_run(late, until=soon + timedelta(hours=1))
+    due = json.loads(cli("runs", "due", "--at", "2030-01-01T12:30:00", "--json", url=url).stdout)
+    assert [row["run_id"] for row in due["items"]] == [early]
+    assert due["items"][0]["wake_at"].startswith("2030-01-01T12:00:00")
+    table = cli("runs", "due", "--at", "2030-01-01T13:00:00+00:00", url=url).stdout
+    assert early in table and late in table
+    assert json.loads(cli("runs", "due", "--json", url=url).stdout)["items"] == []  # not yet
+    refused = cli("runs", "due", "--at", "noon", url=url, check=False)
+    assert refused.returncode == 2 and "not an ISO time" in refused.stderr

@@ -11,7 +11,6 @@ from stashpoint.agent.checkpoint import (
     CheckpointCursor,
 )
 from stashpoint.agent.conversation import AsyncConversationStore, ConversationStore
-from stashpoint.agent.deadline import Deadline
 from stashpoint.agent.logic import (
     AsyncTurn,
     Turn,
@@ -39,6 +38,7 @@ from stashpoint.agent.models import (
     Usage,
 )
 from stashpoint.agent.runner import AgentRunner, AsyncAgentRunner
+from stashpoint.deadline import Deadline
 
 __all__ = [
     "AGENT_KIND",

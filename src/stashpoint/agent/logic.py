@@ -19,7 +19,6 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from stashpoint.agent.deadline import Deadline
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
@@ -38,6 +37,7 @@ from stashpoint.agent.models import (
     TurnInFlight,
     Usage,
 )
+from stashpoint.deadline import Deadline
 from stashpoint.envelope import Envelope, typed_payload
 from stashpoint.errors import (
     AmbiguousResume,

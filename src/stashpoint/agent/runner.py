@@ -19,7 +19,6 @@ from stashpoint.agent.checkpoint import (
     CheckpointCursor,
     _CursorApi,
 )
-from stashpoint.agent.deadline import Deadline
 from stashpoint.agent.logic import AsyncTurn
 from stashpoint.agent.models import (
     AgentCheckpointState,
@@ -30,6 +29,7 @@ from stashpoint.agent.models import (
     ResumePolicy,
     Suspended,
 )
+from stashpoint.deadline import Deadline
 from stashpoint.steps import Steps
 from stashpoint.twins import Awaiting, Blocking, operation
 

@@ -726,6 +726,47 @@ def agent_resolve(
         out.print(f"{escape(checkpoint_id)}: no turn in flight, nothing to resolve")
 
 
+@runs_app.command("due")
+def runs_due(
+    at: Annotated[
+        str | None, typer.Option("--at", help="ISO time to judge against (default: now).")
+    ] = None,
+    namespace: Annotated[str, typer.Option(help="Namespace.")] = "default",
+    limit: Annotated[int, typer.Option(help="Rows per page.")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Cursor of the next page.")] = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """List waiting runs whose wake time has come (the latest first): run each again.
+
+    A durable run that waits (`run.wait`, a long retry delay) is `waiting` until then;
+    drive this from a loop, a cron job or EventBridge Scheduler, and re-invoke each run.
+    """
+    moment = None
+    if at is not None:
+        try:
+            moment = datetime.fromisoformat(at)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not an ISO time: {at!r}") from exc
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+    with _open(url) as stash:
+        page = stash.runs.list_due(moment, namespace=namespace, limit=limit, cursor=cursor)
+    if as_json:
+        _emit(page.model_dump(mode="json"))
+        return
+    table = Table(title=f"due runs ({namespace})")
+    for column in ("wake at", "run", "graph", "created"):
+        table.add_column(column)
+    for row in page.items:
+        table.add_row(
+            when(row.wake_at), escape(row.run_id), escape(row.graph_name), when(row.created_at)
+        )
+    out.print(table)
+    if page.cursor:
+        out.print(f"more: --cursor {page.cursor}")
+
+
 @runs_app.command("stuck")
 def runs_stuck(
     namespace: Annotated[str, typer.Option(help="Namespace.")] = "default",

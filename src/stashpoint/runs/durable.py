@@ -14,6 +14,11 @@ identified by name and position: a replay that asks for another step at a record
 position raises `NondeterministicReplay` naming both. `AT_MOST_ONCE` steps found started
 but not completed (a crash mid-`fn`) raise `StepInterrupted` instead of running again.
 
+`wait(name, seconds=|until=)` suspends the run until a moment recorded as a step (status
+`waiting`; `RunStore.list_due` finds it when due); `retry=Retry(...)` runs a failed step
+again after a delay counted from the recorded failure; a `deadline` keeps a step that would
+not finish in time from starting. Each of these stops raises `RunSuspended`.
+
 Built on runs as logs (`runs.journal`), so a step costs two appends however long the run.
 `DurableRun` and `AsyncDurableRun` are made from one definition (`stashpoint.twins`); the
 asyncio one awaits coroutine functions.
@@ -22,19 +27,25 @@ asyncio one awaits coroutine functions.
 from __future__ import annotations
 
 import inspect
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from stashpoint.deadline import Deadline
 from stashpoint.errors import (
     CheckpointConflict,
     InvalidArgument,
     NondeterministicReplay,
+    RunSuspended,
+    StepFailed,
     StepInterrupted,
     TerminalStateConflict,
 )
-from stashpoint.runs.models import AttemptStatus
-from stashpoint.steps import Call, Steps, ask
+from stashpoint.runs.models import AttemptStatus, RunStatus
+from stashpoint.steps import Call, Parallel, Sleep, Steps, ask
 from stashpoint.twins import Awaiting, Blocking, operation
 
 
@@ -48,19 +59,96 @@ class Semantics(StrEnum):
 
 
 @dataclass(frozen=True)
+class Retry:
+    """How often a failed step runs again, and how long it waits first (durably).
+
+    The wait before try n+1 is `delay * backoff**(n-1)`, at most `max_delay`, counted from
+    when try n failed as recorded in the run: a crash during the wait does not shorten it
+    or start it over. A wait longer than `sleep_up_to` (or than a deadline leaves) suspends
+    the run (`RunSuspended`, `list_due` finds it when due) instead of sleeping.
+    """
+
+    attempts: int = 3
+    """Tries in all, the first included."""
+    delay: float = 1.0
+    """Seconds before the second try."""
+    backoff: float = 2.0
+    """Factor each later delay grows by."""
+    max_delay: float = 300.0
+    """Longest delay between two tries, in seconds."""
+    sleep_up_to: float = 60.0
+    """Longest delay slept in the process; a longer one suspends the run."""
+
+    def __post_init__(self) -> None:
+        if type(self.attempts) is not int or self.attempts < 1:
+            raise InvalidArgument(f"retry attempts must be an int >= 1, not {self.attempts!r}")
+        if not (self.delay >= 0 and self.backoff >= 1 and self.max_delay >= 0):
+            raise InvalidArgument("retry delay and max_delay must be >= 0, backoff >= 1")
+
+    def delay_after(self, tries: int) -> float:
+        """Return the seconds to wait after `tries` failed tries."""
+        return min(self.max_delay, self.delay * self.backoff ** max(0, tries - 1))
+
+
+@dataclass(frozen=True)
 class _Outcome:
     """How a step's latest attempt ended (or that it did not)."""
 
     status: AttemptStatus
     output: Any
     error: str | None
+    finished_at: datetime | None = None
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _step_of(node_id: str) -> str:
+    """Return the step a node belongs to: a mapped item `name[3]` belongs to `name`."""
+    return node_id[: node_id.index("[")] if node_id.endswith("]") and "[" in node_id else node_id
+
+
+def _item(name: str, index: int) -> str:
+    return f"{name}[{index}]"
+
+
+def _captured(fn: Any, *args: Any) -> Any:
+    """Call `fn`, returning (True, result) or (False, exception) instead of raising."""
+    try:
+        result = fn(*args)
+    except Exception as exc:
+        return False, exc
+    if isinstance(result, Awaitable):
+
+        async def settle() -> tuple[bool, Any]:
+            try:
+                return True, await result
+            except Exception as exc:
+                return False, exc
+
+        return settle()
+    return True, result
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name or "[" in name:
+        raise InvalidArgument(f"a step name is a non-empty str without '[', not {name!r}")
+    return name
 
 
 class _DurableApi:
     """A durable run's operations, defined once; see `DurableRun`."""
 
     def __init__(
-        self, runs: Any, run_id: str, *, graph_name: str = "durable", lease: float | None = None
+        self,
+        runs: Any,
+        run_id: str,
+        *,
+        graph_name: str = "durable",
+        lease: float | None = None,
+        deadline: Deadline | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.run_id = run_id
         """The run."""
@@ -68,14 +156,22 @@ class _DurableApi:
         """The graph name the run is created with."""
         self.lease = lease
         """Lease of each step's attempt, in seconds (None: none)."""
+        self.deadline = deadline
+        """The invocation's deadline: a step that would not finish in time is not started
+        (`RunSuspended`, reason `deadline`). None: no deadline."""
+        self.clock = clock or _utc_now
+        """What "now" is for waits and retry delays (tests give a fake clock to skip time)."""
         self._runs = runs
         self._execute = runs._execute
         self._opened = False
         self._finished = False
+        self._waiting = False
         self._order: list[str] = []
         self._last: dict[str, _Outcome] = {}
         self._tries: dict[str, int] = {}
         self._asked: list[str] = []
+        self._step_seconds: list[float] = []
+        self._ran = False
 
     def _run_op(self, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
         """Return the steps of a run-store operation (one driver runs them all)."""
@@ -100,12 +196,93 @@ class _DurableApi:
             except TerminalStateConflict:
                 self._finished = True  # a finished run only replays
         state = yield from self._run_op("load_run", self.run_id)
+        self._waiting = state.status is RunStatus.WAITING
         for record in state.attempts:
-            if record.node_id not in self._last:
-                self._order.append(record.node_id)
-            self._last[record.node_id] = _Outcome(record.status, record.output, record.error)
+            step = _step_of(record.node_id)
+            if step not in self._order:
+                self._order.append(step)
+            self._last[record.node_id] = _Outcome(
+                record.status, record.output, record.error, record.finished_at
+            )
             self._tries[record.node_id] = self._tries.get(record.node_id, 0) + 1
+            if record.status is AttemptStatus.COMPLETED and record.finished_at is not None:
+                seconds = (record.finished_at - record.started_at).total_seconds()
+                self._step_seconds.append(max(0.0, seconds))
         self._opened = True
+
+    def _position(self, name: str) -> None:
+        """Check `name` is the step recorded at this position (replays are deterministic)."""
+        if name in self._asked:  # asking again for a step is retrying it, not a new one
+            return
+        position = len(self._asked)
+        self._asked.append(name)
+        if position < len(self._order) and self._order[position] != name:
+            raise NondeterministicReplay(
+                self.run_id, position=position, recorded=self._order[position], asked=name
+            )
+
+    def _require_open(self, name: str) -> None:
+        if self._finished:
+            raise TerminalStateConflict(
+                f"the run is finished: step {name!r} was never completed in it",
+                object_name=self.run_id,
+            )
+
+    def _suspend(self, until: datetime, reason: str) -> Steps[None]:
+        """Make the run wait until `until` (durably), then stop this invocation."""
+        yield from self._run_op("suspend_run", self.run_id, until=until)
+        self._waiting = True
+        raise RunSuspended(self.run_id, until=until, reason=reason)
+
+    def _wake(self) -> Steps[None]:
+        if self._waiting:
+            yield from self._run_op("resume_run", self.run_id)
+            self._waiting = False
+
+    def _record(self, name: str, args: tuple[Any, ...], fn: Any) -> Steps[tuple[bool, Any]]:
+        """Run one try of a step: (True, result), or (False, error) when `fn` raised."""
+        if self.deadline is not None:
+            needed = self.deadline.needed(self._step_seconds, first=not self._ran)
+            if self.deadline.remaining() < needed:
+                raise RunSuspended(self.run_id, until=None, reason="deadline")
+        if name not in self._order:
+            self._order.append(name)
+        attempt = self._tries.get(name, 0) + 1
+        self._tries[name] = attempt
+        attempt_id = yield from self._run_op(
+            "record_attempt", self.run_id, name, attempt, {"key": self.key(name)}, lease=self.lease
+        )
+        self._waiting = False  # recording an attempt wakes a waiting run
+        measure = time.monotonic if self.deadline is None else self.deadline.clock
+        started = measure()
+        try:
+            result = yield from ask(Call(fn, args))
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            yield from self._run_op("fail_attempt", attempt_id, error)
+            self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, self.clock())
+            return False, exc
+        finally:
+            self._ran = True
+        self._step_seconds.append(measure() - started)
+        yield from self._run_op("complete_attempt", attempt_id, result)
+        self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
+        return True, result
+
+    def _retry_wait(self, name: str, retry: Retry, last: _Outcome) -> Steps[None]:
+        """Wait out the delay before the next try: sleep, or suspend when it is long."""
+        tries = self._tries.get(name, 0)
+        if tries >= retry.attempts:
+            raise StepFailed(self.run_id, step=name, attempts=tries, error=last.error)
+        failed_at = last.finished_at or self.clock()
+        due = failed_at + timedelta(seconds=retry.delay_after(tries))
+        left = (due - self.clock()).total_seconds()
+        if left <= 0:
+            return
+        room = float("inf") if self.deadline is None else self.deadline.remaining()
+        if left > retry.sleep_up_to or left >= room:
+            yield from self._suspend(due, "retry")
+        yield from ask(Sleep(left))
 
     @operation
     def step(
@@ -114,57 +291,171 @@ class _DurableApi:
         fn: Any,
         *args: Any,
         semantics: Semantics = Semantics.AT_LEAST_ONCE,
+        retry: Retry | None = None,
     ) -> Steps[Any]:
         """Return the step's stored result, or run `fn(*args)` and store its result.
 
-        An exception from `fn` is recorded (the attempt fails) and raised; the next replay
-        runs the step again (`AT_LEAST_ONCE`) or raises `StepInterrupted`.
+        An exception from `fn` is recorded (the attempt fails). Without `retry` it is
+        raised, and the next replay runs the step again (`AT_LEAST_ONCE`) or raises
+        `StepInterrupted`. With `retry`, the step runs again after the policy's delay
+        (slept, or the run suspends when it is long); when every try failed, the last
+        exception is raised, and a replay raises `StepFailed`.
         """
         try:
             semantics = Semantics(semantics)
         except ValueError:
             raise InvalidArgument(f"unknown step semantics {semantics!r}") from None
+        if retry is not None and not isinstance(retry, Retry):
+            raise InvalidArgument(f"retry must be a stashpoint.Retry, not {retry!r}")
+        _check_name(name)
         yield from self._open()
-        if name not in self._asked:  # asking again for a step is retrying it, not a new one
-            position = len(self._asked)
-            self._asked.append(name)
-            if position < len(self._order) and self._order[position] != name:
-                raise NondeterministicReplay(
-                    self.run_id, position=position, recorded=self._order[position], asked=name
-                )
+        self._position(name)
         last = self._last.get(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             return last.output
-        if self._finished:
-            raise TerminalStateConflict(
-                f"the run is finished: step {name!r} was never completed in it",
-                object_name=self.run_id,
+        self._require_open(name)
+        if last is not None:
+            if semantics is Semantics.AT_MOST_ONCE and last.status is not AttemptStatus.FAILED:
+                raise StepInterrupted(
+                    self.run_id, step=name, detail=last.error or last.status.value
+                )
+            if retry is not None and last.status is AttemptStatus.FAILED:
+                yield from self._retry_wait(name, retry, last)
+            elif semantics is Semantics.AT_MOST_ONCE:
+                raise StepInterrupted(
+                    self.run_id, step=name, detail=last.error or last.status.value
+                )
+        while True:
+            done, outcome = yield from self._record(name, args, fn)
+            if done:
+                return outcome
+            if retry is None or self._tries[name] >= retry.attempts:
+                raise outcome
+            yield from self._retry_wait(name, retry, self._last[name])
+
+    @operation
+    def wait(
+        self,
+        name: str,
+        *,
+        until: datetime | None = None,
+        seconds: float | None = None,
+    ) -> Steps[None]:
+        """Wait until a moment (`until`) or for a time (`seconds`), durably.
+
+        The wake time is recorded as step `name` the first time (so a replay waits for the
+        same moment). Before it, the run is suspended (status `waiting`, its wake time in
+        the index for `list_due`) and `RunSuspended` is raised: return from the handler,
+        and run it again when due. From it on, the wait returns and the run goes on.
+        """
+        if (until is None) == (seconds is None):
+            raise InvalidArgument("wait for either until= or seconds=")
+        if until is not None and (not isinstance(until, datetime) or until.tzinfo is None):
+            raise InvalidArgument(f"until must be a timezone-aware datetime, not {until!r}")
+        if seconds is not None and (isinstance(seconds, bool) or not seconds >= 0):
+            raise InvalidArgument(f"seconds must be a number >= 0, not {seconds!r}")
+        _check_name(name)
+        yield from self._open()
+        self._position(name)
+        last = self._last.get(name)
+        if last is not None and last.status is AttemptStatus.COMPLETED:
+            wake = datetime.fromisoformat(str(last.output["wake_at"]))
+        else:
+            self._require_open(name)
+            wake = until if until is not None else self.clock() + timedelta(seconds=seconds or 0)
+            if name not in self._order:
+                self._order.append(name)
+            self._tries[name] = self._tries.get(name, 0) + 1
+            attempt_id = yield from self._run_op(
+                "record_attempt", self.run_id, name, self._tries[name], {"wait_until": str(wake)}
             )
-        if last is not None and semantics is Semantics.AT_MOST_ONCE:
-            raise StepInterrupted(self.run_id, step=name, detail=last.error or last.status.value)
+            self._waiting = False
+            yield from self._run_op("complete_attempt", attempt_id, {"wake_at": wake.isoformat()})
+            self._last[name] = _Outcome(
+                AttemptStatus.COMPLETED, {"wake_at": wake.isoformat()}, None
+            )
+        if self.clock() >= wake or self._finished:
+            yield from self._wake()
+            return
+        yield from self._suspend(wake, "wait")
+
+    @operation
+    def map(self, name: str, items: Any, fn: Any, *, max_concurrency: int = 8) -> Steps[list[Any]]:
+        """Run `fn(item)` for every item as step `name[i]`, `max_concurrency` at a time.
+
+        Threads (sync) or tasks (async) run a batch at once; each batch costs two appends
+        in all (its attempts recorded together, then ended together), not two per item.
+        Items completed before return their stored results. A failed item is recorded;
+        the first failure is raised once its batch has ended (no later batch starts), and
+        a replay runs the failed items again.
+        """
+        _check_name(name)
+        if type(max_concurrency) is not int or not 1 <= max_concurrency <= 256:
+            raise InvalidArgument(
+                f"max_concurrency must be an int from 1 to 256, not {max_concurrency!r}"
+            )
+        values = list(items)
+        yield from self._open()
+        self._position(name)
+        results: list[Any] = [None] * len(values)
+        todo = []
+        for index in range(len(values)):
+            last = self._last.get(_item(name, index))
+            if last is not None and last.status is AttemptStatus.COMPLETED:
+                results[index] = last.output
+            else:
+                todo.append(index)
+        if todo:
+            self._require_open(name)
         if name not in self._order:
             self._order.append(name)
-        attempt = self._tries.get(name, 0) + 1
-        self._tries[name] = attempt
-        attempt_id = yield from self._run_op(
-            "record_attempt", self.run_id, name, attempt, {"key": self.key(name)}, lease=self.lease
-        )
-        try:
-            result = yield from ask(Call(fn, args))
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            yield from self._run_op("fail_attempt", attempt_id, error)
-            self._last[name] = _Outcome(AttemptStatus.FAILED, None, error)
-            raise
-        yield from self._run_op("complete_attempt", attempt_id, result)
-        self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
-        return result
+        for start in range(0, len(todo), max_concurrency):
+            batch = todo[start : start + max_concurrency]
+            if self.deadline is not None:
+                needed = self.deadline.needed(self._step_seconds, first=not self._ran)
+                if self.deadline.remaining() < needed:
+                    raise RunSuspended(self.run_id, until=None, reason="deadline")
+            planned = []
+            for index in batch:
+                step = _item(name, index)
+                self._tries[step] = self._tries.get(step, 0) + 1
+                planned.append((step, self._tries[step], {"key": self.key(step)}))
+            ids = yield from self._run_op("record_attempts", self.run_id, planned, lease=self.lease)
+            self._waiting = False
+            measure = time.monotonic if self.deadline is None else self.deadline.clock
+            started = measure()
+            try:
+                outcomes = yield from ask(
+                    Parallel(tuple(Call(_captured, (fn, values[i])) for i in batch))
+                )
+            finally:
+                self._ran = True
+            self._step_seconds.append(measure() - started)
+            completed = {}
+            failed = {}
+            first_failure: Exception | None = None
+            for index, attempt_id, (ok, value) in zip(batch, ids, outcomes, strict=True):
+                step = _item(name, index)
+                if ok:
+                    completed[attempt_id] = value
+                    results[index] = value
+                    self._last[step] = _Outcome(AttemptStatus.COMPLETED, value, None)
+                else:
+                    error = f"{type(value).__name__}: {value}"
+                    failed[attempt_id] = error
+                    self._last[step] = _Outcome(AttemptStatus.FAILED, None, error, self.clock())
+                    first_failure = first_failure or value
+            yield from self._run_op("end_attempts", self.run_id, completed=completed, failed=failed)
+            if first_failure is not None:
+                raise first_failure
+        return results
 
     @operation
     def complete(self) -> Steps[None]:
         """Mark the run completed (every step is done); a finished run stays as it is."""
         yield from self._open()
         if not self._finished:
+            yield from self._wake()
             yield from self._run_op("complete_run", self.run_id)
 
 

@@ -229,6 +229,20 @@ class RunIndex:
             )
         )  # fmt: skip
 
+    def list_due(
+        self, *, namespace: str, now: datetime, limit: int, cursor: str | None
+    ) -> Steps[Page[RunRow]]:
+        """Return waiting runs due at `now` (wake time <= now), latest wake time first.
+
+        Only due runs are read (waiting runs are keyed by wake time).
+        """
+        return (
+            yield from self._page(
+                RUNS_BY_STATUS.name, mapping.due_partitions(namespace), limit, cursor,
+                mapping.run_row, None, below=mapping.due_bound(now),
+            )
+        )  # fmt: skip
+
     def _page(
         self,
         index: str,

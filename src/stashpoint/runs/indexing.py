@@ -12,6 +12,7 @@ import json
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from stashpoint.errors import ConfigurationError
@@ -107,13 +108,16 @@ def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, 
     created, updated = sortable(head.created_at), sortable(head.updated_at)
     shard, ns = shard_of(head.run_id), head.namespace
     order = f"{created}#{head.run_id}"
+    wake = None if head.wake_at is None else sortable(head.wake_at)
+    # Waiting runs are listed by wake time, so `list_due` reads only the due ones.
+    status_order = order if wake is None else f"{wake}#{head.run_id}"
     return {
         "pk": run_pk(head.run_id),
         "sk": RUN_SORT,
         RUNS_BY_NAMESPACE.partition_key: namespace_partition(ns, shard),
         RUNS_BY_NAMESPACE.sort_key: order,
         RUNS_BY_STATUS.partition_key: status_partition(ns, head.status, shard),
-        RUNS_BY_STATUS.sort_key: order,
+        RUNS_BY_STATUS.sort_key: status_order,
         RUNS_BY_GRAPH.partition_key: graph_partition(ns, head.graph_name, head.status, shard),
         RUNS_BY_GRAPH.sort_key: order,
         "revision": revision,
@@ -128,7 +132,22 @@ def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, 
         "error": _short(head.error),
         "created_at": created,
         "updated_at": updated,
+        "wake_at": wake,
     }
+
+
+def due_partitions(namespace: str) -> list[str]:
+    """Return the runs_by_status partitions (every shard) of waiting runs, by wake time."""
+    return every_shard(partial(status_partition, namespace, RunStatus.WAITING))
+
+
+def due_bound(now: datetime) -> str:
+    """Return the exclusive upper sort key of runs due at `now` (wake time <= now).
+
+    Sort keys are `{wake}#{id}`; `$` sorts right after `#`, so a run waking exactly at
+    `now` is due.
+    """
+    return sortable(now) + "$"
 
 
 def attempt_item(
@@ -208,6 +227,7 @@ def rekey(item: Mapping[str, Any]) -> dict[str, Any] | None:
         head = RunHead.model_construct(
             run_id=row.run_id, graph_name=row.graph_name, namespace=row.namespace,
             status=row.status, created_at=row.created_at, updated_at=row.updated_at,
+            wake_at=row.wake_at,
         )  # fmt: skip
         keys = run_item(head, 0, None)
     elif sort_key.startswith("attempt#"):
@@ -246,6 +266,7 @@ def run_row(item: Mapping[str, Any]) -> RunRow:
         error=item.get("error"),
         created_at=_moment(item["created_at"]),
         updated_at=_moment(item["updated_at"]),
+        wake_at=_moment(item.get("wake_at")),
     )
 
 

@@ -49,6 +49,8 @@ class RunStatus(_Status):
     """Paused by an interrupt (for example human input); recording an attempt resumes it."""
     CANCELLED = "cancelled"
     """Stopped on request (final)."""
+    WAITING = "waiting"
+    """Suspended until `wake_at` (a durable wait or retry delay); waking resumes it."""
 
     @property
     def is_terminal(self) -> bool:
@@ -178,6 +180,8 @@ class _Run(_Model):
     """Error of a failed run."""
     trace_ctx: TraceContext | None = None
     """Trace context of the run."""
+    wake_at: datetime | None = None
+    """When a waiting run is due (None unless it is waiting)."""
     created_at: datetime = Field(default_factory=utc_now)
     """When the run was created."""
     updated_at: datetime = Field(default_factory=utc_now)
@@ -291,6 +295,8 @@ class RunRow(_Model):
     """When the run was created."""
     updated_at: datetime
     """When the run last changed."""
+    wake_at: datetime | None = None
+    """When a waiting run is due."""
 
 
 class AttemptRow(_Model):

@@ -22,14 +22,16 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import pydantic
 
 from stashpoint.codec import check_json
+from stashpoint.deadline import Deadline
 from stashpoint.envelope import Envelope, typed_payload, utc_now
 from stashpoint.errors import (
     AttemptNotFound,
@@ -294,6 +296,87 @@ class _RunApi(Generic[DurableT]):
         return attempt_id
 
     @operation
+    def record_attempts(
+        self,
+        run_id: str,
+        attempts: Sequence[tuple[str, int, Any]],
+        *,
+        lease: timedelta | float | None = None,
+    ) -> Steps[list[str]]:
+        """Record running attempts of several nodes in one append; return their ids.
+
+        `attempts` are `(node_id, attempt, input)`. One write however many (a batch of
+        mapped steps); the index gets the run's item and each attempt's.
+        """
+        validate_id(run_id, what="run id")
+        if not isinstance(attempts, Sequence) or not attempts:
+            raise InvalidArgument("attempts must be a non-empty sequence of (node, n, input)")
+        lease_seconds = _seconds(lease, "lease")
+        planned: list[tuple[str, str, int, Any]] = []
+        for entry in attempts:
+            if not (isinstance(entry, tuple) and len(entry) == 3):
+                raise InvalidArgument(f"an attempt is (node_id, attempt, input), not {entry!r}")
+            node_id, attempt, value = entry
+            _text(node_id, "node_id")
+            if type(attempt) is not int or attempt < 0:
+                raise InvalidArgument(f"attempt must be an int >= 0, not {attempt!r}")
+            stored = yield from self._blobs.offload(value, "input")
+            planned.append((f"{run_id}{ATTEMPT_SEPARATOR}{new_id()}", node_id, attempt, stored))
+
+        def record(head: RunHead, now: datetime) -> Change:
+            return transitions.compose(head, [
+                partial(
+                    transitions.record_attempt, attempt_id=attempt_id, node_id=node_id,
+                    attempt=attempt, input=stored, trace_ctx=None, now=now,
+                    lease_seconds=lease_seconds,
+                )
+                for attempt_id, node_id, attempt, stored in planned
+            ])  # fmt: skip
+
+        yield from self._apply(run_id, record)
+        return [attempt_id for attempt_id, *_ in planned]
+
+    @operation
+    def end_attempts(
+        self,
+        run_id: str,
+        *,
+        completed: Mapping[str, Any] | None = None,
+        failed: Mapping[str, str] | None = None,
+    ) -> Steps[None]:
+        """End running attempts of one run in one append.
+
+        `completed` maps attempt ids to outputs, `failed` to errors.
+        """
+        validate_id(run_id, what="run id")
+        _of(completed, Mapping, "completed")
+        _of(failed, Mapping, "failed")
+        ids = [*(completed or {}), *(failed or {})]
+        if not ids or len(set(ids)) != len(ids):
+            raise InvalidArgument("end each attempt once, and at least one")
+        for attempt_id in ids:
+            if run_of(attempt_id) != run_id:
+                raise InvalidArgument(f"{attempt_id!r} is not an attempt of run {run_id!r}")
+        outputs: dict[str, Any] = {}
+        for attempt_id, output in (completed or {}).items():
+            outputs[attempt_id] = yield from self._blobs.offload(output, "output")
+        errors: dict[str, str] = {a: _text(error, "error") for a, error in (failed or {}).items()}
+
+        def end(head: RunHead, now: datetime) -> Change:
+            return transitions.compose(head, [
+                *(
+                    partial(transitions.complete_attempt, attempt_id=a, output=o, meta={}, now=now)
+                    for a, o in outputs.items()
+                ),
+                *(
+                    partial(transitions.fail_attempt, attempt_id=a, error=e, now=now)
+                    for a, e in errors.items()
+                ),
+            ])  # fmt: skip
+
+        yield from self._apply(run_id, end)
+
+    @operation
     def heartbeat(self, attempt_id: str) -> Steps[None]:
         """Say a running attempt's worker is alive: its lease starts again from now."""
         yield from self._apply(
@@ -409,6 +492,46 @@ class _RunApi(Generic[DurableT]):
         yield from self._apply(run_id, lambda head, now: transitions.cancel_run(head, now=now))
 
     @operation
+    def suspend_run(self, run_id: str, *, until: datetime) -> Steps[None]:
+        """Make a running run wait until `until` (status `waiting`; `list_due` finds it then).
+
+        No attempt may be running. Recording an attempt, or `resume_run`, wakes it.
+        """
+        wake = _moment(until, "until")
+        if wake is None:
+            raise InvalidArgument("until must be a timezone-aware datetime")
+        yield from self._apply(
+            run_id, lambda head, now: transitions.suspend_run(head, until=wake, now=now)
+        )
+
+    @operation
+    def resume_run(self, run_id: str) -> Steps[None]:
+        """Wake a waiting run (else `TerminalStateConflict`): it is running again."""
+        yield from self._apply(run_id, lambda head, now: transitions.resume_run(head, now=now))
+
+    @operation
+    def list_due(
+        self,
+        now: datetime | None = None,
+        *,
+        namespace: str = "default",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Steps[Page[RunRow]]:
+        """Return waiting runs whose wake time has come (<= `now`, default this clock's).
+
+        Only due runs are read from the index, the latest wake time first; wake each by
+        running it again (a durable run resumes itself) or with `resume_run`.
+        """
+        moment = _moment(now, "now")
+        return self._require_index().list_due(
+            namespace=validate_id(namespace, what="namespace"),
+            now=utc_now() if moment is None else moment,
+            limit=limit,
+            cursor=_text(cursor, "cursor", optional=True),
+        )
+
+    @operation
     def summarize_run(self, run_id: str) -> Steps[RunSummary | None]:
         """Return the run's summary, None if unknown (reads every attempt of the run)."""
         state = yield from self._load_run(run_id, None, True, False)
@@ -514,16 +637,28 @@ class _RunApi(Generic[DurableT]):
     # -- durable steps -----------------------------------------------------------------------
 
     def durable(
-        self, run_id: str, *, graph_name: str = "durable", lease: float | None = None
+        self,
+        run_id: str,
+        *,
+        graph_name: str = "durable",
+        lease: float | None = None,
+        deadline: Deadline | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> DurableT:
         """Return the run `run_id` as durable steps (`stashpoint.runs.durable`).
 
         No request until the first step: then the run is created, or taken over (its
-        previous worker is fenced), and its recorded steps are read for replay.
+        previous worker is fenced), and its recorded steps are read for replay. With a
+        `deadline` (`Deadline.of_lambda(context)`), a step that would not finish in time is
+        not started: `RunSuspended` (reason `deadline`). `clock` is "now" for waits and
+        retry delays (tests pass a fake one to skip time).
         """
+        if deadline is not None and not isinstance(deadline, Deadline):
+            raise InvalidArgument(f"deadline must be a stashpoint.Deadline, not {deadline!r}")
         return self._durable_type(
-            self, validate_id(run_id, what="run id"), graph_name=graph_name, lease=lease
-        )
+            self, validate_id(run_id, what="run id"), graph_name=graph_name, lease=lease,
+            deadline=deadline, clock=clock,
+        )  # fmt: skip
 
     # -- logic shared by the operations ----------------------------------------------------
 

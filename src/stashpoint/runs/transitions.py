@@ -13,6 +13,7 @@ not keep ended attempts, so the store then reads the run and says which it is
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -42,6 +43,22 @@ class Change:
     """Log records of the transition (attempts recorded or ended)."""
     touched: tuple[AttemptRow, ...] = ()
     """Index rows of the attempts the transition recorded or ended."""
+
+
+def compose(head: RunHead, parts: Sequence[Callable[[RunHead], Change]]) -> Change:
+    """Apply transitions one after the other as one change (one append for a batch).
+
+    Each part sees the head the previous one left; the records and touched rows add up.
+    """
+    records: list[dict[str, Any]] = []
+    touched: list[AttemptRow] = []
+    current = head
+    for part in parts:
+        change = part(current)
+        records += change.records
+        touched += change.touched
+        current = change.head
+    return Change(current, tuple(records), tuple(touched))
 
 
 def check_owner(head: RunHead, epoch: int | None) -> None:
@@ -128,6 +145,7 @@ def record_attempt(
             "attempt_count": head.attempt_count + 1,
             "status": RunStatus.RUNNING,
             "interrupted": None,
+            "wake_at": None,
             "updated_at": now,
         }
     )
@@ -214,10 +232,37 @@ def cancel_run(head: RunHead, *, now: datetime) -> Change:
         update={
             "status": RunStatus.CANCELLED,
             "interrupted": None,  # nothing is pending any more
+            "wake_at": None,
             "updated_at": now,
         }
     )
     return Change(new, tuple(records), tuple(rows))
+
+
+def suspend_run(head: RunHead, *, until: datetime, now: datetime) -> Change:
+    """Make a running run wait until `until` (a durable wait): no attempt may be running."""
+    if head.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+        raise TerminalStateConflict(
+            f"cannot wait: run is {head.status.value}", object_name=head.run_id
+        )
+    if head.running:
+        raise TerminalStateConflict(
+            f"cannot wait: {len(head.running)} attempts are running", object_name=head.run_id
+        )
+    return Change(
+        head.model_copy(update={"status": RunStatus.WAITING, "wake_at": until, "updated_at": now})
+    )
+
+
+def resume_run(head: RunHead, *, now: datetime) -> Change:
+    """Wake a waiting run: it is running again."""
+    if head.status is not RunStatus.WAITING:
+        raise TerminalStateConflict(
+            f"cannot wake: run is {head.status.value}, not waiting", object_name=head.run_id
+        )
+    return Change(
+        head.model_copy(update={"status": RunStatus.RUNNING, "wake_at": None, "updated_at": now})
+    )
 
 
 def heartbeat(head: RunHead, attempt_id: str, *, now: datetime) -> Change:
