@@ -280,3 +280,27 @@ def test_runs_due_lists_waiting_runs_once_their_wake_time_has_come(tmp_path: Pat
     assert json.loads(cli("runs", "due", "--json", url=url).stdout)["items"] == []  # not yet
     refused = cli("runs", "due", "--at", "noon", url=url, check=False)
     assert refused.returncode == 2 and "not an ISO time" in refused.stderr
+
+
+def test_runs_resolve_settles_an_interrupted_at_most_once_step(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        stash.runs.create_run("durable", run_id="pay")
+        attempt = stash.runs.record_attempt("pay", "charge", 1)  # a crash left it running
+        assert attempt
+    for args in (("--retry", "--result", "1"), ()):
+        assert cli("runs", "resolve", "pay", "charge", *args, url=url, check=False).returncode == 2
+    settled = json.loads(
+        cli(
+            "runs", "resolve", "pay", "charge", "--result", '{"charged": 5}', "--json", url=url
+        ).stdout
+    )
+    assert settled == {"run_id": "pay", "step": "charge", "resolved": True, "how": "result"}
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("pay")
+        step = run.step(
+            "charge", lambda: {"charged": 999}, semantics=stashpoint.Semantics.AT_MOST_ONCE
+        )
+        assert step == {"charged": 5}  # the operator's result; the function never ran
+    again = cli("runs", "resolve", "pay", "charge", "--retry", url=url).stdout
+    assert "needs nothing" in again

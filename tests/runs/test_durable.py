@@ -181,3 +181,38 @@ def test_the_batch_example_survives_kill_9_and_runs_each_item_once_per_claim(
     again = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     assert again.stdout == done.stdout  # a completed run: replayed from its results only
     assert Counter(int(line) for line in trace.read_text().split()) == runs
+
+
+def test_the_agent_example_waits_and_refuses_a_turn_cut_off_until_it_is_resolved(
+    s3_dynamo_url: Any, tmp_path: Path
+) -> None:
+    url, options = s3_dynamo_url
+    url += f"&index_endpoint_url={options['index_endpoint_url']}"
+    trace = tmp_path / "trace"
+    command = [sys.executable, str(EXAMPLES / "durable_agent.py"), "--url", url, "--local",
+               "--id", "agent", "--trace", str(trace)]  # fmt: skip
+    worker = subprocess.Popen([*command, "--delay", "2"], stdout=subprocess.PIPE, text=True)
+    while not trace.exists() or len(trace.read_text().split()) < 2:  # turn 2 in flight
+        assert worker.poll() is None
+    worker.send_signal(signal.SIGKILL)
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 3, refused.stderr
+    assert "turn-2" in refused.stderr and "runs resolve" in refused.stderr
+    assert trace.read_text().split() == ["1", "2"]  # the model was not called again
+    with stashpoint.open(url) as stash:
+        assert stash.runs.durable("agent").resolve("turn-2", retry=True)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    assert "suspended (wait)" in done.stdout  # turn 3 asked to wait; the driver slept
+    calls = Counter(trace.read_text().split())
+    assert calls == {"1": 1, "2": 2, "3": 1, "4": 1, "5": 1}  # turn 2: once cut off, once run
+    clean = subprocess.run(
+        [*command[:-4], "--id", "agent-clean"], capture_output=True, text=True, timeout=120,
+        check=True,
+    )  # fmt: skip
+    assert clean.stdout.splitlines()[-1] == done.stdout.splitlines()[-1]  # same final reply
+    with stashpoint.open(url) as stash:
+        state = stash.runs.load_run("agent")
+    assert state is not None and state.status is stashpoint.RunStatus.COMPLETED
+    turns = [a.node_id for a in state.attempts if a.status.value == "completed"]
+    assert [t for t in turns if t.startswith("turn-")] == [f"turn-{n}" for n in range(1, 6)]

@@ -767,6 +767,42 @@ def runs_due(
         out.print(f"more: --cursor {page.cursor}")
 
 
+@runs_app.command("resolve")
+def runs_resolve(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    step: Annotated[str, typer.Argument(help="The step's name.")],
+    retry: Annotated[bool, typer.Option("--retry", help="Let the step run again.")] = False,
+    result: Annotated[
+        str | None, typer.Option("--result", help="JSON result the step counts as done with.")
+    ] = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Settle a durable step a crash left interrupted (at-most-once steps wait for this).
+
+    --retry: it runs again on the next invocation (its effects may repeat).
+    --result JSON: it counts as done with this result; its function is not called.
+    Takes the run over: a worker still running it is fenced.
+    """
+    if retry == (result is not None):
+        raise typer.BadParameter("pass exactly one of --retry and --result")
+    value = None
+    if result is not None:
+        try:
+            value = json.loads(result)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--result is not JSON: {exc}") from exc
+    with _open(url) as stash:
+        resolved = stash.runs.durable(run_id).resolve(step, retry=retry, result=value)
+    how = "retry" if retry else "result"
+    if as_json:
+        _emit({"run_id": run_id, "step": step, "resolved": resolved, "how": how})
+    elif resolved:
+        out.print(f"{escape(run_id)}: step {escape(step)} resolved ({how}); run it again")
+    else:
+        out.print(f"{escape(run_id)}: step {escape(step)} needs nothing (done or never run)")
+
+
 @runs_app.command("stuck")
 def runs_stuck(
     namespace: Annotated[str, typer.Option(help="Namespace.")] = "default",

@@ -100,6 +100,12 @@ class _Outcome:
     finished_at: datetime | None = None
 
 
+TAKEN_OVER = "interrupted: the run was taken over"
+"""The error of a step a crash (or another worker) left running, ended by the takeover."""
+RESOLVED_RETRY = "resolved: run it again"
+"""The error of the attempt `resolve(name, retry=True)` records: the step may run again."""
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -190,9 +196,7 @@ class _DurableApi:
             yield from self._run_op("create_run", self.graph_name, run_id=self.run_id)
         except CheckpointConflict:
             try:
-                yield from self._run_op(
-                    "takeover", self.run_id, reason="interrupted: the run was taken over"
-                )
+                yield from self._run_op("takeover", self.run_id, reason=TAKEN_OVER)
             except TerminalStateConflict:
                 self._finished = True  # a finished run only replays
         state = yield from self._run_op("load_run", self.run_id)
@@ -314,8 +318,9 @@ class _DurableApi:
         if last is not None and last.status is AttemptStatus.COMPLETED:
             return last.output
         self._require_open(name)
-        if last is not None:
-            if semantics is Semantics.AT_MOST_ONCE and last.status is not AttemptStatus.FAILED:
+        if last is not None and last.error != RESOLVED_RETRY:
+            cut_off = last.status is not AttemptStatus.FAILED or last.error == TAKEN_OVER
+            if semantics is Semantics.AT_MOST_ONCE and cut_off:
                 raise StepInterrupted(
                     self.run_id, step=name, detail=last.error or last.status.value
                 )
@@ -449,6 +454,36 @@ class _DurableApi:
             if first_failure is not None:
                 raise first_failure
         return results
+
+    @operation
+    def resolve(self, name: str, *, retry: bool = False, result: Any = None) -> Steps[bool]:
+        """Settle a step that did not complete, as an operator decided (True: it needed it).
+
+        `retry=True`: the step may run again (an at-most-once step cut off by a crash
+        raises `StepInterrupted` until then). Otherwise it counts as completed with
+        `result`, which replays return; its function is not called. Recorded as an attempt
+        of the step, so `stashpoint runs show` tells. The command line: `stashpoint runs
+        resolve RUN_ID STEP --retry | --result JSON`.
+        """
+        _check_name(name)
+        yield from self._open()
+        last = self._last.get(name)
+        if last is None or last.status is AttemptStatus.COMPLETED:
+            return False
+        self._require_open(name)
+        self._tries[name] = self._tries.get(name, 0) + 1
+        how = {"resolved": "retry" if retry else "result"}
+        attempt_id = yield from self._run_op(
+            "record_attempt", self.run_id, name, self._tries[name], how
+        )
+        self._waiting = False
+        if retry:
+            yield from self._run_op("fail_attempt", attempt_id, RESOLVED_RETRY)
+            self._last[name] = _Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, self.clock())
+        else:
+            yield from self._run_op("complete_attempt", attempt_id, result)
+            self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
+        return True
 
     @operation
     def complete(self) -> Steps[None]:
