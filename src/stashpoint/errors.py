@@ -54,6 +54,8 @@ class ErrorKind(StrEnum):
     """A durable run stopped on purpose (a wait, a retry delay, a deadline): run it later."""
     STEP_FAILED = "step_failed"
     """A step failed as many times as its retry policy allows."""
+    CLAIMED = "claimed"
+    """Another live worker holds the run (its lease has not run out): leave it, or wait."""
 
 
 class StashpointError(Exception):
@@ -255,6 +257,23 @@ class RunSuspended(StashpointError):
         """Why: `wait`, `retry` or `deadline`."""
         when = "now, in a new invocation" if until is None else f"at {until.isoformat()}"
         super().__init__(f"run suspended ({reason}): run it again {when}", object_name=run_id)
+
+
+class RunClaimed(StashpointError):
+    """Another worker holds the run: a step of it is running under a lease not run out."""
+
+    kind = ErrorKind.CLAIMED
+
+    def __init__(self, run_id: str, *, step: str, until: datetime) -> None:
+        self.step = step
+        """The step the other worker is running."""
+        self.until = until
+        """When its lease runs out unless it sends a heartbeat."""
+        super().__init__(
+            f"step {step!r} is running in another worker, its lease until {until.isoformat()}"
+            ": leave the run to it, or wait (`claim_wait=True`) and take it over after",
+            object_name=run_id,
+        )
 
 
 class StepFailed(StashpointError):

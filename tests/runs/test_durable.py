@@ -8,6 +8,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 import stashpoint
-from stashpoint import Fenced, NondeterministicReplay, StepInterrupted
+from stashpoint import Fenced, NondeterministicReplay, RunClaimed, StepInterrupted
 from stashpoint.runs.durable import Semantics
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -216,3 +217,34 @@ def test_the_agent_example_waits_and_refuses_a_turn_cut_off_until_it_is_resolved
     assert state is not None and state.status is stashpoint.RunStatus.COMPLETED
     turns = [a.node_id for a in state.attempts if a.status.value == "completed"]
     assert [t for t in turns if t.startswith("turn-")] == [f"turn-{n}" for n in range(1, 6)]
+
+
+def test_a_step_running_under_a_live_lease_holds_the_run(local_url: Any) -> None:
+    url, _ = local_url
+    started, release = threading.Event(), threading.Event()
+    calls: Counter[str] = Counter()
+
+    def long_step() -> str:
+        calls["long"] += 1
+        started.set()
+        assert release.wait(30)
+        return "worker A's result"
+
+    def worker_a() -> None:
+        with stashpoint.open(url) as stash:
+            run = stash.runs.durable("held", lease=60)
+            run.step("long", long_step)
+            run.complete()
+
+    holder = threading.Thread(target=worker_a)
+    holder.start()
+    assert started.wait(30)
+    with stashpoint.open(url) as stash:
+        with pytest.raises(RunClaimed) as claimed:
+            stash.runs.durable("held").step("long", long_step)
+        assert claimed.value.kind == "claimed" and claimed.value.step == "long"
+        threading.Timer(0.5, release.set).start()
+        waiter = stash.runs.durable("held", claim_wait=True)
+        assert waiter.step("long", long_step) == "worker A's result"  # waited, then replayed
+    holder.join(30)
+    assert calls == {"long": 1}

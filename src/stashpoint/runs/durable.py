@@ -39,6 +39,7 @@ from stashpoint.errors import (
     CheckpointConflict,
     InvalidArgument,
     NondeterministicReplay,
+    RunClaimed,
     RunSuspended,
     StepFailed,
     StepInterrupted,
@@ -106,6 +107,10 @@ RESOLVED_RETRY = "resolved: run it again"
 """The error of the attempt `resolve(name, retry=True)` records: the step may run again."""
 
 
+CLAIM_POLL = 1.0
+"""Seconds between looks at a run another worker holds (`claim_wait`)."""
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -155,6 +160,7 @@ class _DurableApi:
         lease: float | None = None,
         deadline: Deadline | None = None,
         clock: Callable[[], datetime] | None = None,
+        claim_wait: bool = False,
     ) -> None:
         self.run_id = run_id
         """The run."""
@@ -167,6 +173,9 @@ class _DurableApi:
         (`RunSuspended`, reason `deadline`). None: no deadline."""
         self.clock = clock or _utc_now
         """What "now" is for waits and retry delays (tests give a fake clock to skip time)."""
+        self.claim_wait = claim_wait
+        """On finding a step running under another worker's live lease: wait for the lease
+        to run out (True), or raise `RunClaimed` (False)."""
         self._runs = runs
         self._execute = runs._execute
         self._opened = False
@@ -195,6 +204,7 @@ class _DurableApi:
         try:
             yield from self._run_op("create_run", self.graph_name, run_id=self.run_id)
         except CheckpointConflict:
+            yield from self._respect_claims()
             try:
                 yield from self._run_op("takeover", self.run_id, reason=TAKEN_OVER)
             except TerminalStateConflict:
@@ -213,6 +223,30 @@ class _DurableApi:
                 seconds = (record.finished_at - record.started_at).total_seconds()
                 self._step_seconds.append(max(0.0, seconds))
         self._opened = True
+
+    def _respect_claims(self) -> Steps[None]:
+        """Leave a run alone while a step of it runs under a lease that has not run out.
+
+        Judged on this clock, `clock_skew` late (as `stashpoint runs stuck` does); steps
+        without a lease cannot be judged alive, so they never hold the run back. Safety
+        does not rest on this: a worker taken over is fenced whatever the clocks say.
+        """
+        skew = self._runs.clock_skew
+        while True:
+            running = yield from self._run_op("running_attempts", self.run_id)
+            now = self.clock()
+            live = [
+                (a.lease_expires_at, _step_of(a.node_id))
+                for a in running
+                if a.lease_expires_at is not None and a.lease_expires_at + skew > now
+            ]
+            if not live:
+                return
+            until, step = max(live)
+            if not self.claim_wait:
+                raise RunClaimed(self.run_id, step=step, until=until)
+            # Poll: the holder may end its step (or the run) long before its lease would.
+            yield from ask(Sleep(min(CLAIM_POLL, max(0.05, (until + skew - now).total_seconds()))))
 
     def _position(self, name: str) -> None:
         """Check `name` is the step recorded at this position (replays are deterministic)."""

@@ -532,6 +532,15 @@ class _RunApi(Generic[DurableT]):
         )
 
     @operation
+    def running_attempts(self, run_id: str) -> Steps[list[AttemptRow]]:
+        """Return the run's running attempts with their leases (one read: its head)."""
+        known = yield from self._read(run_id)
+        return [
+            journal.lease_row(known.head, attempt_id, held)
+            for attempt_id, held in known.head.running.items()
+        ]
+
+    @operation
     def summarize_run(self, run_id: str) -> Steps[RunSummary | None]:
         """Return the run's summary, None if unknown (reads every attempt of the run)."""
         state = yield from self._load_run(run_id, None, True, False)
@@ -644,6 +653,7 @@ class _RunApi(Generic[DurableT]):
         lease: float | None = None,
         deadline: Deadline | None = None,
         clock: Callable[[], datetime] | None = None,
+        claim_wait: bool = False,
     ) -> DurableT:
         """Return the run `run_id` as durable steps (`stashpoint.runs.durable`).
 
@@ -651,13 +661,15 @@ class _RunApi(Generic[DurableT]):
         previous worker is fenced), and its recorded steps are read for replay. With a
         `deadline` (`Deadline.of_lambda(context)`), a step that would not finish in time is
         not started: `RunSuspended` (reason `deadline`). `clock` is "now" for waits and
-        retry delays (tests pass a fake one to skip time).
+        retry delays (tests pass a fake one to skip time). A step running in another
+        worker under a live `lease` holds the run: `RunClaimed`, or with `claim_wait` a
+        wait until its lease runs out.
         """
         if deadline is not None and not isinstance(deadline, Deadline):
             raise InvalidArgument(f"deadline must be a stashpoint.Deadline, not {deadline!r}")
         return self._durable_type(
             self, validate_id(run_id, what="run id"), graph_name=graph_name, lease=lease,
-            deadline=deadline, clock=clock,
+            deadline=deadline, clock=clock, claim_wait=claim_wait,
         )  # fmt: skip
 
     # -- logic shared by the operations ----------------------------------------------------
