@@ -119,6 +119,16 @@ class operation(Generic[S, P, T]):
         return MethodType(self.steps, instance)
 
 
+def steps_of(target: Any, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
+    """Return the steps of `target`'s operation `name`, whichever twin `target` is.
+
+    For logic that runs another object's operations inside its own steps (one driver for
+    all), such as durable runs calling their run store.
+    """
+    definition: Any = inspect.getattr_static(target, name)
+    return definition.steps(target, *args, **kwargs)  # type: ignore[no-any-return]
+
+
 class classoperation(Generic[P, T]):
     """Decorator: an alternative constructor whose first argument's driver runs its steps.
 

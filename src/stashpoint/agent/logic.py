@@ -506,6 +506,30 @@ def resume(
     return saved, resume_state(saved.state, policy)
 
 
+@dataclass(frozen=True)
+class TurnSteps:
+    """How turns become steps of the run a checkpoint belongs to (`start(run_id=...)`).
+
+    Runs sit beside agents, not below: the runner is given the run store's operations
+    as steps, and the turn logic stays free of them.
+    """
+
+    begin: Callable[[str, int], Steps[str]]
+    """(run id, turn number) -> the attempt id of the turn, recorded running."""
+    end: Callable[[str, Any, str | None], Steps[None]]
+    """(attempt id, output, error): the turn ended; with an error, it failed."""
+
+
+def _turn_summary(number: int, result: TurnResult) -> dict[str, Any]:
+    return {
+        "turn": number,
+        "messages": len(result.messages),
+        "tool_calls": result.tool_calls,
+        "input_tokens": result.usage.input_tokens,
+        "output_tokens": result.usage.output_tokens,
+    }
+
+
 def run_turn(
     storage: AgentStorage,
     saved: Saved,
@@ -517,8 +541,13 @@ def run_turn(
     mark_next: bool = False,
     clock: Callable[[], float] = time.monotonic,
     goes_on: Callable[[AgentCheckpointState], Steps[bool]] | None = None,
+    steps: TurnSteps | None = None,
 ) -> Steps[tuple[Saved, AgentCheckpointState]]:
     """Run one turn durably: in flight before the model runs, stable after.
+
+    With `steps` and a checkpoint that belongs to a run, the turn is also an attempt of
+    node `turn-N` in that run, recorded once the turn is marked in flight and ended once
+    it is saved, so `stashpoint runs show` lists an agent's turns like any other step.
 
     `marked`: the in-flight marker of this turn is saved already (by the previous turn's
     commit). `mark_next`: if the agent goes on, save this turn's commit with the next
@@ -541,8 +570,16 @@ def run_turn(
         saved = yield from save_saved(
             storage, saved, state.model_copy(update={"phase": TurnInFlight(turn=number)})
         )
+    attempt_id = None
+    if steps is not None and saved.run_id is not None:
+        attempt_id = yield from steps.begin(saved.run_id, number)
     started = yield from ask(Call(clock, ()))
-    result = yield from ask(Call(turn, (state, number)))
+    try:
+        result = yield from ask(Call(turn, (state, number)))
+    except Exception as exc:
+        if steps is not None and attempt_id is not None:
+            yield from steps.end(attempt_id, None, f"{type(exc).__name__}: {exc}")
+        raise
     took = (yield from ask(Call(clock, ()))) - started
     if not isinstance(result, TurnResult):
         raise TypeError(f"a turn must return a TurnResult, not {type(result).__name__}")
@@ -568,6 +605,8 @@ def run_turn(
         saved = yield from save_saved(storage, saved, marker)
     else:
         saved = yield from save_saved(storage, saved, after)
+    if steps is not None and attempt_id is not None:
+        yield from steps.end(attempt_id, _turn_summary(number, result), None)
     return saved, after
 
 
@@ -584,6 +623,8 @@ def run(
     max_turns: int,
     durable: DurableConversationCheckpoint | None,
     deadline: Deadline | None = None,
+    run_id: str | None = None,
+    steps: TurnSteps | None = None,
 ) -> Steps[AgentOutcome | Suspended]:
     """Resume (or start) and run turns until completion, or until the deadline is near.
 
@@ -597,7 +638,7 @@ def run(
     except CheckpointNotFound:
         saved, state = yield from start(
             storage, checkpoint_id, agent=agent, model=model, transcript=transcript,
-            execution_id=None, run_id=None, durable=durable,
+            execution_id=None, run_id=run_id, durable=durable,
         )  # fmt: skip
     shortfall: list[tuple[float, float]] = []
 
@@ -627,7 +668,7 @@ def run(
         mark_next = state.turns + 1 < max_turns
         saved, state = yield from run_turn(
             storage, saved, state, commit_conversations, turn, marked=marked,
-            mark_next=mark_next, clock=clock, goes_on=fits,
+            mark_next=mark_next, clock=clock, goes_on=fits, steps=steps,
         )  # fmt: skip
         marked = isinstance(saved.state.phase, TurnInFlight)
         if state.outcome() is None and not marked and shortfall:

@@ -31,7 +31,7 @@ from stashpoint.agent.models import (
 )
 from stashpoint.deadline import Deadline
 from stashpoint.steps import Steps
-from stashpoint.twins import Awaiting, Blocking, operation
+from stashpoint.twins import Awaiting, Blocking, operation, steps_of
 
 HandleT = TypeVar("HandleT", AgentCheckpoint, AsyncAgentCheckpoint)
 CursorT = TypeVar("CursorT", bound=_CursorApi[Any, Any])
@@ -48,6 +48,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         *,
         policy: ResumePolicy = ResumePolicy.REJECT_AMBIGUOUS,
         commit_conversations: bool = True,
+        runs: Any = None,
     ) -> None:
         self.checkpoint: HandleT = checkpoint
         """The checkpoint this runner saves to."""
@@ -55,7 +56,26 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         """What to do with a turn found in flight."""
         self.commit_conversations = commit_conversations
         """Whether turns commit their durable conversation (same store) at the end."""
+        self.runs = runs
+        """The run store (`stash.runs`, same stash) that records each turn as an attempt
+        of the checkpoint's run (`run_id=`); None: turns are not recorded in a run."""
         self._execute = checkpoint._execute
+
+    def _turn_steps(self) -> logic.TurnSteps | None:
+        """Return the run store's operations a turn needs, as steps (None: no run store)."""
+        runs = self.runs
+        if runs is None:
+            return None
+
+        def begin(run_id: str, number: int) -> Steps[str]:
+            return steps_of(runs, "record_attempt", run_id, f"turn-{number}", 1, {"turn": number})
+
+        def end(attempt_id: str, output: Any, error: str | None) -> Steps[None]:
+            if error is not None:
+                return steps_of(runs, "fail_attempt", attempt_id, error)
+            return steps_of(runs, "complete_attempt", attempt_id, output)
+
+        return logic.TurnSteps(begin, end)
 
     @operation
     def start(
@@ -94,8 +114,9 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         The asyncio runner awaits a coroutine turn; the blocking runner takes plain functions.
         """
         cursor._saved, state = yield from logic.run_turn(
-            self.checkpoint._storage, cursor._saved, state, self.commit_conversations, turn
-        )
+            self.checkpoint._storage, cursor._saved, state, self.commit_conversations, turn,
+            steps=self._turn_steps(),
+        )  # fmt: skip
         return state
 
     @operation
@@ -108,15 +129,18 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         transcript: list[Message] | None = None,
         max_turns: int = 100,
         durable: DurableConversationCheckpoint | None = None,
+        run_id: str | None = None,
     ) -> Steps[AgentOutcome]:
         """Resume the checkpoint (or start it) and run turns until the agent completes.
 
-        A completed checkpoint returns its outcome without calling the model again.
+        A completed checkpoint returns its outcome without calling the model again. A new
+        checkpoint belongs to run `run_id` (its turns are recorded there, see `runs`).
         """
         outcome = yield from logic.run(
             self.checkpoint._storage, self.checkpoint.id, turn, policy=self.policy,
             commit_conversations=self.commit_conversations, agent=agent, model=model,
             transcript=transcript or [], max_turns=max_turns, durable=durable,
+            run_id=run_id, steps=self._turn_steps(),
         )  # fmt: skip
         assert isinstance(outcome, AgentOutcome)  # no deadline: never suspended
         return outcome
@@ -132,6 +156,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         transcript: list[Message] | None = None,
         max_turns: int = 100,
         durable: DurableConversationCheckpoint | None = None,
+        run_id: str | None = None,
     ) -> Steps[AgentOutcome | Suspended]:
         """Run turns like `run`, but start one only if it is likely to end before `deadline`.
 
@@ -145,7 +170,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
             self.checkpoint._storage, self.checkpoint.id, turn, policy=self.policy,
             commit_conversations=self.commit_conversations, agent=agent, model=model,
             transcript=transcript or [], max_turns=max_turns, durable=durable,
-            deadline=deadline,
+            deadline=deadline, run_id=run_id, steps=self._turn_steps(),
         )  # fmt: skip
 
     @operation

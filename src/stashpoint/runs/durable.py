@@ -26,7 +26,6 @@ asyncio one awaits coroutine functions.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from stashpoint.errors import (
 )
 from stashpoint.runs.models import AttemptStatus, RunStatus
 from stashpoint.steps import Call, Parallel, Sleep, Steps, ask
-from stashpoint.twins import Awaiting, Blocking, operation
+from stashpoint.twins import Awaiting, Blocking, operation, steps_of
 
 
 class Semantics(StrEnum):
@@ -190,8 +189,7 @@ class _DurableApi:
 
     def _run_op(self, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
         """Return the steps of a run-store operation (one driver runs them all)."""
-        definition: Any = inspect.getattr_static(self._runs, name)
-        return definition.steps(self._runs, *args, **kwargs)  # type: ignore[no-any-return]
+        return steps_of(self._runs, name, *args, **kwargs)
 
     def key(self, name: str) -> str:
         """Return an idempotency key for step `name`, the same on every retry and replay."""
