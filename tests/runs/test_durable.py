@@ -248,3 +248,34 @@ def test_a_step_running_under_a_live_lease_holds_the_run(local_url: Any) -> None
         assert waiter.step("long", long_step) == "worker A's result"  # waited, then replayed
     holder.join(30)
     assert calls == {"long": 1}
+
+
+def test_two_workers_racing_on_the_batch_store_each_item_once(
+    s3_dynamo_url: Any, tmp_path: Path
+) -> None:
+    url, options = s3_dynamo_url
+    url += f"&index_endpoint_url={options['index_endpoint_url']}"
+    trace = tmp_path / "trace"
+    command = [sys.executable, str(EXAMPLES / "durable_batch.py"), "--url", url, "--id", "race",
+               "--trace", str(trace)]  # fmt: skip
+    # The first is slow (12 s left when the second starts), so it is still running when
+    # the second opens the run and takes it over.
+    first = subprocess.Popen(
+        [*command, "--delay", "0.3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    while not trace.exists() or len(trace.read_text().split()) < 10:
+        assert first.poll() is None
+    second = subprocess.run(
+        [*command, "--delay", "0.01"], capture_output=True, text=True, timeout=300, check=True
+    )
+    _, first_err = first.communicate(timeout=60)
+    assert first.returncode != 0 and "Fenced" in first_err  # taken over: it stopped
+    assert second.stdout.strip() == f"sum {sum(i * i for i in range(50))}"
+    runs = Counter(int(line) for line in trace.read_text().split())
+    assert set(runs) == set(range(50))
+    assert sum(runs.values()) <= 50 + 1  # only the item in flight at the takeover ran twice
+    with stashpoint.open(url) as stash:
+        state = stash.runs.load_run("race")
+    assert state is not None and state.status is stashpoint.RunStatus.COMPLETED
+    done = Counter(a.node_id for a in state.attempts if a.status.value == "completed")
+    assert done == Counter(f"item-{i}" for i in range(50))  # the fenced worker stored nothing
