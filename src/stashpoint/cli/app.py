@@ -665,6 +665,13 @@ def doctor(url: Url = None, as_json: AsJson = False) -> None:
         raise typer.Exit(1)
 
 
+def _print_page(table: Table, cursor: str | None) -> None:
+    """Print a page of a listing, and how to ask for the next one."""
+    out.print(table)
+    if cursor:
+        out.print(f"more: --cursor {escape(cursor)}")
+
+
 @runs_app.command("list")
 def runs_list(
     graph: Annotated[str | None, typer.Option(help="Graph name.")] = None,
@@ -685,9 +692,7 @@ def runs_list(
     if as_json:
         _emit(page.model_dump(mode="json"))
         return
-    out.print(runs_table(page.items))
-    if page.cursor:
-        out.print(f"more: --cursor {page.cursor}")
+    _print_page(runs_table(page.items), page.cursor)
 
 
 @agent_app.command("resolve")
@@ -762,9 +767,7 @@ def runs_due(
         table.add_row(
             when(row.wake_at), escape(row.run_id), escape(row.graph_name), when(row.created_at)
         )
-    out.print(table)
-    if page.cursor:
-        out.print(f"more: --cursor {page.cursor}")
+    _print_page(table, page.cursor)
 
 
 @runs_app.command("resolve")
@@ -836,9 +839,7 @@ def runs_stuck(
             when(row.lease_expires_at), escape(row.run_id), escape(row.node_id),
             str(row.attempt), when(row.started_at),
         )  # fmt: skip
-    out.print(table)
-    if page.cursor:
-        out.print(f"more: --cursor {page.cursor}")
+    _print_page(table, page.cursor)
 
 
 @runs_app.command("takeover")

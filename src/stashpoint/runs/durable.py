@@ -246,6 +246,13 @@ class _DurableApi:
             # Poll: the holder may end its step (or the run) long before its lease would.
             yield from ask(Sleep(min(CLAIM_POLL, max(0.05, (until + skew - now).total_seconds()))))
 
+    def _replay(self, name: str) -> Steps[_Outcome | None]:
+        """Open the run, check `name` is asked for in order, return its last outcome."""
+        _check_name(name)
+        yield from self._open()
+        self._position(name)
+        return self._last.get(name)
+
     def _position(self, name: str) -> None:
         """Check `name` is the step recorded at this position (replays are deterministic)."""
         if name in self._asked:  # asking again for a step is retrying it, not a new one
@@ -343,10 +350,7 @@ class _DurableApi:
             raise InvalidArgument(f"unknown step semantics {semantics!r}") from None
         if retry is not None and not isinstance(retry, Retry):
             raise InvalidArgument(f"retry must be a stashpoint.Retry, not {retry!r}")
-        _check_name(name)
-        yield from self._open()
-        self._position(name)
-        last = self._last.get(name)
+        last = yield from self._replay(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             return last.output
         self._require_open(name)
@@ -391,10 +395,7 @@ class _DurableApi:
             raise InvalidArgument(f"until must be a timezone-aware datetime, not {until!r}")
         if seconds is not None and (isinstance(seconds, bool) or not seconds >= 0):
             raise InvalidArgument(f"seconds must be a number >= 0, not {seconds!r}")
-        _check_name(name)
-        yield from self._open()
-        self._position(name)
-        last = self._last.get(name)
+        last = yield from self._replay(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             wake = datetime.fromisoformat(str(last.output["wake_at"]))
         else:
