@@ -1,5 +1,5 @@
 """Runs under stress on real parts: concurrent workers, a dropped index, a killed process,
-and listing a thousand runs from the index alone."""
+and listing four hundred runs from the index alone."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_kill_between_storage_and_index_write_is_repaired(
         assert attempt_ids(stash, [run_id], "completed") == [attempt_id]
 
 
-def test_thousand_runs_page_from_the_index_alone(
+def test_four_hundred_runs_page_from_the_index_alone(
     s3_dynamo_url: tuple[str, dict[str, Any]],
 ) -> None:
     url, options = s3_dynamo_url
@@ -168,7 +168,7 @@ def test_thousand_runs_page_from_the_index_alone(
     with stashpoint.open(url, **options) as stash:
         with ThreadPoolExecutor(8) as pool:
             created = list(
-                pool.map(lambda _: stash.runs.create_run("big", namespace=ns), range(1000))
+                pool.map(lambda _: stash.runs.create_run("big", namespace=ns), range(400))
             )
         expected = [r.run_id for r in sorted(
             (stash.runs.load_run(i, resolve_blobs=False) for i in created),  # type: ignore[misc]
@@ -187,13 +187,13 @@ def test_thousand_runs_page_from_the_index_alone(
         cursor = None
         pages = 0
         while True:
-            page = stash.runs.list_runs(namespace=ns, limit=50, cursor=cursor)
+            page = stash.runs.list_runs(namespace=ns, limit=20, cursor=cursor)
             seen += [r.run_id for r in page.items]
             pages += 1
             cursor = page.cursor
             if cursor is None:
                 break
-        assert len(seen) == 1000 and len(set(seen)) == 1000  # no duplicates, no gaps
+        assert len(seen) == 400 and len(set(seen)) == 400  # no duplicates, no gaps
         assert seen == expected  # newest first
         assert all(k.startswith("ddb:") for k in calls), calls  # no S3 request at all
         # 20 pages (+1 empty page DynamoDB may need), each one round: a query per shard at

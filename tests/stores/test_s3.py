@@ -383,7 +383,11 @@ def test_sixteen_threads_fifty_increments_each_end_at_800(seaweedfs: servers.S3S
     assert tally["conflicts"] > 0
 
 
-def test_sixteen_tasks_fifty_increments_each_end_at_800(seaweedfs: servers.S3Server) -> None:
+def test_sixteen_tasks_twenty_five_increments_each_end_at_400(
+    seaweedfs: servers.S3Server,
+) -> None:
+    # Half the threads' count: the tasks retry without backoff, so each increment costs
+    # many conflicts (this was the suite's slowest test at 50 each).
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
 
     async def main() -> Any:
@@ -397,7 +401,7 @@ def test_sixteen_tasks_fifty_increments_each_end_at_800(seaweedfs: servers.S3Ser
             async def worker() -> None:
                 nonlocal conflicts
                 done = 0
-                while done < 50:
+                while done < 25:
                     current = await store.load("counter")
                     nxt = current.next({"count": current.payload["count"] + 1})
                     try:
@@ -410,7 +414,7 @@ def test_sixteen_tasks_fifty_increments_each_end_at_800(seaweedfs: servers.S3Ser
             return await store.load("counter"), conflicts
 
     final, conflicts = asyncio.run(main())
-    assert final.payload["count"] == 800 and final.revision == 800
+    assert final.payload["count"] == 400 and final.revision == 400
     assert conflicts > 0
 
 
