@@ -304,3 +304,14 @@ def test_runs_resolve_settles_an_interrupted_at_most_once_step(tmp_path: Path) -
         assert step == {"charged": 5}  # the operator's result; the function never ran
     again = cli("runs", "resolve", "pay", "charge", "--retry", url=url).stdout
     assert "needs nothing" in again
+
+
+def test_runs_show_says_when_a_waiting_run_is_due(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run("nightly")
+        stash.runs.suspend_run(run_id, until=datetime(2030, 1, 1, 12, 0, tzinfo=UTC))
+    shown = cli("runs", "show", run_id, url=url).stdout
+    assert "waiting" in shown and "due at 2030-01-01 12:00:00" in shown
+    listed = cli("runs", "list", "--status", "waiting", url=url).stdout
+    assert run_id[:8] in listed

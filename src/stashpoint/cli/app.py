@@ -887,6 +887,8 @@ def runs_show(
               f"{summary.failed_attempts} failed, snapshot {snapshot_bytes} bytes")  # fmt: skip
     if state.error:
         out.print(f"[red]error:[/] {escape(state.error)}")
+    if state.wake_at is not None:
+        out.print(f"waiting: due at {when(state.wake_at)} (`stashpoint runs due` lists it then)")
     if state.interrupted:
         out.print(
             f"[yellow]interrupted:[/] {escape(str(state.interrupted.reason))} "

@@ -20,7 +20,10 @@ def runs_table(rows: list[Any]) -> Table:
     table.add_column("run", no_wrap=True)
     for column in ("graph", "status", "attempts", "failed", "running", "created", "updated"):
         table.add_column(column)
-    colours = {"completed": "green", "failed": "red", "running": "cyan", "interrupted": "yellow"}
+    colours = {
+        "completed": "green", "failed": "red", "running": "cyan", "interrupted": "yellow",
+        "waiting": "magenta",
+    }  # fmt: skip
     for r in rows:
         colour = colours.get(r.status.value, "white")
         table.add_row(
