@@ -256,9 +256,9 @@ class RunIndex:
     ) -> Steps[Page[Row]]:
         """Merge one page, newest first, from every partition (shard) of a listing.
 
-        One round of queries, all at once, each asking for a whole page below where the
-        cursor left its shard; a shard that answers short but is not exhausted is asked
-        again, so the newest `limit` of the union are exact. Then one batch read of the
+        One round of queries, all at once, each asking a shard for a whole page below the
+        cursor's key; a shard that answers short but is not exhausted is asked again, so
+        the newest `limit` of the union are exact. Then one batch read of the
         page's items (the GSIs hold keys only), dropping any that left the listing since
         (the index is eventually consistent; storage decides).
         """
