@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 
 def transcript(target_bytes: int, seed: int = 7) -> dict[str, object]:
@@ -48,3 +54,28 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
             fn()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+@contextmanager
+def real_servers(prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Start SeaweedFS and DynamoDB Local on 127.0.0.1 with a fresh bucket prefix and index
+    table; yield the stash URL and its options; stop both after."""
+    from stashpoint._backends.dynamodb import create_table
+    from tests import servers
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with tempfile.TemporaryDirectory() as data:
+        for sub in ("s3", "dynamo"):
+            (Path(data) / sub).mkdir()
+        s3 = servers.start_seaweedfs(Path(data) / "s3")
+        dynamo = servers.start_dynamodb_local(Path(data) / "dynamo")
+        try:
+            table = f"bench-{uuid.uuid4().hex[:8]}"
+            create_table(dynamo.client(), table)
+            url = s3.url(f"{prefix}-{uuid.uuid4().hex}") + f"&index=dynamodb://{table}"
+            yield url, {"index_endpoint_url": dynamo.endpoint}
+        finally:
+            servers.stop(dynamo)
+            servers.stop(s3)

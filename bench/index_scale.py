@@ -45,33 +45,13 @@ from stashpoint.runs import transitions
 from stashpoint.runs.index import RunIndex
 from stashpoint.runs.indexing import run_item
 from stashpoint.runs.models import AttemptRow, Interrupt, RunHead, RunStatus
+from tests.index_items import legacy_item
 
 LIMIT = 1000
 """DynamoDB's write units per second on one partition."""
 
 _LEGACY = (("by_graph", "gpk"), ("by_status", "spk"), ("by_namespace", "npk"))
 _LAYOUT_2 = tuple((g.name, g.partition_key) for g in SECONDARY_INDEXES)
-
-
-def legacy_item(item: dict[str, Any]) -> dict[str, Any]:
-    """Return the item layout 1 wrote for the same run or attempt (keys as it built them)."""
-    out = {k: v for k, v in item.items() if k[-2:] not in ("pk", "sk") or k in ("pk", "sk")}
-    ns = item["namespace"]
-    if item["sk"] == "run":
-        created = f"{item['created_at']}#{item['run_id']}"
-        out |= {
-            "gpk": f"graph#{ns}#{item['graph_name']}", "gsk": created,
-            "spk": f"status#{ns}#{item['status']}", "ssk": f"{item['updated_at']}#{item['run_id']}",
-            "npk": f"runs#{ns}", "nsk": created,
-        }  # fmt: skip
-    else:
-        out |= {
-            "spk": f"attempt-status#{ns}#{item['status']}",
-            "ssk": f"{item['started_at']}#{item['attempt_id']}",
-        }
-        if item["lease_expires_at"] is not None:
-            out |= {"npk": f"lease#{ns}", "nsk": f"{item['lease_expires_at']}#{item['attempt_id']}"}
-    return out
 
 
 def _size(item: dict[str, Any]) -> int:

@@ -18,15 +18,13 @@ bodies, index items written, and p50 time; and the late/early ratio of each.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import stashpoint
+from bench.common import real_servers
 from stashpoint.envelope import Envelope
 from stashpoint.runs.models import (
     RUN_KIND,
@@ -36,7 +34,6 @@ from stashpoint.runs.models import (
     RunState,
 )
 from stashpoint.steps import run_sync
-from tests import servers
 from tests.meter import Meter
 
 WINDOW = 64
@@ -154,27 +151,11 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=10_000)
     parser.add_argument("--baseline-attempts", type=int, default=1_000)
     args = parser.parse_args()
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    from stashpoint._backends.dynamodb import create_table
-
-    with tempfile.TemporaryDirectory() as data:
-        for sub in ("s3", "dynamo"):
-            (Path(data) / sub).mkdir()
-        s3 = servers.start_seaweedfs(Path(data) / "s3")
-        dynamo = servers.start_dynamodb_local(Path(data) / "dynamo")
-        try:
-            table = f"bench-{uuid.uuid4().hex[:8]}"
-            create_table(dynamo.client(), table)
-            url = s3.url(f"runs-{uuid.uuid4().hex}") + f"&index=dynamodb://{table}"
-            with stashpoint.open(url, index_endpoint_url=dynamo.endpoint) as stash:
-                base = _baseline(stash, args.baseline_attempts)
-            with stashpoint.open(url, index_endpoint_url=dynamo.endpoint) as stash:
-                log = _log_path(stash, args.attempts)
-        finally:
-            servers.stop(dynamo)
-            servers.stop(s3)
+    with real_servers("runs") as (url, options):
+        with stashpoint.open(url, **options) as stash:
+            base = _baseline(stash, args.baseline_attempts)
+        with stashpoint.open(url, **options) as stash:
+            log = _log_path(stash, args.attempts)
     _line("whole envelope (baseline)", base["early"], base["late"], args.baseline_attempts)
     _line("run log", log["early"], log["late"], args.attempts)
     print(

@@ -14,16 +14,13 @@ run, and mapped steps against sequential ones, in the same run.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import stashpoint
-from tests import servers
+from bench.common import real_servers
 from tests.meter import Meter
 
 WINDOW = 64
@@ -99,27 +96,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--mapped", type=int, default=1_000)
     args = parser.parse_args()
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    from stashpoint._backends.dynamodb import create_table
-
-    with tempfile.TemporaryDirectory() as data:
-        for sub in ("s3", "dynamo"):
-            (Path(data) / sub).mkdir()
-        s3 = servers.start_seaweedfs(Path(data) / "s3")
-        dynamo = servers.start_dynamodb_local(Path(data) / "dynamo")
-        try:
-            table = f"bench-{uuid.uuid4().hex[:8]}"
-            create_table(dynamo.client(), table)
-            url = s3.url(f"steps-{uuid.uuid4().hex}") + f"&index=dynamodb://{table}"
-            with stashpoint.open(url, index_endpoint_url=dynamo.endpoint) as stash:
-                versus = mapped_vs_sequential(stash, args.mapped)
-            with stashpoint.open(url, index_endpoint_url=dynamo.endpoint) as stash:
-                long = long_run(stash, args.steps)
-        finally:
-            servers.stop(dynamo)
-            servers.stop(s3)
+    with real_servers("steps") as (url, options):
+        with stashpoint.open(url, **options) as stash:
+            versus = mapped_vs_sequential(stash, args.mapped)
+        with stashpoint.open(url, **options) as stash:
+            long = long_run(stash, args.steps)
     print(f"\none durable run of {args.steps:,} steps, per step "
           f"(windows of {WINDOW}: from step 10, and the last)")  # fmt: skip
     for key in ("requests", "put_bytes", "index_items", "p50_ms"):

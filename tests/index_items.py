@@ -25,3 +25,26 @@ def attempt_ids(stash: stashpoint.Stash, run_ids: Iterable[str], status: str) ->
         for sk, item in run_items(stash, run_id).items()
         if sk.startswith("attempt#") and item["status"] == status
     )
+
+
+def legacy_item(item: dict[str, Any]) -> dict[str, Any]:
+    """Return a layout-2 item as layout 1 stored it: unsharded keys (a run's status keyed by
+    update time, a leased attempt also in `lease#{ns}`), no namespace on attempts."""
+    old = {k: v for k, v in item.items() if k[-2:] not in ("pk", "sk") or k in ("pk", "sk")}
+    ns = item["namespace"]
+    if item["sk"] == indexing.RUN_SORT:
+        created = f"{item['created_at']}#{item['run_id']}"
+        old |= {
+            "gpk": f"graph#{ns}#{item['graph_name']}", "gsk": created,
+            "spk": f"status#{ns}#{item['status']}", "ssk": f"{item['updated_at']}#{item['run_id']}",
+            "npk": f"runs#{ns}", "nsk": created,
+        }  # fmt: skip
+        return old
+    old.pop("namespace", None)
+    old |= {
+        "spk": f"attempt-status#{ns}#{item['status']}",
+        "ssk": f"{item['started_at']}#{item['attempt_id']}",
+    }
+    if item.get("lease_expires_at") is not None:
+        old |= {"npk": f"lease#{ns}", "nsk": f"{item['lease_expires_at']}#{item['attempt_id']}"}
+    return old

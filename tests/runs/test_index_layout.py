@@ -20,7 +20,7 @@ from stashpoint.index.requests import PutItems
 from stashpoint.index.schema import LEGACY_KEY_ATTRIBUTES, SHARDS
 from stashpoint.runs import indexing
 from tests import servers
-from tests.index_items import run_items
+from tests.index_items import legacy_item, run_items
 
 
 @pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["sqlite", "dynamodb"])
@@ -29,9 +29,11 @@ def indexed(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return url, options
 
 
-def _all_pages(list_page: Callable[[str | None], Any]) -> tuple[list[str], int]:
+def _all_pages(
+    list_page: Callable[[str | None], Any], cursor: str | None = None
+) -> tuple[list[str], int]:
     seen: list[str] = []
-    cursor, pages = None, 0
+    pages = 0
     while True:
         page = list_page(cursor)
         seen += [row.run_id for row in page.items]
@@ -92,12 +94,10 @@ def test_a_cursor_stays_put_while_runs_are_created_and_change_status(
         first = runs.list_runs(namespace=ns, limit=5)
         newer = [runs.create_run("g", namespace=ns) for _ in range(4)]
         runs.complete_run(older[0])  # changes status, stays in the namespace listing
-        rest: list[str] = []
-        cursor = first.cursor
-        while cursor is not None:
-            page = runs.list_runs(namespace=ns, limit=5, cursor=cursor)
-            rest += [r.run_id for r in page.items]
-            cursor = page.cursor
+        assert first.cursor is not None
+        rest, _ = _all_pages(
+            lambda c: runs.list_runs(namespace=ns, limit=5, cursor=c), first.cursor
+        )
         assert [r.run_id for r in first.items] + rest == older[::-1]
         assert not set(newer) & set(rest)
         # A running listing drops a run that left "running" since the index answered.
@@ -149,27 +149,6 @@ def test_a_transition_writes_at_most_two_items_and_a_heartbeat_one(
         assert stash.runs.list_attempts(abandoned=True).items == []
 
 
-def _legacy(item: dict[str, Any]) -> dict[str, Any]:
-    """Return an item as layout 1 stored it (unsharded keys, no namespace on attempts)."""
-    old = {k: v for k, v in item.items() if k not in ("rnpk", "rnsk", "rspk", "rssk")}
-    old = {k: v for k, v in old.items() if k not in ("rgpk", "rgsk", "aspk", "assk")}
-    ns = item["namespace"]
-    if item["sk"] == indexing.RUN_SORT:
-        created = f"{item['created_at']}#{item['run_id']}"
-        old |= {
-            "gpk": f"graph#{ns}#{item['graph_name']}", "gsk": created,
-            "spk": f"status#{ns}#{item['status']}", "ssk": f"{item['updated_at']}#{item['run_id']}",
-            "npk": f"runs#{ns}", "nsk": created,
-        }  # fmt: skip
-    else:
-        old.pop("namespace")
-        old |= {
-            "spk": f"attempt-status#{ns}#{item['status']}",
-            "ssk": f"{item['started_at']}#{item['attempt_id']}",
-        }
-    return old
-
-
 def _made(stash: stashpoint.Stash, ns: str) -> tuple[list[str], str, list[dict[str, Any]]]:
     runs = [stash.runs.create_run("g", namespace=ns) for _ in range(5)]
     stash.runs.complete_run(runs[0])
@@ -196,7 +175,7 @@ def test_a_layout_1_sqlite_file_is_upgraded_when_opened(tmp_path: Path) -> None:
     )
     for name, (pk, sk) in {"by_graph": ("gpk", "gsk"), "by_status": ("spk", "ssk")}.items():
         db.execute(f"CREATE INDEX {name} ON items ({pk}, {sk})")
-    for item in map(_legacy, items):
+    for item in map(legacy_item, items):
         values = [item["pk"], item["sk"], *(item.get(k) for k in LEGACY_KEY_ATTRIBUTES)]
         db.execute(
             "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -225,7 +204,7 @@ def test_reindex_moves_a_dynamodb_table_from_layout_1(
     with stashpoint.open(url, **options) as stash:
         runs, running, items = _made(stash, ns)
     client: Any = dynamodb_local.client()
-    for item in map(_legacy, items):  # the table as layout 1 left it
+    for item in map(legacy_item, items):  # the table as layout 1 left it
         client.put_item(TableName=table, Item=to_attributes(item))
     with stashpoint.open(url, **options) as stash:
         assert stash.runs.list_runs(namespace=ns).items == []  # old keys: in no new GSI

@@ -282,12 +282,16 @@ class _DurableApi:
             yield from self._run_op("resume_run", self.run_id)
             self._waiting = False
 
-    def _record(self, name: str, args: tuple[Any, ...], fn: Any) -> Steps[tuple[bool, Any]]:
-        """Run one try of a step: (True, result), or (False, error) when `fn` raised."""
+    def _check_deadline(self) -> None:
+        """Refuse to start work the time left would not cover (slowest step so far)."""
         if self.deadline is not None:
             needed = self.deadline.needed(self._step_seconds, first=not self._ran)
             if self.deadline.remaining() < needed:
                 raise RunSuspended(self.run_id, until=None, reason="deadline")
+
+    def _record(self, name: str, args: tuple[Any, ...], fn: Any) -> Steps[tuple[bool, Any]]:
+        """Run one try of a step: (True, result), or (False, error) when `fn` raised."""
+        self._check_deadline()
         if name not in self._order:
             self._order.append(name)
         attempt = self._tries.get(name, 0) + 1
@@ -449,10 +453,7 @@ class _DurableApi:
             self._order.append(name)
         for start in range(0, len(todo), max_concurrency):
             batch = todo[start : start + max_concurrency]
-            if self.deadline is not None:
-                needed = self.deadline.needed(self._step_seconds, first=not self._ran)
-                if self.deadline.remaining() < needed:
-                    raise RunSuspended(self.run_id, until=None, reason="deadline")
+            self._check_deadline()
             planned = []
             for index in batch:
                 step = _item(name, index)
