@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -43,7 +44,7 @@ def test_lineage_is_bounded_and_pairs_count_back_from_revision() -> None:
 
 
 def test_revision_overflow_is_an_error() -> None:
-    env = Envelope.initial("a", None, "k", 1, 0).model_copy(update={"revision": MAX_REVISION})
+    env = dataclasses.replace(Envelope.initial("a", None, "k", 1, 0), revision=MAX_REVISION)
     with pytest.raises(LimitExceeded):
         env.next(1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -25,4 +26,9 @@ def test_golden_envelope_decodes_to_expected_fields(path: Path) -> None:
         path.with_name(path.name.rsplit(".", 1)[0] + ".expected.json").read_text()
     )
     envelope = Codec().decode(path.read_bytes(), name=path.name)
-    assert envelope.model_dump(mode="json") == expected
+    fields = envelope.fields()
+    for moment in ("created_at", "updated_at"):  # the same instant, however it is spelled
+        assert datetime.fromisoformat(fields.pop(moment)) == datetime.fromisoformat(
+            expected.pop(moment)
+        )
+    assert fields == expected

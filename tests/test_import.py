@@ -5,8 +5,20 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 HEAVY = ("asyncio", "boto3", "botocore", "aiobotocore", "typer", "rich", "sqlite3")
+COLD_PATH_DEFERRED = (
+    "pydantic",
+    "pydantic_core",
+    "opentelemetry",
+    "opentelemetry.trace",
+    "uuid",
+    "stashpoint.index.requests",
+    "stashpoint._backends.sqlite",
+)
+"""Not loaded by saving and loading a small checkpoint (they cost a Lambda cold start
+more than the save itself); all but asyncio are installed in the test environment."""
 
 SYNC_LOCAL_USE = textwrap.dedent(
     """
@@ -21,9 +33,9 @@ SYNC_LOCAL_USE = textwrap.dedent(
 )
 
 
-def _loaded(script: str) -> set[str]:
+def _loaded(script: str, names: tuple[str, ...] = HEAVY) -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-c", script, *HEAVY], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script, *names], capture_output=True, text=True, check=True
     )
     return set(out.stdout.split())
 
@@ -49,7 +61,7 @@ def test_import_defers_even_the_codec_and_models_until_first_use() -> None:
         [sys.executable, "-c", script, *DEFERRED], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out[0] == "0"
-    assert {"pydantic", "stashpoint.envelope"} <= set(out[1:])
+    assert set(out[1:]) == {"stashpoint.envelope"}  # a plain dataclass: no pydantic
 
 
 def test_every_public_name_resolves() -> None:
@@ -60,9 +72,34 @@ def test_every_public_name_resolves() -> None:
     assert set(dir(stashpoint)) >= set(stashpoint.__all__)
 
 
-def test_sync_checkpoints_on_the_local_default_load_no_async_or_aws_module() -> None:
-    # The local default's index is SQLite; everything else stays unloaded.
-    assert _loaded(SYNC_LOCAL_USE) <= {"sqlite3"}
+def test_sync_checkpoints_on_the_local_default_load_no_async_aws_or_index_module() -> None:
+    # The SQLite index opens on the first run operation, not for checkpoints.
+    assert _loaded(SYNC_LOCAL_USE) == set()
+
+
+def test_small_checkpoints_load_neither_pydantic_nor_opentelemetry_nor_the_index() -> None:
+    # OpenTelemetry is installed here: spans start once the application imports it.
+    assert _loaded(SYNC_LOCAL_USE, COLD_PATH_DEFERRED) == set()
+
+
+def test_a_large_document_and_the_first_run_operation_load_what_they_need(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, stashpoint
+        with stashpoint.open("local://{tmp_path}") as stash:
+            big = [{{"turn": i, "text": "x"}} for i in range(5000)]
+            stash.checkpoints.compare_and_swap(
+                stashpoint.Envelope.initial("big", None, "k", 1, big), None
+            )
+            assert stash.checkpoints.load("big").payload == big
+            engine = "pydantic_core" in sys.modules
+            stash.runs.create_run("r1")
+            print(engine, "stashpoint._backends.sqlite" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
+    assert (tmp_path / "index.sqlite3").exists()
 
 
 def test_the_langgraph_saver_imports_no_graph_runtime() -> None:

@@ -11,12 +11,11 @@ import functools
 import math
 import threading
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-import pydantic_core
 import zstandard
 
+from stashpoint import jsontext
 from stashpoint.envelope import Envelope
 from stashpoint.errors import (
     ConfigurationError,
@@ -34,7 +33,7 @@ FORMAT_VERSION = 1
 FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
 """The value of the `format` field this library writes."""
 
-PARSER_MAX_DEPTH = 200
+PARSER_MAX_DEPTH = jsontext.MAX_DEPTH
 """The JSON parser's own nesting ceiling; `Limits.max_depth` cannot exceed it."""
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -116,27 +115,12 @@ class Codec:
 
     def serialize(self, envelope: Envelope) -> bytes:
         """Return the envelope's JSON document, checked for JSON types, depth and size."""
-        document = {
-            "format": FORMAT,
-            "id": envelope.id,
-            "run_id": envelope.run_id,
-            "kind": envelope.kind,
-            "schema_version": envelope.schema_version,
-            "revision": envelope.revision,
-            "write_id": envelope.write_id,
-            "lineage": list(envelope.lineage),
-            "created_at": _timestamp(envelope.created_at),
-            "updated_at": _timestamp(envelope.updated_at),
-            "payload": envelope.payload,
-        }
-        # Fields of a newer minor format version, read from storage: kept, never dropped.
-        for field, value in (envelope.model_extra or {}).items():
-            document.setdefault(field, value)
+        document = {"format": FORMAT, **envelope.fields()}
         # The envelope object is depth 1, so its payload starts at depth 2.
-        check_json(envelope.payload, self.limits.max_depth, name=envelope.id, start_depth=2)
+        nodes = check_json(envelope.payload, self.limits.max_depth, name=envelope.id, start_depth=2)
         try:
-            raw = pydantic_core.to_json(document)
-        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            raw = jsontext.write(document, nodes + len(document))
+        except (ValueError, TypeError) as exc:
             raise InvalidPayload(
                 f"payload is not JSON-serialisable: {exc}", object_name=envelope.id
             ) from exc
@@ -205,10 +189,10 @@ class Codec:
         The document is checked like an envelope (JSON types, depth, size) and its first
         field must be `format`; compression is a `Compute`, off the event loop when large.
         """
-        check_json(document, self.limits.max_depth, name=name, root="document")
+        nodes = check_json(document, self.limits.max_depth, name=name, root="document")
         try:
-            raw = pydantic_core.to_json(document)
-        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            raw = jsontext.write(document, nodes)
+        except (ValueError, TypeError) as exc:
             raise InvalidPayload(f"not JSON-serialisable: {exc}", object_name=name) from exc
         if len(raw) > self.limits.max_decompressed_bytes:
             raise LimitExceeded(
@@ -266,7 +250,7 @@ class Codec:
     ) -> dict[str, Any]:
         """Return the document's JSON object parsed from `raw`, checked for format and depth."""
         try:
-            document = pydantic_core.from_json(raw)
+            document = jsontext.parse(raw)
         except ValueError as exc:
             if "recursion limit" in str(exc):
                 raise LimitExceeded(
@@ -382,7 +366,9 @@ def _check_prefix(first: bytes, name: str | None) -> None:
         )
 
 
-_SCALARS = frozenset({str, int, bool, type(None)})
+_SCALARS = frozenset({str, bool, type(None)})
+_INT_BOUND = 10**jsontext.MAX_INT_DIGITS
+"""Ints must be within +-(this - 1): what the JSON reader reads back."""
 
 
 def check_json(
@@ -392,14 +378,17 @@ def check_json(
     name: str | None = None,
     start_depth: int = 1,
     root: str = "payload",
-) -> None:
+) -> int:
     """Refuse a value that JSON cannot carry unchanged, or that nests deeper than `max_depth`.
 
-    Allowed: dict with str keys, list, str, int, finite float, bool, None (exact types, so
-    an Enum, a tuple, a set, a datetime or a Decimal is refused instead of coming back as
-    something else). Raises `InvalidPayload` (or `LimitExceeded` for depth) naming the path.
+    Allowed: dict with str keys, list, str, int of at most 4,300 digits, finite float,
+    bool, None (exact types, so an Enum, a tuple, a set, a datetime or a Decimal is refused
+    instead of coming back as something else). Raises `InvalidPayload` (or `LimitExceeded`
+    for depth) naming the path. Returns the number of values inside containers (what
+    `jsontext.write` sizes its engine by).
     """
     stack: list[tuple[Any, int]] = [(value, start_depth)]
+    nodes = 0
     ok = True
     while stack and ok:
         item, depth = stack.pop()
@@ -408,21 +397,26 @@ def check_json(
             if depth > max_depth:
                 ok = False
                 break
+            nodes += len(item)
             children = item.values() if kind is dict else item
             if kind is dict and any(type(key) is not str for key in item):
                 ok = False
                 break
             for child in children:
                 child_kind = type(child)
-                if child_kind is str or child_kind is int or child_kind is bool or child is None:
+                if child_kind is str or child_kind is bool or child is None:
                     continue  # the common leaves, checked without a push
+                if child_kind is int and -_INT_BOUND < child < _INT_BOUND:
+                    continue
                 stack.append((child, depth + 1))
         elif kind is float:
             ok = math.isfinite(item)
+        elif kind is int:
+            ok = -_INT_BOUND < item < _INT_BOUND
         elif kind not in _SCALARS:
             ok = False
     if ok:
-        return
+        return nodes
     where, problem = _first_problem(value, max_depth, start_depth, root)
     error = LimitExceeded if problem.startswith("nesting") else InvalidPayload
     raise error(f"{where}: {problem}", object_name=name)
@@ -445,16 +439,14 @@ def _first_problem(value: object, max_depth: int, start_depth: int, root: str) -
             stack.extend((c, depth + 1, f"{path}[{i}]") for i, c in enumerate(item))
         elif kind is float and not math.isfinite(item):
             return path, f"{item} (NaN/Infinity) cannot be stored in JSON"
-        elif kind is not float and kind not in _SCALARS:
+        elif kind is int and not -_INT_BOUND < item < _INT_BOUND:
+            return path, f"an int of over {jsontext.MAX_INT_DIGITS} digits cannot be read back"
+        elif kind not in (float, int) and kind not in _SCALARS:
             return path, (
                 f"a {kind.__name__} would not come back as one from JSON; convert it "
                 "(to a str, list or dict) before saving"
             )
     return root, "not JSON"
-
-
-def _timestamp(value: datetime) -> str:
-    return value.isoformat()
 
 
 def _check_format(value: object, name: str | None, expected: str, newest: int) -> None:

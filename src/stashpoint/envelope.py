@@ -6,16 +6,18 @@ payload shapes and validate `kind` and `schema_version` on load.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
-
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stashpoint.errors import InvalidId, InvalidPayload, LimitExceeded, UnsupportedFormat
 from stashpoint.ids import new_write_id, validate_id
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 MAX_REVISION = 2**63 - 1
 """The largest revision an envelope can carry (a signed 64-bit integer, as in the seed)."""
@@ -23,12 +25,12 @@ MAX_REVISION = 2**63 - 1
 LINEAGE_DEPTH = 32
 """How many `(revision, write_id)` pairs a head remembers, its own included."""
 
+MAX_SCHEMA_VERSION = 2**32 - 1
+"""The largest payload schema version an envelope can carry."""
+
 _KIND_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _WRITE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-JsonPayload = Annotated[Any, SkipValidation]
-"""Any JSON value. Not walked on construction (payloads can be megabytes); the codec
-rejects what JSON cannot carry when the envelope is encoded."""
+_REQUIRED = ("id", "kind", "schema_version", "revision", "write_id", "created_at", "updated_at")
 
 
 def utc_now() -> datetime:
@@ -36,13 +38,15 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Envelope(BaseModel):
-    """One revision of a checkpoint: identity, version bookkeeping and an opaque payload."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """One revision of a checkpoint: identity, version bookkeeping and an opaque payload.
 
-    # Unknown fields (written by a newer minor version) are kept and written back. The
-    # validator is built on first use only: saves and loads check fields themselves
-    # (`from_fields`), so a Lambda cold start never pays for building it.
-    model_config = ConfigDict(frozen=True, extra="allow", strict=False, defer_build=True)
+    Every field is checked when an envelope is made (`InvalidId` for ids and kind,
+    `InvalidPayload` for the rest), however it is made. A plain dataclass rather than a
+    pydantic model: the envelope is on every save and load, and building a pydantic model
+    at a Lambda cold start costs more than the whole save; typed payloads stay pydantic.
+    """
 
     id: str
     """Stable checkpoint identity; also the object's name in storage."""
@@ -50,56 +54,35 @@ class Envelope(BaseModel):
     """The run this checkpoint belongs to, if any."""
     kind: str
     """What the payload is (for example `stashpoint.agent`); typed layers check it on load."""
-    schema_version: int = Field(ge=0, le=2**32 - 1)
+    schema_version: int
     """Version of the payload's schema for this kind; typed layers check it on load."""
-    revision: int = Field(ge=0, le=MAX_REVISION)
+    revision: int
     """Monotonic revision: 0 when created, +1 on every save."""
-    write_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    write_id: str
     """Random identity of the save that wrote this revision, used to resolve ambiguous writes."""
-    lineage: tuple[str, ...] = Field(default=(), max_length=LINEAGE_DEPTH - 1)
+    lineage: tuple[str, ...] = ()
     """Write ids of the preceding revisions, newest first (`revision - 1`, `revision - 2`, ...)."""
     created_at: datetime
     """When revision 0 was written."""
     updated_at: datetime
     """When this revision was written."""
-    payload: JsonPayload
-    """The state itself: any JSON value."""
+    payload: Any
+    """The state itself: any JSON value. Not walked here (payloads can be megabytes); the
+    codec rejects what JSON cannot carry when the envelope is encoded."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Fields written by a newer minor format version, kept and written back unchanged."""
 
-    def __init__(self, **data: Any) -> None:
+    def __post_init__(self) -> None:
         try:
-            super().__init__(**data)
-        except pydantic.ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-            )
+            checked = _checked_fields(self)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidId):
+                raise
             raise InvalidPayload(
-                f"envelope fields are invalid: {problems}", object_name=str(data.get("id"))
+                f"envelope fields are invalid: {exc}", object_name=_name(self.id)
             ) from None
-
-    @field_validator("id")
-    @classmethod
-    def _check_id(cls, value: str) -> str:
-        return validate_id(value)
-
-    @field_validator("run_id")
-    @classmethod
-    def _check_run_id(cls, value: str | None) -> str | None:
-        return None if value is None else validate_id(value, what="run id")
-
-    @field_validator("kind")
-    @classmethod
-    def _check_kind(cls, value: str) -> str:
-        if not _KIND_PATTERN.fullmatch(value):
-            raise InvalidId(f"invalid kind {value!r}: use 1-128 characters of [A-Za-z0-9._:-]")
-        return value
-
-    @field_validator("lineage")
-    @classmethod
-    def _check_lineage(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for write_id in value:
-            if not write_id or len(write_id) > 64 or not re.fullmatch(r"[A-Za-z0-9_-]+", write_id):
-                raise ValueError(f"invalid write id in lineage: {write_id!r}")
-        return value
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     @classmethod
     def initial(
@@ -112,7 +95,7 @@ class Envelope(BaseModel):
     ) -> Envelope:
         """Return revision 0 of a new checkpoint; a bad id or kind raises `InvalidId`."""
         now = utc_now()
-        return cls.from_fields(
+        return cls(
             id=id,
             run_id=run_id,
             kind=kind,
@@ -126,42 +109,20 @@ class Envelope(BaseModel):
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Envelope:
-        """Return an envelope of these fields after checking each as the model would.
+        """Return the envelope of these stored fields; unknown fields go to `extra`.
 
-        The one check of an envelope's own fields, used by saves (`initial`) and loads (the
-        codec): ids and kind by their patterns, numbers and timestamps by range and type
-        (a timestamp may be an ISO 8601 string with a zone, as stored). Raises `InvalidId`
-        or `InvalidPayload`; unknown fields are kept.
+        Used by loads (the codec): a timestamp may be an ISO 8601 string with a zone, as
+        stored; a missing field or an invalid one raises `InvalidPayload` (`InvalidId` for
+        ids and kind).
         """
-        try:
-            checked = dict(fields)
-            checked["id"] = validate_id(fields["id"])
-            run_id = fields.get("run_id")
-            checked["run_id"] = None if run_id is None else validate_id(run_id, what="run id")
-            checked["kind"] = cls._check_kind(fields["kind"])
-            checked["schema_version"] = check_bounded(
-                fields["schema_version"], 2**32 - 1, "schema_version"
+        missing = [name for name in (*_REQUIRED, "payload") if name not in fields]
+        if missing:
+            raise InvalidPayload(
+                f"envelope field {missing[0]!r} is missing", object_name=_name(fields.get("id"))
             )
-            checked["revision"] = check_bounded(fields["revision"], MAX_REVISION, "revision")
-            checked["write_id"] = check_write_id(fields["write_id"])
-            lineage = fields.get("lineage", ())
-            if not isinstance(lineage, list | tuple) or len(lineage) > LINEAGE_DEPTH - 1:
-                raise ValueError(f"lineage must be at most {LINEAGE_DEPTH - 1} write ids")
-            checked["lineage"] = tuple(check_write_id(w) for w in lineage)
-            checked["created_at"] = check_moment(fields["created_at"], "created_at")
-            checked["updated_at"] = check_moment(fields["updated_at"], "updated_at")
-            checked["payload"] = fields["payload"]
-        except KeyError as exc:
-            raise InvalidPayload(
-                f"envelope field {exc} is missing", object_name=_name(fields)
-            ) from None
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, InvalidId):
-                raise
-            raise InvalidPayload(
-                f"envelope fields are invalid: {exc}", object_name=_name(fields)
-            ) from None
-        return cls.model_construct(**checked)
+        known = {name: fields[name] for name in _FIELDS if name in fields}
+        extra = {name: value for name, value in fields.items() if name not in _FIELDS}
+        return cls(**known, extra=extra)
 
     def next(self, payload: Any) -> Envelope:
         """Return the following revision carrying `payload`, with a fresh write id.
@@ -173,14 +134,13 @@ class Envelope(BaseModel):
             raise LimitExceeded(
                 f"revision overflow: {self.revision} is the largest revision", object_name=self.id
             )
-        return self.model_copy(
-            update={
-                "revision": self.revision + 1,
-                "write_id": new_write_id(),
-                "lineage": (self.write_id, *self.lineage[: LINEAGE_DEPTH - 2]),
-                "updated_at": utc_now(),
-                "payload": payload,
-            }
+        return dataclasses.replace(
+            self,
+            revision=self.revision + 1,
+            write_id=new_write_id(),
+            lineage=(self.write_id, *self.lineage[: LINEAGE_DEPTH - 2]),
+            updated_at=utc_now(),
+            payload=payload,
         )
 
     def lineage_pairs(self) -> list[tuple[int, str]]:
@@ -191,11 +151,62 @@ class Envelope(BaseModel):
 
     def with_timestamps(self, created_at: datetime, updated_at: datetime) -> Envelope:
         """Return a copy with the given timestamps (used when restoring archives)."""
-        return self.model_copy(update={"created_at": created_at, "updated_at": updated_at})
+        return dataclasses.replace(self, created_at=created_at, updated_at=updated_at)
+
+    def fields(self) -> dict[str, Any]:
+        """Return the envelope as the JSON object it is stored as, without `format`.
+
+        Timestamps are ISO 8601 strings; `extra` fields follow, never replacing ours.
+        """
+        document: dict[str, Any] = {
+            "id": self.id,
+            "run_id": self.run_id,
+            "kind": self.kind,
+            "schema_version": self.schema_version,
+            "revision": self.revision,
+            "write_id": self.write_id,
+            "lineage": list(self.lineage),
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "payload": self.payload,
+        }
+        for name, value in self.extra.items():
+            document.setdefault(name, value)
+        return document
 
 
-def _name(fields: dict[str, Any]) -> str | None:
-    value = fields.get("id")
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Envelope)) - {"extra"}
+
+
+def _checked_fields(envelope: Envelope) -> dict[str, Any]:
+    """Check every field of `envelope`; return those whose stored form was normalised."""
+    validate_id(envelope.id)
+    if envelope.run_id is not None:
+        validate_id(envelope.run_id, what="run id")
+    if not isinstance(envelope.kind, str) or not _KIND_PATTERN.fullmatch(envelope.kind):
+        raise InvalidId(f"invalid kind {envelope.kind!r}: use 1-128 characters of [A-Za-z0-9._:-]")
+    check_bounded(envelope.schema_version, MAX_SCHEMA_VERSION, "schema_version")
+    check_bounded(envelope.revision, MAX_REVISION, "revision")
+    check_write_id(envelope.write_id)
+    lineage = envelope.lineage
+    if not isinstance(lineage, list | tuple) or len(lineage) > LINEAGE_DEPTH - 1:
+        raise ValueError(f"lineage must be at most {LINEAGE_DEPTH - 1} write ids")
+    for write_id in lineage:
+        check_write_id(write_id)
+    if not isinstance(envelope.extra, Mapping):
+        raise TypeError(f"extra must be a mapping, not {envelope.extra!r}")
+    changed: dict[str, Any] = {}
+    if type(lineage) is not tuple:
+        changed["lineage"] = tuple(lineage)
+    for name in ("created_at", "updated_at"):
+        value = getattr(envelope, name)
+        moment = check_moment(value, name)
+        if moment is not value:
+            changed[name] = moment
+    return changed
+
+
+def _name(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
@@ -243,7 +254,7 @@ class CheckpointInfo:
     """When the head was written: the storage's clock where it says, else the envelope's."""
 
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
+ModelT = TypeVar("ModelT", bound="BaseModel")
 
 
 def typed_payload(
@@ -270,6 +281,8 @@ def typed_payload(
             f"(this library reads {schema_version})",
             object_name=envelope.id,
         )
+    import pydantic  # the typed layers that call this have already paid for it
+
     try:
         return model.model_validate(envelope.payload)
     except pydantic.ValidationError as exc:

@@ -7,7 +7,6 @@ import os
 import re
 import threading
 import time
-import uuid
 
 from stashpoint.errors import InvalidId
 
@@ -52,7 +51,9 @@ def new_id() -> str:
         seq = _last_seq
     rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | rand
-    return str(uuid.UUID(int=value))
+    # The canonical 8-4-4-4-12 text, written out: the `uuid` module costs a cold start ~5 ms.
+    digits = f"{value:032x}"
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 def new_write_id() -> str:

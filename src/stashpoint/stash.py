@@ -302,8 +302,7 @@ class Stash(Blocking, _StashApi[Store]):
     _store_type = Store
 
     def _connect(self, backend: _Backend) -> Router:
-        index = backend.index
-        return Router(backend.objects(), None if index is None else index())
+        return Router(backend.objects(), backend.index)
 
     @functools.cached_property
     def runs(self) -> RunStore:
@@ -341,8 +340,7 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
     _store_type = AsyncStore
 
     def _connect(self, backend: _Backend) -> AsyncRouter:
-        index = backend.async_index
-        return AsyncRouter(backend.async_objects(), None if index is None else index())
+        return AsyncRouter(backend.async_objects(), backend.async_index)
 
     @functools.cached_property
     def runs(self) -> AsyncRunStore:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -32,6 +32,9 @@ class Request(Generic[R]):
     """Base of every request a step yields; `R` is the type of its result."""
 
     __slots__ = ()
+
+    for_index: ClassVar[bool] = False
+    """Whether the index transport executes it (else object storage, or the driver)."""
 
 
 Steps = Generator[Request[Any], Any, T]

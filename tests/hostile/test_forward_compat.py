@@ -25,12 +25,12 @@ def test_unknown_fields_of_a_newer_minor_version_are_read_and_kept(tmp_path: Pat
         _plant(stash, "checkpoints", "agent-newer", "newer-minor.v1.json")
         envelope, state = AgentCheckpoint.existing("agent-newer", stash.checkpoints).load()
         assert state.model_extra == {"priority": "high"}
-        assert envelope.model_extra == {"encryption": {"scheme": "none"}}
+        assert envelope.extra == {"encryption": {"scheme": "none"}}
         # A read-modify-write of the same version writes them back, unchanged.
         following = envelope.next(state.model_copy(update={"turns": 2}).to_payload())
         stash.checkpoints.compare_and_swap(following, envelope.revision)
         again = stash.checkpoints.load("agent-newer")
-        assert again.model_extra == {"encryption": {"scheme": "none"}}
+        assert again.extra == {"encryption": {"scheme": "none"}}
         assert again.payload["priority"] == "high"
         assert again.payload["usage"]["cached_tokens"] == 12
         assert Codec().decode(Codec().encode(again)) == again

@@ -34,19 +34,15 @@ CASES: dict[str, tuple[Callable[[], Any], ErrorKind]] = {
         ErrorKind.INVALID_PAYLOAD,
     ),
     "revision=2**63": (
-        lambda: (
-            Envelope.initial("a", None, "k", 1, {})
-            .model_copy()
-            .__class__(
-                id="a",
-                kind="k",
-                schema_version=1,
-                revision=2**63,
-                write_id="w",
-                created_at="2026-01-01T00:00:00Z",
-                updated_at="2026-01-01T00:00:00Z",
-                payload=None,
-            )
+        lambda: Envelope(
+            id="a",
+            kind="k",
+            schema_version=1,
+            revision=2**63,
+            write_id="w",
+            created_at="2026-01-01T00:00:00Z",
+            updated_at="2026-01-01T00:00:00Z",
+            payload=None,
         ),
         ErrorKind.INVALID_PAYLOAD,
     ),

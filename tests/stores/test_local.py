@@ -238,3 +238,24 @@ def test_head_without_a_version_file_is_versioned_before_a_write_replaces_it(
     with stashpoint.open(url) as stash:
         stash.checkpoints.compare_and_swap(head.next({"n": 2}), 1)  # no history read first
         assert [h.payload["n"] for h in stash.checkpoints.history("c")] == [1, 0]
+
+
+def test_the_sqlite_index_opens_on_the_first_run_operation_only(tmp_path: Path) -> None:
+    index_file = tmp_path / "index.sqlite3"
+    with stashpoint.open(f"local://{tmp_path}") as stash:
+        stash.checkpoints.compare_and_swap(Envelope.initial("a", None, "k", 1, {}), None)
+        assert stash.checkpoints.load("a").revision == 0
+    assert not index_file.exists()  # checkpoints alone never make it (nor does closing)
+    with stashpoint.open(f"local://{tmp_path}") as stash:
+        run = stash.runs.create_run("graph")  # its run id
+        assert index_file.exists()
+        assert [row.run_id for row in stash.runs.list_runs().items] == [run]
+
+
+async def test_the_async_stash_also_opens_its_index_on_first_use(tmp_path: Path) -> None:
+    async with stashpoint.open_async(f"local://{tmp_path}") as stash:
+        await stash.checkpoints.compare_and_swap(Envelope.initial("a", None, "k", 1, {}), None)
+    assert not (tmp_path / "index.sqlite3").exists()
+    async with stashpoint.open_async(f"local://{tmp_path}") as stash:
+        run = await stash.runs.create_run("graph")
+        assert [row.run_id for row in (await stash.runs.list_runs()).items] == [run]

@@ -40,7 +40,6 @@ import hashlib
 import os
 import stat
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -403,7 +402,7 @@ class LocalTransport:
 
     def _temp_copy(self, tmp_dir: Path, body: bytes) -> Path:
         """Write `body` to a new temp file (flushed to disk) and return its path."""
-        tmp = tmp_dir / uuid.uuid4().hex
+        tmp = tmp_dir / os.urandom(16).hex()
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as f:

@@ -2,31 +2,53 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from stashpoint.errors import ConfigurationError
-from stashpoint.index.requests import INDEX_REQUESTS
 from stashpoint.steps import Request
 
 _NO_INDEX = "this stash has no index (open it with ?index=...)"
 
 
 class _Routes:
-    """Which transport serves a request: index requests to the index, the rest to objects."""
+    """Which transport serves a request: index requests to the index, the rest to objects.
 
-    def __init__(self, objects: Any, index: Any | None) -> None:
+    The index transport is made on the first index request, not when the stash opens: a
+    program that only saves and loads checkpoints never opens the SQLite file or imports
+    the index's modules (a Lambda cold start pays for neither).
+    """
+
+    def __init__(self, objects: Any, index: Callable[[], Any] | None) -> None:
         self.objects = objects
         """The object-storage transport."""
-        self.index = index
-        """The index transport, None where there is none."""
+        self._make_index = index
+        self._index: Any | None = None
+        self._lock = threading.Lock()
 
     def route(self, request: Request[Any]) -> Any:
         """Return the transport that executes `request`."""
-        if isinstance(request, INDEX_REQUESTS):
-            if self.index is None:
+        return self.index if request.for_index else self.objects
+
+    @property
+    def index(self) -> Any:
+        """The index transport, made now if it was not yet; `ConfigurationError` if none."""
+        index = self._index
+        if index is None:
+            if self._make_index is None:
                 raise ConfigurationError(_NO_INDEX)
-            return self.index
-        return self.objects
+            with self._lock:
+                if self._index is None:
+                    self._index = self._make_index()
+                index = self._index
+        return index
+
+    def _opened_index(self) -> Any | None:
+        """Return the index transport if one was made (so closing never makes one)."""
+        with self._lock:
+            index, self._make_index = self._index, None
+            return index
 
 
 class Router(_Routes):
@@ -39,8 +61,9 @@ class Router(_Routes):
     def close(self) -> None:
         """Close both transports."""
         self.objects.close()
-        if self.index is not None:
-            self.index.close()
+        index = self._opened_index()
+        if index is not None:
+            index.close()
 
 
 class AsyncRouter(_Routes):
@@ -53,5 +76,6 @@ class AsyncRouter(_Routes):
     async def close(self) -> None:
         """Close both transports."""
         await self.objects.close()
-        if self.index is not None:
-            await self.index.close()
+        index = self._opened_index()
+        if index is not None:
+            await index.close()

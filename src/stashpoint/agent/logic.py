@@ -251,7 +251,7 @@ class Saved:
     def from_envelope(cls, envelope: Envelope) -> Saved:
         """Return the save an envelope describes (one made by `envelope()`, or a legacy one)."""
         state = parse_state(envelope)
-        position = (envelope.model_extra or {}).get("log")
+        position = envelope.extra.get("log")
         if not isinstance(position, dict):
             return cls(envelope.id, None, state, 0, envelope.run_id, envelope)
         try:

@@ -171,7 +171,7 @@ def _has_log(logs: stashpoint.LogStore, log_id: str) -> bool:
 
 
 def _document(envelope: stashpoint.Envelope, hide: tuple[str, ...] = ()) -> dict[str, Any]:
-    document = {"format": FORMAT, **envelope.model_dump(mode="json")}
+    document = {"format": FORMAT, **envelope.fields()}
     document["payload"] = redact(document["payload"], hide)
     return document
 

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from stashpoint.steps import Request
+
+R = TypeVar("R")
 
 Item = Mapping[str, Any]
 """One index item: string keys, values that are str, int or None (None: absent)."""
 
 
+class IndexRequestBase(Request[R]):
+    """Base of the requests an index transport executes (the router sends them there)."""
+
+    __slots__ = ()
+
+    for_index: ClassVar[bool] = True
+
+
 @dataclass(frozen=True, slots=True)
-class PutItems(Request["int"]):
+class PutItems(IndexRequestBase["int"]):
     """Request: write items, each only if its stored `revision` is lower (or it is absent).
 
     Result: the number of items written (stale ones are skipped, not errors).
@@ -24,7 +34,7 @@ class PutItems(Request["int"]):
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaceItems(Request["int"]):
+class ReplaceItems(IndexRequestBase["int"]):
     """Request: write items over exactly what was read (stored `revision` unchanged).
 
     Each item is written only if its stored revision is still the one given (None: only if
@@ -38,7 +48,7 @@ class ReplaceItems(Request["int"]):
 
 
 @dataclass(frozen=True, slots=True)
-class GetPartition(Request["list[dict[str, Any]]"]):
+class GetPartition(IndexRequestBase["list[dict[str, Any]]"]):
     """Request: every item under one partition key (a run and its attempts), read consistently.
 
     Result: the items, in sort-key order.
@@ -49,7 +59,7 @@ class GetPartition(Request["list[dict[str, Any]]"]):
 
 
 @dataclass(frozen=True, slots=True)
-class GetItem(Request["dict[str, Any] | None"]):
+class GetItem(IndexRequestBase["dict[str, Any] | None"]):
     """Request: read one item by key. Result: the item or None."""
 
     pk: str
@@ -59,7 +69,7 @@ class GetItem(Request["dict[str, Any] | None"]):
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteItem(Request["None"]):
+class DeleteItem(IndexRequestBase["None"]):
     """Request: delete one item by key. Result: None."""
 
     pk: str
@@ -69,7 +79,7 @@ class DeleteItem(Request["None"]):
 
 
 @dataclass(frozen=True, slots=True)
-class QueryItems(Request["ItemPage"]):
+class QueryItems(IndexRequestBase["ItemPage"]):
     """Request: one page of a secondary index partition, sort key descending.
 
     Result: `ItemPage`. The GSIs project keys only, so items carry their keys alone (the
@@ -90,7 +100,7 @@ class QueryItems(Request["ItemPage"]):
 
 
 @dataclass(frozen=True, slots=True)
-class GetItems(Request["list[dict[str, Any] | None]"]):
+class GetItems(IndexRequestBase["list[dict[str, Any] | None]"]):
     """Request: read items by key, consistently (a listing's page).
 
     Result: the items in the order of `keys`, None where there is no item.
@@ -111,7 +121,7 @@ class ItemPage:
 
 
 @dataclass(frozen=True, slots=True)
-class DescribeIndex(Request["IndexDescription"]):
+class DescribeIndex(IndexRequestBase["IndexDescription"]):
     """Request: what the index store has. Result: `IndexDescription`."""
 
 
@@ -140,15 +150,3 @@ IndexRequest = (
     | DescribeIndex
 )
 """Every request an index transport executes."""
-
-INDEX_REQUESTS = (
-    PutItems,
-    ReplaceItems,
-    GetPartition,
-    GetItem,
-    GetItems,
-    DeleteItem,
-    QueryItems,
-    DescribeIndex,
-)
-"""Every index request type (for routing requests between transports)."""

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
-from stashpoint.envelope import JsonPayload, utc_now
+from stashpoint.envelope import utc_now
 
 T = TypeVar("T")
+
+JsonPayload = Annotated[Any, SkipValidation]
+"""Any JSON value, not walked on construction; the codec refuses what JSON cannot carry."""
 
 RUN_KIND = "stashpoint.run"
 """Envelope kind of a run's state."""
