@@ -59,13 +59,14 @@ lint: $(STAMP) $(CHECKOV)
 typecheck: lint
 
 # The tests start SeaweedFS and DynamoDB Local on free 127.0.0.1 ports themselves
-# (tests/servers.py) and stop them by PID when the session ends.
+# (tests/servers.py) and stop them by PID when the session ends. Two xdist workers: each
+# is a session with servers of its own, so they share nothing but the machine.
 prerequisites:
 	@PYTHON=$(PYTHON) bash tests/prerequisites.sh
 
 test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	$(MAKE) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 bench: $(STAMP) $(DYNAMODB_LOCAL)
 	$(PY) bench/run.py

@@ -11,13 +11,16 @@ them beforehand to use servers that are already running instead.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +70,18 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+@contextlib.contextmanager
+def _one_start_at_a_time() -> Iterator[None]:
+    """Hold a machine-wide lock from choosing ports until the server listens on them.
+
+    Otherwise two sessions starting at once (the xdist workers of `make test`, or two
+    checkouts) could both be handed a port the other chose but had not bound yet.
+    """
+    with open(Path(tempfile.gettempdir()) / "stashpoint-test-servers.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _weed_binary() -> str:
     found = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
     if not Path(found).exists():
@@ -76,6 +91,11 @@ def _weed_binary() -> str:
 
 def start_seaweedfs(data_dir: Path) -> S3Server:
     """Start `weed mini` on 127.0.0.1 and create the test buckets."""
+    with _one_start_at_a_time():
+        return _start_seaweedfs(data_dir)
+
+
+def _start_seaweedfs(data_dir: Path) -> S3Server:
     if endpoint := os.environ.get("STASHPOINT_TEST_S3_ENDPOINT"):
         server = S3Server(endpoint)
     else:
@@ -164,6 +184,11 @@ class DynamoDBServer:
 
 def start_dynamodb_local(log_dir: Path) -> DynamoDBServer:
     """Start AWS DynamoDB Local on 127.0.0.1 (installed by tests/dynamodb_local/install.sh)."""
+    with _one_start_at_a_time():
+        return _start_dynamodb_local(log_dir)
+
+
+def _start_dynamodb_local(log_dir: Path) -> DynamoDBServer:
     if endpoint := os.environ.get("STASHPOINT_TEST_DYNAMODB_ENDPOINT"):
         server = DynamoDBServer(endpoint)
     else:
