@@ -168,8 +168,13 @@ def test_bad_documents_raise_typed_errors(document: bytes, error: type[Exception
 def test_invalid_fields_raise_invalid_payload(change: dict[str, object]) -> None:
     raw = json.loads(zstandard.ZstdDecompressor().decompress(Codec().encode(sample())))
     raw.update(change)
-    with pytest.raises(InvalidPayload):
-        Codec().decode(json.dumps(raw).encode())
+    with pytest.raises(InvalidPayload) as caught:
+        Codec().decode(json.dumps(raw).encode(), name="checkpoints/a")
+    # Said once, naming the field and the stored object (once).
+    message = str(caught.value)
+    assert message.count("envelope fields are invalid") == 1
+    assert next(iter(change)) in message
+    assert message.endswith(" [checkpoints/a]") and message.count("[checkpoints/a]") == 1
 
 
 def test_not_json_serialisable_payload_raises_invalid_payload() -> None:

@@ -275,8 +275,12 @@ class Codec:
         fields = {k: v for k, v in document.items() if k != "format"}
         try:
             return Envelope.from_fields(**fields)
+        except InvalidPayload as exc:  # it says which fields already; name the stored object
+            raise InvalidPayload(exc.message, object_name=name) from exc
         except StashpointError as exc:
-            raise InvalidPayload(f"envelope fields are invalid: {exc}", object_name=name) from exc
+            raise InvalidPayload(
+                f"envelope fields are invalid: {exc.message}", object_name=name
+            ) from exc
 
     def _decompress(self, data: bytes, name: str | None) -> bytes:
         limits = self.limits

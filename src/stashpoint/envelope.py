@@ -192,7 +192,7 @@ def _checked_fields(envelope: Envelope) -> dict[str, Any]:
     if not isinstance(lineage, list | tuple) or len(lineage) > LINEAGE_DEPTH - 1:
         raise ValueError(f"lineage must be at most {LINEAGE_DEPTH - 1} write ids")
     for write_id in lineage:
-        check_write_id(write_id)
+        check_write_id(write_id, "lineage")
     if not isinstance(envelope.extra, Mapping):
         raise TypeError(f"extra must be a mapping, not {envelope.extra!r}")
     changed: dict[str, Any] = {}
@@ -217,10 +217,10 @@ def check_bounded(value: Any, top: int, name: str) -> int:
     return value
 
 
-def check_write_id(value: Any) -> str:
-    """Return `value` if it is a valid write id; else `ValueError`."""
+def check_write_id(value: Any, name: str = "write_id") -> str:
+    """Return `value` if it is a valid write id; else `ValueError` naming field `name`."""
     if not isinstance(value, str) or not _WRITE_ID.fullmatch(value):
-        raise ValueError(f"invalid write id {value!r}")
+        raise ValueError(f"{name}: invalid write id {value!r}")
     return value
 
 
