@@ -49,7 +49,9 @@ def test_revision_overflow_is_an_error() -> None:
         env.next(1)
 
 
-@pytest.mark.parametrize("good", ["a", "A-z_0.9:x", "x" * 255, "...a", pytest.param(new_id(), id="uuid7")])
+@pytest.mark.parametrize(
+    "good", ["a", "A-z_0.9:x", "x" * 255, "...a", pytest.param(new_id(), id="uuid7")]
+)
 def test_valid_ids(good: str) -> None:
     assert validate_id(good) == good
 

@@ -18,6 +18,8 @@ awaitable) and `Parallel` (independent requests sent at once: one round trip, no
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -83,6 +85,13 @@ class Call(Request[Any]):
     """The caller's function."""
     args: tuple[Any, ...]
     """Its positional arguments."""
+    beat: Callable[[], Steps[Any]] | None = None
+    """Steps the driver runs every `every` seconds while the function runs (a durable
+    step's lease renewal) while the function runs on a thread of its own (blocking driver)
+    or as a task (asyncio; a plain function blocks the loop, so it gets no beats); None:
+    none. A beat that fails is left for the next one: the step's own outcome decides."""
+    every: float = 0.0
+    """Seconds between beats."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +120,7 @@ def _blocking_parallel(request: Parallel, execute: Callable[[Any], Any]) -> list
     calls = any(isinstance(r, Call) for r in request.requests)
 
     def one(item: Request[Any]) -> Any:
-        return _blocking_call(item) if isinstance(item, Call) else execute(item)
+        return _blocking_call(item, execute) if isinstance(item, Call) else execute(item)
 
     if len(request.requests) <= 1:
         return [one(r) for r in request.requests]
@@ -150,8 +159,7 @@ async def _async_parallel(request: Parallel, execute: Callable[[Any], Awaitable[
 
     async def one(item: Request[Any]) -> Any:
         if isinstance(item, Call):  # the caller's own concurrency: not bounded here
-            result = item.function(*item.args)
-            return await result if isinstance(result, Awaitable) else result
+            return await _async_call(item, execute)
         async with gate:
             return await execute(item)
 
@@ -162,11 +170,49 @@ async def _async_parallel(request: Parallel, execute: Callable[[Any], Awaitable[
     return list(outcomes)
 
 
+async def _async_call(request: Call, execute: Callable[[Any], Awaitable[Any]]) -> Any:
+    import asyncio
+
+    result = request.function(*request.args)
+    if not isinstance(result, Awaitable):
+        return result  # a plain function ran on the loop: nothing could beat meanwhile
+    if request.beat is None:
+        return await result
+    running = asyncio.ensure_future(result)
+    try:
+        while True:
+            done, _ = await asyncio.wait({running}, timeout=request.every)
+            if done:
+                return running.result()
+            with contextlib.suppress(Exception):  # best effort, as in the blocking driver
+                await run_async(request.beat(), execute)
+    finally:
+        running.cancel()  # only if the caller was cancelled first: it has ended otherwise
+
+
 OFFLOAD_BYTES = 256 * 1024
 """Work on at least this many bytes leaves the event loop (about half a millisecond)."""
 
 
-def _blocking_call(request: Call) -> Any:
+def _blocking_call(request: Call, execute: Callable[[Any], Any]) -> Any:
+    if request.beat is None:
+        return _blocking_plain_call(request)
+    from concurrent.futures import ThreadPoolExecutor  # here: most users never need it
+
+    # The function gets a thread of its own (and the caller's context variables, such as
+    # the current span); this one beats until it returns.
+    with ThreadPoolExecutor(1, thread_name_prefix="step") as own:
+        running = own.submit(contextvars.copy_context().run, _blocking_plain_call, request)
+        while True:
+            try:
+                return running.result(timeout=request.every)
+            except TimeoutError:
+                # A beat is best effort: its failure must never end the caller's function.
+                with contextlib.suppress(Exception):
+                    run_sync(request.beat(), execute)
+
+
+def _blocking_plain_call(request: Call) -> Any:
     result = request.function(*request.args)
     if isinstance(result, Awaitable):
         close = getattr(result, "close", None)
@@ -191,7 +237,7 @@ def run_sync(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
                 if isinstance(request, Compute):
                     result = request.work()
                 elif isinstance(request, Call):
-                    result = _blocking_call(request)
+                    result = _blocking_call(request, execute)
                 elif isinstance(request, Parallel):
                     result = _blocking_parallel(request, execute)
                 else:
@@ -224,9 +270,7 @@ async def run_async(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -
                     else:
                         result = request.work()
                 elif isinstance(request, Call):
-                    result = request.function(*request.args)
-                    if isinstance(result, Awaitable):
-                        result = await result
+                    result = await _async_call(request, execute)
                 elif isinstance(request, Parallel):
                     result = await _async_parallel(request, execute)
                 else:

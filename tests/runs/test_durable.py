@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +281,85 @@ def test_two_workers_racing_on_the_batch_store_each_item_once(
     assert state is not None and state.status is stashpoint.RunStatus.COMPLETED
     done = Counter(a.node_id for a in state.attempts if a.status.value == "completed")
     assert done == Counter(f"item-{i}" for i in range(50))  # the fenced worker stored nothing
+
+
+def _lease_expiry(stash: stashpoint.Stash, run_id: str) -> Any:
+    (running,) = stash.runs.running_attempts(run_id)
+    return running.lease_expires_at
+
+
+def test_a_step_longer_than_its_lease_keeps_the_run_while_its_worker_lives(
+    s3_dynamo_url: Any,
+) -> None:
+    url, options = s3_dynamo_url
+    lease = 2.0
+    started, release = threading.Event(), threading.Event()
+    calls: Counter[str] = Counter()
+
+    def long_step() -> str:
+        calls["long"] += 1
+        started.set()
+        assert release.wait(60)
+        return "worker A's result"
+
+    def worker_a() -> None:
+        with stashpoint.open(url, **options) as stash:
+            run = stash.runs.durable("beats", lease=lease)
+            run.step("long", long_step)
+            run.complete()
+
+    holder = threading.Thread(target=worker_a)
+    holder.start()
+    try:
+        assert started.wait(30)
+        with stashpoint.open(url, **options) as stash:
+            stash.runs.clock_skew = timedelta(0)  # one machine, one clock: judge leases exactly
+            first = _lease_expiry(stash, "beats")
+            began = time.monotonic()
+            # Two and a half leases: without renewal the lease ran out long ago and this
+            # opener would take the run over; renewed, every try finds the step held.
+            while time.monotonic() - began < 2.5 * lease:
+                with pytest.raises(RunClaimed):
+                    stash.runs.durable("beats").step("long", long_step)
+                time.sleep(0.25)
+            assert _lease_expiry(stash, "beats") > first + timedelta(seconds=lease)
+            release.set()
+            holder.join(30)
+            state = stash.runs.load_run("beats")
+    finally:
+        release.set()
+        holder.join(30)
+    assert calls == {"long": 1}
+    assert state is not None and [(a.node_id, a.output) for a in state.attempts] == [
+        ("long", "worker A's result")
+    ]
+
+
+def test_the_async_twin_renews_the_lease_of_a_coroutine_step(memory_url: Any) -> None:
+    url, _ = memory_url
+    lease = 1.0
+
+    async def main() -> list[str]:
+        release = asyncio.Event()
+        started = asyncio.Event()
+
+        async def long_step() -> str:
+            started.set()
+            await release.wait()
+            return "done"
+
+        async with stashpoint.open_async(url) as worker, stashpoint.open_async(url) as other:
+            other.runs.clock_skew = timedelta(0)
+            run = worker.runs.durable("beats", lease=lease)
+            stepping = asyncio.ensure_future(run.step("long", long_step))
+            await started.wait()
+            (held,) = await other.runs.running_attempts("beats")
+            await asyncio.sleep(2.5 * lease)  # the step runs on: its task is what is tested
+            with pytest.raises(RunClaimed):
+                await other.runs.durable("beats").step("long", long_step)
+            (renewed,) = await other.runs.running_attempts("beats")
+            assert renewed.lease_expires_at > held.lease_expires_at + timedelta(seconds=lease)
+            release.set()
+            return [await stepping]
+
+    assert asyncio.run(main()) == ["done"]

@@ -26,6 +26,7 @@ asyncio one awaits coroutine functions.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -303,7 +304,7 @@ class _DurableApi:
         measure = time.monotonic if self.deadline is None else self.deadline.clock
         started = measure()
         try:
-            result = yield from ask(Call(fn, args))
+            result = yield from ask(self._leased_call(fn, args, attempt_id))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             yield from self._run_op("fail_attempt", attempt_id, error)
@@ -315,6 +316,17 @@ class _DurableApi:
         yield from self._run_op("complete_attempt", attempt_id, result)
         self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
         return True, result
+
+    def _leased_call(self, fn: Any, args: tuple[Any, ...], attempt_id: str) -> Call:
+        """Call a step's function; under a lease, renew it three times per lease meanwhile.
+
+        So a step may run longer than its lease: while its worker lives, the lease does,
+        and no other worker takes the run over (or reports the step cut off) in the middle.
+        """
+        if self.lease is None:
+            return Call(fn, args)
+        beat = functools.partial(self._run_op, "heartbeat", attempt_id)
+        return Call(fn, args, beat=beat, every=self.lease / 3)
 
     def _retry_wait(self, name: str, retry: Retry, last: _Outcome) -> Steps[None]:
         """Wait out the delay before the next try: sleep, or suspend when it is long."""

@@ -663,7 +663,9 @@ class _RunApi(Generic[DurableT]):
         not started: `RunSuspended` (reason `deadline`). `clock` is "now" for waits and
         retry delays (tests pass a fake one to skip time). A step running in another
         worker under a live `lease` holds the run: `RunClaimed`, or with `claim_wait` a
-        wait until its lease runs out.
+        wait until its lease runs out. While a step runs, its lease is renewed three times per
+        lease (heartbeats from the driver), so a step may take longer than its lease; a
+        worker that dies stops renewing, and its lease runs out a lease after its last beat.
         """
         if deadline is not None and not isinstance(deadline, Deadline):
             raise InvalidArgument(f"deadline must be a stashpoint.Deadline, not {deadline!r}")
