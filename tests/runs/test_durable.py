@@ -221,35 +221,48 @@ def test_the_agent_example_waits_and_refuses_a_turn_cut_off_until_it_is_resolved
     assert [t for t in turns if t.startswith("turn-")] == [f"turn-{n}" for n in range(1, 6)]
 
 
-def test_a_step_running_under_a_live_lease_holds_the_run(local_url: Any) -> None:
-    url, _ = local_url
-    started, release = threading.Event(), threading.Event()
-    calls: Counter[str] = Counter()
+class _HeldStep:
+    """Worker A, on a thread: runs step `long` of a durable run until `release` is set."""
 
-    def long_step() -> str:
-        calls["long"] += 1
-        started.set()
-        assert release.wait(30)
+    def __init__(self, url: str, options: dict[str, Any], run_id: str, lease: float) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.calls: Counter[str] = Counter()
+
+        def worker_a() -> None:
+            with stashpoint.open(url, **options) as stash:
+                run = stash.runs.durable(run_id, lease=lease)
+                run.step("long", self.long_step)
+                run.complete()
+
+        self.holder = threading.Thread(target=worker_a)
+
+    def long_step(self) -> str:
+        """The step's function (any worker that runs it counts)."""
+        self.calls["long"] += 1
+        self.started.set()
+        assert self.release.wait(60)
         return "worker A's result"
 
-    def worker_a() -> None:
-        with stashpoint.open(url) as stash:
-            run = stash.runs.durable("held", lease=60)
-            run.step("long", long_step)
-            run.complete()
+    def __enter__(self) -> _HeldStep:
+        self.holder.start()
+        assert self.started.wait(30)
+        return self
 
-    holder = threading.Thread(target=worker_a)
-    holder.start()
-    assert started.wait(30)
-    with stashpoint.open(url) as stash:
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.holder.join(30)
+
+
+def test_a_step_running_under_a_live_lease_holds_the_run(local_url: Any) -> None:
+    url, options = local_url
+    with _HeldStep(url, options, "held", lease=60) as held, stashpoint.open(url) as stash:
         with pytest.raises(RunClaimed) as claimed:
-            stash.runs.durable("held").step("long", long_step)
+            stash.runs.durable("held").step("long", held.long_step)
         assert claimed.value.kind == "claimed" and claimed.value.step == "long"
-        threading.Timer(0.5, release.set).start()
+        threading.Timer(0.5, held.release.set).start()
         waiter = stash.runs.durable("held", claim_wait=True)
-        assert waiter.step("long", long_step) == "worker A's result"  # waited, then replayed
-    holder.join(30)
-    assert calls == {"long": 1}
+        assert waiter.step("long", held.long_step) == "worker A's result"  # waited, replayed
+    assert held.calls == {"long": 1}
 
 
 def test_two_workers_racing_on_the_batch_store_each_item_once(
@@ -293,43 +306,21 @@ def test_a_step_longer_than_its_lease_keeps_the_run_while_its_worker_lives(
 ) -> None:
     url, options = s3_dynamo_url
     lease = 2.0
-    started, release = threading.Event(), threading.Event()
-    calls: Counter[str] = Counter()
-
-    def long_step() -> str:
-        calls["long"] += 1
-        started.set()
-        assert release.wait(60)
-        return "worker A's result"
-
-    def worker_a() -> None:
-        with stashpoint.open(url, **options) as stash:
-            run = stash.runs.durable("beats", lease=lease)
-            run.step("long", long_step)
-            run.complete()
-
-    holder = threading.Thread(target=worker_a)
-    holder.start()
-    try:
-        assert started.wait(30)
-        with stashpoint.open(url, **options) as stash:
-            stash.runs.clock_skew = timedelta(0)  # one machine, one clock: judge leases exactly
-            first = _lease_expiry(stash, "beats")
-            began = time.monotonic()
-            # Two and a half leases: without renewal the lease ran out long ago and this
-            # opener would take the run over; renewed, every try finds the step held.
-            while time.monotonic() - began < 2.5 * lease:
-                with pytest.raises(RunClaimed):
-                    stash.runs.durable("beats").step("long", long_step)
-                time.sleep(0.25)
-            assert _lease_expiry(stash, "beats") > first + timedelta(seconds=lease)
-            release.set()
-            holder.join(30)
-            state = stash.runs.load_run("beats")
-    finally:
-        release.set()
-        holder.join(30)
-    assert calls == {"long": 1}
+    with _HeldStep(url, options, "beats", lease) as held, stashpoint.open(url, **options) as stash:
+        stash.runs.clock_skew = timedelta(0)  # one machine, one clock: judge leases exactly
+        first = _lease_expiry(stash, "beats")
+        began = time.monotonic()
+        # Two and a half leases: without renewal the lease ran out long ago and this
+        # opener would take the run over; renewed, every try finds the step held.
+        while time.monotonic() - began < 2.5 * lease:
+            with pytest.raises(RunClaimed):
+                stash.runs.durable("beats").step("long", held.long_step)
+            time.sleep(0.25)
+        assert _lease_expiry(stash, "beats") > first + timedelta(seconds=lease)
+        held.release.set()
+        held.holder.join(30)
+        state = stash.runs.load_run("beats")
+    assert held.calls == {"long": 1}
     assert state is not None and [(a.node_id, a.output) for a in state.attempts] == [
         ("long", "worker A's result")
     ]
