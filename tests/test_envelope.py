@@ -69,3 +69,12 @@ def test_new_id_is_a_time_ordered_uuid7() -> None:
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     parsed = uuid.UUID(ids[0])
     assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+
+
+def test_a_following_revision_is_as_valid_as_one_checked_field_by_field() -> None:
+    env = Envelope.initial("a", "run", "k", 2, {"x": 0})
+    for i in range(1, LINEAGE_DEPTH + 5):
+        env = env.next({"x": i})
+    # `next` skips re-checking; rebuilding it through the checked constructor changes nothing.
+    assert dataclasses.replace(env) == env
+    assert len(env.lineage) == LINEAGE_DEPTH - 1 and env.revision == LINEAGE_DEPTH + 4

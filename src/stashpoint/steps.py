@@ -87,7 +87,7 @@ class Call(Request[Any]):
     """Its positional arguments."""
     beat: Callable[[], Steps[Any]] | None = None
     """Steps the driver runs every `every` seconds while the function runs (a durable
-    step's lease renewal) while the function runs on a thread of its own (blocking driver)
+    step's lease renewal): the function then runs on a thread of its own (blocking driver)
     or as a task (asyncio; a plain function blocks the loop, so it gets no beats); None:
     none. A beat that fails is left for the next one: the step's own outcome decides."""
     every: float = 0.0
