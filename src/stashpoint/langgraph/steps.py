@@ -8,13 +8,12 @@ saver with another serializer.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.errors import (
     CheckpointConflict,
@@ -103,8 +102,7 @@ class SaverSteps:
         """Where large values live."""
         self.codec = codec
         """Encodes large values' objects."""
-        self._known: OrderedDict[str, _Known] = OrderedDict()
-        self._lock = threading.Lock()
+        self._known: Lru[str, _Known] = Lru(KNOWN_THREADS)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -372,8 +370,7 @@ class SaverSteps:
 
     def _head(self, key: str, *, fresh: bool) -> Steps[LogHead | None]:
         if not fresh:
-            with self._lock:
-                known = self._known.get(key)
+            known = self._known.get(key)
             if known is not None and time.monotonic() - known.learned < HEAD_TRUST_SECONDS:
                 return known.head
         try:
@@ -384,27 +381,24 @@ class SaverSteps:
     def _remember(
         self, key: str, head: LogHead, lists: dict[tuple[str, str], ListMemory] | None = None
     ) -> None:
-        with self._lock:
-            known = self._known.get(key)
+        base = check_state(head.state, key)["base"]
+
+        def learned(known: _Known | None) -> _Known:
             if known is not None and known.head.version > head.version:
-                return  # a concurrent append of ours (put beside put_writes) got further
-            base = check_state(head.state, key)["base"]
+                return known  # a concurrent append of ours (put beside put_writes) got further
             kept = {} if known is None or _base(known.head) != base else known.lists
-            self._known[key] = _Known(head, time.monotonic(), {**kept, **(lists or {})})
-            self._known.move_to_end(key)
-            while len(self._known) > KNOWN_THREADS:
-                self._known.popitem(last=False)  # a server's idle threads: read again
+            return _Known(head, time.monotonic(), {**kept, **(lists or {})})
+
+        self._known.update(key, learned)
 
     def _forget(self, key: str) -> None:
-        with self._lock:
-            self._known.pop(key, None)
+        self._known.pop(key)
 
     def _lists(self, key: str, base: int) -> dict[tuple[str, str], ListMemory]:
-        with self._lock:
-            known = self._known.get(key)
-            if known is None or _base(known.head) != base:
-                return {}
-            return dict(known.lists)
+        known = self._known.get(key)
+        if known is None or _base(known.head) != base:
+            return {}
+        return dict(known.lists)
 
     def put(
         self,

@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from stashpoint import tracing
+from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.envelope import MAX_REVISION, utc_now
 from stashpoint.errors import (
@@ -236,7 +237,7 @@ class LogSteps:
         """Retry policy for 409s and resends."""
         self.delete_after = delete_after
         """How long a sealed entry stays before clean-up deletes it."""
-        self._tops: dict[str, int] = {}
+        self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
         self.full_state_every = full_state_every
         """Versions that are a multiple of this store their whole state (1: every version,
         for a small state read from the newest entry alone; all writers and readers of a
@@ -292,15 +293,12 @@ class LogSteps:
                 first_version, _ = parse_segment_name(key[len(segments_prefix) :], key)
                 listing.segments[first_version] = key
         if listing.top is not None:
-            self._learn_top(log_id, listing.top)
+            self._tops.put(log_id, listing.top)  # what storage says, even if lower
         return listing
 
     def _learn_top(self, log_id: str, top: int) -> None:
-        """Remember a log's latest version as a listing hint (for the most recent logs)."""
-        self._tops.pop(log_id, None)
-        self._tops[log_id] = top
-        if len(self._tops) > _KNOWN_TOPS:
-            del self._tops[next(iter(self._tops))]  # the least recently learned
+        """Remember a version this process appended as a listing hint (never lowers it)."""
+        self._tops.update(log_id, lambda known: top if known is None else max(known, top))
 
     def _all_pages(self, prefix: str, first: KeyPage | None) -> Steps[list[KeyPage]]:
         page = first if first is not None else (yield from ask(ListKeys(prefix)))
@@ -573,7 +571,7 @@ class LogSteps:
         if after is not None and time.time() - after.learned_at > self._trust_seconds:
             yield from self._refuse_phantom(log_id, entry, key, etag)
         head = LogHead.of(entry)
-        self._learn_top(log_id, max(version, self._tops.get(log_id, version)))
+        self._learn_top(log_id, version)
         if version and version % SEGMENT_SPAN == 0:
             # The append is durable already; a failed seal is redone by the next one or gc.
             with contextlib.suppress(StashpointError):

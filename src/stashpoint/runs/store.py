@@ -20,8 +20,6 @@ driver (`stashpoint.twins`).
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 import pydantic
 
+from stashpoint.cache import Lru
 from stashpoint.codec import check_json
 from stashpoint.deadline import Deadline
 from stashpoint.envelope import Envelope, typed_payload, utc_now
@@ -195,12 +194,10 @@ class _RunApi(Generic[DurableT]):
         self._retry = retry
         # The last head this process wrote or read per run: a single writer then appends
         # with one PUT and no read. A stale entry only costs a conflict and a re-read.
-        self._latest: OrderedDict[str, _Known] = OrderedDict()
-        self._latest_lock = threading.Lock()
-        self._cache_size = cache_size
+        self._latest: Lru[str, _Known] = Lru(cache_size)
         # The owner epoch this store holds per run (from create_run or takeover): its writes
         # to that run are refused with `Fenced` once another store takes the run over.
-        self._epochs: OrderedDict[str, int] = OrderedDict()
+        self._epochs: Lru[str, int] = Lru(_HELD_RUNS)
         self.clock_skew = CLOCK_SKEW
         """How long after its expiry a lease counts as run out (`CLOCK_SKEW`)."""
 
@@ -787,11 +784,7 @@ class _RunApi(Generic[DurableT]):
         )
 
     def _hold(self, run_id: str, epoch: int) -> None:
-        with self._latest_lock:
-            self._epochs[run_id] = epoch
-            self._epochs.move_to_end(run_id)
-            while len(self._epochs) > _HELD_RUNS:
-                self._epochs.popitem(last=False)  # the least recently claimed run
+        self._epochs.put(run_id, epoch)
 
     def _apply(
         self,
@@ -808,8 +801,7 @@ class _RunApi(Generic[DurableT]):
         store holding an owner epoch for the run (`create_run`, `takeover`) is refused with
         `Fenced` once the run's epoch moved past it; `claim` (a takeover) is not.
         """
-        with self._latest_lock:
-            epoch = None if claim else self._epochs.get(run_id)
+        epoch = None if claim else self._epochs.get(run_id)
 
         def change(known: _Known, fresh: bool) -> Steps[Change]:
             transitions.check_owner(known.head, epoch)
@@ -877,21 +869,16 @@ class _RunApi(Generic[DurableT]):
         return state.model_copy(update={"attempts": tuple(attempts), "state_snapshot": snapshot})
 
     def _cached(self, run_id: str) -> _Known | None:
-        with self._latest_lock:
-            return self._latest.get(run_id)
+        return self._latest.get(run_id)
 
     def _remember(self, run_id: str, known: _Known) -> None:
-        with self._latest_lock:
-            current = self._latest.get(run_id)
-            if current is None or current.revision <= known.revision:
-                self._latest[run_id] = known
-                self._latest.move_to_end(run_id)
-            while len(self._latest) > self._cache_size:
-                self._latest.popitem(last=False)
+        def newer(current: _Known | None) -> _Known:
+            return current if current is not None and current.revision > known.revision else known
+
+        self._latest.update(run_id, newer)
 
     def _forget(self, run_id: str) -> None:
-        with self._latest_lock:
-            self._latest.pop(run_id, None)
+        self._latest.pop(run_id)
 
 
 def summary_of(state: RunState) -> RunSummary:

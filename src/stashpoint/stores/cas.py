@@ -11,8 +11,6 @@ condition (at most one copy can land); anything else is a conflict.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +18,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from stashpoint import tracing
+from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH, CheckpointInfo, Envelope
 from stashpoint.errors import (
@@ -161,34 +160,24 @@ class EtagCache:
     """
 
     def __init__(self, capacity: int = 10_000) -> None:
-        self._capacity = capacity
-        self._entries: OrderedDict[str, tuple[int, str]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: Lru[str, tuple[int, str]] = Lru(capacity)
 
     def get(self, key: str, revision: int) -> str | None:
         """Return the ETag of `key` at `revision`, if known."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry[0] != revision:
-                return None
-            self._entries.move_to_end(key)
-            return entry[1]
+        entry = self._entries.get(key)
+        return None if entry is None or entry[0] != revision else entry[1]
 
     def remember(self, key: str, revision: int, etag: str) -> None:
         """Record that `key` at `revision` has `etag` (never moves a key backwards)."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] > revision:
-                return
-            self._entries[key] = (revision, etag)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+
+        def newer(entry: tuple[int, str] | None) -> tuple[int, str]:
+            return entry if entry is not None and entry[0] > revision else (revision, etag)
+
+        self._entries.update(key, newer)
 
     def forget(self, key: str) -> None:
         """Drop what is known of `key`."""
-        with self._lock:
-            self._entries.pop(key, None)
+        self._entries.pop(key)
 
 
 _REFUSALS = (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND)
