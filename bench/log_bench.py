@@ -90,13 +90,12 @@ class _Meter:
         self.requests: Counter[str] = Counter()
         self.intervals: list[tuple[float, float]] = []
         self._lock = threading.Lock()
-        objects = stash._transport.objects
-        real = objects.execute
-
-        def execute(request: Any) -> Any:
+        def hook(request: Any, proceed: Callable[[], Any]) -> Any:
+            if request.for_index:
+                return proceed()
             start = time.perf_counter()
             try:
-                return real(request)
+                return proceed()
             finally:
                 with self._lock:
                     self.requests[type(request).__name__] += 1
@@ -106,7 +105,7 @@ class _Meter:
                             self.sealed_bytes += len(request.body)
                     self.intervals.append((start, time.perf_counter()))
 
-        objects.execute = execute
+        stash.intercept(hook)
 
     def reset(self) -> None:
         self.bytes = 0

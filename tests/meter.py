@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from stashpoint.index.requests import PutItems
@@ -12,27 +13,24 @@ from stashpoint.stores.objects import PutObject
 class Meter:
     """Counts a (blocking) stash's requests, PUT body bytes and index items written.
 
-    Every way its operations reach storage is wrapped: the transport, the stash's own
-    `_execute` and its run store's.
+    Through the stash's public request hook (`Stash.intercept`), so every operation of
+    the stash is counted.
     """
 
     def __init__(self, stash: Any) -> None:
         self.requests: Counter[str] = Counter()
         self.put_bytes = 0
         self.index_items = 0
-        real = stash._transport.execute
 
-        def execute(request: Any) -> Any:
+        def hook(request: Any, proceed: Callable[[], Any]) -> Any:
             self.requests[type(request).__name__] += 1
             if isinstance(request, PutObject):
                 self.put_bytes += len(request.body)
             if isinstance(request, PutItems):
                 self.index_items += len(request.items)
-            return real(request)
+            return proceed()
 
-        stash._transport.execute = execute
-        stash._execute = execute
-        stash.runs._execute = execute
+        self.interception = stash.intercept(hook)
 
     def reset(self) -> None:
         """Start counting again from zero."""

@@ -17,12 +17,27 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stashpoint.codec import Codec
-from stashpoint.errors import CheckpointNotFound, ConfigurationError, StashpointError
+from stashpoint.errors import (
+    CheckpointNotFound,
+    ConfigurationError,
+    StashpointError,
+    StorageUnavailable,
+)
+from stashpoint.ids import new_write_id
 from stashpoint.logs.log import LogSteps
 from stashpoint.steps import Steps, ask
 from stashpoint.stores.blobs import REF_KEY, is_ref
-from stashpoint.stores.layout import BLOBS, Layout
-from stashpoint.stores.objects import DeleteObject, GetObject, HeadObject, ListKeys, ListVersions
+from stashpoint.stores.layout import BLOBS, CLOCK, Layout
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    HeadObject,
+    ListKeys,
+    ListVersions,
+    PutObject,
+    WriteOutcome,
+)
 
 
 @dataclass(frozen=True)
@@ -108,8 +123,9 @@ def collect_garbage(
                 _refs(entry.records, referenced)
                 if history or entry is entries[-1]:
                     _refs(entry.state, referenced)
-    now = datetime.now(UTC)
-    doomed: list[str] = []
+    # A dry run writes nothing, not even the clock probe: its report judges on this clock.
+    now = datetime.now(UTC) if dry_run else (yield from storage_now(layout))
+    doomed: list[tuple[str, str]] = []
     young = 0
     for key in blobs:
         digest = key[len(blob_prefix) :]
@@ -121,15 +137,48 @@ def collect_garbage(
         if head.last_modified is not None and now - head.last_modified < min_age:
             young += 1
             continue
-        doomed.append(digest)
+        doomed.append((digest, head.etag))
     deleted = 0
     if not dry_run and not unreadable:
-        for digest in doomed:
-            yield from ask(DeleteObject(layout.key(BLOBS, digest)))
-            deleted += 1
+        for digest, etag in doomed:
+            # Only the object judged: a save that reused the blob since wrote its own copy
+            # over it (`Blobs.offload`), whose new ETag makes this delete fail.
+            result = yield from ask(DeleteObject(layout.key(BLOBS, digest), etag))
+            if result.outcome is WriteOutcome.STORED:
+                deleted += 1
     return GcReport(
-        len(blobs), len(blobs) - len(doomed) - young, doomed, deleted, young, unreadable
+        len(blobs),
+        len(blobs) - len(doomed) - young,
+        [digest for digest, _ in doomed],
+        deleted,
+        young,
+        unreadable,
     )
+
+
+def storage_now(layout: Layout) -> Steps[datetime]:
+    """Return what time storage's clock says: an object's age is judged on it alone.
+
+    A tiny probe object is written (create-only, a fresh name), read back for its write
+    time and deleted, so a collector whose own clock runs ahead never takes a blob written
+    a moment ago for an old one.
+    """
+    key = layout.key(CLOCK, new_write_id())
+    result = yield from ask(PutObject(key, b"{}", Create(), content_encoding=None))
+    if result.outcome is not WriteOutcome.STORED:
+        raise StorageUnavailable(
+            f"could not read storage's clock ({result.detail or result.outcome.value})",
+            object_name=key,
+        )
+    try:
+        info = yield from ask(HeadObject(key))
+    finally:
+        yield from ask(DeleteObject(key))
+    if info is None or info.last_modified is None:
+        raise StorageUnavailable(
+            "storage did not say when the clock probe was written", object_name=key
+        )
+    return info.last_modified
 
 
 def _older_versions(key: str) -> Steps[list[str | None]]:

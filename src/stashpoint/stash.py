@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from stashpoint._backends.local import LocalTransport
 from stashpoint._backends.memory import MemoryTransport
-from stashpoint._backends.router import AsyncRouter, Router
+from stashpoint._backends.router import AsyncRouter, Hook, Router
 from stashpoint._backends.threaded import ThreadedAsyncTransport
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
 from stashpoint.errors import ConfigurationError
@@ -67,6 +67,25 @@ class Options:
 
 
 Factory = Callable[[], Any]
+
+
+class Interception:
+    """A hook in a stash's request path (`Stash.intercept`); `remove()` takes it out."""
+
+    def __init__(self, router: Router | AsyncRouter, hook: Hook) -> None:
+        self._router = router
+        self._hook = hook
+        router.hooks = (*router.hooks, hook)
+
+    def remove(self) -> None:
+        """Take the hook out (idempotent)."""
+        self._router.hooks = tuple(h for h in self._router.hooks if h is not self._hook)
+
+    def __enter__(self) -> Interception:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
 
 @dataclass(frozen=True)
@@ -248,7 +267,7 @@ class _Parts:
 
         index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
-        blobs = Blobs(self.backend.layout, self.codec, threshold)
+        blobs = Blobs(self.backend.layout, self.codec, threshold, self.retry)
         return store_type(self.cas(RUNS), self.logs(RUN_LOGS), blobs, index, execute)
 
 
@@ -271,6 +290,19 @@ class _StashApi(Generic[StoreT]):
 
     def _connect(self, backend: _Backend) -> Any:
         raise NotImplementedError
+
+    def intercept(self, hook: Hook) -> Interception:
+        """Pass every request this stash sends through `hook` until it is removed.
+
+        `hook(request, proceed)` returns what `proceed()` returns (or raises): count
+        requests, time them, add metrics, or inject failures in tests. On an `AsyncStash`,
+        `proceed()` is awaitable and the hook a coroutine function. Requests are the
+        library's own vocabulary (`stashpoint.stores.objects`, `stashpoint.index.requests`):
+        they carry keys and bodies, so a hook that logs must not log bodies. The first
+        hook added sees a request first. Returns an `Interception`: use it as a context
+        manager, or call `remove()`.
+        """
+        return Interception(self._transport, hook)
 
     @operation
     def collect_garbage(

@@ -5,6 +5,7 @@ version let exactly one through, and a tampered log is refused."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,23 +35,19 @@ def _turn(n: int) -> list[Message]:
 
 def _put_bytes(stash: Any) -> list[int]:
     sent: list[int] = []
-    real = stash._transport.execute
 
-    def execute(request: Any) -> Any:
+    def hook(request: Any, proceed: Callable[[], Any]) -> Any:
         if isinstance(request, PutObject):
             sent.append(len(request.body))
-        return real(request)
+        return proceed()
 
-    stash._transport.execute = execute
-    stash._execute = execute
-    stash.checkpoints._execute = execute
+    stash.intercept(hook)
     return sent
 
 
 def test_a_commit_sends_only_the_new_messages(stash: Any) -> None:
     conversations = ConversationStore(stash.checkpoints)
     sent = _put_bytes(stash)
-    conversations._execute = stash._execute
     transcript: list[Message] = []
     per_commit: list[int] = []
     for n in range(60):

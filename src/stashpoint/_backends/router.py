@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,12 @@ from stashpoint.errors import ConfigurationError
 from stashpoint.steps import Request
 
 _NO_INDEX = "this stash has no index (open it with ?index=...)"
+
+
+Hook = Callable[[Request[Any], Callable[[], Any]], Any]
+"""Sees one request on its way to a transport: `hook(request, proceed)` returns what
+`proceed()` (the next hook, or the transport) returns, or raises. For the asyncio stash,
+`proceed()` returns an awaitable and the hook is a coroutine function."""
 
 
 class _Routes:
@@ -23,6 +30,8 @@ class _Routes:
     def __init__(self, objects: Any, index: Callable[[], Any] | None) -> None:
         self.objects = objects
         """The object-storage transport."""
+        self.hooks: tuple[Hook, ...] = ()
+        """Hooks every request passes through, outermost first (`Stash.intercept`)."""
         self._make_index = index
         self._index: Any | None = None
         self._lock = threading.Lock()
@@ -51,12 +60,22 @@ class _Routes:
             return index
 
 
+    def chain(self, request: Request[Any], send: Callable[[], Any]) -> Callable[[], Any]:
+        """Return `send` wrapped in the hooks, outermost first."""
+        proceed = send
+        for hook in reversed(self.hooks):
+            proceed = functools.partial(hook, request, proceed)
+        return proceed
+
+
 class Router(_Routes):
     """Blocking router over blocking transports."""
 
     def execute(self, request: Request[Any]) -> Any:
-        """Execute one request on the transport that serves it."""
-        return self.route(request).execute(request)
+        """Execute one request on the transport that serves it (through the hooks)."""
+        if not self.hooks:
+            return self.route(request).execute(request)
+        return self.chain(request, lambda: self.route(request).execute(request))()
 
     def close(self) -> None:
         """Close both transports."""
@@ -70,8 +89,10 @@ class AsyncRouter(_Routes):
     """The asyncio twin of `Router`."""
 
     async def execute(self, request: Request[Any]) -> Any:
-        """Execute one request on the transport that serves it."""
-        return await self.route(request).execute(request)
+        """Execute one request on the transport that serves it (through the hooks)."""
+        if not self.hooks:
+            return await self.route(request).execute(request)
+        return await self.chain(request, lambda: self.route(request).execute(request))()
 
     async def close(self) -> None:
         """Close both transports."""

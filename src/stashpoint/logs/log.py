@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from stashpoint import tracing
 from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.envelope import MAX_REVISION, utc_now
@@ -44,6 +43,7 @@ from stashpoint.errors import (
     LimitExceeded,
     StashpointError,
     StorageUnavailable,
+    UnsupportedFormat,
 )
 from stashpoint.ids import new_write_id
 from stashpoint.logs.format import (
@@ -68,8 +68,8 @@ from stashpoint.logs.format import (
     state_base,
 )
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Parallel, Sleep, Steps, ask
-from stashpoint.stores.cas import Answer, WriteTracker
+from stashpoint.steps import Parallel, Steps, ask
+from stashpoint.stores import writes
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -84,6 +84,7 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     check_restore,
 )
+from stashpoint.stores.writes import Landed, NotLanded, Refused, Verdict, WriteTracker
 
 T = TypeVar("T")
 
@@ -591,49 +592,31 @@ class LogSteps:
     def _create(self, log_id: str, key: str, entry: LogEntry) -> Steps[str | None]:
         """Create the entry object; settle an unclear answer by reading the version back."""
         body = yield from self.codec.document_encoding(entry_document(entry), name=key)
-        request = PutObject(key, body, Create())
-        tracing.sent(len(body))
-        tracker = WriteTracker(self.retry)
-        while True:
-            result = yield from ask(request)
-            answer = tracker.judge(result)
-            if answer is Answer.STORED:
-                return result.etag
-            if answer is Answer.BACK_OFF:
-                yield Sleep(self.retry.delay(tracker.attempt))
-                continue
+
+        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
             if tracker.refused_for_sure:
-                raise (yield from self._conflict(log_id, entry.version))
+                return Refused((yield from self._conflict(log_id, entry.version)))
             try:
                 found = yield from self.read_version(log_id, entry.version)
-            except StashpointError as exc:
-                raise StorageUnavailable(
-                    f"append outcome unknown ({result.detail or result.outcome.value}) and "
-                    f"version {entry.version} could not be read back: {exc}; look for write "
-                    f"id {entry.write_id} there",
-                    object_name=key,
-                    write_id=entry.write_id,
-                ) from exc
-            if found is not None:
-                if found.write_id == entry.write_id:
-                    return None
-                raise (yield from self._conflict(log_id, entry.version))
-            if tracker.may_resend:
-                yield Sleep(self.retry.delay(tracker.attempt))
-                continue
-            if not tracker.copy_may_have_landed:
-                raise StorageUnavailable(
-                    f"append not stored: storage refused it {tracker.attempt} times "
-                    f"({result.detail or result.outcome.value}); retry later",
-                    object_name=key,
-                )
-            raise StorageUnavailable(
-                f"append outcome unknown after {tracker.attempt} attempts "
-                f"({result.detail or result.outcome.value}); look for write id "
-                f"{entry.write_id} at version {entry.version}",
-                object_name=key,
+            except (InvalidPayload, UnsupportedFormat):
+                # Ours always decodes: whatever is there is another writer's (or planted).
+                return Refused((yield from self._conflict(log_id, entry.version)))
+            if found is None:
+                return NotLanded()
+            if found.write_id == entry.write_id:
+                return Landed()
+            return Refused((yield from self._conflict(log_id, entry.version)))
+
+        return (
+            yield from writes.put(
+                PutObject(key, body, Create()),
+                read_back,
+                self.retry,
+                what="append",
                 write_id=entry.write_id,
+                look_in=f" at version {entry.version}",
             )
+        )
 
     def _conflict(self, log_id: str, version: int) -> Steps[CheckpointConflict]:
         """Return the conflict of a lost append at `version`, naming the winner's head."""

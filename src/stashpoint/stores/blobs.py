@@ -16,21 +16,13 @@ import pydantic_core
 
 from stashpoint.codec import Codec, check_json
 from stashpoint.envelope import Envelope
-from stashpoint.errors import (
-    InvalidPayload,
-    StashpointError,
-    StorageUnavailable,
-)
+from stashpoint.errors import InvalidPayload, StashpointError
+from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.steps import Steps, ask
+from stashpoint.stores import writes
 from stashpoint.stores.layout import BLOBS, Layout
-from stashpoint.stores.objects import (
-    Create,
-    GetObject,
-    Match,
-    ObjectInfo,
-    PutObject,
-    WriteOutcome,
-)
+from stashpoint.stores.objects import Create, GetObject, Match, ObjectInfo, PutObject
+from stashpoint.stores.writes import Landed, NotLanded, Rewrite, Verdict, WriteTracker
 
 BLOB_KIND = "stashpoint.blob"
 """Envelope kind of a blob."""
@@ -48,13 +40,21 @@ def is_ref(value: Any) -> bool:
 class Blobs:
     """Offload large values to blobs and resolve references back, as protocols."""
 
-    def __init__(self, layout: Layout, codec: Codec, threshold: int = DEFAULT_THRESHOLD) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        codec: Codec,
+        threshold: int = DEFAULT_THRESHOLD,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
         self.layout = layout
         """Where blobs live."""
         self.codec = codec
         """Encodes blob envelopes."""
         self.threshold = threshold
         """Size in bytes of JSON above which a value becomes a blob."""
+        self.retry = retry
+        """Bounds the resends of one blob (one that cannot be stored fails its save)."""
 
     def offload(self, value: Any, where: str = "value") -> Steps[Any]:
         """Return `value`, or a reference to it once stored as a blob if it is large."""
@@ -63,41 +63,51 @@ class Blobs:
         check_json(value, self.codec.limits.max_depth, start_depth=5, root=where)
         if value is None or isinstance(value, bool | int | float):
             return value
-        raw = pydantic_core.to_json(value)
+        try:
+            raw = pydantic_core.to_json(value)
+        except ValueError:
+            # A lone surrogate in a str: valid Python, not UTF-8, so not storable JSON.
+            raise InvalidPayload(
+                f"{where} cannot be written as UTF-8 JSON (a str holds a lone surrogate)"
+            ) from None
         if len(raw) <= self.threshold:
             return value
         digest = hashlib.sha256(raw).hexdigest()
         key = self.layout.key(BLOBS, digest)
-        body = yield from self.codec.encoding(Envelope.initial(digest, None, BLOB_KIND, 1, value))
-        condition: Create | Match = Create()
-        for _ in range(4):
-            result = yield from ask(PutObject(key, body, condition))
-            if result.outcome is WriteOutcome.STORED:
-                break
-            if result.outcome in (WriteOutcome.CONDITION_CONFLICT, WriteOutcome.NOT_FOUND):
-                condition = Create()
-                continue
-            # Already there (or perhaps, after a timeout): content-addressed, so a blob that
-            # holds this value is as good as ours. One that does not (planted under our hash,
-            # or torn) is replaced over its own ETag, so no later read fails on it.
+        blob = Envelope.initial(digest, None, BLOB_KIND, 1, value)
+        body = yield from self.codec.encoding(blob)
+        refreshed = False
+
+        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
+            nonlocal refreshed
             existing = yield from ask(GetObject(key, None, self.codec.limits.max_compressed_bytes))
             if existing is None:
-                condition = Create()
-                continue
-            if self._holds(existing, digest):
-                break
-            condition = Match(existing.etag)
-        else:
-            raise StorageUnavailable("could not store blob", object_name=key)
+                return NotLanded()
+            stored = self._stored(existing, digest)
+            if stored is None:
+                # Planted under our hash, or torn: replaced over its own ETag, so no later
+                # read fails on it.
+                return Rewrite(Match(existing.etag))
+            if stored.write_id == blob.write_id or refreshed:
+                return Landed(existing.etag)
+            # Another writer's copy of the same value, perhaps old enough for a garbage
+            # collection under way to delete it: our copy over its ETag makes it young
+            # again, and a collector's delete (conditional on the ETag it judged) fails.
+            refreshed = True
+            return Rewrite(Match(existing.etag))
+
+        yield from writes.put(PutObject(key, body, Create()), read_back, self.retry, what="blob")
         return {REF_KEY: digest, "bytes": len(raw)}
 
-    def _holds(self, info: ObjectInfo, digest: str) -> bool:
-        """Whether a stored blob decodes to the value with this hash."""
+    def _stored(self, info: ObjectInfo, digest: str) -> Envelope | None:
+        """Return the stored blob if it decodes to the value with this hash, else None."""
         try:
-            stored = self.codec.decode(info.body or b"", name=digest).payload
+            stored = self.codec.decode(info.body or b"", name=digest)
         except StashpointError:
-            return False
-        return hashlib.sha256(pydantic_core.to_json(stored)).hexdigest() == digest
+            return None
+        if hashlib.sha256(pydantic_core.to_json(stored.payload)).hexdigest() != digest:
+            return None
+        return stored
 
     def resolve(self, value: Any) -> Steps[Any]:
         """Return the value a reference points to (checked against its hash), else `value`."""

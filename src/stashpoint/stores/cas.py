@@ -17,7 +17,6 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, TypeVar
 
-from stashpoint import tracing
 from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH, CheckpointInfo, Envelope
@@ -32,6 +31,7 @@ from stashpoint.errors import (
 from stashpoint.ids import validate_id
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
+from stashpoint.stores import writes
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
     Create,
@@ -47,9 +47,9 @@ from stashpoint.stores.objects import (
     RestoreReport,
     RestoreState,
     WriteOutcome,
-    WriteResult,
     check_restore,
 )
+from stashpoint.stores.writes import Landed, NotLanded, Refused, Verdict, WriteTracker
 
 META_KIND = "stashpoint-kind"
 """Object metadata: the envelope's kind."""
@@ -178,67 +178,6 @@ class EtagCache:
     def forget(self, key: str) -> None:
         """Drop what is known of `key`."""
         self._entries.pop(key)
-
-
-_REFUSALS = (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND)
-
-
-class Answer(Enum):
-    """What to do after one answer to a conditional write (`WriteTracker.judge`)."""
-
-    STORED = "stored"
-    """The write is acknowledged: done."""
-    BACK_OFF = "back_off"
-    """A 409 conflict on the wire: wait, then send the same bytes again."""
-    READ_BACK = "read_back"
-    """Not definite: read the object back to see whether the write landed."""
-
-
-@dataclass
-class WriteTracker:
-    """Judges the answers to one conditional write, resent as often as needed.
-
-    Shared by envelope saves (`CompareAndSwap.compare_and_swap`) and log appends
-    (`logs.log`): it remembers whether some copy sent so far may have been applied without
-    our hearing of it, since a 412 proves failure only while none may have: after a
-    timeout or a client retry it may answer a repeat of our own landed write.
-    """
-
-    retry: RetryPolicy
-    """Bounds the resends."""
-    attempt: int = 0
-    """Copies sent so far."""
-    copy_may_have_landed: bool = False
-    """Whether a copy may have been applied unheard (a timeout, a 5xx, a client retry)."""
-    refused_for_sure: bool = False
-    """Whether the last answer refused our only copy (a 412/404 no landed copy explains)."""
-
-    def judge(self, result: WriteResult) -> Answer:
-        """Count one sent copy and say what to do about its answer."""
-        self.attempt += 1
-        if result.outcome is WriteOutcome.STORED:
-            return Answer.STORED
-        self.refused_for_sure = (
-            not self.copy_may_have_landed and not result.retried and result.outcome in _REFUSALS
-        )
-        if result.retried or result.outcome is WriteOutcome.AMBIGUOUS:
-            self.copy_may_have_landed = True
-        if (
-            result.outcome is WriteOutcome.CONDITION_CONFLICT
-            and self.attempt < self.retry.max_attempts
-        ):
-            tracing.event("retry", attempt=self.attempt, outcome=result.outcome.value)
-            return Answer.BACK_OFF
-        if self.refused_for_sure:
-            tracing.event("conflict", attempt=self.attempt, outcome=result.outcome.value)
-        else:
-            tracing.event("read_back", attempt=self.attempt, outcome=result.outcome.value)
-        return Answer.READ_BACK
-
-    @property
-    def may_resend(self) -> bool:
-        """Whether the retry policy allows another copy."""
-        return self.attempt < self.retry.max_attempts
 
 
 class _Verdict(Enum):
@@ -447,29 +386,10 @@ class CompareAndSwap:
                 etag = facts.etag
             condition = Match(etag)
         request = PutObject(key, body, condition, head_metadata(envelope))
-        tracing.sent(len(body))
         sent_etag = condition.etag if isinstance(condition, Match) else None
-        tracker = WriteTracker(self.retry)
-        while True:
-            result = yield from ask(request)
-            answer = tracker.judge(result)
-            if answer is Answer.STORED:
-                if result.etag:
-                    self.cache.remember(key, envelope.revision, result.etag)
-                return
-            if answer is Answer.BACK_OFF:
-                yield Sleep(self.retry.delay(tracker.attempt))
-                continue
-            try:
-                facts = yield from self.read_head(key)
-            except StashpointError as exc:
-                raise StorageUnavailable(
-                    f"write outcome unknown ({result.detail or result.outcome.value}) and the "
-                    f"head could not be read back: {exc}; look for write id "
-                    f"{envelope.write_id} in the head's lineage",
-                    object_name=envelope.id,
-                    write_id=envelope.write_id,
-                ) from exc
+
+        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
+            facts = yield from self.read_head(key)
             verdict = judge_write(
                 facts, envelope, expected_revision, sent_etag, tracker.refused_for_sure
             )
@@ -478,33 +398,39 @@ class CompareAndSwap:
                 verdict = yield from self._search_history(key, envelope)
             if verdict is _Verdict.LANDED:
                 assert facts is not None
-                if facts.revision == envelope.revision:
-                    self.cache.remember(key, envelope.revision, facts.etag)
-                return
+                return Landed(facts.etag if facts.revision == envelope.revision else None)
             if verdict is _Verdict.LOST:
                 self.cache.forget(key)
-                raise CheckpointConflict(
-                    envelope.id,
-                    expected_revision=expected_revision,
-                    actual_revision=None if facts is None else facts.revision,
+                return Refused(
+                    CheckpointConflict(
+                        envelope.id,
+                        expected_revision=expected_revision,
+                        actual_revision=None if facts is None else facts.revision,
+                    )
                 )
-            if verdict is _Verdict.NOT_LANDED and tracker.may_resend:
-                yield Sleep(self.retry.delay(tracker.attempt))
-                continue
-            if not tracker.copy_may_have_landed:
-                raise StorageUnavailable(
-                    f"write not stored: storage refused it {tracker.attempt} times "
-                    f"({result.detail or result.outcome.value}) and the head is unchanged; "
-                    "retry later",
+            if verdict is _Verdict.NOT_LANDED:
+                return NotLanded()
+            return Refused(
+                StorageUnavailable(
+                    f"save outcome unknown after {tracker.attempt} attempts: the head moved "
+                    f"on too far to tell; look for write id {envelope.write_id} in the "
+                    "head's history",
                     object_name=envelope.id,
+                    write_id=envelope.write_id,
                 )
-            raise StorageUnavailable(
-                f"write outcome unknown after {tracker.attempt} attempts "
-                f"({result.detail or result.outcome.value}); look for write id "
-                f"{envelope.write_id} in the head's lineage",
-                object_name=envelope.id,
-                write_id=envelope.write_id,
             )
+
+        etag = yield from writes.put(
+            request,
+            read_back,
+            self.retry,
+            what="save",
+            write_id=envelope.write_id,
+            name=envelope.id,
+            look_in=" in the head's lineage",
+        )
+        if etag:
+            self.cache.remember(key, envelope.revision, etag)
 
     def update(
         self,

@@ -15,6 +15,9 @@ RUNS = "runs"
 """Namespace of graph-run heads."""
 BLOBS = "blobs"
 """Namespace of immutable content-addressed blobs."""
+CLOCK = "clock"
+"""Namespace of the probe objects maintenance writes to read storage's clock (each
+deleted at once)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,223 @@
+"""The one conditional-write engine: every object stashpoint writes goes through `put`.
+
+A write is a `PutObject` under a condition: create-only (`If-None-Match: *`) for immutable
+objects (log entries, sealed segments, blobs, large LangGraph values), compare-and-swap
+(`If-Match: <ETag>`) for the few mutable heads and for replacing an object stashpoint has
+judged (a damaged content-named object, a log entry clean-up vacates). The engine sends it
+and judges the answer:
+
+- stored: done (the ETag is returned);
+- HTTP 409 (a concurrent conditional write on the wire): back off, send the same bytes;
+- anything else (a 412, a 404, a timeout, a reset, a 5xx): not definite, since a 412 may
+  answer botocore's own retry of our landed write. The caller's `read_back` reads the
+  object and says what became of the write (a `Verdict`): it landed; another writer's
+  object is there (a conflict, raised as the caller says); it has not landed (the same
+  bytes are sent again under the same condition, so at most one copy can land); or the
+  object must be written over its ETag (`Rewrite`: a damaged content-named object, an
+  identical one made young again, a freed key occupied again).
+
+One set of errors for every object kind: a conflict is the caller's (`Refused`), a write
+that certainly did not land after every resend is `StorageUnavailable` ("not stored"), and
+one whose fate storage would not tell is `StorageUnavailable` carrying the write id. Never
+a false success.
+
+Free of I/O, like every step: tested by scripts in `tests/stores/test_writes.py` for each
+caller's read-back, end to end through the fault proxy, crashes and `kill -9` elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from stashpoint import tracing
+from stashpoint.errors import StashpointError, StorageUnavailable
+from stashpoint.retry import RetryPolicy
+from stashpoint.steps import Sleep, Steps, ask
+from stashpoint.stores.objects import Create, Match, PutObject, WriteOutcome, WriteResult
+
+_REFUSALS = (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND)
+_REWRITES = 4
+"""Most times one write is sent over another object's ETag before the engine gives up."""
+
+
+class Answer(Enum):
+    """What to do after one answer to a conditional write (`WriteTracker.judge`)."""
+
+    STORED = "stored"
+    """The write is acknowledged: done."""
+    BACK_OFF = "back_off"
+    """A 409 conflict on the wire: wait, then send the same bytes again."""
+    READ_BACK = "read_back"
+    """Not definite: read the object back to see whether the write landed."""
+
+
+@dataclass
+class WriteTracker:
+    """Judges the answers to one conditional write, resent as often as needed.
+
+    It remembers whether some copy sent so far may have been applied without our hearing
+    of it, since a 412 proves failure only while none may have: after a timeout or a
+    client retry it may answer a repeat of our own landed write.
+    """
+
+    retry: RetryPolicy
+    """Bounds the resends."""
+    attempt: int = 0
+    """Copies sent so far."""
+    copy_may_have_landed: bool = False
+    """Whether a copy may have been applied unheard (a timeout, a 5xx, a client retry)."""
+    refused_for_sure: bool = False
+    """Whether the last answer refused our only copy (a 412/404 no landed copy explains)."""
+
+    def judge(self, result: WriteResult) -> Answer:
+        """Count one sent copy and say what to do about its answer."""
+        self.attempt += 1
+        if result.outcome is WriteOutcome.STORED:
+            return Answer.STORED
+        self.refused_for_sure = (
+            not self.copy_may_have_landed and not result.retried and result.outcome in _REFUSALS
+        )
+        if result.retried or result.outcome is WriteOutcome.AMBIGUOUS:
+            self.copy_may_have_landed = True
+        if (
+            result.outcome is WriteOutcome.CONDITION_CONFLICT
+            and self.attempt < self.retry.max_attempts
+        ):
+            tracing.event("retry", attempt=self.attempt, outcome=result.outcome.value)
+            return Answer.BACK_OFF
+        if self.refused_for_sure:
+            tracing.event("conflict", attempt=self.attempt, outcome=result.outcome.value)
+        else:
+            tracing.event("read_back", attempt=self.attempt, outcome=result.outcome.value)
+        return Answer.READ_BACK
+
+    @property
+    def may_resend(self) -> bool:
+        """Whether the retry policy allows another copy."""
+        return self.attempt < self.retry.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """Verdict: the write is in storage (ours, or an identical content-named object)."""
+
+    etag: str | None = None
+    """The stored object's ETag, when the read-back saw it."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotLanded:
+    """Verdict: the write has not landed; send the same bytes under the first condition."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Verdict: another writer's object is there (or the head moved on): raise `error`."""
+
+    error: StashpointError
+    """What the caller raises (a `CheckpointConflict` naming the winner, usually)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Verdict: send our bytes again under `condition` (over the ETag found, or create).
+
+    For objects the caller judged replaceable: a content-named object that holds something
+    else (damaged, or planted under our name), an identical one to be made young again (so
+    a concurrent garbage collection's conditional delete fails), a freed key to occupy.
+    """
+
+    condition: Create | Match
+    """The condition of the next copy."""
+
+
+Verdict = Landed | NotLanded | Refused | Rewrite
+"""What a read-back says became of a write whose answer was not definite."""
+
+ReadBack = Callable[[WriteTracker], Steps[Verdict]]
+"""Reads the object back and judges it; the tracker says what was sent and heard."""
+
+
+def put(
+    request: PutObject,
+    read_back: ReadBack,
+    retry: RetryPolicy,
+    *,
+    what: str,
+    write_id: str | None = None,
+    name: str | None = None,
+    look_in: str = "",
+) -> Steps[str | None]:
+    """Write `request`, judging every answer that is not definite with `read_back`.
+
+    Returns the stored object's ETag (None when only the read-back saw it land and did not
+    say). `what` names the write in messages ("save", "append", "segment", "blob");
+    `write_id` is the id a caller can look for when the outcome stays unknown, and
+    `look_in` where (" in the head's lineage"); `name` is the object errors name (default:
+    the key). Raises what `read_back` refuses with, or
+    `StorageUnavailable`.
+    """
+    name = name or request.key
+    first = request
+    tracker = WriteTracker(retry)
+    rewrites = 0
+    while True:
+        tracing.sent(len(request.body))
+        result = yield from ask(request)
+        answer = tracker.judge(result)
+        if answer is Answer.STORED:
+            return result.etag
+        if answer is Answer.BACK_OFF:
+            yield Sleep(retry.delay(tracker.attempt))
+            continue
+        detail = result.detail or result.outcome.value
+        try:
+            verdict = yield from read_back(tracker)
+        except StashpointError as exc:
+            if tracker.refused_for_sure:
+                raise StorageUnavailable(
+                    f"{what} not stored ({detail}) and the object could not be read back "
+                    f"({exc.kind.value}); retry later",
+                    object_name=name,
+                ) from exc
+            raise StorageUnavailable(
+                f"{what} outcome unknown ({detail}) and the object could not be read back "
+                f"({exc.kind.value}){_look_for(write_id, look_in)}",
+                object_name=name,
+                write_id=write_id,
+            ) from exc
+        if isinstance(verdict, Landed):
+            return verdict.etag
+        if isinstance(verdict, Refused):
+            raise verdict.error
+        if isinstance(verdict, Rewrite):
+            rewrites += 1
+            if rewrites > _REWRITES:
+                raise StorageUnavailable(
+                    f"{what} not stored: the object kept changing under it", object_name=name
+                )
+            request = dataclasses.replace(first, condition=verdict.condition)
+            continue
+        request = first  # not landed: the same bytes under the first condition
+        if tracker.may_resend:
+            yield Sleep(retry.delay(tracker.attempt))
+            continue
+        if not tracker.copy_may_have_landed:
+            raise StorageUnavailable(
+                f"{what} not stored: storage refused it {tracker.attempt} times ({detail}); "
+                "retry later",
+                object_name=name,
+            )
+        raise StorageUnavailable(
+            f"{what} outcome unknown after {tracker.attempt} attempts ({detail})"
+            f"{_look_for(write_id, look_in)}",
+            object_name=name,
+            write_id=write_id,
+        )
+
+
+def _look_for(write_id: str | None, where: str) -> str:
+    return "" if write_id is None else f"; look for write id {write_id}{where}"
