@@ -59,7 +59,6 @@ class _Routes:
             index, self._make_index = self._index, None
             return index
 
-
     def chain(self, request: Request[Any], send: Callable[[], Any]) -> Callable[[], Any]:
         """Return `send` wrapped in the hooks, outermost first."""
         proceed = send
