@@ -61,8 +61,8 @@ def test_a_blob_reused_while_gc_runs_is_never_deleted_under_its_new_reference(
 
 def _forget_run(stash: stashpoint.Stash, run_id: str) -> None:
     """Delete a run's log objects outright, as if it had never been indexed or kept."""
-    from stashpoint.runs.journal import RUN_LOGS
     from stashpoint.steps import run_sync
+    from stashpoint.stores.layout import RUN_LOGS
 
     logs = stash._parts.logs(RUN_LOGS)
     listing = run_sync(logs.listing(run_id, ordered=True), stash._execute)

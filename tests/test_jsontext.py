@@ -156,3 +156,11 @@ def test_the_largest_int_the_reader_reads_round_trips_and_a_larger_one_is_refuse
 def test_check_json_counts_the_values_inside_containers() -> None:
     assert check_json([1, [2, 3], {"a": {"b": None}}], 200) == 3 + 2 + 1 + 1
     assert check_json("scalar", 200) == 0
+
+
+@pytest.mark.parametrize("digits", [3999, 4400, 9000])
+def test_a_number_of_thousands_of_digits_reads_as_the_reference_reads_it(digits: int) -> None:
+    """Found by the mutation test: Python's float reads `9...9.0` of 4,400 digits as
+    infinity, the reference refuses it; the light engine must not answer first."""
+    _agree(b"[" + b"9" * digits + b".0]")
+    _agree(b'{"n": ' + b"9" * digits + b"}")

@@ -58,6 +58,12 @@ class GcReport:
     """Heads (or revisions) that could not be decoded; while there are any, nothing is
     deleted, since their references are unknown (a corrupt object, or a newer format
     written by a newer stashpoint)."""
+    logs: int = 0
+    """Logs looked at, in every log namespace (agents, conversations, runs, LangGraph
+    threads, `stash.logs`)."""
+    segments_sealed: int = 0
+    """Segments written for complete ranges an interrupted append left unsealed (none in a
+    dry run)."""
 
 
 def _refs(value: Any, found: set[str]) -> None:
@@ -82,14 +88,19 @@ def collect_garbage(
     min_age: timedelta,
     history: bool = False,
     logs: tuple[LogSteps, ...] = (),
+    blob_logs: tuple[str, ...] = (),
 ) -> Steps[GcReport]:
     """Delete blobs that no head in `namespaces` references and that are older than `min_age`.
 
     Only heads count unless `history`: then every older revision of every head is read too,
     and a blob any of them references stays. Blobs younger than `min_age` stay, since a
     writer stores its blobs just before its compare-and-swap references them. If any head
-    cannot be decoded, nothing is deleted: its references are unknown. Every log of `logs`
-    is read whole: its records and latest state count (every state, with `history`).
+    cannot be decoded, nothing is deleted: its references are unknown.
+
+    Every log of `logs` (one `LogSteps` per log namespace) is sealed where an interrupted
+    append left a complete range unsealed (unless `dry_run`); those of the namespaces in
+    `blob_logs` are read whole for references: records and the latest state count (every
+    state, with `history`).
     """
     blob_prefix = layout.namespace_prefix(BLOBS)
     blobs = yield from _all_keys(blob_prefix)
@@ -110,8 +121,20 @@ def collect_garbage(
                     unreadable.append(key if version_id is None else f"{key}@{version_id}")
                     continue
                 _refs(envelope.payload, referenced)
+    log_count = sealed = 0
     for steps in logs:
         for log_id in (yield from steps.list_ids()):
+            log_count += 1
+            if not dry_run:
+                try:
+                    sealed += yield from steps.seal(log_id)
+                except CheckpointNotFound:
+                    pass  # a deleted log: nothing to seal
+                except StashpointError as exc:
+                    unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc.kind.value}")
+                    continue
+            if steps.keys.namespace not in blob_logs:
+                continue
             try:
                 entries = yield from steps.entries(log_id)
             except CheckpointNotFound:
@@ -153,6 +176,8 @@ def collect_garbage(
         deleted,
         young,
         unreadable,
+        log_count,
+        sealed,
     )
 
 

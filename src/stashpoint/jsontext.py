@@ -38,8 +38,10 @@ SMALL_NODES = 1024
 """Values of up to this many nodes may be written by the light engine."""
 
 _REFERENCE = "pydantic_core"
-_UNUSUAL = re.compile(rb"\\u[dD][89a-fA-F]")
-"""A surrogate escape: the engines differ on lone ones, so the reference reads them all."""
+_UNUSUAL = re.compile(rb"\\u[dD][89a-fA-F]|[0-9]{4000}")
+"""A surrogate escape (the engines differ on lone ones), or a number of thousands of digits
+(the reference refuses past about 4,300, where Python's float reads infinity): the
+reference reads them all."""
 
 
 def parse(raw: bytes) -> Any:

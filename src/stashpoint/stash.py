@@ -24,7 +24,15 @@ from stashpoint.errors import ConfigurationError
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.steps import Steps
 from stashpoint.stores.cas import CompareAndSwap, EtagCache
-from stashpoint.stores.layout import CHECKPOINTS, RUNS, Layout
+from stashpoint.stores.layout import (
+    CHECKPOINTS,
+    LOGS,
+    NAMESPACES,
+    RUNS,
+    Layout,
+    Shape,
+    of_shape,
+)
 from stashpoint.stores.store import AsyncStore, Store
 from stashpoint.twins import Awaiting, Blocking, operation
 from stashpoint.url import StashUrl, parse_url, resolve_url
@@ -58,8 +66,13 @@ class Options:
     compression_level: int = 3
     """zstd level for new envelopes."""
     log_delete_after: timedelta = timedelta(hours=1)
-    """How long a log entry stays after a sealed segment holds it (readers in flight, and
-    writers whose knowledge is older than half of this, check before trusting an append)."""
+    """Deprecated, without effect: no delay protects anything since clean-up never frees a
+    key (`vacate_sealed_entries`). Accepted so that existing callers keep working."""
+    vacate_sealed_entries: bool = False
+    """Replace each sealed log entry by a small marker once its segment is stored (its key
+    stays occupied), so a log's bytes at rest are about its segments'. Costs one more PUT
+    per version (S3 charges PUTs, not DELETEs); off, entries stay whole beside their
+    segments (twice the bytes of the hot prefix, no extra request)."""
     backend: dict[str, Any] = field(default_factory=dict)
     """Backend options (S3: `client_config`, `sse`, `kms_key_id`, `storage_class`,
     `endpoint_url`...; index: `index_endpoint_url`, `index_client_config`; `ttl_days`,
@@ -224,7 +237,7 @@ class _Parts:
         self.backend = _backend(parsed, object_options, own)
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
-        self.log_delete_after = options.log_delete_after
+        self.vacate_sealed = options.vacate_sealed_entries
         self.cache = EtagCache()
         ttl_days = _number(own.get("ttl_days"), "ttl_days", float)
         self.ttl_seconds = None if ttl_days is None else int(ttl_days * 86400)
@@ -238,21 +251,30 @@ class _Parts:
         from stashpoint.logs.format import LogKeys
         from stashpoint.logs.log import LogSteps
 
+        settings = NAMESPACES[namespace]
+        if settings.shape is not Shape.LOGS:
+            raise ValueError(f"{namespace!r} is not a log namespace")
         keys = LogKeys(self.backend.layout, namespace)
-        return LogSteps(keys, self.codec, self.retry, delete_after=self.log_delete_after)
+        return LogSteps(
+            keys,
+            self.codec,
+            self.retry,
+            full_state_every=settings.full_state_every,
+            vacate_sealed=self.vacate_sealed,
+        )
 
     def gc(self, dry_run: bool, min_age: timedelta, history: bool) -> Steps[GcReport]:
         from stashpoint.garbage import collect_garbage
-        from stashpoint.runs.journal import RUN_LOGS
 
         return collect_garbage(
             self.backend.layout,
             self.codec,
-            (CHECKPOINTS, RUNS),
+            tuple(n.name for n in of_shape(Shape.HEADS) if n.references_blobs),
             dry_run=dry_run,
             min_age=min_age,
             history=history,
-            logs=(self.logs(RUN_LOGS),),
+            logs=tuple(self.logs(namespace.name) for namespace in of_shape(Shape.LOGS)),
+            blob_logs=tuple(n.name for n in of_shape(Shape.LOGS) if n.references_blobs),
         )
 
     def doctor(self) -> Steps[list[Check]]:
@@ -262,8 +284,8 @@ class _Parts:
 
     def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
         from stashpoint.runs.index import RunIndex
-        from stashpoint.runs.journal import RUN_LOGS
         from stashpoint.stores.blobs import DEFAULT_THRESHOLD, Blobs
+        from stashpoint.stores.layout import RUN_LOGS
 
         index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
@@ -348,7 +370,7 @@ class Stash(Blocking, _StashApi[Store]):
         """Append-only logs: append, head, entries, records, tail, seal, delete, list_ids."""
         from stashpoint.logs.store import LogStore
 
-        return LogStore(self._parts.logs("logs"), self._execute)
+        return LogStore(self._parts.logs(LOGS), self._execute)
 
     def close(self) -> None:
         """Release clients and files."""
@@ -386,7 +408,7 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
         """Append-only logs: append, head, entries, records, tail, seal, delete, list_ids."""
         from stashpoint.logs.store import AsyncLogStore
 
-        return AsyncLogStore(self._parts.logs("logs"), self._execute)
+        return AsyncLogStore(self._parts.logs(LOGS), self._execute)
 
     async def close(self) -> None:
         """Release clients and files."""
@@ -431,7 +453,7 @@ def open_async(url: str | None = None, **options: Any) -> AsyncStash:
 
 
 def _options(options: dict[str, Any]) -> Options:
-    names = ("limits", "retry", "compression_level", "log_delete_after")
+    names = ("limits", "retry", "compression_level", "log_delete_after", "vacate_sealed_entries")
     known = {k: options.pop(k) for k in names if k in options}
     level = known.get("compression_level", 3)
     if type(level) is not int or not -7 <= level <= 22:
@@ -443,4 +465,6 @@ def _options(options: dict[str, Any]) -> Options:
     delete_after = known.get("log_delete_after", timedelta(0))
     if not isinstance(delete_after, timedelta) or delete_after < timedelta(0):
         raise ConfigurationError("log_delete_after must be a timedelta >= 0")
+    if not isinstance(known.get("vacate_sealed_entries", False), bool):
+        raise ConfigurationError("vacate_sealed_entries must be a bool")
     return Options(**known, backend=options)

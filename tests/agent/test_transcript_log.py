@@ -164,11 +164,14 @@ def test_golden_log_loads_and_decodes_with_the_zstd_and_jq_tools(tmp_path: Path)
     assert json.loads(out) == want["transcript"]
 
 
-def test_a_rewritten_transcript_with_patches_reads_with_zstd_and_jq(tmp_path: Path) -> None:
+@pytest.mark.parametrize("vacate", [False, True], ids=["kept", "vacated"])
+def test_a_rewritten_transcript_with_patches_reads_with_zstd_and_jq(
+    tmp_path: Path, vacate: bool
+) -> None:
     if shutil.which("zstd") is None or shutil.which("jq") is None:
         pytest.skip("the zstd and jq command-line tools are not installed")
     root = tmp_path / "stash"
-    with stashpoint.open(f"local://{root}") as stash:
+    with stashpoint.open(f"local://{root}", vacate_sealed_entries=vacate) as stash:
         handle = AgentCheckpoint.existing("rewritten", stash.checkpoints)
         runner = AgentRunner(handle)
         cursor, state = runner.start(agent="a", model=fake_model.MODEL, transcript=[])

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import stashpoint
-from stashpoint import CheckpointConflict, CheckpointNotFound, InvalidId, InvalidPayload
+from stashpoint import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    InvalidArgument,
+    InvalidId,
+    InvalidPayload,
+)
 from stashpoint.logs import SEGMENT_SPAN
-from stashpoint.stores.objects import ListKeys
+from stashpoint.stores.objects import GetObject, ListKeys
 from tests.contract.conftest import BACKENDS, DRIVERS, UNSUPPORTED, _open
 
 LOG_BACKENDS = [*BACKENDS, "s3_dynamo_url"]
@@ -102,18 +108,21 @@ def test_bad_input_is_refused_before_anything_is_stored(stash: Any) -> None:
         logs.append(log_id, [{1, 2}], after=head)  # a set is not JSON
     with pytest.raises(InvalidPayload):
         logs.append(log_id, [float("nan")], after=head)
-    with pytest.raises(InvalidPayload):
+    with pytest.raises(InvalidArgument):
         logs.append(log_id, "not a list", after=head)  # type: ignore[arg-type]
     assert logs.records(log_id) == [1] and logs.head(log_id).version == 0
     with pytest.raises(CheckpointNotFound):
         logs.head(f"never-{stashpoint.new_id()}")
 
 
-@pytest.fixture
-def eager(log_backend: tuple[str, dict[str, Any], str]) -> Iterator[tuple[Any, Any]]:
-    """(stash under test, raw sync stash) where sealed entries are deleted at once."""
+@pytest.fixture(params=[True, False], ids=["vacating", "keeping"])
+def eager(
+    log_backend: tuple[str, dict[str, Any], str], request: pytest.FixtureRequest
+) -> Iterator[tuple[Any, Any]]:
+    """(stash under test, raw sync stash over the same storage), vacating sealed entries
+    or keeping them whole."""
     url, options, driver = log_backend
-    options = {**options, "log_delete_after": timedelta(0)}
+    options = {**options, "vacate_sealed_entries": request.param}
     with stashpoint.open(url, **options) as raw:
         for stash in _open(url, options, driver):
             yield stash, raw
@@ -123,43 +132,82 @@ def _keys(raw: Any, prefix: str) -> list[str]:
     return list(raw._transport.execute(ListKeys(prefix)).keys)
 
 
-def test_sealed_entries_are_cleaned_up_and_reads_do_not_notice(eager: tuple[Any, Any]) -> None:
+def _kinds(raw: Any, prefix: str) -> list[str]:
+    """The type of every object under `prefix` (`entry`, `vacated`, `segment`), in order."""
+    kinds = []
+    for key in _keys(raw, prefix):
+        body = raw._transport.execute(GetObject(key)).body
+        kinds.append(json.loads(raw._parts.codec.unwrap(body, name=key))["type"])
+    return kinds
+
+
+def test_sealed_entries_are_vacated_or_kept_and_reads_do_not_notice(eager: tuple[Any, Any]) -> None:
     stash, raw = eager
     log_id = f"clean-{stashpoint.new_id()}"
     versions = 2 * SEGMENT_SPAN + 1
-    _fill(stash.logs, log_id, versions)  # the last append seals and cleans up
+    _fill(stash.logs, log_id, versions)  # the last append seals and vacates
     keys = raw.logs._logs.keys
-    # Only the entries no segment holds are left, and both segments exist.
+    # Both segments exist; every sealed entry is a marker (its key stays occupied) or,
+    # kept, whole; the entry no segment holds is whole.
     assert len(_keys(raw, keys.segments_prefix(log_id))) == 2
-    assert len(_keys(raw, keys.entries_prefix(log_id))) == 1
+    sealed = "vacated" if raw.logs._logs.vacate_sealed else "entry"
+    assert _kinds(raw, keys.entries_prefix(log_id)) == [sealed] * (versions - 1) + ["entry"]
     assert stash.logs.records(log_id) == _expected_records(versions)
     assert stash.logs.tail(log_id, 3)[1] == _expected_records(versions)[-3:]
     assert stash.logs.seal(log_id) == 0  # nothing more to seal: idempotent
 
 
-def test_a_zombie_append_into_a_cleaned_up_range_is_a_conflict_not_a_phantom(
+def test_a_zombie_append_into_a_vacated_range_is_a_conflict_not_a_phantom(
     eager: tuple[Any, Any],
 ) -> None:
-    """A writer that learned a head long ago appends into a slot clean-up freed."""
+    """A writer that learned a head long ago appends into a version clean-up vacated."""
     stash, raw = eager
     logs = stash.logs
     log_id = f"zombie-{stashpoint.new_id()}"
     stale = logs.append(log_id, ["first"], after=None)
     head = stale
     for v in range(1, SEGMENT_SPAN + 1):
-        head = logs.append(log_id, [v], after=head)  # seals 0..63 and frees their keys
+        head = logs.append(log_id, [v], after=head)  # seals 0..63 and vacates them
     with pytest.raises(CheckpointConflict):
         logs.append(log_id, ["phantom"], after=stale)
     assert logs.records(log_id) == ["first", *range(1, SEGMENT_SPAN + 1)]
-    assert _keys(raw, raw.logs._logs.keys.entry(log_id, 1)) == []  # the phantom is gone
+    sealed = "vacated" if raw.logs._logs.vacate_sealed else "entry"
+    assert _kinds(raw, raw.logs._logs.keys.entry(log_id, 1)) == [sealed]  # no phantom
 
 
-def test_delete_removes_every_object(stash: Any) -> None:
+def test_delete_vacates_every_entry_and_a_late_writer_loses(stash: Any) -> None:
     log_id = f"gone-{stashpoint.new_id()}"
-    _fill(stash.logs, log_id, SEGMENT_SPAN + 2)
-    assert stash.logs.delete(log_id) >= 3
+    stale = stash.logs.append(log_id, [0], after=None, state={"n": 0})
+    head = stale
+    for n in range(1, SEGMENT_SPAN + 2):
+        head = stash.logs.append(log_id, [n], after=head, state={"n": n})
+    assert stash.logs.delete(log_id) >= 2  # the unsealed entries and the segment
     with pytest.raises(CheckpointNotFound):
         stash.logs.head(log_id)
+    # A writer holding any head of the deleted log (the latest, or a stale one) loses.
+    for late in (head, stale):
+        with pytest.raises(CheckpointConflict):
+            stash.logs.append(log_id, ["late"], after=late, state={"n": -1})
+    with pytest.raises(CheckpointNotFound):
+        stash.logs.records(log_id)
+
+
+def test_a_deleted_log_created_again_starts_a_new_life(stash: Any) -> None:
+    log_id = f"again-{stashpoint.new_id()}"
+    head = stash.logs.append(log_id, ["old"], after=None, state={"life": 1})
+    for n in range(20):
+        head = stash.logs.append(log_id, [f"old-{n}"], after=head, state={"life": 1, "n": n})
+    stash.logs.delete(log_id)
+    first = stash.logs.append(log_id, ["new"], after=None, state={"life": 2})
+    assert first.version == 22 and first.next_record == 1  # versions go on, records restart
+    second = stash.logs.append(log_id, ["newer"], after=first, state={"life": 2, "n": 1})
+    assert stash.logs.records(log_id) == ["new", "newer"]
+    assert stash.logs.head(log_id).state == {"life": 2, "n": 1}
+    assert [e.version for e in stash.logs.entries(log_id)] == [22, 23]
+    assert stash.logs.tail(log_id, 5)[1] == ["new", "newer"]
+    with pytest.raises(CheckpointConflict):
+        stash.logs.append(log_id, ["late"], after=head)  # the old life's head
+    del second
 
 
 def test_small_state_changes_are_stored_as_patches_and_read_whole(stash: Any) -> None:

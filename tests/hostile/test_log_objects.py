@@ -190,3 +190,71 @@ def test_sealed_segments_are_compressed_harder_than_entries(stash: stashpoint.St
     # Written once and kept for years: zstd level 9 (entries use the stash's level, 3).
     at_nine = zstandard.ZstdCompressor(level=9, write_checksum=True, write_content_size=True)
     assert segment.body == at_nine.compress(raw)
+
+
+def _sealed_log(url: str, log_id: str, versions: int, **options: Any) -> None:
+    with stashpoint.open(url, **options) as stash:
+        head = None
+        for v in range(versions):
+            head = stash.logs.append(log_id, [f"r{v}"], after=head, state={"v": v})
+
+
+@pytest.mark.parametrize(
+    "planted",
+    ["torn", "not a log", "another log's segment", "the same log, other records"],
+)
+def test_no_planted_segment_makes_a_seal_vacate_a_good_entry(
+    memory_url: tuple[str, dict[str, Any]], planted: str
+) -> None:
+    """Issue 23 #5: a 412 on the segment was taken as "already sealed" unread, and
+    clean-up then deleted every entry; a well-formed segment with other records was
+    preferred over the entries. Now the object is judged by its content and replaced."""
+    url = memory_url[0]
+    with stashpoint.open(url, vacate_sealed_entries=True) as stash:
+        keys = stash.logs._logs.keys
+        segment = keys.segment("victim", 0)
+        if planted == "torn":
+            body = b"\x28\xb5\x2f\xfd torn"
+        elif planted == "not a log":
+            body = zstandard.compress(b'{"format": "stashpoint.log/1", "type": "segment"}')
+        else:
+            # A real segment: of another log, or of this log id written elsewhere.
+            other = "other" if planted == "another log's segment" else "victim"
+            with stashpoint.open(f"memory://elsewhere-{planted.replace(' ', '-')}") as elsewhere:
+                head = None
+                for v in range(SEGMENT_SPAN + 1):
+                    head = elsewhere.logs.append(other, [f"x{v}"], after=head, state={"x": v})
+                info = elsewhere._transport.execute(
+                    GetObject(elsewhere.logs._logs.keys.segment(other, 0))
+                )
+                body = info.body
+        stash._transport.execute(PutObject(segment, body, None))  # before the seal
+        head = None
+        for v in range(SEGMENT_SPAN + 1):
+            head = stash.logs.append("victim", [f"r{v}"], after=head, state={"v": v})
+        assert stash.logs.records("victim") == [f"r{v}" for v in range(SEGMENT_SPAN + 1)]
+        assert _document(stash, segment)["log"] == "victim"
+        assert [e["records"] for e in _document(stash, segment)["entries"]] == [
+            [f"r{v}"] for v in range(SEGMENT_SPAN)
+        ]
+
+
+def test_a_segment_of_another_copy_of_the_log_is_named_not_read(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """A well-formed segment with other records planted after sealing: the write ids
+    chain (`prev`) does not join, so reads refuse it instead of preferring it."""
+    url = memory_url[0]
+    _sealed_log(url, "chained", SEGMENT_SPAN + 2)
+    with stashpoint.open("memory://another-copy") as elsewhere:
+        head = None
+        for v in range(SEGMENT_SPAN + 1):
+            head = elsewhere.logs.append("chained", [f"r{v}"], after=head, state={"v": v})
+        body = elsewhere._transport.execute(
+            GetObject(elsewhere.logs._logs.keys.segment("chained", 0))
+        ).body
+    with stashpoint.open(url) as stash:
+        segment = stash.logs._logs.keys.segment("chained", 0)
+        stash._transport.execute(PutObject(segment, body, None))
+        with pytest.raises(InvalidPayload, match="not one log"):
+            stash.logs.records("chained")

@@ -160,3 +160,107 @@ def test_sigkill_mid_conversation_loses_no_acknowledged_turn(
         assert replies <= len(stored_replies) <= replies + 1  # none lost
         replies = len(stored_replies)
         stored = len(messages)
+
+
+KILLED_AT_THE_SEAL = textwrap.dedent(
+    """
+    import operator, os, signal, sys, threading
+    from typing import Annotated, TypedDict
+    from langgraph.graph import END, START, StateGraph
+    import stashpoint
+    from stashpoint.langgraph import StashpointSaver
+    from stashpoint.stores.objects import PutObject
+
+    url, thread, kill_at, after = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+
+    class Chat(TypedDict):
+        messages: Annotated[list[str], operator.add]
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", lambda s: {"messages": [f"reply {len(s['messages'])}"]})
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    seen = []
+    lock = threading.Lock()
+
+    def hook(request, proceed):
+        # From the append of version 64 on (the one that seals 0..63), die at request
+        # `kill_at`: before it is sent, or once it took effect.
+        key = getattr(request, "key", "")
+        mine = None
+        with lock:  # requests of a parallel round come from several threads
+            if seen or (isinstance(request, PutObject) and key.endswith("/" + "0" * 18 + "64")):
+                seen.append(type(request).__name__)
+                mine = len(seen) - 1
+        if mine == kill_at and not after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = proceed()
+        if mine == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    with stashpoint.open(url) as stash:
+        stash.intercept(hook)
+        graph = builder.compile(checkpointer=StashpointSaver(stash))
+        config = {"configurable": {"thread_id": thread}}
+        while True:
+            done = graph.invoke({"messages": ["user " + "x" * 200]}, config)
+            print(len(done["messages"]), flush=True)
+    """
+)
+
+SEAL_KILL_ROUNDS = int(os.environ.get("STASHPOINT_SEAL_KILL_ROUNDS", "6"))
+"""Rounds per backend (the must-show run uses 30: `STASHPOINT_SEAL_KILL_ROUNDS=30`)."""
+
+
+@pytest.mark.parametrize("where", ["local", "seaweedfs"])
+def test_sigkill_at_the_seal_never_leaves_history_unreadable(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 23 #3: a process killed between the append of version 64 and its seal (or in
+    the middle of it) left the range unsealed; later seals skipped it and a reader that
+    had read the thread before listed from a hint and found "an object is missing"."""
+    if where == "local":
+        url = f"local://{tmp_path / 'stash'}"
+    else:
+        url = request.getfixturevalue("seaweedfs").url(f"t-{uuid.uuid4().hex}")
+    unreadable = []
+    with stashpoint.open(url) as stash:
+        reader = StashpointSaver(stash)  # reads every thread before and after its kill
+        for round_ in range(SEAL_KILL_ROUNDS):
+            thread = f"seal-{round_}"
+            kill_at, after = round_ % 6, round_ % 2 == 1
+            proc = subprocess.Popen(
+                [sys.executable, "-c", KILLED_AT_THE_SEAL, url, thread, str(kill_at),
+                 "1" if after else "0"],
+                stdout=subprocess.PIPE, text=True,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            )  # fmt: skip
+            assert proc.stdout is not None
+            config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            for line in proc.stdout:  # the reader learns the thread (and a listing hint)
+                if int(line) >= 16:
+                    reader.get_tuple(config)
+                    break
+            try:
+                assert proc.wait(timeout=60) == -signal.SIGKILL
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise AssertionError(f"round {round_} never reached its kill") from None
+            try:
+                for saver in (reader, StashpointSaver(stash)):
+                    history = list(saver.list({"configurable": {"thread_id": thread}}))
+                    assert len(history) >= 30  # about 42 checkpoints by version 64
+                    oldest = history[-1].config
+                    assert saver.get_tuple(oldest) is not None
+                    latest = saver.get_tuple(config)
+                    assert (
+                        latest is not None
+                        and latest.checkpoint["id"] == history[0].checkpoint["id"]
+                    )
+            except stashpoint.StashpointError as exc:
+                unreadable.append((thread, kill_at, after, exc))
+        assert unreadable == []
+        # gc (the library's) seals what the kills left unsealed, LangGraph threads too.
+        report = stash.collect_garbage(dry_run=False)
+        assert report.logs >= SEAL_KILL_ROUNDS

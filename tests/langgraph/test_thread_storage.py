@@ -375,3 +375,49 @@ def test_a_long_lived_saver_remembers_a_bounded_number_of_threads(stash: Any) ->
     # A forgotten thread is read again and written as before.
     config = _put(saver, "many-0", {"messages": ["again"]})
     assert saver.get_tuple(config).checkpoint["channel_values"] == {"messages": ["again"]}
+
+
+@pytest.mark.parametrize("rewrite", ["prune", "delete_for_runs", "copy_thread", "delete_thread"])
+def test_a_put_from_a_stale_saver_after_a_rewrite_is_stored_where_readers_look(
+    saver_url: tuple[str, dict[str, Any]], rewrite: str
+) -> None:
+    """Issue 23 #1: a rewrite frees the versions below it; a saver whose cached head is
+    older puts next. Its put must land where readers look, or be refused; never be
+    acknowledged into a freed version no reader reads."""
+    url, options = saver_url
+    with stashpoint.open(url, **options) as stash:
+        stale, other = StashpointSaver(stash), StashpointSaver(stash)
+        thread = f"t-{uuid.uuid4().hex[:8]}"
+        one = _put(stale, thread, {"v": 1}, metadata={"source": "input", "step": -1, "run_id": "r1"})
+        parent = one["configurable"]["checkpoint_id"]
+        # Another worker writes more of the thread, then rewrites it.
+        two = _put(other, thread, {"v": 2}, parent=parent, metadata={"source": "loop", "step": 1, "run_id": "r2"})
+        _put(other, thread, {"v": 3}, parent=two["configurable"]["checkpoint_id"],
+             metadata={"source": "loop", "step": 2, "run_id": "r2"})  # fmt: skip
+        if rewrite == "prune":
+            other.prune([thread], strategy="keep_latest")
+        elif rewrite == "delete_for_runs":
+            other.delete_for_runs(["r2"])
+        elif rewrite == "copy_thread":
+            # The target is rewritten from the source; the stale saver writes the target.
+            target = f"c-{uuid.uuid4().hex[:8]}"
+            one = _put(stale, target, {"v": 1}, metadata={"source": "input", "step": -1})
+            parent = one["configurable"]["checkpoint_id"]
+            other.delete_thread(target)
+            other.copy_thread(thread, target)
+            thread = target
+        else:
+            other.delete_thread(thread)
+        # The stale saver (its cached head is version 0) branches from its checkpoint.
+        try:
+            late = _put(stale, thread, {"v": "late"}, parent=parent)
+        except CheckpointConflict:
+            return  # refused, never acknowledged: nothing lost
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
+                                   "checkpoint_id": late["configurable"]["checkpoint_id"]}}  # fmt: skip
+        for reader in (StashpointSaver(stash), stale):
+            found = reader.get_tuple(config)
+            assert found is not None, "acknowledged, then no reader finds it"
+            assert found.checkpoint["channel_values"] == {"v": "late"}
+            ids = {t.checkpoint["id"] for t in reader.list({"configurable": {"thread_id": thread}})}
+            assert late["configurable"]["checkpoint_id"] in ids

@@ -19,7 +19,6 @@ from stashpoint import (
 )
 from stashpoint.envelope import Envelope
 from stashpoint.logs.store import LogStore
-from stashpoint.runs.journal import RUN_LOGS
 from stashpoint.runs.models import (
     RUN_KIND,
     RUN_LOG_KIND,
@@ -28,6 +27,7 @@ from stashpoint.runs.models import (
     RunState,
 )
 from stashpoint.steps import run_sync
+from stashpoint.stores.layout import RUN_LOGS
 from tests.meter import Meter
 
 INDEXED = ["memory_url", "local_url", "s3_dynamo_url"]

@@ -558,15 +558,23 @@ class LocalTransport:
                 # anything else (a symlink, a socket) is not an object: skipped
         keys = sorted(k for k in keys if k > after)
         page = keys[:page_size]
-        modified = [self._modified(key) for key in page]
-        return KeyPage(page, page[-1] if len(keys) > page_size else None, modified)
+        stats = [self._stat(key) for key in page]
+        return KeyPage(
+            page,
+            page[-1] if len(keys) > page_size else None,
+            [datetime.fromtimestamp(seconds, UTC) for seconds, _ in stats],
+            [size for _, size in stats],
+        )
 
-    def _modified(self, key: str) -> datetime:
+    def _stat(self, key: str) -> tuple[float, int]:
+        """Return a listed file's write time and size."""
         try:
-            seconds = os.stat(self.root / key, follow_symlinks=False).st_mtime
+            stat = os.stat(self.root / key, follow_symlinks=False)
         except OSError:
-            seconds = 0.0  # gone since the walk: the oldest possible, so never "too new"
-        return datetime.fromtimestamp(seconds, UTC)
+            # Gone since the walk: the oldest possible (never "too new"), and as large as
+            # a real object (never taken for a vacated marker).
+            return 0.0, 1 << 62
+        return stat.st_mtime, stat.st_size
 
     def _walk(self, folder: Path, key_prefix: str) -> Iterator[str]:
         """Yield the keys of regular files below `folder`, never entering a symlink."""

@@ -92,8 +92,14 @@ class MemoryTransport:
                     )
                     page = keys[:page_size]
                     more = len(keys) > page_size
-                    modified = [self._objects[k][-1].written_at for k in page]
-                    return KeyPage(page, page[-1] if more else None, modified)
+                    latest = [self._objects[k][-1] for k in page]
+                    return KeyPage(
+                        page,
+                        page[-1] if more else None,
+                        [v.written_at for v in latest],
+                        [len(v.body or b"") for v in latest],
+                        [v.etag for v in latest],
+                    )
             raise TypeError(f"memory storage cannot execute {request!r}")
 
     def close(self) -> None:

@@ -259,8 +259,10 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             contents = response.get("Contents", [])
             keys = [item["Key"] for item in contents]
             modified = [item["LastModified"] for item in contents]
+            sizes = [int(item.get("Size", 0)) for item in contents]
+            etags = [str(item.get("ETag", "")) for item in contents]
             more = response.get("IsTruncated") and response.get("NextContinuationToken")
-            return KeyPage(keys, more or None, modified)
+            return KeyPage(keys, more or None, modified, sizes, etags)
         case ListVersions(key):
             return (yield from _list_versions(key, bucket))
         case RestoreObject():

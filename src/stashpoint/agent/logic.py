@@ -55,6 +55,7 @@ from stashpoint.logs.format import LogKeys
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.steps import Call, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
+from stashpoint.stores.layout import AGENTS, CONVERSATIONS
 
 CONVERSATION_KIND = "stashpoint.conversation"
 """Envelope kind of a durable conversation."""
@@ -156,14 +157,8 @@ def conversation_key(namespace: str, conversation_id: str) -> str:
 
 # -- where an agent's checkpoint lives ----------------------------------------------------
 
-AGENTS = "agents"
-"""Namespace of agent checkpoint logs: `{prefix}/agents/{checkpoint_id}/{version}`."""
 _ALL = 2**62
 """A record count larger than any log: "the whole transcript"."""
-
-
-CONVERSATIONS = "conversations"
-"""Namespace of durable conversation logs: `{prefix}/conversations/{key}/{version}`."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +238,7 @@ class Saved:
             log={
                 "next_record": head.next_record,
                 "transcript_start": self.transcript_start,
-                "learned_at": head.learned_at,
+                "base": head.base,
             },
         )
 
@@ -264,7 +259,7 @@ class Saved:
                 schema_version=AGENT_SCHEMA_VERSION,
                 write_id=envelope.write_id,
                 written_at=envelope.updated_at,
-                learned_at=float(position["learned_at"]),
+                base=int(position.get("base", 0)),
             )
             start = int(position["transcript_start"])
         except (KeyError, TypeError, ValueError) as exc:

@@ -143,14 +143,14 @@ def _agent_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
 
 def _conversation_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs durable conversations live in (namespace `conversations`)."""
-    from stashpoint.agent.logic import CONVERSATIONS
+    from stashpoint.stores.layout import CONVERSATIONS
 
     return stashpoint.LogStore(stash._parts.logs(CONVERSATIONS), stash._execute)
 
 
 def _run_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs graph runs live in (namespace `run-logs`)."""
-    from stashpoint.runs.journal import RUN_LOGS
+    from stashpoint.stores.layout import RUN_LOGS
 
     return stashpoint.LogStore(stash._parts.logs(RUN_LOGS), stash._execute)
 
@@ -158,7 +158,6 @@ def _run_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
 def _thread_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs LangGraph threads live in (namespace `langgraph`)."""
     steps = stash._parts.logs("langgraph")
-    steps.full_state_every = 1
     return stashpoint.LogStore(steps, stash._execute)
 
 
@@ -606,25 +605,18 @@ def gc(
 ) -> None:
     """Delete unreferenced blobs (--history: no revision references); tidy up logs.
 
-    Logs (agent transcripts, graph runs, `stash.logs`) get any segment an interrupted
-    append left unsealed, and their sealed entries past the clean-up delay deleted (not
-    with --dry-run).
+    Every log (agent transcripts, conversations, graph runs, LangGraph threads,
+    `stash.logs`) gets any segment an interrupted append left unsealed (not with
+    --dry-run).
     """
-    sealed = 0
     with _open(url) as stash:
         report = stash.collect_garbage(
             dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history
         )
-        logs = [_agent_logs(stash), _conversation_logs(stash), _run_logs(stash), stash.logs]
-        log_ids = [(store, log_id) for store in logs for log_id in store.list_ids()]
-        if not dry_run:
-            for store, log_id in log_ids:
-                sealed += store.seal(log_id)
     if as_json:
-        _emit({"dry_run": dry_run, **dataclasses.asdict(report), "logs": len(log_ids),
-               "segments_sealed": sealed})  # fmt: skip
+        _emit({"dry_run": dry_run, **dataclasses.asdict(report)})
     else:
-        out.print(f"{len(log_ids)} logs; {sealed} segments sealed")
+        out.print(f"{report.logs} logs; {report.segments_sealed} segments sealed")
         done = (
             f"would delete {len(report.unreferenced)}" if dry_run else f"deleted {report.deleted}"
         )

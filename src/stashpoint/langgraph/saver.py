@@ -28,8 +28,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stashpoint.errors import ConfigurationError
-from stashpoint.langgraph.steps import NAMESPACE, SaverSteps, TupleParts
+from stashpoint.langgraph.steps import SaverSteps, TupleParts
 from stashpoint.steps import Steps, run_async, run_sync
+from stashpoint.stores.layout import LANGGRAPH
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -60,8 +61,7 @@ class _AsyncLock(asyncio.Lock):
 
 def _steps_of(stash: Stash | AsyncStash) -> SaverSteps:
     parts = stash._parts
-    logs = parts.logs(NAMESPACE)
-    logs.full_state_every = 1  # a thread's state is small: every entry stands alone
+    logs = parts.logs(LANGGRAPH)
     return SaverSteps(logs, parts.backend.layout, parts.codec)
 
 

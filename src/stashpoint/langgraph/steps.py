@@ -8,7 +8,6 @@ saver with another serializer.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,13 +48,9 @@ from stashpoint.langgraph.thread import (
 )
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.steps import Parallel, Steps, ask
-from stashpoint.stores.layout import Layout
+from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
 from stashpoint.stores.objects import Create, DeleteObject, GetObject, ListKeys, PutObject
 
-NAMESPACE = "langgraph"
-"""Log namespace of LangGraph threads."""
-VALUES = "langgraph-values"
-"""Namespace of large channel values (`{prefix}/langgraph-values/{thread key}/{sha256}`)."""
 VALUE_FORMAT = "stashpoint.langgraph-value"
 """Format name of a large value's object."""
 SNAPSHOT_FORMAT = "stashpoint.langgraph-list"
@@ -63,8 +58,6 @@ SNAPSHOT_FORMAT = "stashpoint.langgraph-list"
 KNOWN_THREADS = 256
 """Threads a saver remembers (head, list items) to write O(delta); the least recently
 written are forgotten first, so a server's memory stays bounded however many threads."""
-HEAD_TRUST_SECONDS = 30.0
-"""How long a saver appends after a head it learned without reading it again."""
 _APPEND_ATTEMPTS = 64
 _FETCH_BATCH = 16
 
@@ -77,7 +70,6 @@ class _Known:
     """What this saver learned of one thread by writing it."""
 
     head: LogHead
-    learned: float
     lists: dict[tuple[str, str], ListMemory] = field(default_factory=dict)
 
 
@@ -364,14 +356,16 @@ class SaverSteps:
         return found
 
     def _value_key(self, key: str, name: str) -> str:
-        return self.layout.key(VALUES, f"{key}/{name}")
+        return self.layout.key(LANGGRAPH_VALUES, f"{key}/{name}")
 
     # -- writing ---------------------------------------------------------------------------
 
     def _head(self, key: str, *, fresh: bool) -> Steps[LogHead | None]:
         if not fresh:
             known = self._known.get(key)
-            if known is not None and time.monotonic() - known.learned < HEAD_TRUST_SECONDS:
+            # Trusted until an append after it loses: a log never frees a version, so a
+            # stale head costs a conflict and a read, never a write lost below a rebase.
+            if known is not None:
                 return known.head
         try:
             return (yield from self.logs.head(key))
@@ -387,7 +381,7 @@ class SaverSteps:
             if known is not None and known.head.version > head.version:
                 return known  # a concurrent append of ours (put beside put_writes) got further
             kept = {} if known is None or _base(known.head) != base else known.lists
-            return _Known(head, time.monotonic(), {**kept, **(lists or {})})
+            return _Known(head, {**kept, **(lists or {})})
 
         self._known.update(key, learned)
 
@@ -707,7 +701,7 @@ class SaverSteps:
                 head = yield from self._head(key, fresh=True)
                 continue
             del state
-            yield from self.logs.drop_below(key, head.version)
+            yield from self.logs.vacate_below(key, head.version, reason="deleted")
             yield from self._drop_values(key)
             break
         self._forget(key)
@@ -746,7 +740,7 @@ class SaverSteps:
                 head = yield from self._append(key, head, record, state)
             except CheckpointConflict:
                 continue
-            yield from self.logs.drop_below(key, head.version)
+            yield from self.logs.vacate_below(key, head.version, reason="rebased")
             self._forget(key)
             return True
         raise CheckpointConflict(

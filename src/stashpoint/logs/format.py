@@ -18,6 +18,19 @@ entries are deleted once nobody can still need them (see `logs.log`). Sealed seg
 under their own prefix so that a lifecycle rule can move them to an archive tier while the
 entries, the hot end of every log, stay in the standard tier.
 
+An entry also names the write id of the version before it (`prev`), so a reader checks
+that the objects it joins follow one another (a segment of another copy of the log does
+not fit), and the first version of the log's current *life* (`base`): a log deleted
+(`ended`) and created again, or rewritten whole by its owner (a LangGraph rebase), starts
+a new life, and readers never read below its base.
+
+A version's key is never freed while anyone could still write it. Clean-up does not
+delete an entry: it *vacates* it, writing a small `vacated` marker over it (conditional on
+the entry's ETag) once a sealed segment holds it, or once it falls below the base. A
+writer whose head is stale, however stale, then finds the key occupied and loses its
+append (`CheckpointConflict`), whatever the clocks say; no acknowledged append ever lands
+where no reader looks.
+
 Both are zstd-compressed JSON documents that name their format first, so a transcript is
 recovered with nothing but the `zstd` and `jq` command-line tools (docs/logs.md).
 """
@@ -33,7 +46,7 @@ from typing import Any
 from stashpoint.envelope import MAX_REVISION, check_bounded, check_moment, check_write_id
 from stashpoint.errors import InvalidId, InvalidPayload
 from stashpoint.ids import validate_id
-from stashpoint.stores.layout import Layout
+from stashpoint.stores.layout import SEALED, Layout
 
 LOG_FORMAT_NAME = "stashpoint.log"
 """Format name of entries and segments."""
@@ -45,16 +58,16 @@ SEGMENT_SPAN = 64
 """Versions per sealed segment in format 1; segment `k` holds versions `64k .. 64k + 63`."""
 FULL_STATE_EVERY = 16
 """Versions that are a multiple of this store their whole state, never a patch."""
-SEALED = "sealed"
-"""Top-level namespace of sealed segments (archivable by prefix)."""
 _DIGITS = 20
 _ENTRY_NAME = re.compile(r"\d{20}")
 _SEGMENT_NAME = re.compile(r"(\d{20})-(\d{20})")
 _KIND = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _ENTRY_FIELDS = frozenset(
     {"version", "first_record", "write_id", "written_at", "kind", "schema_version", "state",
-     "patch", "unset", "records"}
+     "patch", "unset", "records", "prev", "base", "ended"}
 )  # fmt: skip
+REASONS = ("sealed", "rebased", "deleted")
+"""Why a version was vacated: a segment holds it, or it fell below a rebase or a deletion."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +100,18 @@ class LogEntry:
     version (None: the whole state is stored)."""
     unset: tuple[str, ...] = ()
     """With a patch: top-level keys of the previous state that this version removed."""
+    prev: str | None = None
+    """Write id of the version before this one (None for version 0)."""
+    base: int = 0
+    """The first version of the log's current life: readers never read below it."""
+    ended: bool = False
+    """Whether this version ends the log (a deletion): its key, and every one below, stay
+    occupied, so a late writer cannot bring the old life back."""
+
+    @property
+    def starts_life(self) -> bool:
+        """Whether this version is the first of a life (its records start at 0 again)."""
+        return self.version == self.base
 
     @property
     def next_record(self) -> int:
@@ -104,6 +129,12 @@ class LogEntry:
             "write_id": self.write_id,
             "written_at": self.written_at.isoformat(),
         }
+        if self.prev is not None:
+            document["prev"] = self.prev
+        if self.base:
+            document["base"] = self.base
+        if self.ended:
+            document["ended"] = True
         if self.patch is None or whole:
             # Kind and schema go with a whole state; a patch inherits them with the rest.
             document["kind"] = self.kind
@@ -182,13 +213,25 @@ def entries_from_segment(
 
 
 def check_chain(entries: list[LogEntry], name: str) -> None:
-    """Refuse entries whose versions or record positions do not follow one another."""
+    """Refuse entries whose versions, write ids or record positions do not follow.
+
+    A version that starts a life (after a deletion) restarts its records at 0.
+    """
     for before, after in itertools.pairwise(entries):
         if after.version != before.version + 1:
             raise InvalidPayload(
                 f"log {after.log_id!r} jumps from version {before.version} to {after.version}",
                 object_name=name,
             )
+        if after.prev is not None and after.prev != before.write_id:
+            raise InvalidPayload(
+                f"log {after.log_id!r} version {after.version} follows write "
+                f"{after.prev}, but version {before.version} is write {before.write_id}: "
+                "the objects are not one log (a segment or entry of another copy?)",
+                object_name=name,
+            )
+        if after.starts_life:
+            continue
         if after.first_record != before.next_record:
             raise InvalidPayload(
                 f"log {after.log_id!r} version {after.version} starts at record "
@@ -269,9 +312,17 @@ def _entry(fields: dict[str, Any], log_id: str, name: str) -> LogEntry:
         if not inherited and (not isinstance(kind, str) or not _KIND.fullmatch(kind)):
             raise ValueError(f"invalid kind {kind!r}")
         schema = 0 if inherited else fields["schema_version"]
+        prev = fields.get("prev")
+        if prev is not None:
+            check_write_id(prev, "prev")
+        ended = fields.get("ended", False)
+        if type(ended) is not bool:
+            raise ValueError("ended must be a bool")
+        version = check_bounded(fields["version"], MAX_REVISION, "version")
+        base = check_bounded(fields.get("base", 0), version, "base")
         return LogEntry(
             log_id=log_id,
-            version=check_bounded(fields["version"], MAX_REVISION, "version"),
+            version=version,
             first_record=check_bounded(fields["first_record"], MAX_REVISION, "first_record"),
             records=records,
             state=fields.get("state"),
@@ -286,11 +337,68 @@ def _entry(fields: dict[str, Any], log_id: str, name: str) -> LogEntry:
             },
             patch=patch,
             unset=tuple(unset),
+            prev=prev,
+            base=base,
+            ended=ended,
         )
     except KeyError as exc:
         raise InvalidPayload(f"log entry field {exc} is missing", object_name=name) from None
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"log entry is invalid: {exc}", object_name=name) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Vacated:
+    """What stands under a version's key once clean-up has vacated its entry."""
+
+    log_id: str
+    """The log."""
+    version: int
+    """The version whose entry this marker replaced."""
+    write_id: str
+    """Write id of the entry it replaced (an append that lost its answer finds it here)."""
+    reason: str
+    """Why: `sealed` (a segment holds the version), `rebased` or `deleted` (below base)."""
+    by: int
+    """The segment's first version (sealed), or the version of the rebase or deletion."""
+
+
+def vacated_document(marker: Vacated) -> dict[str, Any]:
+    """Return the stored JSON document of a vacated marker."""
+    return {
+        "format": LOG_FORMAT,
+        "type": "vacated",
+        "log": marker.log_id,
+        "version": marker.version,
+        "write_id": marker.write_id,
+        "reason": marker.reason,
+        "by": marker.by,
+    }
+
+
+def is_vacated(document: dict[str, Any]) -> bool:
+    """Whether a decoded log document is a vacated marker."""
+    return document.get("type") == "vacated"
+
+
+def vacated_from_document(document: dict[str, Any], *, log_id: str, name: str) -> Vacated:
+    """Return the marker a decoded document holds, checked against its key."""
+    _check_owner(document, "vacated", log_id, name)
+    try:
+        reason = document["reason"]
+        if reason not in REASONS:
+            raise ValueError(f"unknown reason {reason!r}")
+        return Vacated(
+            log_id=log_id,
+            version=check_bounded(document["version"], MAX_REVISION, "version"),
+            write_id=check_write_id(document["write_id"]),
+            reason=reason,
+            by=check_bounded(document["by"], MAX_REVISION, "by"),
+        )
+    except KeyError as exc:
+        raise InvalidPayload(f"vacated marker field {exc} is missing", object_name=name) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"vacated marker is invalid: {exc}", object_name=name) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,37 +1,44 @@
-"""Append-only logs over object storage, as steps: append, read, seal, clean up.
+"""Append-only logs over object storage, as steps: append, read, seal, vacate.
 
 **Append.** Version `v` is created with `If-None-Match: *`, so of two writers extending
 `v - 1` exactly one succeeds; the other gets `CheckpointConflict` carrying the winner's
-version. Each append sends its records and the small state (O(delta) bytes) in one PUT.
-An answer that is not definite (timeout, reset, 5xx, a 412 that may answer botocore's own
-retry of our landed write) is settled by reading version `v` back: our `write_id` there
-means success, another means conflict, nothing means not landed, so the same bytes are
-sent again under the same condition (at most one copy can land).
+version. Each append sends its records and the small state (O(delta) bytes) in one PUT,
+through the one conditional-write engine (`stores.writes`): an answer that is not definite
+(timeout, reset, 5xx, a 412 that may answer botocore's own retry of our landed write) is
+settled by reading version `v` back: our `write_id` there (in the entry, or in the marker
+that vacated it) means success, another means conflict, nothing means not landed, so the
+same bytes are sent again under the same condition (at most one copy can land).
 
 **Seal.** When version `64k + 64` is appended, versions `64k .. 64k + 63` are copied into
-one immutable sealed segment (also created with `If-None-Match: *`; the range is fixed by
-the format, so concurrent sealers write the same key with the same bytes). Each record is
-thus written twice in all: once in its entry, once in its segment.
+one immutable sealed segment (created with `If-None-Match: *`; the range is fixed by the
+format, so concurrent sealers write the same key with the same bytes). An object already
+at the segment's key is judged by its content: the entries are the truth, so a segment
+that holds other records (or none that decode) is replaced over its ETag. Ranges an
+interrupted sealer left behind are found by the next seal (from the complete listing of
+segments) and by `gc`.
 
-**Clean up.** An entry covered by a segment is deleted once it is older than
-`delete_after` (one hour by default). Readers that listed it before the delete find it gone
-and list again; a gap that survives a fresh, ordered listing is corruption and a typed
-error, never a shorter log. Deleting an entry frees its key, so a writer that learned
-version `v - 1` long ago (a zombie) could create a phantom `v` inside a sealed range: an
-append whose knowledge is older than half of `delete_after` therefore checks, after its
-PUT, that no segment covers `v` (for everyone else no request is added).
+**Vacate.** Once its segment is stored, each sealed entry is replaced by a small `vacated`
+marker, conditional on the entry's ETag; rebases and deletions vacate every entry below
+them the same way (and delete the segments there, which nothing needs). A key is never
+freed: a writer whose head is stale, however stale and whatever the clocks say, finds the
+key occupied and loses its append; nothing acknowledged lands where no reader looks.
+Readers that meet a sealed version's marker read its segment (listing again).
+
+**Lives.** `delete` appends a last version that ends the log and vacates everything below
+it; appending to the log again starts a new life after it, whose versions continue the
+numbering and whose records start at 0. Readers never read below the current life's base.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import time
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
+from stashpoint import tracing
 from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.envelope import MAX_REVISION, utc_now
@@ -39,6 +46,7 @@ from stashpoint.errors import (
     ArchivedObject,
     CheckpointConflict,
     CheckpointNotFound,
+    InvalidArgument,
     InvalidPayload,
     LimitExceeded,
     StashpointError,
@@ -54,11 +62,13 @@ from stashpoint.logs.format import (
     UNKNOWN_STATE,
     LogEntry,
     LogKeys,
+    Vacated,
     check_chain,
     check_log_id,
     entries_from_segment,
     entry_document,
     entry_from_document,
+    is_vacated,
     make_patch,
     parse_entry_name,
     parse_segment_name,
@@ -66,9 +76,11 @@ from stashpoint.logs.format import (
     segment_document,
     segment_start,
     state_base,
+    vacated_document,
+    vacated_from_document,
 )
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Parallel, Steps, ask
+from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.objects import (
     Create,
@@ -76,20 +88,20 @@ from stashpoint.stores.objects import (
     GetObject,
     KeyPage,
     ListKeys,
+    Match,
     ObjectInfo,
     PutObject,
     RestoreObject,
     RestoreReport,
     RestoreState,
-    WriteOutcome,
     check_restore,
 )
-from stashpoint.stores.writes import Landed, NotLanded, Refused, Verdict, WriteTracker
+from stashpoint.stores.writes import Landed, NotLanded, Refused, Rewrite, Verdict, WriteTracker
 
 T = TypeVar("T")
 
-DEFAULT_DELETE_AFTER = timedelta(hours=1)
-"""How long a sealed entry stays readable before clean-up deletes it."""
+_log = logging.getLogger("stashpoint")
+
 _READ_WINDOW = 16
 """Objects fetched at once when reading a log backwards or in order."""
 SEAL_LEVEL = 9
@@ -99,9 +111,14 @@ _FETCH_BATCH = 256
 _TAIL_GUESS = 256
 """Most versions a tail read fetches in its first round, before it knows record counts."""
 _RELISTS = 3
-"""Fresh listings tried when listed objects vanish under a reader (clean-up ran)."""
+"""Fresh listings tried when listed objects change under a reader (a seal vacated them)."""
 _KNOWN_TOPS = 4096
 """Logs whose latest version a `LogSteps` remembers as a listing hint (bounded memory)."""
+_MARKER_MARGIN = 24
+"""Bytes a marker may take beyond the widest one measured (zstd varies on random ids);
+the smallest entry of any log id is about 55 bytes larger than its widest marker."""
+_SEALS_PER_APPEND = 2
+"""Unsealed ranges one append seals at most (the newest); `gc` seals every one."""
 
 
 _NO_SNAPSHOT: Any = object()
@@ -117,7 +134,7 @@ class LogHead:
     version: int
     """Its latest version."""
     next_record: int
-    """Number of records in the log (the position the next record takes)."""
+    """Number of records in the log's current life (the position the next record takes)."""
     state: Any
     """The state stored with the latest version."""
     kind: str
@@ -130,9 +147,10 @@ class LogHead:
     """When the latest version was written (writer's clock)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Fields the latest entry carries beside the format's (an agent log's `run_id`)."""
-    learned_at: float = field(default_factory=time.time, compare=False)
-    """When this head was learned (Unix time): knowledge older than half of the clean-up
-    delay costs one check on the next append."""
+    base: int = 0
+    """First version of the log's current life (0 unless it was deleted or rebased)."""
+    ended: bool = False
+    """Whether the latest version ended the log (it was deleted)."""
     snapshot: Any = field(default=_NO_SNAPSHOT, compare=False, repr=False)
     """A private copy of `state` as stored, which the next append patches against: the
     caller may change `state` in place before passing this head as `after`."""
@@ -150,6 +168,8 @@ class LogHead:
             write_id=entry.write_id,
             written_at=entry.written_at,
             extra=entry.extra,
+            base=entry.base,
+            ended=entry.ended,
             snapshot=copy.deepcopy(entry.state),
         )
 
@@ -166,14 +186,16 @@ class _Source:
 
 @dataclass(slots=True)
 class LogListing:
-    """Which objects of one log exist: its entries and its sealed segments."""
+    """Which objects of one log exist: its entries (or their markers) and its segments."""
 
     log_id: str
     """The log."""
     entries: dict[int, str] = field(default_factory=dict)
-    """Entry keys by version."""
-    entry_modified: dict[int, datetime] = field(default_factory=dict)
-    """When each entry was written, where the storage says."""
+    """Entry keys by version (a vacated entry's key too: keys are never freed)."""
+    sizes: dict[int, int] = field(default_factory=dict)
+    """Each listed entry's stored size, where the storage says (markers are tiny)."""
+    etags: dict[int, str] = field(default_factory=dict)
+    """Each listed entry's ETag, where the listing says (S3, memory)."""
     segments: dict[int, str] = field(default_factory=dict)
     """Segment keys by first version."""
 
@@ -201,13 +223,18 @@ class LogListing:
                 raise _Gap(version)
         return sources
 
-    def sealed_entries(self) -> list[int]:
-        """Return the versions whose entry exists although a segment already holds it."""
-        return [v for v in self.entries if segment_start(v) in self.segments]
+    def whole(self, version: int, ceiling: int) -> bool:
+        """Whether the listed object of `version` may be an entry rather than a marker.
+
+        `ceiling`: the most bytes a marker of this log takes (`LogSteps.marker_ceiling`);
+        an object of unknown size may be anything.
+        """
+        size = self.sizes.get(version)
+        return size is None or size > ceiling
 
 
 class _Gap(Exception):
-    """A version no listed object holds (may be a listing race; checked again in order)."""
+    """A version no listed object holds (may be a listing race; checked again in full)."""
 
     def __init__(self, version: int) -> None:
         super().__init__(version)
@@ -215,7 +242,11 @@ class _Gap(Exception):
 
 
 class _Vanished(Exception):
-    """A listed object was gone when read (clean-up deleted it): list again."""
+    """A listed object changed under a reader (a seal vacated it): list again."""
+
+
+Item = LogEntry | Vacated
+"""What a log object holds: entries, or the marker of a vacated one."""
 
 
 class LogSteps:
@@ -227,8 +258,8 @@ class LogSteps:
         codec: Codec,
         retry: RetryPolicy,
         *,
-        delete_after: timedelta = DEFAULT_DELETE_AFTER,
         full_state_every: int = FULL_STATE_EVERY,
+        vacate_sealed: bool = False,
     ) -> None:
         self.keys = keys
         """Where the logs' objects live."""
@@ -236,13 +267,13 @@ class LogSteps:
         """Encodes and decodes entries and segments."""
         self.retry = retry
         """Retry policy for 409s and resends."""
-        self.delete_after = delete_after
-        """How long a sealed entry stays before clean-up deletes it."""
-        self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
         self.full_state_every = full_state_every
         """Versions that are a multiple of this store their whole state (1: every version,
         for a small state read from the newest entry alone; all writers and readers of a
         namespace must agree)."""
+        self.vacate_sealed = vacate_sealed
+        """Whether sealed entries are replaced by markers once their segment is stored."""
+        self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -251,11 +282,10 @@ class LogSteps:
     ) -> Steps[LogListing]:
         """List a log's entries and segments (in parallel; `ordered`: entries first).
 
-        Entries listed before segments can show no false gap: an entry is deleted only
-        after the segment holding it was written. When there are more entries than one
-        page, the listing resumes after the last sealed version (unless `complete`): sealed
-        entries waiting for clean-up are not needed to read, and a fast writer can leave
-        thousands within the clean-up delay.
+        Keys are never freed, so every version ever written is listed (a vacated one by
+        its marker). When there are more entries than one page, the listing resumes after
+        the last sealed version (unless `complete`): the markers of sealed versions are
+        not needed to read.
         """
         log_id = check_log_id(log_id)
         entries_prefix = self.keys.entries_prefix(log_id)
@@ -267,8 +297,8 @@ class LogSteps:
         else:
             # A log this process read or wrote lists from a segment before its last known
             # top: on S3 a 1,000-key page costs ten times a short one, and the sealed
-            # entries before it (deleted an hour after sealing) are never read. A version
-            # this skips that a read needs is a gap, and gaps are listed again in full.
+            # versions before it are read from their segments. A version this skips that
+            # a read needs is a gap, and gaps are listed again in full.
             start = None
             if hint is not None and hint >= 2 * SEGMENT_SPAN:
                 start = self.keys.entry(log_id, segment_start(hint) - SEGMENT_SPAN - 1)
@@ -310,18 +340,17 @@ class LogSteps:
         return pages
 
     def _planned(
-        self, log_id: str, plan: Callable[[LogListing], list[_Source]]
+        self, log_id: str, plan: Callable[[LogListing], list[_Source]], complete: bool
     ) -> Steps[tuple[LogListing, list[_Source]]]:
-        """List the log and plan a read; a gap is checked again with an ordered listing."""
-        listing = yield from self.listing(log_id)
+        """List the log and plan a read; a gap is checked again with a complete listing."""
+        listing = yield from self.listing(log_id, ordered=complete)
         try:
             return listing, plan(listing)
         except _Gap:
-            listing = yield from self.listing(log_id, ordered=True)
-        try:
-            return listing, plan(listing)
-        except _Gap as gap:
-            raise self._gap_error(log_id, gap.version) from None
+            if complete:
+                raise
+        listing = yield from self.listing(log_id, ordered=True)
+        return listing, plan(listing)
 
     def _gap_error(self, log_id: str, version: int) -> InvalidPayload:
         return InvalidPayload(
@@ -330,9 +359,18 @@ class LogSteps:
             object_name=self.keys.entry(log_id, version),
         )
 
-    def _fetch(self, log_id: str, sources: list[_Source]) -> Steps[list[LogEntry]]:
-        """Read `sources` in parallel (`_FETCH_BATCH` at a time) and return their entries."""
-        entries: list[LogEntry] = []
+    def _fetch(self, log_id: str, sources: list[_Source]) -> Steps[list[Item]]:
+        """Read `sources` in parallel (`_FETCH_BATCH` at a time); return what they hold."""
+        items: list[Item] = []
+        for _, decoded in (yield from self._fetch_objects(log_id, sources)):
+            items.extend(decoded)
+        return items
+
+    def _fetch_objects(
+        self, log_id: str, sources: list[_Source]
+    ) -> Steps[list[tuple[ObjectInfo, list[Item]]]]:
+        """Read `sources` in parallel; return each object with what it holds, in order."""
+        fetched: list[tuple[ObjectInfo, list[Item]]] = []
         for start in range(0, len(sources), _FETCH_BATCH):
             window = sources[start : start + _FETCH_BATCH]
             try:
@@ -348,10 +386,10 @@ class LogSteps:
                 if info is None:
                     raise _Vanished(source.key)
                 decoded = yield from self._decode(log_id, source, info)
-                entries.extend(decoded)
-        return entries
+                fetched.append((info, decoded))
+        return fetched
 
-    def _decode(self, log_id: str, source: _Source, info: ObjectInfo) -> Steps[list[LogEntry]]:
+    def _decode(self, log_id: str, source: _Source, info: ObjectInfo) -> Steps[list[Item]]:
         assert info.body is not None
         document = yield from self.codec.document_decoding(
             info.body,
@@ -360,32 +398,80 @@ class LogSteps:
             format_version=LOG_FORMAT_VERSION,
         )
         if source.sealed:
-            return entries_from_segment(
-                document, log_id=log_id, first=source.first, last=source.last, name=source.key
+            return list(
+                entries_from_segment(
+                    document, log_id=log_id, first=source.first, last=source.last, name=source.key
+                )
             )
-        entry = entry_from_document(document, log_id=log_id, name=source.key)
-        if entry.version != source.first:
+        item: Item
+        if is_vacated(document):
+            item = vacated_from_document(document, log_id=log_id, name=source.key)
+        else:
+            item = entry_from_document(document, log_id=log_id, name=source.key)
+        if item.version != source.first:
             raise InvalidPayload(
-                f"entry holds version {entry.version}, its key says {source.first}",
+                f"object holds version {item.version}, its key says {source.first}",
                 object_name=source.key,
             )
-        return [entry]
+        return [item]
 
     def _get(self, key: str) -> GetObject:
         return GetObject(key, None, self.codec.limits.max_compressed_bytes)
 
-    def _relisting(self, log_id: str, read: Callable[[], Steps[T]]) -> Steps[T]:
-        """Run `read`; list again when clean-up deleted a listed object under it.
+    def _current(
+        self, log_id: str, items: Sequence[Item], base: int | None = None, *, ended: bool = False
+    ) -> list[LogEntry]:
+        """Return the entries of the current life among `items` (oldest first).
 
-        Up to `_RELISTS` times; a gap that persists is a missing object.
+        The life's base is the newest item's unless given. A vacated version left in it
+        was sealed since the listing (its segment holds it): `_Vanished`, so the read
+        lists again. Any other marker there is not this library's doing: refused. A log
+        whose newest version ended it is `CheckpointNotFound`; with `ended`, that version
+        alone is returned.
+        """
+        if not items:
+            return []
+        newest = items[-1]
+        if base is None:
+            if isinstance(newest, Vacated):
+                raise InvalidPayload(
+                    f"the newest version of log {log_id!r} is a vacated marker: vacating "
+                    "never reaches the top",
+                    object_name=self.keys.entry(log_id, newest.version),
+                )
+            if newest.ended:
+                if not ended:
+                    raise CheckpointNotFound("the log was deleted", object_name=log_id)
+                return [newest]
+            base = newest.base
+        entries: list[LogEntry] = []
+        for item in items:
+            if item.version < base:
+                continue
+            if isinstance(item, Vacated):
+                if item.reason == "sealed":
+                    raise _Vanished(self.keys.entry(log_id, item.version))
+                raise InvalidPayload(
+                    f"version {item.version} of log {log_id!r} is vacated ({item.reason}) but "
+                    f"the log's life starts at {base}",
+                    object_name=self.keys.entry(log_id, item.version),
+                )
+            entries.append(item)
+        return entries
+
+    def _relisting(self, log_id: str, read: Callable[[bool], Steps[T]]) -> Steps[T]:
+        """Run `read(complete)`; list again, completely, when objects changed under it.
+
+        Up to `_RELISTS` times; a gap that persists in a complete listing is a missing
+        object.
         """
         for attempt in range(1, _RELISTS + 1):
             try:
-                return (yield from read())
+                return (yield from read(attempt > 1))
             except _Vanished as gone:
                 if attempt == _RELISTS:
                     raise StorageUnavailable(
-                        "log objects keep vanishing while being read", object_name=str(gone)
+                        "log objects keep changing while being read", object_name=str(gone)
                     ) from None
             except _Gap as gap:
                 if attempt == _RELISTS:
@@ -395,11 +481,11 @@ class LogSteps:
     def _read(
         self, log_id: str, plan: Callable[[LogListing], list[_Source]]
     ) -> Steps[tuple[LogListing, list[LogEntry]]]:
-        """Plan and read, listing again when clean-up deletes a listed entry under us."""
+        """Plan and read the current life, listing again when objects change under us."""
 
-        def read() -> Steps[tuple[LogListing, list[LogEntry]]]:
-            listing, sources = yield from self._planned(log_id, plan)
-            entries = yield from self._fetch(log_id, sources)
+        def read(complete: bool) -> Steps[tuple[LogListing, list[LogEntry]]]:
+            listing, sources = yield from self._planned(log_id, plan, complete)
+            entries = self._current(log_id, (yield from self._fetch(log_id, sources)))
             name = self.keys.entries_prefix(log_id)
             check_chain(entries, name)
             return listing, resolve(entries, UNKNOWN_STATE, name)
@@ -407,7 +493,17 @@ class LogSteps:
         return (yield from self._relisting(log_id, read))
 
     def head(self, log_id: str) -> Steps[LogHead]:
-        """Return the latest version of a log (a listing and one GET)."""
+        """Return the latest version of a log (a listing and one GET).
+
+        A deleted log (its latest version ended it) is `CheckpointNotFound`.
+        """
+        head = yield from self.top(log_id)
+        if head.ended:
+            raise CheckpointNotFound("the log was deleted", object_name=log_id)
+        return head
+
+    def top(self, log_id: str) -> Steps[LogHead]:
+        """Return the latest version of a log, even one that ended it (a deletion)."""
         head, _ = yield from self.head_with(log_id, lambda _: ())
         return head
 
@@ -421,20 +517,23 @@ class LogSteps:
         entries may be left as stored (a patch): they are read for their records.
         """
 
-        def read() -> Steps[tuple[LogHead, dict[int, LogEntry]]]:
-            listing, sources = yield from self._planned(log_id, self._top_plan(log_id))
+        def read(complete: bool) -> Steps[tuple[LogHead, dict[int, LogEntry]]]:
+            listing, sources = yield from self._planned(log_id, self._top_plan(log_id), complete)
             name = self.keys.entries_prefix(log_id)
-            newest = yield from self._fetch(log_id, sources)
+            newest = self._current(log_id, (yield from self._fetch(log_id, sources)), ended=True)
             check_chain(newest, name)
             newest = resolve(newest, UNKNOWN_STATE, name)
             head = LogHead.of(newest[-1])
             found = {entry.version: entry for entry in newest}
-            missing = sorted({v for v in wanted(head) if v not in found and 0 <= v <= head.version})
+            missing = sorted(
+                {v for v in wanted(head) if v not in found and head.base <= v <= head.version}
+            )
             plan: dict[str, _Source] = {}
             for version in missing:
                 source = listing.sources(version, version)[0]
                 plan.setdefault(source.key, source)
-            for entry in (yield from self._fetch(log_id, list(plan.values()))):
+            older = yield from self._fetch(log_id, list(plan.values()))
+            for entry in self._current(log_id, older, head.base):
                 found.setdefault(entry.version, entry)
             return head, found
 
@@ -443,9 +542,13 @@ class LogSteps:
     def entries(
         self, log_id: str, start: int = 0, stop: int | None = None
     ) -> Steps[list[LogEntry]]:
-        """Return versions `start .. stop` (default: to the latest), in order."""
-        if start < 0 or (stop is not None and stop < start):
-            raise InvalidPayload(f"bad version range {start}..{stop}", object_name=log_id)
+        """Return versions `start .. stop` (default: to the latest) of the current life."""
+        if (
+            type(start) is not int
+            or start < 0
+            or (stop is not None and (type(stop) is not int or stop < start))
+        ):
+            raise InvalidArgument(f"bad version range {start!r}..{stop!r}", object_name=log_id)
 
         def plan(listing: LogListing) -> list[_Source]:
             top = listing.top
@@ -456,9 +559,30 @@ class LogSteps:
                 raise CheckpointNotFound(
                     f"version {last} does not exist (latest is {top})", object_name=log_id
                 )
-            return listing.sources(self._base(start), last) if start <= last else []
+            sources = listing.sources(self._base(start), last) if start <= last else []
+            if last < top:
+                # The top is read too: it says where the current life starts.
+                sources += listing.sources(top, top)
+            return sources
 
-        _, entries = yield from self._read(log_id, plan)
+        def read(complete: bool) -> Steps[list[LogEntry]]:
+            listing, sources = yield from self._planned(log_id, plan, complete)
+            items = yield from self._fetch(log_id, sources)
+            newest = items[-1]
+            base = None
+            if isinstance(newest, LogEntry):
+                if newest.ended:
+                    raise CheckpointNotFound("the log was deleted", object_name=log_id)
+                base = newest.base
+            last = listing.top if stop is None else stop
+            entries = self._current(
+                log_id, [item for item in items if last is None or item.version <= last], base
+            )
+            name = self.keys.entries_prefix(log_id)
+            check_chain(entries, name)
+            return resolve(entries, UNKNOWN_STATE, name)
+
+        entries = yield from self._relisting(log_id, read)
         return [e for e in entries if e.version >= start and (stop is None or e.version <= stop)]
 
     def tail(
@@ -472,54 +596,62 @@ class LogSteps:
         round of GETs). `since(head)` is the first record position
         wanted at all (an agent's current transcript start): nothing before it is read.
         """
-        if records < 0:
-            raise InvalidPayload("records must be >= 0", object_name=log_id)
+        if type(records) is not int or records < 0:
+            raise InvalidArgument("records must be an int >= 0", object_name=log_id)
 
-        def read() -> Steps[tuple[LogHead, list[LogEntry]]]:
+        def read(complete: bool) -> Steps[tuple[LogHead, list[LogEntry]]]:
             # Versions rarely hold no record: fetching as many versions as records wanted
             # usually finishes a tail in this first round.
             wanted = min(records, _TAIL_GUESS)
-            listing, top_sources = yield from self._planned(log_id, self._top_plan(log_id, wanted))
+            listing, top_sources = yield from self._planned(
+                log_id, self._top_plan(log_id, wanted), complete
+            )
             name = self.keys.entries_prefix(log_id)
-            newest = yield from self._fetch(log_id, top_sources)
+            newest = self._current(log_id, (yield from self._fetch(log_id, top_sources)))
             check_chain(newest, name)
             newest = resolve(newest, UNKNOWN_STATE, name)
             head = LogHead.of(newest[-1])
+            if head.ended:
+                raise CheckpointNotFound("the log was deleted", object_name=log_id)
             floor = max(0, head.next_record - records)
             if since is not None:
                 floor = max(floor, since(head))
             collected = newest
-            if floor == 0 and collected[0].version > 0:
+            if floor == 0 and collected[0].version > head.base:
                 # Everything is wanted: every older object in one parallel round.
-                older = yield from self._fetch(log_id, listing.sources(0, collected[0].version - 1))
-                collected = older + collected
-            while collected[0].version > 0 and collected[0].first_record > floor:
-                # A gap here comes from a listing older than a clean-up: read again.
-                window = _backwards(listing, collected[0].version - 1, log_id)
+                older = yield from self._fetch(
+                    log_id, listing.sources(head.base, collected[0].version - 1)
+                )
+                collected = self._current(log_id, older, head.base) + collected
+            while collected[0].version > head.base and collected[0].first_record > floor:
+                # A gap here comes from a listing older than a seal: read again.
+                window = _backwards(listing, collected[0].version - 1, head.base)
                 older = yield from self._fetch(log_id, window)
-                collected = older + collected
+                collected = self._current(log_id, older, head.base) + collected
             check_chain(collected, name)
             keep = [e for e in collected if e.next_record > floor or e is collected[-1]]
             return head, keep
 
         return (yield from self._relisting(log_id, read))
 
-    def read_version(self, log_id: str, version: int) -> Steps[LogEntry | None]:
-        """Return version `version` from its entry or its segment; None if neither exists."""
-        info = yield from ask(self._get(self.keys.entry(log_id, version)))
+    def read_version(self, log_id: str, version: int) -> Steps[Item | None]:
+        """Return version `version` from its entry, its marker, or its sealed segment.
+
+        None if no object holds it.
+        """
+        key = self.keys.entry(log_id, version)
+        info = yield from ask(self._get(key))
         if info is not None:
-            entries = yield from self._decode(
-                log_id, _Source(self.keys.entry(log_id, version), version, version, False), info
-            )
-            return entries[0]
+            items = yield from self._decode(log_id, _Source(key, version, version, False), info)
+            return items[0]
         first = segment_start(version)
         key = self.keys.segment(log_id, first)
         info = yield from ask(self._get(key))
         if info is None:
             return None
         source = _Source(key, first, first + SEGMENT_SPAN - 1, True)
-        entries = yield from self._decode(log_id, source, info)
-        return entries[version - first]
+        items = yield from self._decode(log_id, source, info)
+        return items[version - first]
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -537,46 +669,90 @@ class LogSteps:
         """Append `records` (and the new `state`) after `after`; None creates the log.
 
         Exactly one of two appends after the same head succeeds; the other raises
-        `CheckpointConflict` with the winner's version. Returns the new head.
+        `CheckpointConflict` with the winner's version. Creating a log that was deleted
+        starts its new life after the deletion. Returns the new head.
         """
         log_id = check_log_id(log_id)
         if not isinstance(records, list):
-            raise InvalidPayload("records must be a list", object_name=log_id)
-        if after is not None and after.log_id != log_id:
-            raise InvalidPayload(f"head belongs to log {after.log_id!r}", object_name=log_id)
+            raise InvalidArgument("records must be a list", object_name=log_id)
+        if after is not None and (not isinstance(after, LogHead) or after.log_id != log_id):
+            raise InvalidArgument(f"after must be a head of log {log_id!r}", object_name=log_id)
+        try:
+            return (
+                yield from self._append(log_id, records, after, state, kind, schema_version, extra)
+            )
+        except CheckpointConflict:
+            if after is not None:
+                raise
+            # A create that found the log: one that was deleted is created again after the
+            # version that ended it.
+            top = yield from self.top(log_id)
+            if not top.ended:
+                raise
+        return (yield from self._append(log_id, records, top, state, kind, schema_version, extra))
+
+    def _append(
+        self,
+        log_id: str,
+        records: list[Any],
+        after: LogHead | None,
+        state: Any,
+        kind: str | None,
+        schema_version: int | None,
+        extra: dict[str, Any] | None,
+        *,
+        ends: bool = False,
+    ) -> Steps[LogHead]:
         version = 0 if after is None else after.version + 1
         if version > MAX_REVISION:
             raise LimitExceeded("log version overflow", object_name=log_id)
+        # A new life starts at a create, and after the version that ended the old one.
+        new_life = after is None or after.ended
+        inherited = None if new_life else after
         change = None
-        patchable = after is not None and after.snapshot is not _NO_SNAPSHOT
-        if after is not None and patchable and version % self.full_state_every:
-            change = make_patch(after.snapshot, state)
+        if (
+            inherited is not None
+            and inherited.snapshot is not _NO_SNAPSHOT
+            and version % self.full_state_every
+        ):
+            change = make_patch(inherited.snapshot, state)
         entry = LogEntry(
             log_id=log_id,
             version=version,
-            first_record=0 if after is None else after.next_record,
+            first_record=0 if inherited is None else inherited.next_record,
             records=records,
             state=state,
-            kind=kind or (after.kind if after is not None else "stashpoint.log"),
+            kind=kind or (inherited.kind if inherited is not None else "stashpoint.log"),
             schema_version=schema_version
             if schema_version is not None
-            else (after.schema_version if after is not None else 1),
+            else (inherited.schema_version if inherited is not None else 1),
             write_id=new_write_id(),
             written_at=utc_now(),
             extra=extra or {},
             patch=None if change is None else change[0],
             unset=() if change is None else change[1],
+            prev=None if after is None else after.write_id,
+            base=version if inherited is None else inherited.base,
+            ended=ends,
         )
         key = self.keys.entry(log_id, version)
-        etag = yield from self._create(log_id, key, entry)
-        if after is not None and time.time() - after.learned_at > self._trust_seconds:
-            yield from self._refuse_phantom(log_id, entry, key, etag)
+        yield from self._create(log_id, key, entry)
         head = LogHead.of(entry)
         self._learn_top(log_id, version)
-        if version and version % SEGMENT_SPAN == 0:
-            # The append is durable already; a failed seal is redone by the next one or gc.
-            with contextlib.suppress(StashpointError):
-                yield from self.seal(log_id, below=version)
+        if version >= SEGMENT_SPAN and version % SEGMENT_SPAN == 0:
+            # The append is durable already; a failed seal is redone by the next seal or
+            # by gc, and said here.
+            try:
+                yield from self.seal(log_id, below=version, base=entry.base)
+            except StashpointError as exc:
+                tracing.event("seal_failed", kind=exc.kind.value)
+                _log.warning(
+                    "stashpoint: sealing log %s below version %d failed (%s); the next seal "
+                    "or `stashpoint gc` does it",
+                    log_id,
+                    version,
+                    exc.kind.value,
+                )
         return head
 
     def _base(self, version: int) -> int:
@@ -584,10 +760,6 @@ class LogSteps:
 
     def _top_plan(self, log_id: str, versions: int = 0) -> Callable[[LogListing], list[_Source]]:
         return lambda listing: _top_sources(listing, log_id, self._base, versions)
-
-    @property
-    def _trust_seconds(self) -> float:
-        return self.delete_after.total_seconds() / 2
 
     def _create(self, log_id: str, key: str, entry: LogEntry) -> Steps[str | None]:
         """Create the entry object; settle an unclear answer by reading the version back."""
@@ -604,7 +776,7 @@ class LogSteps:
             if found is None:
                 return NotLanded()
             if found.write_id == entry.write_id:
-                return Landed()
+                return Landed()  # ours, perhaps sealed and vacated since
             return Refused((yield from self._conflict(log_id, entry.version)))
 
         return (
@@ -633,96 +805,242 @@ class LogSteps:
             f"writer (latest is {top if top is not None else f'at least {version}'})",
         )
 
-    def _refuse_phantom(
-        self, log_id: str, entry: LogEntry, key: str, etag: str | None
-    ) -> Steps[None]:
-        """Undo an append that landed in a sealed range whose entry had been cleaned up."""
-        first = segment_start(entry.version)
-        segment = self.keys.segment(log_id, first)
-        info = yield from ask(self._get(segment))
-        if info is None:
-            return
-        source = _Source(segment, first, first + SEGMENT_SPAN - 1, True)
-        sealed = yield from self._decode(log_id, source, info)
-        if sealed[entry.version - first].write_id == entry.write_id:
-            return  # sealed with our entry in it: we were first after all
-        yield from ask(DeleteObject(key, etag))
-        raise (yield from self._conflict(log_id, entry.version))
+    def seal(self, log_id: str, *, below: int | None = None, base: int | None = None) -> Steps[int]:
+        """Seal the complete ranges of the current life below `below`; return how many.
 
-    def seal(self, log_id: str, *, below: int | None = None) -> Steps[int]:
-        """Seal complete segment ranges below `below`; delete old sealed entries.
+        Ranges end below version `below` (default: the latest); each sealed range's
+        entries are then vacated. Idempotent and safe to run concurrently: segment ranges
+        and bytes are fixed by the entries, and segments are created with
+        `If-None-Match: *` (an object already there is judged by its content).
 
-        Ranges end below version `below` (default: the latest); sealed entries older than
-        `delete_after` are deleted. Returns how many segments were written. Idempotent and
-        safe to run concurrently: segment ranges and bytes are fixed by the entries, and
-        segments are created with `If-None-Match: *`.
-
-        With `below` (the seal an append makes), only the recent entries are listed, and
-        clean-up looks at the oldest page of entries: a constant number of requests
-        however many entries await their delay (a fast writer leaves thousands). A range
-        left unsealed further back (a sealer that died) is sealed by `gc` (no `below`),
-        which lists everything.
+        With `below` (the seal an append makes; `base` is the new entry's), the recent
+        entries are listed and at most the two newest unsealed ranges sealed, so an append
+        costs a bounded number of requests; a range further back is found from the
+        complete listing of segments. Without, everything is listed and every unsealed
+        range sealed (`gc`), and entries a seal left whole are vacated.
         """
-        recent = below is not None
-        listing = yield from self.listing(log_id, complete=not recent)
+        listing = yield from self.listing(log_id, complete=below is None)
         top = listing.top
         if top is None:
             return 0
+        if base is None:
+            base = (yield from self.top(log_id)).base
         limit = top if below is None else min(below, top + 1)
+        first_range = -(-base // SEGMENT_SPAN) * SEGMENT_SPAN  # ranges wholly in this life
+        missing = [
+            first
+            for first in range(first_range, limit - SEGMENT_SPAN + 1, SEGMENT_SPAN)
+            if first not in listing.segments
+        ]
+        if below is not None:
+            missing = missing[-_SEALS_PER_APPEND:]
+            newest = limit - limit % SEGMENT_SPAN - SEGMENT_SPAN
+            if newest >= first_range and newest not in missing:
+                # The range this append completed is sealed even if an object already
+                # sits at its segment's key: that object is judged by its content (a
+                # damaged or foreign one is replaced), never trusted for being there.
+                missing.append(newest)
         written = 0
-        first = 0
-        while first + SEGMENT_SPAN <= limit:
-            if first not in listing.segments:
-                versions = range(first, first + SEGMENT_SPAN)
-                if all(v in listing.entries for v in versions):
-                    yield from self._write_segment(log_id, listing, first)
-                    written += 1
-            first += SEGMENT_SPAN
-        if recent:
-            # The oldest entries are the ones old enough to go; the segments listed (and
-            # just written) say which are sealed.
-            entries_prefix = self.keys.entries_prefix(log_id)
-            oldest = LogListing(log_id, segments=listing.segments)
-            _add_entries(oldest, (yield from ask(ListKeys(entries_prefix))), entries_prefix)
-            yield from self._clean(oldest)
-            return written
-        if written:
-            listing = yield from self.listing(log_id, ordered=True, complete=True)
-        yield from self._clean(listing)
+        for first in missing:
+            if not all(v in listing.entries for v in range(first, first + SEGMENT_SPAN)):
+                # A hinted listing starts after it: list the range itself.
+                after = self.keys.entry(log_id, first - 1) if first else None
+                page = yield from ask(
+                    ListKeys(self.keys.entries_prefix(log_id), None, SEGMENT_SPAN, after)
+                )
+                _add_entries(listing, page, self.keys.entries_prefix(log_id))
+            if (yield from self._write_segment(log_id, listing, first)):
+                written += 1
+        if below is None and self.vacate_sealed:
+            yield from self._vacate_sealed(log_id, listing)
         return written
 
-    def _write_segment(self, log_id: str, listing: LogListing, first: int) -> Steps[None]:
-        sources = [
-            _Source(listing.entries[v], v, v, False) for v in range(first, first + SEGMENT_SPAN)
-        ]
+    def _write_segment(self, log_id: str, listing: LogListing, first: int) -> Steps[bool]:
+        """Seal one range and vacate its entries; False if it cannot be sealed (now)."""
+        versions = range(first, first + SEGMENT_SPAN)
+        if not all(v in listing.entries for v in versions):
+            return False  # a gap: the reader's error to report, not a seal to make
+        sources = [_Source(listing.entries[v], v, v, False) for v in versions]
         try:
-            entries = yield from self._fetch(log_id, sources)
+            fetched = yield from self._fetch_objects(log_id, sources)
         except _Vanished:
-            return  # another sealer finished and cleaned up first
+            return False
+        if any(isinstance(item, Vacated) for _, items in fetched for item in items):
+            return False  # sealed by another sealer meanwhile, or below a base
+        entries = [item for _, items in fetched for item in items if isinstance(item, LogEntry)]
         key = self.keys.segment(log_id, first)
         check_chain(entries, key)
         entries = resolve(entries, UNKNOWN_STATE, key)
         level = max(self.codec.level, SEAL_LEVEL)
         document = segment_document(log_id, entries)
         body = yield from self.codec.document_encoding(document, name=key, level=level)
-        result = yield from ask(PutObject(key, body, Create()))
-        if result.outcome not in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED):
-            raise StorageUnavailable(
-                f"segment not sealed ({result.detail or result.outcome.value})", object_name=key
-            )
-        listing.segments[first] = key
+        ours = [entry.write_id for entry in entries]
 
-    def _clean(self, listing: LogListing) -> Steps[int]:
-        """Delete sealed entries older than `delete_after`; return how many."""
-        cutoff = datetime.now(UTC) - self.delete_after
-        doomed = [
-            listing.entries[v]
-            for v in listing.sealed_entries()
-            if v in listing.entry_modified and listing.entry_modified[v] <= cutoff
-        ]
-        if doomed:
-            yield from ask(Parallel(tuple(DeleteObject(k) for k in doomed)))
-        return len(doomed)
+        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
+            info = yield from ask(self._get(key))
+            if info is None:
+                return NotLanded()
+            source = _Source(key, first, first + SEGMENT_SPAN - 1, True)
+            try:
+                held = yield from self._decode(log_id, source, info)
+            except StashpointError:
+                held = []
+            if [item.write_id for item in held] == ours:
+                return Landed(info.etag)
+            # Damaged, or holding other records than the entries (which are the truth while
+            # they exist): replaced over its own ETag, before any entry is vacated.
+            return Rewrite(Match(info.etag))
+
+        yield from writes.put(PutObject(key, body, Create()), read_back, self.retry, what="seal")
+        listing.segments[first] = key
+        if not self.vacate_sealed:
+            return True
+        yield from self._vacate(
+            log_id,
+            [(entry, info.etag) for entry, (info, _) in zip(entries, fetched, strict=True)],
+            reason="sealed",
+            by=first,
+        )
+        return True
+
+    def _vacate(
+        self,
+        log_id: str,
+        targets: Sequence[tuple[LogEntry | int, str]],
+        *,
+        reason: str,
+        by: int,
+    ) -> Steps[int]:
+        """Write a vacated marker over each `(entry or version, ETag)`; return how many.
+
+        Each marker is conditional on the ETag judged, so nothing but that entry is ever
+        replaced; a key found empty is occupied again.
+        """
+        requests: list[tuple[PutObject, writes.ReadBack]] = []
+        for target, etag in targets:
+            version = target if isinstance(target, int) else target.version
+            write_id = "unknown" if isinstance(target, int) else target.write_id
+            key = self.keys.entry(log_id, version)
+            marker = Vacated(log_id, version, write_id, reason, by)
+            body = yield from self.codec.document_encoding(vacated_document(marker), name=key)
+            requests.append(
+                (PutObject(key, body, Match(etag)), self._vacate_read_back(log_id, key, etag))
+            )
+        yield from writes.put_all(requests, self.retry, what="vacate")
+        return len(requests)
+
+    def _vacate_read_back(self, log_id: str, key: str, etag: str) -> writes.ReadBack:
+        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
+            info = yield from ask(self._get(key))
+            if info is None:
+                return Rewrite(Create())  # freed by someone else: occupied again
+            if info.etag == etag:
+                return NotLanded()  # still the entry judged
+            return Landed()  # a marker, or whatever else: the key is occupied either way
+
+        return read_back
+
+    def marker_ceiling(self, log_id: str) -> Steps[int]:
+        """Return the most bytes a vacated marker of `log_id` takes once stored.
+
+        An entry always takes more (it carries a write time, record position, kind and
+        state besides), so a listing's sizes tell markers from entries without reading
+        them; the margin absorbs zstd's variation on the random write ids.
+        """
+        widest = Vacated(log_id, MAX_REVISION, new_write_id(), "rebased", MAX_REVISION)
+        body = yield from self.codec.document_encoding(vacated_document(widest), name=log_id)
+        return len(body) + _MARKER_MARGIN
+
+    def _vacate_sealed(self, log_id: str, listing: LogListing) -> Steps[int]:
+        """Vacate the entries that sealed ranges still hold whole (a seal cut off)."""
+        vacated = 0
+        ceiling = yield from self.marker_ceiling(log_id)
+        for first in sorted(listing.segments):
+            left = [
+                v
+                for v in range(first, first + SEGMENT_SPAN)
+                if v in listing.entries and listing.whole(v, ceiling)
+            ]
+            if not left:
+                continue
+            segment = listing.segments[first]
+            try:
+                sealed = yield from self._fetch(
+                    log_id, [_Source(segment, first, first + SEGMENT_SPAN - 1, True)]
+                )
+                fetched = yield from self._fetch_objects(
+                    log_id, [_Source(listing.entries[v], v, v, False) for v in left]
+                )
+            except (_Vanished, InvalidPayload, UnsupportedFormat) as exc:
+                # A segment that cannot vouch for its entries: they stay whole.
+                _log.warning(
+                    "stashpoint: segment %s cannot vouch for its entries (%s); they stay",
+                    segment,
+                    type(exc).__name__,
+                )
+                continue
+            targets = []
+            for info, items in fetched:
+                item = items[0]
+                held = sealed[item.version - first]
+                # Only an entry the segment holds, write for write, is vacated.
+                if isinstance(item, LogEntry) and held.write_id == item.write_id:
+                    targets.append((item, info.etag))
+            vacated += yield from self._vacate(log_id, targets, reason="sealed", by=first)
+        return vacated
+
+    def vacate_below(self, log_id: str, version: int, *, reason: str) -> Steps[int]:
+        """Vacate every entry below `version` and delete the segments there; return how many.
+
+        For a log whose writer started a new life at `version` (a rebase, a deletion):
+        readers never read below it. Entries become markers (keys stay occupied, so a
+        stale writer loses its append); segments below, which nothing needs, are deleted.
+        """
+        listing = yield from self.listing(log_id, ordered=True)
+        ceiling = yield from self.marker_ceiling(log_id)
+        doomed = [v for v in listing.entries if v < version and listing.whole(v, ceiling)]
+        targets: list[tuple[LogEntry | int, str]] = []
+        unknown = [v for v in doomed if v not in listing.etags]
+        known = [v for v in doomed if v in listing.etags]
+        targets += [(v, listing.etags[v]) for v in known]
+        for start in range(0, len(unknown), _FETCH_BATCH):
+            batch = unknown[start : start + _FETCH_BATCH]
+            keys = [self.keys.entry(log_id, v) for v in batch]
+            infos = yield from ask(Parallel(tuple(self._get(k) for k in keys)))
+            for v, info in zip(batch, infos, strict=True):
+                if info is not None:
+                    targets.append((v, info.etag))
+        vacated = yield from self._vacate(log_id, targets, reason=reason, by=version)
+        segments = [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
+        for start in range(0, len(segments), _FETCH_BATCH):
+            deletes = tuple(DeleteObject(k) for k in segments[start : start + _FETCH_BATCH])
+            yield from ask(Parallel(deletes))
+        return vacated + len(segments)
+
+    def delete(self, log_id: str) -> Steps[int]:
+        """End a log: append a last version that deletes it, vacate everything below.
+
+        Returns how many objects were vacated or deleted. A late writer (any head it may
+        hold) loses its append; creating the log again starts a new life after it.
+        """
+        log_id = check_log_id(log_id)
+        for attempt in range(1, self.retry.max_attempts + 1):
+            try:
+                head = yield from self.top(log_id)
+            except CheckpointNotFound:
+                return 0
+            if head.ended:
+                break
+            try:
+                head = yield from self._append(
+                    log_id, [], head, None, head.kind, head.schema_version, None, ends=True
+                )
+                break
+            except CheckpointConflict:
+                if attempt == self.retry.max_attempts:
+                    raise
+                yield Sleep(self.retry.delay(attempt))
+        return (yield from self.vacate_below(log_id, head.version, reason="deleted"))
 
     def restore(self, log_id: str, days: int, tier: str) -> Steps[RestoreReport]:
         """Ask for every archived sealed segment of a log to be restored for `days`.
@@ -740,27 +1058,6 @@ class LogSteps:
             batch = keys[start : start + _FETCH_BATCH]
             states += yield from ask(Parallel(tuple(RestoreObject(k, days, tier) for k in batch)))
         return RestoreReport.of(states)
-
-    def delete(self, log_id: str) -> Steps[int]:
-        """Delete every object of a log (entries first, then segments); return how many."""
-        listing = yield from self.listing(log_id, ordered=True)
-        keys = [*listing.entries.values(), *listing.segments.values()]
-        for start in range(0, len(keys), 256):
-            yield from ask(Parallel(tuple(DeleteObject(k) for k in keys[start : start + 256])))
-        return len(keys)
-
-    def drop_below(self, log_id: str, version: int) -> Steps[int]:
-        """Delete every object that holds only versions below `version`; return how many.
-
-        For a log whose writer rewrote everything it still needs at `version` (a LangGraph
-        thread's tombstone or rebase): readers start there, so older objects are garbage.
-        """
-        listing = yield from self.listing(log_id, ordered=True, complete=True)
-        keys = [k for v, k in listing.entries.items() if v < version]
-        keys += [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
-        for start in range(0, len(keys), 256):
-            yield from ask(Parallel(tuple(DeleteObject(k) for k in keys[start : start + 256])))
-        return len(keys)
 
     def list_page(
         self, prefix: str, limit: int, cursor: str | None
@@ -801,15 +1098,17 @@ class LogSteps:
 
 
 def _add_entries(listing: LogListing, page: KeyPage, entries_prefix: str) -> None:
-    """Add the entries a page of keys lists (with when each was written) to `listing`."""
+    """Add the entries a page of keys lists (with their sizes and ETags) to `listing`."""
     for index, key in enumerate(page.keys):
         name = key[len(entries_prefix) :]
         if "/" in name:
             continue  # another log's entries never sit below ours; not ours to judge
         version = parse_entry_name(name, key)
         listing.entries[version] = key
-        if page.modified is not None:
-            listing.entry_modified[version] = page.modified[index]
+        if page.sizes is not None:
+            listing.sizes[version] = page.sizes[index]
+        if page.etags is not None and page.etags[index]:
+            listing.etags[version] = page.etags[index]
 
 
 def _top_sources(
@@ -827,11 +1126,11 @@ def _top_sources(
     return listing.sources(base(max(0, min(top, top - versions + 1))), top)
 
 
-def _backwards(listing: LogListing, below: int, log_id: str) -> list[_Source]:
+def _backwards(listing: LogListing, below: int, base: int) -> list[_Source]:
     """Plan the (up to `_READ_WINDOW`) objects ending at version `below`, oldest first."""
     sources: list[_Source] = []
     version = below
-    while version >= 0 and len(sources) < _READ_WINDOW:
+    while version >= base and len(sources) < _READ_WINDOW:
         source = listing.sources(version, version)[0]
         sources.append(source)
         version = source.first - 1

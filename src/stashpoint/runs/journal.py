@@ -41,9 +41,6 @@ from stashpoint.runs.models import (
     _Model,
 )
 
-RUN_LOGS = "run-logs"
-"""Log namespace of runs: `{prefix}/run-logs/{run_id}/…`, sealed under `sealed/run-logs/`."""
-
 _HEAD_ONLY = ("running", "attempt_count", "failed_count", "revision_base")
 """`RunHead` fields a `RunState` does not have (it has the attempts themselves)."""
 

@@ -74,6 +74,11 @@ class KeyPage:
     """Token for the next page, None on the last."""
     modified: list[datetime] | None = None
     """When each key's object was written (same order as `keys`), where the backend says."""
+    sizes: list[int] | None = None
+    """Each key's stored size in bytes (same order as `keys`), where the backend says."""
+    etags: list[str] | None = None
+    """Each key's ETag (same order as `keys`), where the listing says (S3, memory); the
+    local folder computes none (it would read every file)."""
 
 
 class WriteOutcome(Enum):

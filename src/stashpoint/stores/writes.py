@@ -28,17 +28,19 @@ caller's read-back, end to end through the fault proxy, crashes and `kill -9` el
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from stashpoint import tracing
 from stashpoint.errors import StashpointError, StorageUnavailable
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Sleep, Steps, ask
+from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores.objects import Create, Match, PutObject, WriteOutcome, WriteResult
 
 _REFUSALS = (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND)
+_BATCH = 256
+"""Writes sent in one `Parallel` by `put_all` (the driver keeps 16 in flight)."""
 _REWRITES = 4
 """Most times one write is sent over another object's ETag before the engine gives up."""
 
@@ -150,6 +152,7 @@ def put(
     write_id: str | None = None,
     name: str | None = None,
     look_in: str = "",
+    sent: WriteResult | None = None,
 ) -> Steps[str | None]:
     """Write `request`, judging every answer that is not definite with `read_back`.
 
@@ -157,16 +160,19 @@ def put(
     say). `what` names the write in messages ("save", "append", "segment", "blob");
     `write_id` is the id a caller can look for when the outcome stays unknown, and
     `look_in` where (" in the head's lineage"); `name` is the object errors name (default:
-    the key). Raises what `read_back` refuses with, or
-    `StorageUnavailable`.
+    the key). `sent`: the answer to a first copy already sent (`put_all`). Raises what
+    `read_back` refuses with, or `StorageUnavailable`.
     """
     name = name or request.key
     first = request
     tracker = WriteTracker(retry)
     rewrites = 0
     while True:
-        tracing.sent(len(request.body))
-        result = yield from ask(request)
+        if sent is None:
+            tracing.sent(len(request.body))
+            result = yield from ask(request)
+        else:
+            result, sent = sent, None
         answer = tracker.judge(result)
         if answer is Answer.STORED:
             return result.etag
@@ -221,3 +227,32 @@ def put(
 
 def _look_for(write_id: str | None, where: str) -> str:
     return "" if write_id is None else f"; look for write id {write_id}{where}"
+
+
+def put_all(
+    writes: Sequence[tuple[PutObject, ReadBack]],
+    retry: RetryPolicy,
+    *,
+    what: str,
+) -> Steps[list[str | None]]:
+    """Write independent objects: every first copy at once, then judge the unclear ones.
+
+    Each write whose answer was not definite is judged (and resent) by `put`, one after
+    another. Returns their ETags in order; raises the first failure once every write was judged.
+    """
+    etags: list[str | None] = []
+    failure: StashpointError | None = None
+    for start in range(0, len(writes), _BATCH):
+        batch = writes[start : start + _BATCH]
+        for request, _ in batch:
+            tracing.sent(len(request.body))
+        results = yield from ask(Parallel(tuple(request for request, _ in batch)))
+        for (request, read_back), result in zip(batch, results, strict=True):
+            try:
+                etags.append((yield from put(request, read_back, retry, what=what, sent=result)))
+            except StashpointError as exc:
+                failure = failure or exc
+                etags.append(None)
+    if failure is not None:
+        raise failure
+    return etags
