@@ -298,3 +298,97 @@ def test_async_saver_refuses_blocking_calls_on_its_own_loop(
                 saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
 
     asyncio.run(blocking_on_the_loop())
+
+
+def _last(_: Any, new: Any) -> Any:
+    return new
+
+
+class Asks(TypedDict):
+    items: list[int]
+    item: Annotated[int, _last]
+    answers: Annotated[list[str], operator.add]
+
+
+class Ask(TypedDict):
+    item: int
+    answers: Annotated[list[str], operator.add]
+
+
+def _send_to_interrupting_subgraphs() -> StateGraph[Any]:
+    """A `Send` fan-out whose every branch is a subgraph that interrupts (human review of
+    each item): each branch is a checkpoint namespace of its own."""
+
+    def ask(state: Ask) -> dict[str, Any]:
+        answer = interrupt({"item": state["item"]})
+        return {"answers": [f"{state['item']}={answer}"]}
+
+    inner = StateGraph(Ask)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+
+    def spread(state: Asks) -> list[Send]:
+        return [Send("review", {"item": i, "answers": []}) for i in state["items"]]
+
+    outer = StateGraph(Asks)
+    outer.add_node("review", inner.compile())
+    outer.add_conditional_edges(START, spread, ["review"])
+    outer.add_edge("review", END)
+    return outer
+
+
+def review_every_item(
+    graph: Any, config: dict[str, Any], items: int, durability: str = "async"
+) -> Any:
+    graph.invoke(
+        {"items": list(range(items)), "item": -1, "answers": []}, config, durability=durability
+    )
+    waiting = graph.get_state(config)
+    asked = sorted(i.value["item"] for i in waiting.interrupts)
+    answers = {i.id: f"ok-{i.value['item']}" for i in waiting.interrupts}
+    done = graph.invoke(Command(resume=answers), config, durability=durability)
+    return asked, sorted(done["answers"])
+
+
+def approve_many_times(graph: Any, config: dict[str, Any], times: int) -> Any:
+    seen = []
+    for n in range(times):
+        thread = {"configurable": {"thread_id": f"{config['configurable']['thread_id']}-{n}"}}
+        graph.invoke({"messages": ["hi"], "approved": ""}, thread)
+        seen.append([i.value for i in graph.get_state(thread).interrupts])
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("items", "durability"),
+    [(8, "async"), (15, "async"), (16, "async"), (20, "async"), (20, "sync"), (20, "exit")],
+)
+def test_resuming_a_fan_out_of_interrupting_subgraphs_matches_in_memory_saver(
+    items: int, durability: str, graph_url: tuple[str, dict[str, Any]]
+) -> None:
+    """Issue 23 #7 and #8: the writes of each branch landed before their checkpoint (the
+    default async durability) and were dropped; 16 or more namespaces evicted one from the
+    thread's state, and resuming it was a false `CheckpointConflict`."""
+    url, options = graph_url
+    script = functools.partial(review_every_item, items=items, durability=durability)
+    with stashpoint.open(url, **options) as stash:
+        observed = script(
+            _send_to_interrupting_subgraphs().compile(checkpointer=StashpointSaver(stash)),
+            _config(),
+        )
+    assert observed == _reference_of(_send_to_interrupting_subgraphs, script)
+    assert len(observed[0]) == items and len(observed[1]) == items
+
+
+def test_every_interrupt_of_a_human_in_the_loop_graph_is_in_its_state(
+    graph_url: tuple[str, dict[str, Any]],
+) -> None:
+    """Issue 23 #7: after a plain `interrupt()` most interrupts were missing from
+    `get_state()` (the writes landed before their checkpoint)."""
+    url, options = graph_url
+    script = functools.partial(approve_many_times, times=20)
+    with stashpoint.open(url, **options) as stash:
+        observed = script(_approval_graph().compile(checkpointer=StashpointSaver(stash)), _config())
+    assert observed == _reference_of(_approval_graph, script)
+    assert all(len(seen) == 1 for seen in observed)

@@ -388,10 +388,18 @@ def test_a_put_from_a_stale_saver_after_a_rewrite_is_stored_where_readers_look(
     with stashpoint.open(url, **options) as stash:
         stale, other = StashpointSaver(stash), StashpointSaver(stash)
         thread = f"t-{uuid.uuid4().hex[:8]}"
-        one = _put(stale, thread, {"v": 1}, metadata={"source": "input", "step": -1, "run_id": "r1"})
+        one = _put(
+            stale, thread, {"v": 1}, metadata={"source": "input", "step": -1, "run_id": "r1"}
+        )
         parent = one["configurable"]["checkpoint_id"]
         # Another worker writes more of the thread, then rewrites it.
-        two = _put(other, thread, {"v": 2}, parent=parent, metadata={"source": "loop", "step": 1, "run_id": "r2"})
+        two = _put(
+            other,
+            thread,
+            {"v": 2},
+            parent=parent,
+            metadata={"source": "loop", "step": 1, "run_id": "r2"},
+        )
         _put(other, thread, {"v": 3}, parent=two["configurable"]["checkpoint_id"],
              metadata={"source": "loop", "step": 2, "run_id": "r2"})  # fmt: skip
         if rewrite == "prune":
@@ -421,3 +429,72 @@ def test_a_put_from_a_stale_saver_after_a_rewrite_is_stored_where_readers_look(
             assert found.checkpoint["channel_values"] == {"v": "late"}
             ids = {t.checkpoint["id"] for t in reader.list({"configurable": {"thread_id": thread}})}
             assert late["configurable"]["checkpoint_id"] in ids
+
+
+def test_writes_stored_before_their_checkpoint_are_its_pending_writes(stash: Any) -> None:
+    """Issue 23 #7, the direct form: under LangGraph's default `durability="async"` the
+    writes of a checkpoint may land before its put. InMemorySaver returns them; so must we."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    results = []
+    for saver in (StashpointSaver(stash), InMemorySaver()):
+        thread = f"early-{uuid.uuid4().hex[:6]}"
+        c0 = _put(saver, thread, {"v": 0}, metadata={"source": "input", "step": -1})
+        c1 = empty_checkpoint()
+        c1["channel_values"] = {"v": 1}
+        c1["channel_versions"] = {"v": saver.get_next_version(None, None)}
+        early = {
+            "configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": c1["id"]}
+        }
+        saver.put_writes(early, [("__interrupt__", {"ask": 1}), ("v", 2)], "task-1")
+        saver.put_writes(early, [("v", 3)], "task-2")
+        saver.put(c0, c1, {"source": "loop", "step": 0}, c1["channel_versions"])
+        found = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+        results.append(sorted((w[0], w[1], str(w[2])) for w in found.pending_writes))
+        # A fresh saver (a new process) reads the same.
+        if isinstance(saver, StashpointSaver):
+            again = StashpointSaver(stash).get_tuple(
+                {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            )
+            assert sorted((w[0], w[1], str(w[2])) for w in again.pending_writes) == results[0]
+    assert results[0] == results[1] and len(results[0]) == 3
+
+
+class _Planting:
+    """A serializer that writes one value as a msgpack object naming `os.system`."""
+
+    def __init__(self, command: str) -> None:
+        import ormsgpack
+        from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_POS_ARGS, JsonPlusSerializer
+
+        self.inner = JsonPlusSerializer()
+        self.hostile = ormsgpack.packb(
+            ormsgpack.Ext(EXT_CONSTRUCTOR_POS_ARGS, ormsgpack.packb(("os", "system", [command])))
+        )
+
+    def dumps_typed(self, value: Any) -> tuple[str, bytes]:
+        if value == "plant":
+            return "msgpack", self.hostile
+        return self.inner.dumps_typed(value)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.inner.loads_typed(data)
+
+
+def test_reading_a_thread_never_runs_code_a_stored_value_names(stash: Any, tmp_path: Any) -> None:
+    """Issue 23 #9: LangGraph's default serializer imported and called what a stored
+    msgpack object named (`os.system`): anyone who could write the bucket ran code on
+    every reader. The saver's default is strict."""
+    proof = tmp_path / "pwned"
+    writer = StashpointSaver(stash, serde=_Planting(f"touch {proof}"))  # the attacker's bytes
+    _put(writer, "hostile-value", {"note": "plant"})
+    config = {"configurable": {"thread_id": "hostile-value", "checkpoint_ns": ""}}
+    found = StashpointSaver(stash).get_tuple(config)
+    list(StashpointSaver(stash).list({"configurable": {"thread_id": "hostile-value"}}))
+    assert not proof.exists(), "a read ran the planted command"
+    assert found is not None and found.checkpoint["channel_values"]["note"] != 0
+    # Widening the allowlist is explicit, per type.
+    saver = StashpointSaver(stash, allowed_msgpack_modules=[("collections", "OrderedDict")])
+    assert saver.get_tuple(config) is not None and not proof.exists()
+    with pytest.raises(stashpoint.ConfigurationError):
+        StashpointSaver(stash, allowed_msgpack_modules=["os.system"])  # type: ignore[list-item]

@@ -13,9 +13,9 @@ import builtins
 import secrets
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -59,6 +59,40 @@ class _AsyncLock(asyncio.Lock):
     """An `asyncio.Lock` that a weak reference can point at."""
 
 
+AllowedModules = Iterable[tuple[str, ...] | type] | Literal[True]
+"""Types a stored value may name beyond LangGraph's safe list: `(module, name)` pairs or
+classes; `True` allows any (LangGraph's permissive mode: a stored object can then run code
+on read, so only where nobody else can write the bucket)."""
+
+
+def _serde(serde: SerializerProtocol | None, allowed: AllowedModules) -> SerializerProtocol:
+    """Return the serializer of a saver: the caller's, else LangGraph's in strict mode.
+
+    Strict: a stored value may name only the types of LangGraph's safe list (datetimes,
+    UUIDs, LangChain messages, `Send`, `Interrupt`, ...) and those in `allowed`; any other
+    comes back as its plain fields (which a pydantic state validates again), never by
+    importing and calling what the object names. Reading a thread never runs code that
+    someone with write access to the bucket planted.
+    """
+    if serde is not None:
+        return serde
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    if allowed is True:
+        return JsonPlusSerializer(allowed_msgpack_modules=True)
+    pairs: list[tuple[str, ...]] = []
+    for item in allowed:
+        if isinstance(item, type):
+            pairs.append((item.__module__, item.__qualname__))
+        elif isinstance(item, tuple) and all(isinstance(part, str) for part in item):
+            pairs.append(item)
+        else:
+            raise ConfigurationError(
+                f"allowed_msgpack_modules takes (module, name) pairs or classes, not {item!r}"
+            )
+    return JsonPlusSerializer(allowed_msgpack_modules=pairs)
+
+
 def _steps_of(stash: Stash | AsyncStash) -> SaverSteps:
     parts = stash._parts
     logs = parts.logs(LANGGRAPH)
@@ -100,11 +134,19 @@ class StashpointSaver(BaseCheckpointSaver[str]):
     the latest checkpoint reads in three round trips whatever the thread's length. Two
     invocations that resume the same latest checkpoint cannot both proceed: the second
     `put` raises `stashpoint.CheckpointConflict` and stores nothing as the thread's latest.
-    Values go only through `self.serde`.
+    Values go only through `self.serde`: by default LangGraph's serializer in strict mode,
+    so reading a thread never imports and calls what a stored object names; list your own
+    classes in `allowed_msgpack_modules` to have them rebuilt (or pass a `serde`).
     """
 
-    def __init__(self, stash: Stash, *, serde: SerializerProtocol | None = None) -> None:
-        super().__init__(serde=serde)
+    def __init__(
+        self,
+        stash: Stash,
+        *,
+        serde: SerializerProtocol | None = None,
+        allowed_msgpack_modules: AllowedModules = (),
+    ) -> None:
+        super().__init__(serde=_serde(serde, allowed_msgpack_modules))
         self.stash = stash
         """The stash the threads live in."""
         self._steps = _steps_of(stash)
@@ -281,8 +323,14 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
     (LangGraph's sync APIs on an async saver); from the loop's own thread they raise.
     """
 
-    def __init__(self, stash: AsyncStash, *, serde: SerializerProtocol | None = None) -> None:
-        super().__init__(serde=serde)
+    def __init__(
+        self,
+        stash: AsyncStash,
+        *,
+        serde: SerializerProtocol | None = None,
+        allowed_msgpack_modules: AllowedModules = (),
+    ) -> None:
+        super().__init__(serde=_serde(serde, allowed_msgpack_modules))
         self.stash = stash
         """The stash the threads live in."""
         self._steps = _steps_of(stash)

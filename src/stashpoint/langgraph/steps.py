@@ -113,7 +113,7 @@ class SaverSteps:
                 return []
             if ns is not None:
                 slot = state["ns"].get(ns)
-                if slot is not None and checkpoint_id in (None, slot["latest"]):
+                if slot is not None and checkpoint_id in (None, slot.get("latest")):
                     quick = versions_for_latest(state, ns)
                     if quick is not None:
                         return quick
@@ -431,17 +431,32 @@ class SaverSteps:
         remembered: dict[tuple[str, str], ListMemory] = {}
         replaced: list[str] = []
 
+        fresh_start = metadata.get("source") == "input" and metadata.get("step") == -1
+
         def plan(head: LogHead | None) -> Steps[tuple[dict[str, Any], dict[str, Any]]]:
             state = empty_state(thread_id) if head is None else check_state(head.state, key)
             version = 0 if head is None else head.version + 1
+            latest: str | None = None
+            if (
+                (extends_latest or fresh_start)
+                and state.get("evicted")
+                and state["ns"].get(ns, {}).get("latest") is None
+                and not state.get("deleted")
+            ):
+                # The thread has had more namespaces than its state names: this one's
+                # latest checkpoint is found in the thread itself.
+                read = yield from self._read(key, None, None)
+                stored = None if read is None else read[1].latest(ns)
+                latest = None if stored is None else stored.checkpoint_id
             check_put(
                 state,
                 ns=ns,
                 parent_id=parent_id,
                 extends_latest=extends_latest,
-                fresh_start=metadata.get("source") == "input" and metadata.get("step") == -1,
+                fresh_start=fresh_start,
                 thread_id=thread_id,
                 version=version,
+                latest=latest,
             )
             remembered.clear()
             replaced.clear()

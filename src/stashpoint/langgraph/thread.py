@@ -63,7 +63,12 @@ SNAPSHOT_EVERY = 32
 that replaces the previous one: a reader of the latest checkpoint fetches it and the few
 extensions after it, not the whole chain."""
 STATE_NAMESPACES = 16
-"""Checkpoint namespaces the state tracks (the most recently written ones)."""
+"""Checkpoint namespaces the state tracks (the most recently written ones); a thread that
+has had more (a `Send` fan-out to many subgraphs) is marked `evicted`, and a put that must
+extend the latest checkpoint of a namespace the state no longer names reads the thread."""
+EARLY_CHECKPOINTS = 8
+"""Checkpoints per namespace whose pending writes the state holds before their put lands
+(LangGraph's default `durability="async"` does not order a checkpoint's writes after it)."""
 _READABLE_DEPTH = 24
 _SAFE_THREAD = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
@@ -414,11 +419,16 @@ def _touched(state: dict[str, Any], ns: str, slot: dict[str, Any]) -> dict[str, 
     """Return `state` with `ns`'s slot replaced, keeping the most recent namespaces only."""
     namespaces = {k: v for k, v in state["ns"].items() if k != ns}
     namespaces[ns] = slot
+    evicted = bool(state.get("evicted"))
     if len(namespaces) > STATE_NAMESPACES:
         order = sorted((v.get("touched", 0), k) for k, v in namespaces.items() if k not in ("", ns))
         for _, k in order[: len(namespaces) - STATE_NAMESPACES]:
             del namespaces[k]
-    return {**state, "deleted": False, "ns": namespaces}
+        evicted = True
+    touched = {**state, "deleted": False, "ns": namespaces}
+    if evicted:
+        touched["evicted"] = True
+    return touched
 
 
 def check_put(
@@ -430,16 +440,19 @@ def check_put(
     fresh_start: bool,
     thread_id: str,
     version: int,
+    latest: str | None = None,
 ) -> None:
     """Refuse a put that would silently fork the thread (see `LATEST_MARKER`).
 
     A put whose invocation read the latest checkpoint must still extend it. A
     `fresh_start` (LangGraph's first checkpoint of a thread: no parent, source `input`,
     step -1) must find its namespace empty: else another invocation started the thread
-    first. Raises `CheckpointConflict` naming the thread.
+    first. Raises `CheckpointConflict` naming the thread. `latest`: the namespace's latest
+    checkpoint when the state no longer names it (read from the thread).
     """
     slot = state["ns"].get(ns)
-    latest = None if slot is None else slot.get("latest")
+    if latest is None and slot is not None:
+        latest = slot.get("latest")
     if state.get("deleted") and parent_id is not None:
         raise CheckpointConflict(
             thread_id,
@@ -496,6 +509,8 @@ def state_after_put(
     if state.get("deleted"):
         state = {**empty_state(state["thread_id"]), "base": version}
     slot = state["ns"].get(ns)
+    early = dict((slot or {}).get("early", {}))
+    pending = early.pop(checkpoint_id, [])  # its writes that landed before it
     known: dict[str, Any] = {}
     if slot is not None and slot.get("latest") == parent_id and parent_id is not None:
         known = slot.get("values", {})
@@ -513,11 +528,13 @@ def state_after_put(
     new_slot = {
         "latest": checkpoint_id,
         "at": version,
-        "pending": [],
+        "pending": pending,
         "values": values,
         "complete": complete,
         "touched": version,
     }
+    if early:
+        new_slot["early"] = early
     return _touched(state, ns, new_slot)
 
 
@@ -530,11 +547,24 @@ def _recent(links: Iterable[int], version: int) -> list[int]:
 def state_after_writes(
     state: dict[str, Any], *, ns: str, checkpoint_id: str, version: int
 ) -> dict[str, Any]:
-    """Return the state after pending writes against `checkpoint_id` at `version`."""
+    """Return the state after pending writes against `checkpoint_id` at `version`.
+
+    Writes against the latest checkpoint join its pending writes. Writes against another
+    one are kept aside (`early`) for a checkpoint whose put has not landed yet: when it
+    does, they become its pending writes (writes against an older checkpoint are never
+    needed there, and the full fold reads them anyway).
+    """
     slot = state["ns"].get(ns)
-    if slot is None or slot.get("latest") != checkpoint_id:
-        return state  # writes against an older checkpoint: read by the full fold
-    return _touched(state, ns, {**slot, "pending": [*slot["pending"], version]})
+    if slot is not None and slot.get("latest") == checkpoint_id:
+        return _touched(state, ns, {**slot, "pending": [*slot["pending"], version]})
+    early = dict((slot or {}).get("early", {}))
+    early[checkpoint_id] = [*early.get(checkpoint_id, []), version]
+    while len(early) > EARLY_CHECKPOINTS:
+        del early[min(early, key=lambda k: early[k][0])]  # the longest waiting
+    if slot is None:
+        # A namespace whose first checkpoint has not landed: it has no latest yet.
+        return _touched(state, ns, {"early": early, "touched": version})
+    return _touched(state, ns, {**slot, "early": early, "touched": version})
 
 
 def state_of_model(model: ThreadModel, thread_id: str, version: int) -> dict[str, Any]:
