@@ -75,6 +75,8 @@ def _worker_policy(*, with_kms: bool) -> dict[str, Any]:
             "Effect": "Allow",
             "Action": [
                 "dynamodb:GetItem",
+                # Listings read their page of items in one batch (runs list, stuck, due).
+                "dynamodb:BatchGetItem",
                 "dynamodb:PutItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:Query",

@@ -1,0 +1,255 @@
+"""The shipped least-privilege policy allows every AWS call the library makes, and no more.
+
+Neither moto (without IAM) nor DynamoDB Local enforces IAM, so the policy is checked here:
+a broad workload runs on moto in-process with every botocore call recorded (a client
+event hook), each call is mapped to the IAM action and resource it needs, and a small
+evaluator of the generated policy (Allow statements, wildcards, `s3:prefix` conditions)
+must allow it. A call the map does not know fails the test, so a new call cannot ship
+without its permission (issue 23 #10: `BatchGetItem` was missing, so `runs list`,
+`runs stuck`, `runs due` and `list_due` were denied in a deployment using the policy).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+import stashpoint
+from stashpoint.langgraph import StashpointSaver
+
+INFRA = Path(__file__).parents[2] / "infra"
+SRC = Path(__file__).parents[2] / "src" / "stashpoint"
+BUCKET, PREFIX, TABLE = "policy-bucket", "stash", "policy-index"
+ACCOUNT, REGION = "123456789012", "us-east-1"
+TABLE_ARN = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{TABLE}"
+
+# method -> (IAM action, how its resource is named); VersionId makes S3 calls *Version.
+S3_OBJECT = {
+    "PutObject": "s3:PutObject",
+    "GetObject": "s3:GetObject",
+    "HeadObject": "s3:GetObject",
+    "DeleteObject": "s3:DeleteObject",
+    "RestoreObject": "s3:RestoreObject",
+}
+S3_BUCKET = {
+    "ListObjectsV2": "s3:ListBucket",
+    "ListObjectVersions": "s3:ListBucketVersions",
+    "GetBucketVersioning": "s3:GetBucketVersioning",
+    "GetBucketLifecycleConfiguration": "s3:GetLifecycleConfiguration",
+}
+DYNAMODB = {
+    "GetItem": "dynamodb:GetItem",
+    "PutItem": "dynamodb:PutItem",
+    "DeleteItem": "dynamodb:DeleteItem",
+    "Query": "dynamodb:Query",
+    "BatchGetItem": "dynamodb:BatchGetItem",
+    "BatchWriteItem": "dynamodb:BatchWriteItem",
+    "UpdateItem": "dynamodb:UpdateItem",
+    "DescribeTable": "dynamodb:DescribeTable",
+    "DescribeTimeToLive": "dynamodb:DescribeTimeToLive",
+}
+VERSIONED = {"GetObject": "s3:GetObjectVersion", "HeadObject": "s3:GetObjectVersion",
+             "DeleteObject": "s3:DeleteObjectVersion"}  # fmt: skip
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location("infra_generate", INFRA / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _resolve(value: Any) -> Any:
+    """Resolve the template's intrinsic functions for this test's bucket, prefix, table."""
+    if isinstance(value, list):
+        return [_resolve(v) for v in value]
+    if isinstance(value, dict):
+        if "Fn::Sub" in value:
+            text = value["Fn::Sub"]
+            for name, replacement in {
+                "AWS::Partition": "aws",
+                "CheckpointBucket": BUCKET,
+                "Prefix": PREFIX,
+                "IndexTable.Arn": TABLE_ARN,
+            }.items():
+                text = text.replace("${" + name + "}", replacement)
+            assert "${" not in text, text
+            return text
+        if value.get("Fn::GetAtt") == ["IndexTable", "Arn"]:
+            return TABLE_ARN
+        return {k: _resolve(v) for k, v in value.items()}
+    return value
+
+
+def _allowed(policy: dict[str, Any], action: str, resource: str, prefix: str | None) -> bool:
+    """Whether an Allow statement grants `action` on `resource` (IAM's wildcard rules)."""
+    for statement in policy["Statement"]:
+        if statement["Effect"] != "Allow":
+            continue
+        actions = statement["Action"]
+        actions = [actions] if isinstance(actions, str) else actions
+        resources = statement["Resource"]
+        resources = [resources] if isinstance(resources, str) else resources
+        if not any(fnmatch.fnmatchcase(action, a) for a in actions):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, r) for r in resources):
+            continue
+        like = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
+        if like is not None:
+            patterns = like if isinstance(like, list) else [like]
+            if prefix is None or not any(fnmatch.fnmatchcase(prefix, p) for p in patterns):
+                continue
+        return True
+    return False
+
+
+def _needed(operation: str, params: dict[str, Any]) -> tuple[str, str, str | None]:
+    """Return (IAM action, resource ARN, s3:prefix) one botocore call needs."""
+    if operation in S3_OBJECT:
+        action = S3_OBJECT[operation]
+        if params.get("VersionId") and operation in VERSIONED:
+            action = VERSIONED[operation]
+        return action, f"arn:aws:s3:::{params['Bucket']}/{params['Key']}", None
+    if operation in S3_BUCKET:
+        return S3_BUCKET[operation], f"arn:aws:s3:::{params['Bucket']}", params.get("Prefix")
+    if operation in DYNAMODB:
+        if operation == "BatchGetItem":
+            (table,) = params["RequestItems"]
+        else:
+            table = params["TableName"]
+        arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}"
+        if params.get("IndexName"):
+            arn += f"/index/{params['IndexName']}"
+        return DYNAMODB[operation], arn, None
+    raise AssertionError(f"the library calls {operation}, which this test does not map")
+
+
+@pytest.fixture
+def recorded() -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Every botocore call made in the test: (operation, parameters)."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    real_client = boto3.session.Session.client
+
+    def client(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made = real_client(self, *args, **kwargs)
+
+        def record(model: Any, params: dict[str, Any], **_: Any) -> None:
+            calls.append((model.name, params))
+
+        made.meta.events.register("provide-client-params.*.*", record)
+        return made
+
+    with mock_aws(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(boto3.session.Session, "client", client)
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+        from stashpoint._backends.dynamodb import create_table
+
+        create_table(boto3.client("dynamodb", region_name=REGION), TABLE)
+        calls.clear()  # set-up is an operator's, not a worker's
+        yield calls
+
+
+def _workload(url: str) -> None:
+    """What workers and operators do: every store, listing and maintenance command."""
+    with stashpoint.open(url, blob_threshold=1024) as stash:
+        head = stashpoint.Envelope.initial("job", None, "policy.job", 1, {"n": 0})
+        stash.checkpoints.compare_and_swap(head, None)
+        saved = stash.checkpoints.update("job", lambda e: {"n": 1})
+        stash.checkpoints.load("job", revision=0)
+        stash.checkpoints.history("job")
+        stash.checkpoints.describe("job")
+        stash.checkpoints.list_ids()
+        stash.checkpoints.restore("job")
+        stash.checkpoints.delete("job", saved.revision)
+        log = None
+        for n in range(70):
+            log = stash.logs.append("log", [n], after=log, state={"n": n})
+        stash.logs.tail("log", 5)
+        stash.logs.restore("log")
+        stash.logs.delete("log")
+        runs = stash.runs
+        run_id = runs.create_run("etl")
+        attempt = runs.record_attempt(run_id, "extract", 1, {"big": "x" * 4096}, lease=60)
+        runs.heartbeat(attempt)
+        runs.complete_attempt(attempt, {"rows": 1})
+        runs.suspend_run(run_id, until=datetime.now(UTC) + timedelta(seconds=1))
+        runs.resume_run(run_id)
+        runs.complete_run(run_id)
+        runs.list_runs(graph_name="etl")
+        runs.list_runs(status=stashpoint.RunStatus.COMPLETED)
+        runs.list_attempts(abandoned=True)
+        runs.list_due(datetime.now(UTC) + timedelta(days=1))
+        runs.load_run(run_id)
+        runs.reindex(resume=False)
+        durable = runs.durable(f"d-{uuid.uuid4().hex[:6]}")
+        durable.step("one", lambda: 1)
+        durable.complete()
+        saver = StashpointSaver(stash)
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        checkpoint = empty_checkpoint()
+        config = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                           checkpoint, {"source": "input", "step": -1}, {})  # fmt: skip
+        saver.put_writes(config, [("ch", 1)], "task")
+        saver.get_tuple(config)
+        list(saver.list(config))
+        saver.delete_thread("t")
+        stash.collect_garbage(dry_run=False, min_age=timedelta(0), history=True)
+        stash.doctor()
+
+
+def test_the_worker_policy_allows_every_call_the_library_makes(
+    recorded: list[tuple[str, dict[str, Any]]],
+) -> None:
+    url = f"s3://{BUCKET}/{PREFIX}?index=dynamodb://{TABLE}"
+    _workload(url)
+    operations = {name for name, _ in recorded}
+    # The workload reached every kind of call: listings read their page with BatchGetItem.
+    assert {"PutObject", "ListObjectsV2", "Query", "BatchGetItem", "PutItem"} <= operations
+    for with_kms in (False, True):
+        policy = _resolve(_generator()._worker_policy(with_kms=with_kms))
+        denied = sorted(
+            {
+                (op, *_needed(op, params))
+                for op, params in recorded
+                if not _allowed(policy, *_needed(op, params))
+            }
+        )
+        assert denied == [], denied
+
+
+def test_every_aws_call_in_the_source_is_mapped_to_its_permission() -> None:
+    """A static check: every call the backends can make is one this test maps."""
+    names = set()
+    for path in (SRC / "_backends").glob("*.py"):
+        names |= set(re.findall(r'AwsCall\(\s*"([a-z_0-9]+)"', path.read_text()))
+        names |= set(
+            re.findall(r'"(get_object|head_object|put_object|delete_object)"', path.read_text())
+        )
+    known = {
+        re.sub(r"(?<!^)(?=[A-Z])", "_", op).lower() for op in (*S3_OBJECT, *S3_BUCKET, *DYNAMODB)
+    }
+    assert names and names <= known, names - known
+
+
+def test_the_policy_evaluator_denies_what_the_policy_does_not_grant() -> None:
+    policy = _resolve(_generator()._worker_policy(with_kms=False))
+    key = f"arn:aws:s3:::{BUCKET}/{PREFIX}/checkpoints/job"
+    assert _allowed(policy, "s3:PutObject", key, None)
+    assert not _allowed(policy, "s3:PutObject", f"arn:aws:s3:::{BUCKET}/elsewhere/job", None)
+    assert not _allowed(policy, "s3:DeleteObjectVersion", key, None)
+    assert not _allowed(policy, "s3:ListBucket", f"arn:aws:s3:::{BUCKET}", "elsewhere/")
+    assert not _allowed(policy, "dynamodb:Scan", TABLE_ARN, None)
