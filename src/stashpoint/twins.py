@@ -89,8 +89,10 @@ def _describe(method: Callable[..., Any], steps: Callable[..., Any]) -> None:
 class operation(Generic[S, P, T]):
     """Decorator: an API operation, blocking on `Blocking` twins and awaitable on `Awaiting`.
 
-    Read through an instance that is neither (the API class's own logic), it returns the
-    steps themselves, so one operation can `yield from` another without a second driver.
+    Read through an instance that is neither (a plain instance of the API class: a typed
+    steps view, such as `RunOperations.owner_view()`), it returns the steps themselves, so
+    logic can `yield from` another object's operations under one driver, with the name
+    and arguments checked by mypy. Operations are never looked up by a string name.
     """
 
     def __init__(self, steps: Callable[Concatenate[S, P], Steps[T]]) -> None:
@@ -107,6 +109,8 @@ class operation(Generic[S, P, T]):
     ) -> Callable[P, Coroutine[Any, Any, T]]: ...
     @overload
     def __get__(self, instance: Blocking, owner: type[Any]) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, instance: S, owner: type[Any]) -> Callable[P, Steps[T]]: ...
     def __get__(self, instance: Any, owner: type[Any]) -> Any:
         if instance is None:
             if issubclass(owner, Awaiting):
@@ -117,16 +121,6 @@ class operation(Generic[S, P, T]):
         if isinstance(instance, Blocking):
             return MethodType(self._blocking, instance)
         return MethodType(self.steps, instance)
-
-
-def steps_of(target: Any, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
-    """Return the steps of `target`'s operation `name`, whichever twin `target` is.
-
-    For logic that runs another object's operations inside its own steps (one driver for
-    all), such as durable runs calling their run store.
-    """
-    definition: Any = inspect.getattr_static(target, name)
-    return definition.steps(target, *args, **kwargs)  # type: ignore[no-any-return]
 
 
 class classoperation(Generic[P, T]):

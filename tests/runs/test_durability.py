@@ -108,9 +108,9 @@ def test_dropped_index_is_rebuilt_by_reindex(target: tuple[str, dict[str, Any]])
     _drop_index(url, options)
     with stashpoint.open(url, **options) as stash:
         assert stash.runs.list_runs(namespace=ns).items == []
-        assert stash.runs.reindex() == 6
+        assert stash.runs.reindex().indexed == 6
         assert _snapshot(stash, ns) == before
-        assert stash.runs.reindex() == 6  # idempotent
+        assert stash.runs.reindex().indexed == 6  # idempotent
         assert _snapshot(stash, ns) == before
 
 

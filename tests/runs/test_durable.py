@@ -354,3 +354,19 @@ def test_the_async_twin_renews_the_lease_of_a_coroutine_step(memory_url: Any) ->
             return [await stepping]
 
     assert asyncio.run(main()) == ["done"]
+
+
+def test_two_handles_of_one_run_on_one_stash_fence_each_other(memory_url: Any) -> None:
+    """Issue 23 #12: fencing was per run store, so two durable handles of one run on one
+    stash (one process, two tasks) both ran and completed steps."""
+    url, options = memory_url
+    with stashpoint.open(url, **options) as stash:
+        first = stash.runs.durable("shared")
+        assert first.step("one", lambda: 1) == 1
+        second = stash.runs.durable("shared")  # takes the run over
+        assert second.step("one", lambda: 1) == 1  # replayed
+        with pytest.raises(Fenced):
+            first.step("two", lambda: 2)
+        assert second.step("two", lambda: 2) == 2
+        state = stash.runs.load_run("shared")
+        assert [a.node_id for a in state.attempts if a.status.value == "completed"] == ["one", "two"]

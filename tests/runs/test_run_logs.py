@@ -159,7 +159,7 @@ def test_a_whole_envelope_run_is_read_in_place_and_migrated_on_its_next_transiti
         assert row.revision == 3 + 2  # revisions go on growing past the envelope's
         assert (row.status, row.attempts, row.running_attempts) == (RunStatus.COMPLETED, 3, 1)
         assert stash.runs._cas.describe("old") is not None  # the envelope stays, as history
-        assert stash.runs.reindex(resume=False) == 1  # the run once, as a log
+        assert stash.runs.reindex(resume=False).indexed == 1  # the run once, as a log
 
 
 def test_workers_racing_to_migrate_one_run_lose_nothing(

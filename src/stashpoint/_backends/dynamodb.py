@@ -30,12 +30,14 @@ from stashpoint.errors import ConfigurationError, StashpointError, StorageUnavai
 from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
+    Expected,
     GetItem,
     GetItems,
     GetPartition,
     IndexDescription,
     IndexRequest,
     ItemPage,
+    Malformed,
     PutItems,
     QueryItems,
     ReplaceItems,
@@ -142,6 +144,19 @@ def _put(table: str, item: Any, condition: str, values: dict[str, Any] | None) -
     return 1
 
 
+def _expecting(expected: Expected) -> tuple[str, dict[str, Any] | None]:
+    """Return the condition (and its values) that finds the stored revision `expected`."""
+    if expected is None:
+        return f"attribute_not_exists({PARTITION_KEY})", None
+    if isinstance(expected, Malformed):
+        number = {":number": {"S": "N"}}
+        return (
+            f"attribute_not_exists({REVISION}) OR NOT attribute_type({REVISION}, :number)",
+            number,
+        )
+    return f"{REVISION} = :expected", {":expected": {"N": str(expected)}}
+
+
 def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
     """Carry out one index request as DynamoDB calls; return the request's result."""
     try:
@@ -155,12 +170,8 @@ def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
             case ReplaceItems(pairs):
                 written = 0
                 for item, expected in pairs:
-                    if expected is None:
-                        absent = f"attribute_not_exists({PARTITION_KEY})"
-                        written += yield from _put(table, item, absent, None)
-                    else:
-                        same = {":expected": {"N": str(expected)}}
-                        written += yield from _put(table, item, f"{REVISION} = :expected", same)
+                    condition, values = _expecting(expected)
+                    written += yield from _put(table, item, condition, values)
                 return written
             case GetPartition(pk):
                 partition: list[dict[str, Any]] = []
@@ -185,9 +196,19 @@ def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
                 )
                 found = response.get("Item")
                 return None if found is None else from_attributes(found)
-            case DeleteItem(pk, sk):
+            case DeleteItem(pk, sk, expected):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
-                yield from ask(AwsCall("delete_item", {"TableName": table, "Key": key}))
+                params: dict[str, Any] = {"TableName": table, "Key": key}
+                if expected is not None:
+                    condition, values = _expecting(expected)
+                    params["ConditionExpression"] = condition
+                    if values:
+                        params["ExpressionAttributeValues"] = values
+                try:
+                    yield from ask(AwsCall("delete_item", params))
+                except Exception as exc:
+                    if not _conditional_refusal(exc):
+                        raise
                 return None
             case QueryItems():
                 return (yield from _query(request, table))

@@ -19,12 +19,14 @@ from stashpoint.errors import StorageUnavailable
 from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
+    Expected,
     GetItem,
     GetItems,
     GetPartition,
     IndexDescription,
     IndexRequest,
     ItemPage,
+    Malformed,
     PutItems,
     QueryItems,
     ReplaceItems,
@@ -56,6 +58,14 @@ def _row(item: Any) -> list[Any]:
     """Return the column values of an item (its keys, revision, TTL, and the item as JSON)."""
     row = [item.get(k) for k in KEY_ATTRIBUTES]
     return [*row, item[REVISION], item.get(TTL_ATTRIBUTE), json.dumps(dict(item))]
+
+
+def _expecting(expected: int | Malformed) -> tuple[str, tuple[Any, ...]]:
+    """Return the SQL condition (and its parameters) that finds the stored revision."""
+    if isinstance(expected, Malformed):
+        # The item's JSON says what was stored (the column coerces "7" to 7).
+        return "json_type(item, '$.revision') IS NOT 'integer'", ()
+    return f"{REVISION} = ? AND json_type(item, '$.revision') = 'integer'", (expected,)
 
 
 def _in_transaction(db: sqlite3.Connection, writes: Callable[[], int]) -> int:
@@ -173,8 +183,14 @@ class SqliteIndexTransport:
                     "SELECT item FROM items WHERE pk = ? AND sk = ?", (pk, sk)
                 ).fetchone()
                 return None if found is None else json.loads(found[0])
-            case DeleteItem(pk, sk):
-                db.execute("DELETE FROM items WHERE pk = ? AND sk = ?", (pk, sk))
+            case DeleteItem(pk, sk, expected):
+                if expected is None:
+                    db.execute("DELETE FROM items WHERE pk = ? AND sk = ?", (pk, sk))
+                else:
+                    where, values = _expecting(expected)
+                    db.execute(
+                        f"DELETE FROM items WHERE pk = ? AND sk = ? AND {where}", (pk, sk, *values)
+                    )
                 return None
             case QueryItems():
                 return self._query(db, request)
@@ -191,15 +207,16 @@ class SqliteIndexTransport:
         raise TypeError(f"SQLite index cannot execute {request!r}")
 
     @staticmethod
-    def _replace(db: sqlite3.Connection, item: Any, expected: int | None) -> int:
+    def _replace(db: sqlite3.Connection, item: Any, expected: Expected) -> int:
         row = _row(item)
         if expected is None:
             insert = f"INSERT OR IGNORE INTO items ({', '.join(_COLUMNS)}) VALUES "
             return db.execute(insert + f"({', '.join('?' for _ in _COLUMNS)})", row).rowcount
         sets = ", ".join(f"{c} = ?" for c in _COLUMNS[2:])
+        where, values = _expecting(expected)
         return db.execute(
-            f"UPDATE items SET {sets} WHERE pk = ? AND sk = ? AND {REVISION} = ?",
-            (*row[2:], item[PARTITION_KEY], item[SORT_KEY], expected),
+            f"UPDATE items SET {sets} WHERE pk = ? AND sk = ? AND {where}",
+            (*row[2:], item[PARTITION_KEY], item[SORT_KEY], *values),
         ).rowcount
 
     @staticmethod

@@ -9,7 +9,7 @@ may run that turn again is the `ResumePolicy`'s call, never a guess. The steps l
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from stashpoint.agent import logic
 from stashpoint.agent.checkpoint import (
@@ -31,9 +31,40 @@ from stashpoint.agent.models import (
 )
 from stashpoint.deadline import Deadline
 from stashpoint.steps import Steps
-from stashpoint.twins import Awaiting, Blocking, operation, steps_of
+from stashpoint.twins import Awaiting, Blocking, operation
 
 HandleT = TypeVar("HandleT", AgentCheckpoint, AsyncAgentCheckpoint)
+
+
+class TurnAttempts(Protocol):
+    """The run operations a runner records turns with, as typed steps.
+
+    Runs sit beside agents, not below: `RunOperations` (`stash.runs.owner_view()`) has them.
+    """
+
+    def record_attempt(
+        self, run_id: str, node_id: str, attempt: int, input: Any = None
+    ) -> Steps[str]:
+        """Record a running attempt; return its id."""
+        ...
+
+    def complete_attempt(self, attempt_id: str, output: Any = None) -> Steps[None]:
+        """Complete a running attempt."""
+        ...
+
+    def fail_attempt(self, attempt_id: str, error: str) -> Steps[None]:
+        """Fail a running attempt."""
+        ...
+
+
+class RunRecorder(Protocol):
+    """A run store (`stash.runs`), as far as a runner needs it."""
+
+    def owner_view(self) -> TurnAttempts:
+        """Return the store's operations as typed steps."""
+        ...
+
+
 CursorT = TypeVar("CursorT", bound=_CursorApi[Any, Any])
 
 
@@ -48,7 +79,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         *,
         policy: ResumePolicy = ResumePolicy.REJECT_AMBIGUOUS,
         commit_conversations: bool = True,
-        runs: Any = None,
+        runs: RunRecorder | None = None,
     ) -> None:
         self.checkpoint: HandleT = checkpoint
         """The checkpoint this runner saves to."""
@@ -59,21 +90,22 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         self.runs = runs
         """The run store (`stash.runs`, same stash) that records each turn as an attempt
         of the checkpoint's run (`run_id=`); None: turns are not recorded in a run."""
+        self._attempts = None if runs is None else runs.owner_view()
         self._execute = checkpoint._execute
 
     def _turn_steps(self) -> logic.TurnSteps | None:
         """Return the run store's operations a turn needs, as steps (None: no run store)."""
-        runs = self.runs
-        if runs is None:
+        attempts = self._attempts
+        if attempts is None:
             return None
 
         def begin(run_id: str, number: int) -> Steps[str]:
-            return steps_of(runs, "record_attempt", run_id, f"turn-{number}", 1, {"turn": number})
+            return attempts.record_attempt(run_id, f"turn-{number}", 1, {"turn": number})
 
         def end(attempt_id: str, output: Any, error: str | None) -> Steps[None]:
             if error is not None:
-                return steps_of(runs, "fail_attempt", attempt_id, error)
-            return steps_of(runs, "complete_attempt", attempt_id, output)
+                return attempts.fail_attempt(attempt_id, error)
+            return attempts.complete_attempt(attempt_id, output)
 
         return logic.TurnSteps(begin, end)
 

@@ -586,11 +586,17 @@ def reindex(
         disable=as_json,
     )  # fmt: skip
     with _open(url) as stash, spinner:
-        count = stash.runs.reindex(resume=not restart)
+        report = stash.runs.reindex(resume=not restart)
     if as_json:
-        _emit({"runs_indexed": count})
+        _emit({"runs_indexed": report.indexed, "unreadable": report.unreadable})
     else:
-        out.print(f"indexed {count} runs")
+        out.print(f"indexed {report.indexed} runs")
+    if report.unreadable:
+        err.print(
+            f"error: {len(report.unreadable)} run(s) could not be read and were skipped: "
+            f"{', '.join(report.unreadable[:5])}"
+        )
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -23,6 +23,19 @@ class IndexRequestBase(Request[R]):
 
 
 @dataclass(frozen=True, slots=True)
+class Malformed:
+    """An expected stored revision that is not a number (a corrupt or planted item)."""
+
+
+MALFORMED = Malformed()
+"""Expect a stored revision that is missing or not a number."""
+
+Expected = int | Malformed | None
+"""What a conditional index write expects to find: this revision, a malformed one, or no
+item (None)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PutItems(IndexRequestBase["int"]):
     """Request: write items, each only if its stored `revision` is lower (or it is absent).
 
@@ -43,8 +56,9 @@ class ReplaceItems(IndexRequestBase["int"]):
     future, without ever overwriting a concurrent writer's newer item.
     """
 
-    items: tuple[tuple[Item, int | None], ...]
-    """Pairs of (item, the stored revision it replaces, None where there was no item)."""
+    items: tuple[tuple[Item, Expected], ...]
+    """Pairs of (item, the stored revision it replaces: None where there was no item,
+    `MALFORMED` where the stored one is not a number)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +84,15 @@ class GetItem(IndexRequestBase["dict[str, Any] | None"]):
 
 @dataclass(frozen=True, slots=True)
 class DeleteItem(IndexRequestBase["None"]):
-    """Request: delete one item by key. Result: None."""
+    """Request: delete one item by key. Result: None (also when the condition refused it)."""
 
     pk: str
     """Partition key."""
     sk: str
     """Sort key."""
+    expected: int | Malformed | None = None
+    """Delete only if the stored revision is still this (`MALFORMED`: not a number);
+    None deletes whatever is there."""
 
 
 @dataclass(frozen=True, slots=True)

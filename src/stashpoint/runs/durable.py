@@ -40,14 +40,16 @@ from stashpoint.errors import (
     InvalidArgument,
     NondeterministicReplay,
     RunClaimed,
+    RunNotFound,
     RunSuspended,
     StepFailed,
     StepInterrupted,
     TerminalStateConflict,
 )
 from stashpoint.runs.models import AttemptStatus, RunStatus
+from stashpoint.runs.operations import RunOperations
 from stashpoint.steps import Call, Parallel, Sleep, Steps, ask
-from stashpoint.twins import Awaiting, Blocking, operation, steps_of
+from stashpoint.twins import Awaiting, Blocking, operation
 
 
 class Semantics(StrEnum):
@@ -153,9 +155,10 @@ class _DurableApi:
 
     def __init__(
         self,
-        runs: Any,
+        ops: RunOperations[Any],
         run_id: str,
         *,
+        execute: Callable[[Any], Any],
         graph_name: str = "durable",
         lease: float | None = None,
         deadline: Deadline | None = None,
@@ -176,8 +179,8 @@ class _DurableApi:
         self.claim_wait = claim_wait
         """On finding a step running under another worker's live lease: wait for the lease
         to run out (True), or raise `RunClaimed` (False)."""
-        self._runs = runs
-        self._execute = runs._execute
+        self._ops = ops
+        self._execute = execute
         self._opened = False
         self._finished = False
         self._waiting = False
@@ -188,10 +191,6 @@ class _DurableApi:
         self._step_seconds: list[float] = []
         self._ran = False
 
-    def _run_op(self, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
-        """Return the steps of a run-store operation (one driver runs them all)."""
-        return steps_of(self._runs, name, *args, **kwargs)
-
     def key(self, name: str) -> str:
         """Return an idempotency key for step `name`, the same on every retry and replay."""
         return f"{self.run_id}:{name}"
@@ -201,14 +200,16 @@ class _DurableApi:
         if self._opened:
             return
         try:
-            yield from self._run_op("create_run", self.graph_name, run_id=self.run_id)
+            yield from self._ops.create_run(self.graph_name, run_id=self.run_id)
         except CheckpointConflict:
             yield from self._respect_claims()
             try:
-                yield from self._run_op("takeover", self.run_id, reason=TAKEN_OVER)
+                yield from self._ops.takeover(self.run_id, reason=TAKEN_OVER)
             except TerminalStateConflict:
                 self._finished = True  # a finished run only replays
-        state = yield from self._run_op("load_run", self.run_id)
+        state = yield from self._ops.load_run(self.run_id)
+        if state is None:
+            raise RunNotFound("the run was deleted while being opened", object_name=self.run_id)
         self._waiting = state.status is RunStatus.WAITING
         for record in state.attempts:
             step = _step_of(record.node_id)
@@ -230,9 +231,9 @@ class _DurableApi:
         without a lease cannot be judged alive, so they never hold the run back. Safety
         does not rest on this: a worker taken over is fenced whatever the clocks say.
         """
-        skew = self._runs.clock_skew
+        skew = self._ops.clock_skew
         while True:
-            running = yield from self._run_op("running_attempts", self.run_id)
+            running = yield from self._ops.running_attempts(self.run_id)
             now = self.clock()
             live = [
                 (a.lease_expires_at, _step_of(a.node_id))
@@ -274,13 +275,13 @@ class _DurableApi:
 
     def _suspend(self, until: datetime, reason: str) -> Steps[None]:
         """Make the run wait until `until` (durably), then stop this invocation."""
-        yield from self._run_op("suspend_run", self.run_id, until=until)
+        yield from self._ops.suspend_run(self.run_id, until=until)
         self._waiting = True
         raise RunSuspended(self.run_id, until=until, reason=reason)
 
     def _wake(self) -> Steps[None]:
         if self._waiting:
-            yield from self._run_op("resume_run", self.run_id)
+            yield from self._ops.resume_run(self.run_id)
             self._waiting = False
 
     def _check_deadline(self) -> None:
@@ -297,8 +298,8 @@ class _DurableApi:
             self._order.append(name)
         attempt = self._tries.get(name, 0) + 1
         self._tries[name] = attempt
-        attempt_id = yield from self._run_op(
-            "record_attempt", self.run_id, name, attempt, {"key": self.key(name)}, lease=self.lease
+        attempt_id = yield from self._ops.record_attempt(
+            self.run_id, name, attempt, {"key": self.key(name)}, lease=self.lease
         )
         self._waiting = False  # recording an attempt wakes a waiting run
         measure = time.monotonic if self.deadline is None else self.deadline.clock
@@ -307,13 +308,13 @@ class _DurableApi:
             result = yield from ask(self._leased_call(fn, args, attempt_id))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            yield from self._run_op("fail_attempt", attempt_id, error)
+            yield from self._ops.fail_attempt(attempt_id, error)
             self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, self.clock())
             return False, exc
         finally:
             self._ran = True
         self._step_seconds.append(measure() - started)
-        yield from self._run_op("complete_attempt", attempt_id, result)
+        yield from self._ops.complete_attempt(attempt_id, result)
         self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
         return True, result
 
@@ -325,7 +326,7 @@ class _DurableApi:
         """
         if self.lease is None:
             return Call(fn, args)
-        beat = functools.partial(self._run_op, "heartbeat", attempt_id)
+        beat = functools.partial(self._ops.heartbeat, attempt_id)
         return Call(fn, args, beat=beat, every=self.lease / 3)
 
     def _retry_wait(self, name: str, retry: Retry, last: _Outcome) -> Steps[None]:
@@ -420,11 +421,11 @@ class _DurableApi:
             if name not in self._order:
                 self._order.append(name)
             self._tries[name] = self._tries.get(name, 0) + 1
-            attempt_id = yield from self._run_op(
-                "record_attempt", self.run_id, name, self._tries[name], {"wait_until": str(wake)}
+            attempt_id = yield from self._ops.record_attempt(
+                self.run_id, name, self._tries[name], {"wait_until": str(wake)}
             )
             self._waiting = False
-            yield from self._run_op("complete_attempt", attempt_id, {"wake_at": wake.isoformat()})
+            yield from self._ops.complete_attempt(attempt_id, {"wake_at": wake.isoformat()})
             self._last[name] = _Outcome(
                 AttemptStatus.COMPLETED, {"wake_at": wake.isoformat()}, None
             )
@@ -471,7 +472,7 @@ class _DurableApi:
                 step = _item(name, index)
                 self._tries[step] = self._tries.get(step, 0) + 1
                 planned.append((step, self._tries[step], {"key": self.key(step)}))
-            ids = yield from self._run_op("record_attempts", self.run_id, planned, lease=self.lease)
+            ids = yield from self._ops.record_attempts(self.run_id, planned, lease=self.lease)
             self._waiting = False
             measure = time.monotonic if self.deadline is None else self.deadline.clock
             started = measure()
@@ -496,7 +497,7 @@ class _DurableApi:
                     failed[attempt_id] = error
                     self._last[step] = _Outcome(AttemptStatus.FAILED, None, error, self.clock())
                     first_failure = first_failure or value
-            yield from self._run_op("end_attempts", self.run_id, completed=completed, failed=failed)
+            yield from self._ops.end_attempts(self.run_id, completed=completed, failed=failed)
             if first_failure is not None:
                 raise first_failure
         return results
@@ -519,15 +520,13 @@ class _DurableApi:
         self._require_open(name)
         self._tries[name] = self._tries.get(name, 0) + 1
         how = {"resolved": "retry" if retry else "result"}
-        attempt_id = yield from self._run_op(
-            "record_attempt", self.run_id, name, self._tries[name], how
-        )
+        attempt_id = yield from self._ops.record_attempt(self.run_id, name, self._tries[name], how)
         self._waiting = False
         if retry:
-            yield from self._run_op("fail_attempt", attempt_id, RESOLVED_RETRY)
+            yield from self._ops.fail_attempt(attempt_id, RESOLVED_RETRY)
             self._last[name] = _Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, self.clock())
         else:
-            yield from self._run_op("complete_attempt", attempt_id, result)
+            yield from self._ops.complete_attempt(attempt_id, result)
             self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
         return True
 
@@ -537,7 +536,7 @@ class _DurableApi:
         yield from self._open()
         if not self._finished:
             yield from self._wake()
-            yield from self._run_op("complete_run", self.run_id)
+            yield from self._ops.complete_run(self.run_id)
 
 
 class DurableRun(Blocking, _DurableApi):

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from stashpoint.errors import InvalidArgument, StashpointError
 from stashpoint.index.requests import (
     DeleteItem,
+    Expected,
     GetItem,
     GetItems,
     GetPartition,
@@ -129,27 +130,42 @@ class RunIndex:
         replaced too.
         """
         stored = yield from ask(GetPartition(mapping.run_pk(head.run_id)))
-        by_sort = {str(item["sk"]): item for item in stored}
-        fixes: list[tuple[dict[str, Any], int | None]] = []
-        ahead: list[tuple[dict[str, Any], int | None]] = []
+        by_sort = {str(item.get("sk")): item for item in stored}
+        fixes: list[tuple[dict[str, Any], Expected]] = []
+        ahead: list[tuple[dict[str, Any], Expected]] = []
         for item in self.items(head, attempts, revision):
             have = by_sort.pop(str(item["sk"]), None)
-            if have is not None and mapping.same_listing(have, item):
+            have_revision = None if have is None else mapping.revision_of(have)
+            # An item that says the same is left alone, unless its revision is no number.
+            if (
+                have is not None
+                and mapping.same_listing(have, item)
+                and isinstance(have_revision, int)
+            ):
                 continue
-            have_revision = None if have is None else int(have["revision"])
-            if have_revision is not None and have_revision > revision:
+            if isinstance(have_revision, int) and have_revision > revision:
                 ahead.append((dict(item), have_revision))
             else:
                 fixes.append((dict(item), have_revision))
-        if ahead:
+        # Items storage did not know when it was read: deleted, or written since by a
+        # concurrent transition (an attempt just recorded: its item is newer than the
+        # storage read). Only those no newer than the read are removed for sure.
+        orphans = [(item, mapping.revision_of(item)) for item in by_sort.values()]
+        later = [o for o in orphans if isinstance(o[1], int) and o[1] > revision]
+        current: int | None = None
+        if ahead or later:
             current = yield from confirm()
-            if current is not None and current <= revision:
-                fixes += ahead  # storage has not moved: those revisions are corrupt
+        if ahead and current is not None and current <= revision:
+            fixes += ahead  # storage has not moved: those revisions are corrupt
         if fixes:
             yield from ask(ReplaceItems(tuple(fixes)))
-        for orphan in by_sort.values():  # in the index, unknown to storage
-            yield from ask(DeleteItem(str(orphan["pk"]), str(orphan["sk"])))
-        return len(fixes) + len(by_sort)
+        doomed = [o for o in orphans if o not in later]
+        if current is not None and current <= revision:
+            doomed += later  # storage has not moved on: they came from nowhere
+        for orphan, seen in doomed:
+            # Conditional on the revision judged: an item rewritten since stays.
+            yield from ask(DeleteItem(str(orphan.get("pk")), str(orphan.get("sk")), expected=seen))
+        return len(fixes) + len(doomed)
 
     def list_runs(
         self,
@@ -301,9 +317,11 @@ class RunIndex:
         keys = tuple((str(item["pk"]), str(item["sk"])) for _, _, item in merged)
         fresh = (yield from ask(GetItems(keys))) if keys else []
         partition_key = _GSI[index].partition_key
-        rows = [
-            to_row(item)
-            for (_, n, _), item in zip(merged, fresh, strict=True)
-            if item is not None and item.get(partition_key) == partitions[n]
-        ]
+        rows = []
+        for (_, n, _), item in zip(merged, fresh, strict=True):
+            if item is None or item.get(partition_key) != partitions[n]:
+                continue
+            row = mapping.parsed(item, to_row)
+            if row is not None:  # a malformed item is left out: `load_run` repairs it
+                rows.append(row)
         return Page[Row](items=rows, cursor=next_cursor)

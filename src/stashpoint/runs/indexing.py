@@ -9,13 +9,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from stashpoint.errors import ConfigurationError
+from stashpoint.index.requests import MALFORMED, Malformed
 from stashpoint.index.schema import (
     ATTEMPTS_BY_STATUS,
     LEGACY_KEY_ATTRIBUTES,
@@ -40,6 +42,10 @@ ERROR_CHARS = 512
 UNLISTED_ATTEMPTS = (AttemptStatus.COMPLETED,)
 """Attempt statuses in no GSI: most attempts end completed, and listing them across a
 namespace is not worth a GSI write per attempt (a run's attempts are read from its log)."""
+
+T = TypeVar("T")
+
+log = logging.getLogger("stashpoint")
 
 
 def sortable(moment: datetime) -> str:
@@ -250,6 +256,30 @@ def _moment(value: str | None) -> datetime | None:
     if value is None:
         return None
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def revision_of(item: Mapping[str, Any]) -> int | Malformed:
+    """Return an item's stored revision, or `MALFORMED` if it is not an int (planted)."""
+    value = item.get("revision")
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():  # DynamoDB numbers may come back so
+        return int(value)
+    return MALFORMED
+
+
+def parsed(item: dict[str, Any], to_row: Callable[[dict[str, Any]], T]) -> T | None:
+    """Return the listing row of an item, or None (logged) for a malformed one."""
+    try:
+        return to_row(item)
+    except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError too
+        log.warning(
+            "index item %s/%s is malformed (%s); left out until `load_run` or `reindex` repairs it",
+            item.get("pk"),
+            item.get("sk"),
+            type(exc).__name__,
+        )
+        return None
 
 
 def run_row(item: Mapping[str, Any]) -> RunRow:

@@ -5,6 +5,7 @@ Status enums may gain variants in later versions: keep a default branch when mat
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Generic, TypeVar
@@ -323,6 +324,17 @@ class AttemptRow(_Model):
     """When it finished."""
     lease_expires_at: datetime | None = None
     """When a running attempt's lease runs out without a heartbeat (None: no lease)."""
+
+
+@dataclass(frozen=True)
+class ReindexReport:
+    """What `RunStore.reindex` did."""
+
+    indexed: int
+    """Runs whose index items were compared with storage (and fixed where they differed)."""
+    unreadable: list[str] = field(default_factory=list)
+    """Runs that could not be read (`run_id: kind`), skipped: their items stay as they were.
+    Repair or remove them and run `reindex` again."""
 
 
 class Page(BaseModel, Generic[T]):

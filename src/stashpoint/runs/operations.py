@@ -1,0 +1,933 @@
+"""The graph-run operations (seed 004), defined once as steps: `RunOperations`.
+
+A run is an append-only log (`runs.journal`): every transition applies a pure transition
+(`runs.transitions`) to the small run head and appends the head and the transition's
+records after the version it read, so concurrent workers completing attempts of one run
+lose nothing (a lost race re-reads the head and applies the transition again) and a
+transition costs the same at attempt 10,000 as at attempt 10. The index is written after
+storage, never before (`runs.index`): one item per transition, two when an attempt is
+recorded or ends.
+
+`RunStore` and `AsyncRunStore` (`runs.store`) are this class with a driver
+(`stashpoint.twins`). A plain `RunOperations` (`owner_view()`) is the same operations as
+typed steps, for logic that runs them inside its own steps (durable runs, agent turns):
+`ops.record_attempt(run_id, ...)` returns `Steps[str]`, checked by mypy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, Generic, TypeVar
+
+import pydantic
+
+from stashpoint.cache import Lru
+from stashpoint.codec import check_json
+from stashpoint.deadline import Deadline
+from stashpoint.envelope import Envelope, typed_payload, utc_now
+from stashpoint.errors import (
+    AttemptNotFound,
+    CheckpointConflict,
+    CheckpointNotFound,
+    ConfigurationError,
+    GraphDriftError,
+    InvalidArgument,
+    RunNotFound,
+    StashpointError,
+)
+from stashpoint.ids import new_id, validate_id
+from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.retry import RetryPolicy
+from stashpoint.runs import journal, transitions
+from stashpoint.runs.index import RunIndex
+from stashpoint.runs.journal import parse_head
+from stashpoint.runs.models import (
+    RUN_KIND,
+    RUN_LOG_KIND,
+    RUN_LOG_SCHEMA_VERSION,
+    RUN_SCHEMA_VERSION,
+    AttemptRow,
+    AttemptStatus,
+    CheckpointMetadata,
+    Interrupt,
+    Page,
+    ReindexReport,
+    RunHead,
+    RunRow,
+    RunState,
+    RunStatus,
+    RunSummary,
+    TraceContext,
+)
+from stashpoint.runs.transitions import Change
+from stashpoint.steps import Steps, ask
+from stashpoint.stores.blobs import Blobs
+from stashpoint.stores.cas import CompareAndSwap, optimistic_update
+from stashpoint.stores.objects import ListKeys
+from stashpoint.twins import operation
+
+log = logging.getLogger("stashpoint")
+
+DurableT = TypeVar("DurableT")
+
+RUN_RETRY = RetryPolicy(max_attempts=100, base_delay=0.005, max_delay=0.25)
+"""Retry policy of transition loops: many workers may update one run at once."""
+
+CLOCK_SKEW = timedelta(seconds=5)
+"""How far apart two workers' clocks may be: a lease counts as run out only this long
+after its expiry, read on the lister's clock against the expiry the worker wrote on its
+own. Safety never rests on it: a worker that takes over an attempt wrongly judged
+abandoned fences the other, which then stores nothing."""
+
+_HELD_RUNS = 65_536
+"""Runs whose owner epoch a store remembers (the most recently created or taken over)."""
+
+ATTEMPT_SEPARATOR = "~"
+"""Separates the run id from the unique part of an attempt id (`{run_id}~{uuid7}`)."""
+
+
+def run_of(attempt_id: str) -> str:
+    """Return the run id embedded in an attempt id (no scan needed to find the run)."""
+    if not isinstance(attempt_id, str):
+        raise InvalidArgument(f"attempt id must be a str, not {attempt_id!r}")
+    run_id, sep, _ = attempt_id.rpartition(ATTEMPT_SEPARATOR)
+    if not sep or not run_id:
+        raise AttemptNotFound("not an attempt id of this library", object_name=attempt_id)
+    return run_id
+
+
+def state_of(envelope: Envelope) -> RunState:
+    """Return the typed run state of an envelope, checking its kind and schema version."""
+    return typed_payload(
+        envelope, RunState, kind=RUN_KIND, schema_version=RUN_SCHEMA_VERSION, what="run"
+    )
+
+
+def _text(value: object, name: str, *, optional: bool = False) -> Any:
+    """Return `value` if it is a non-empty str (or None when `optional`), else refuse it."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{name} must be a non-empty str, not {value!r}")
+    return value
+
+
+def _of(value: object, kind: type[Any], name: str, *, optional: bool = True) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind):
+        raise InvalidArgument(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def _status(value: object, kind: type[RunStatus] | type[AttemptStatus]) -> Any:
+    if value is None:
+        return None
+    try:
+        return kind(str(value)) if isinstance(value, str) else kind(value)  # type: ignore[arg-type]
+    except ValueError:
+        known = ", ".join(m.value for m in kind)
+        raise InvalidArgument(f"unknown status {value!r}: use one of {known}") from None
+
+
+def _seconds(value: object, name: str) -> float | None:
+    """Return a duration (a timedelta, or seconds) as seconds > 0, None for None."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if type(seconds) not in (int, float) or not 0 < seconds < 10**9:  # type: ignore[operator]
+        raise InvalidArgument(f"{name} must be a positive duration, not {value!r}")
+    return float(seconds)  # type: ignore[arg-type]
+
+
+def _moment(value: object, name: str) -> datetime | None:
+    if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+        raise InvalidArgument(f"{name} must be a timezone-aware datetime, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A run's latest head as this process knows it."""
+
+    head: RunHead
+    """The run head."""
+    log: LogHead | None
+    """The log version it was read from; None for an unmigrated whole-envelope run."""
+    legacy: RunState | None = None
+    """The whole-envelope run, until it is migrated (its attempts become records)."""
+
+    @property
+    def revision(self) -> int:
+        """The run's revision: the index items of this head carry it."""
+        if self.log is None:
+            return self.head.revision_base - 1
+        return self.head.revision_base + self.log.version
+
+
+class RunOperations(Generic[DurableT]):
+    """The run operations, defined once as steps; see `RunStore` for what each does."""
+
+    _durable_type: Callable[..., DurableT]
+
+    def __init__(
+        self,
+        cas: CompareAndSwap,
+        logs: LogSteps,
+        blobs: Blobs,
+        index: RunIndex | None,
+        execute: Callable[[Any], Any],
+        *,
+        retry: RetryPolicy = RUN_RETRY,
+        cache_size: int = 1024,
+    ) -> None:
+        self._cas = cas
+        self._logs = logs
+        self._blobs = blobs
+        self._index = index
+        self._execute = execute
+        self._retry = retry
+        # The last head this process wrote or read per run: a single writer then appends
+        # with one PUT and no read. A stale entry only costs a conflict and a re-read.
+        self._latest: Lru[str, _Known] = Lru(cache_size)
+        # The owner epoch this store holds per run (from create_run or takeover): its writes
+        # to that run are refused with `Fenced` once another store takes the run over.
+        self._epochs: Lru[str, int] = Lru(_HELD_RUNS)
+        self.clock_skew = CLOCK_SKEW
+        """How long after its expiry a lease counts as run out (`CLOCK_SKEW`)."""
+
+    # -- the seed's operations -------------------------------------------------------------
+
+    @operation
+    def create_run(
+        self,
+        graph_name: str,
+        *,
+        run_id: str | None = None,
+        namespace: str = "default",
+        graph_hash: str | None = None,
+        trace_ctx: TraceContext | None = None,
+    ) -> Steps[str]:
+        """Create a running run; return its id (a new UUIDv7 unless `run_id` is given).
+
+        `CheckpointConflict` if a run with this id exists.
+        """
+        run_id = validate_id(new_id() if run_id is None else run_id, what="run id")
+        _text(graph_name, "graph_name")
+        validate_id(namespace, what="namespace")
+        _text(graph_hash, "graph_hash", optional=True)
+        _of(trace_ctx, TraceContext, "trace_ctx")
+        now = utc_now()
+        head = RunHead(
+            run_id=run_id,
+            graph_name=graph_name,
+            namespace=namespace,
+            graph_hash=graph_hash,
+            trace_ctx=trace_ctx,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            yield from self._cas.describe(run_id)
+        except CheckpointNotFound:
+            pass
+        else:
+            raise CheckpointConflict(
+                run_id, expected_revision=None, message="a run with this id exists"
+            )
+        # Appending after no head creates the log: of two creators exactly one succeeds.
+        yield from self._append(_Known(head, None), Change(head))
+        self._hold(run_id, head.epoch)
+        return run_id
+
+    @operation
+    def record_attempt(
+        self,
+        run_id: str,
+        node_id: str,
+        attempt: int,
+        input: Any = None,
+        *,
+        trace_ctx: TraceContext | None = None,
+        lease: timedelta | float | None = None,
+        worker: dict[str, str] | None = None,
+    ) -> Steps[str]:
+        """Record a running attempt of `node_id`; return the attempt id.
+
+        Recording an attempt resumes an interrupted run. With `lease` (a duration, or
+        seconds), the worker promises to call `heartbeat` at least that often; an attempt
+        whose lease runs out is listed as abandoned (`list_attempts(abandoned=True)`).
+        `worker` says where it runs (`stashpoint.spot.compute_identity()`).
+        """
+        attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+        _text(node_id, "node_id")
+        if type(attempt) is not int or attempt < 0:
+            raise InvalidArgument(f"attempt must be an int >= 0, not {attempt!r}")
+        _of(trace_ctx, TraceContext, "trace_ctx")
+        lease_seconds = _seconds(lease, "lease")
+        if worker is not None and not (
+            isinstance(worker, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in worker.items())
+        ):
+            raise InvalidArgument(f"worker must be a dict of str to str, not {worker!r}")
+        stored_input = yield from self._blobs.offload(input, "input")
+        yield from self._apply(
+            run_id,
+            lambda head, now: transitions.record_attempt(
+                head,
+                attempt_id=attempt_id,
+                node_id=node_id,
+                attempt=attempt,
+                input=stored_input,
+                trace_ctx=trace_ctx,
+                now=now,
+                lease_seconds=lease_seconds,
+                worker=worker,
+            ),
+        )
+        return attempt_id
+
+    @operation
+    def record_attempts(
+        self,
+        run_id: str,
+        attempts: Sequence[tuple[str, int, Any]],
+        *,
+        lease: timedelta | float | None = None,
+    ) -> Steps[list[str]]:
+        """Record running attempts of several nodes in one append; return their ids.
+
+        `attempts` are `(node_id, attempt, input)`. One write however many (a batch of
+        mapped steps); the index gets the run's item and each attempt's.
+        """
+        validate_id(run_id, what="run id")
+        if not isinstance(attempts, Sequence) or not attempts:
+            raise InvalidArgument("attempts must be a non-empty sequence of (node, n, input)")
+        lease_seconds = _seconds(lease, "lease")
+        planned: list[tuple[str, str, int, Any]] = []
+        for entry in attempts:
+            if not (isinstance(entry, tuple) and len(entry) == 3):
+                raise InvalidArgument(f"an attempt is (node_id, attempt, input), not {entry!r}")
+            node_id, attempt, value = entry
+            _text(node_id, "node_id")
+            if type(attempt) is not int or attempt < 0:
+                raise InvalidArgument(f"attempt must be an int >= 0, not {attempt!r}")
+            stored = yield from self._blobs.offload(value, "input")
+            planned.append((f"{run_id}{ATTEMPT_SEPARATOR}{new_id()}", node_id, attempt, stored))
+
+        def record(head: RunHead, now: datetime) -> Change:
+            return transitions.compose(head, [
+                partial(
+                    transitions.record_attempt, attempt_id=attempt_id, node_id=node_id,
+                    attempt=attempt, input=stored, trace_ctx=None, now=now,
+                    lease_seconds=lease_seconds,
+                )
+                for attempt_id, node_id, attempt, stored in planned
+            ])  # fmt: skip
+
+        yield from self._apply(run_id, record)
+        return [attempt_id for attempt_id, *_ in planned]
+
+    @operation
+    def end_attempts(
+        self,
+        run_id: str,
+        *,
+        completed: Mapping[str, Any] | None = None,
+        failed: Mapping[str, str] | None = None,
+    ) -> Steps[None]:
+        """End running attempts of one run in one append.
+
+        `completed` maps attempt ids to outputs, `failed` to errors.
+        """
+        validate_id(run_id, what="run id")
+        _of(completed, Mapping, "completed")
+        _of(failed, Mapping, "failed")
+        ids = [*(completed or {}), *(failed or {})]
+        if not ids or len(set(ids)) != len(ids):
+            raise InvalidArgument("end each attempt once, and at least one")
+        for attempt_id in ids:
+            if run_of(attempt_id) != run_id:
+                raise InvalidArgument(f"{attempt_id!r} is not an attempt of run {run_id!r}")
+        outputs: dict[str, Any] = {}
+        for attempt_id, output in (completed or {}).items():
+            outputs[attempt_id] = yield from self._blobs.offload(output, "output")
+        errors: dict[str, str] = {a: _text(error, "error") for a, error in (failed or {}).items()}
+
+        def end(head: RunHead, now: datetime) -> Change:
+            return transitions.compose(head, [
+                *(
+                    partial(transitions.complete_attempt, attempt_id=a, output=o, meta={}, now=now)
+                    for a, o in outputs.items()
+                ),
+                *(
+                    partial(transitions.fail_attempt, attempt_id=a, error=e, now=now)
+                    for a, e in errors.items()
+                ),
+            ])  # fmt: skip
+
+        yield from self._apply(run_id, end)
+
+    @operation
+    def heartbeat(self, attempt_id: str) -> Steps[None]:
+        """Say a running attempt's worker is alive: its lease starts again from now."""
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda head, now: transitions.heartbeat(head, attempt_id, now=now),
+        )
+
+    @operation
+    def takeover(
+        self, run_id: str, *, reason: str = "abandoned: the run was taken over"
+    ) -> Steps[int]:
+        """Become the run's owner; return the new owner epoch.
+
+        Every earlier owner (a store that created the run or took it over before) is fenced:
+        its next write to the run raises `Fenced` and stores nothing. Running attempts
+        recorded under an earlier epoch end as failed with `reason`, for the new owner to
+        retry. Take over a run whose worker is gone (`list_attempts(abandoned=True)`,
+        `stashpoint runs stuck`), or at the start of every Lambda invocation of a run.
+        """
+        _text(reason, "reason")
+        head = yield from self._apply(
+            run_id,
+            lambda head, now: transitions.takeover(head, now=now, reason=reason),
+            claim=True,
+        )
+        return head.epoch
+
+    @operation
+    def complete_attempt(
+        self, attempt_id: str, output: Any, meta: dict[str, Any] | None = None
+    ) -> Steps[None]:
+        """Mark a running attempt completed with its output and metadata."""
+        _of(meta, dict, "meta")
+        stored_output = yield from self._blobs.offload(output, "output")
+        check_json(meta or {}, self._cas.codec.limits.max_depth, start_depth=5, root="meta")
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda head, now: transitions.complete_attempt(
+                head, attempt_id, output=stored_output, meta=meta or {}, now=now
+            ),
+        )
+
+    @operation
+    def fail_attempt(self, attempt_id: str, error: str) -> Steps[None]:
+        """Mark a running attempt failed."""
+        _text(error, "error")
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda head, now: transitions.fail_attempt(head, attempt_id, error=error, now=now),
+        )
+
+    @operation
+    def record_interrupt(self, attempt_id: str, interrupt: Interrupt) -> Steps[None]:
+        """Mark a running attempt, and its run, interrupted."""
+        _of(interrupt, Interrupt, "interrupt", optional=False)
+        yield from self._apply(
+            run_of(attempt_id),
+            lambda head, now: transitions.record_interrupt(
+                head, attempt_id, interrupt=interrupt, now=now
+            ),
+        )
+
+    @operation
+    def save_state_snapshot(
+        self, run_id: str, state: dict[str, Any], *, metadata: CheckpointMetadata | None = None
+    ) -> Steps[None]:
+        """Replace the run's state snapshot (with its graph-hash metadata, if given).
+
+        Large values are stored once as blobs.
+        """
+        _of(state, dict, "state", optional=False)
+        _of(metadata, CheckpointMetadata, "metadata")
+        stored: dict[str, Any] = {}
+        for key, value in state.items():
+            stored[key] = yield from self._blobs.offload(value, f"state.{key}")
+        yield from self._apply(
+            run_id,
+            lambda head, now: transitions.save_state_snapshot(
+                head, stored, metadata=metadata, now=now
+            ),
+        )
+
+    @operation
+    def load_run(
+        self,
+        run_id: str,
+        *,
+        graph_hash: str | None = None,
+        allow_graph_drift: bool = False,
+        resolve_blobs: bool = True,
+    ) -> Steps[RunState | None]:
+        """Return the run's full state, None if unknown.
+
+        With `graph_hash`, a run recorded with another graph raises `GraphDriftError`
+        unless `allow_graph_drift`. Repairs the index if it lags behind storage.
+        """
+        return self._load_run(run_id, graph_hash, allow_graph_drift, resolve_blobs)
+
+    @operation
+    def complete_run(self, run_id: str) -> Steps[None]:
+        """Mark a running run completed (only from running: else `TerminalStateConflict`)."""
+        return self._finish_run(run_id, RunStatus.COMPLETED, None)
+
+    @operation
+    def fail_run(self, run_id: str, error: str) -> Steps[None]:
+        """Mark a running run failed, keeping the error."""
+        _text(error, "error")
+        return self._finish_run(run_id, RunStatus.FAILED, error)
+
+    @operation
+    def cancel_run(self, run_id: str) -> Steps[None]:
+        """Cancel a running or interrupted run and its running attempts."""
+        yield from self._apply(run_id, lambda head, now: transitions.cancel_run(head, now=now))
+
+    @operation
+    def suspend_run(self, run_id: str, *, until: datetime) -> Steps[None]:
+        """Make a running run wait until `until` (status `waiting`; `list_due` finds it then).
+
+        No attempt may be running. Recording an attempt, or `resume_run`, wakes it.
+        """
+        wake = _moment(until, "until")
+        if wake is None:
+            raise InvalidArgument("until must be a timezone-aware datetime")
+        yield from self._apply(
+            run_id, lambda head, now: transitions.suspend_run(head, until=wake, now=now)
+        )
+
+    @operation
+    def resume_run(self, run_id: str) -> Steps[None]:
+        """Wake a waiting run (else `TerminalStateConflict`): it is running again."""
+        yield from self._apply(run_id, lambda head, now: transitions.resume_run(head, now=now))
+
+    @operation
+    def list_due(
+        self,
+        now: datetime | None = None,
+        *,
+        namespace: str = "default",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Steps[Page[RunRow]]:
+        """Return waiting runs whose wake time has come (<= `now`, default this clock's).
+
+        Only due runs are read from the index, the latest wake time first; wake each by
+        running it again (a durable run resumes itself) or with `resume_run`.
+        """
+        moment = _moment(now, "now")
+        return self._require_index().list_due(
+            namespace=validate_id(namespace, what="namespace"),
+            now=utc_now() if moment is None else moment,
+            limit=limit,
+            cursor=_text(cursor, "cursor", optional=True),
+        )
+
+    @operation
+    def running_attempts(self, run_id: str) -> Steps[list[AttemptRow]]:
+        """Return the run's running attempts with their leases (one read: its head)."""
+        known = yield from self._read(run_id)
+        return [
+            journal.lease_row(known.head, attempt_id, held)
+            for attempt_id, held in known.head.running.items()
+        ]
+
+    @operation
+    def summarize_run(self, run_id: str) -> Steps[RunSummary | None]:
+        """Return the run's summary, None if unknown (reads every attempt of the run)."""
+        state = yield from self._load_run(run_id, None, True, False)
+        return None if state is None else summary_of(state)
+
+    # -- listings (index only) -------------------------------------------------------------
+
+    @operation
+    def list_runs(
+        self,
+        *,
+        graph_name: str | None = None,
+        status: RunStatus | None = None,
+        since: datetime | None = None,
+        namespace: str = "default",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Steps[Page[RunRow]]:
+        """Return one page of runs, newest first, from the index only."""
+        return self._require_index().list_runs(
+            namespace=validate_id(namespace, what="namespace"),
+            graph_name=_text(graph_name, "graph_name", optional=True),
+            status=_status(status, RunStatus),
+            since=_moment(since, "since"),
+            limit=limit,
+            cursor=_text(cursor, "cursor", optional=True),
+        )
+
+    @operation
+    def list_attempts(
+        self,
+        status: AttemptStatus = AttemptStatus.RUNNING,
+        *,
+        namespace: str = "default",
+        since: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        abandoned: bool = False,
+    ) -> Steps[Page[AttemptRow]]:
+        """Return one page of attempts in `status` (running by default), from the index.
+
+        With `abandoned`, only running attempts whose lease ran out (more than `clock_skew`
+        ago, on this machine's clock), the latest expiry first; only those are read.
+        """
+        if abandoned:
+            if _status(status, AttemptStatus) is not AttemptStatus.RUNNING or since is not None:
+                raise InvalidArgument("abandoned attempts are running ones, listed without since")
+            return self._require_index().list_abandoned(
+                namespace=validate_id(namespace, what="namespace"),
+                before=utc_now() - self.clock_skew,
+                limit=limit,
+                cursor=_text(cursor, "cursor", optional=True),
+            )
+        return self._require_index().list_attempts(
+            namespace=validate_id(namespace, what="namespace"),
+            status=_status(status, AttemptStatus),
+            since=_moment(since, "since"),
+            limit=limit,
+            cursor=_text(cursor, "cursor", optional=True),
+        )
+
+    @operation
+    def reindex(self, *, resume: bool = True) -> Steps[ReindexReport]:
+        """Make the index equal to storage (idempotent, resumable); say what it did.
+
+        Every run's items are compared with its head: stale, wrong (a status that storage
+        does not say, a revision from the future) and missing items are rewritten, items
+        storage does not know are deleted. Runs that are logs come first, then runs still
+        in whole envelopes. Progress is kept in the index after every page, and a new call
+        continues after it unless `resume=False`. A run that cannot be read is skipped and
+        reported (`ReindexReport.unreadable`), never an end to the rebuild.
+        """
+        index = self._require_index()
+        where = self._cas.layout.prefix or "-"
+        indexed = 0
+        unreadable: list[str] = []
+        marker = f"run-logs:{where}"
+        cursor = (yield from index.read_marker(marker)) if resume else None
+        while True:
+            ids, cursor = yield from self._logs.list_page("", 100, cursor)
+            for run_id in ids:
+                indexed += yield from self._reindex_skipping(run_id, unreadable)
+            if cursor is None:
+                break
+            yield from index.write_marker(marker, cursor)
+        yield from index.clear_marker(marker)
+        marker = f"runs:{where}"
+        start_after = (yield from index.read_marker(marker)) if resume else None
+        base = self._cas.layout.namespace_prefix(self._cas.namespace)
+        while True:
+            page = yield from ask(ListKeys(base, None, 100, start_after))
+            for key in page.keys:
+                run_id = key[len(base) :]
+                if "/" not in run_id:
+                    indexed += yield from self._reindex_skipping(run_id, unreadable, legacy=True)
+            if not page.keys:
+                break
+            start_after = page.keys[-1]
+            yield from index.write_marker(marker, start_after)
+            if page.next_token is None:
+                break
+        yield from index.clear_marker(marker)
+        return ReindexReport(indexed, unreadable)
+
+    # -- durable steps -----------------------------------------------------------------------
+
+    def owner_view(self) -> RunOperations[Any]:
+        """Return these operations as typed steps, holding owner epochs of their own.
+
+        A durable handle runs its transitions through one: the epoch it created or took a
+        run over with is its own, so two handles of one run on one stash fence each other
+        exactly as two processes do (the later takeover fences the earlier handle).
+        """
+        view: RunOperations[Any] = RunOperations(
+            self._cas, self._logs, self._blobs, self._index, self._execute, retry=self._retry
+        )
+        view.clock_skew = self.clock_skew
+        return view
+
+    def durable(
+        self,
+        run_id: str,
+        *,
+        graph_name: str = "durable",
+        lease: float | None = None,
+        deadline: Deadline | None = None,
+        clock: Callable[[], datetime] | None = None,
+        claim_wait: bool = False,
+    ) -> DurableT:
+        """Return the run `run_id` as durable steps (`stashpoint.runs.durable`).
+
+        No request until the first step: then the run is created, or taken over (its
+        previous worker is fenced), and its recorded steps are read for replay. With a
+        `deadline` (`Deadline.of_lambda(context)`), a step that would not finish in time is
+        not started: `RunSuspended` (reason `deadline`). `clock` is "now" for waits and
+        retry delays (tests pass a fake one to skip time). A step running in another
+        worker under a live `lease` holds the run: `RunClaimed`, or with `claim_wait` a
+        wait until its lease runs out. While a step runs, its lease is renewed three times per
+        lease (heartbeats from the driver), so a step may take longer than its lease; a
+        worker that dies stops renewing, and its lease runs out a lease after its last beat.
+        """
+        if deadline is not None and not isinstance(deadline, Deadline):
+            raise InvalidArgument(f"deadline must be a stashpoint.Deadline, not {deadline!r}")
+        # The handle's transitions go through a view holding owner epochs of its own, so
+        # two handles of one run on one stash fence each other as two processes do.
+        return self._durable_type(
+            self.owner_view(), validate_id(run_id, what="run id"), execute=self._execute,
+            graph_name=graph_name, lease=lease, deadline=deadline, clock=clock,
+            claim_wait=claim_wait,
+        )  # fmt: skip
+
+    # -- logic shared by the operations ----------------------------------------------------
+
+    def _reindex_skipping(
+        self, run_id: str, unreadable: list[str], *, legacy: bool = False
+    ) -> Steps[int]:
+        """Repair one run's items; a run that cannot be read is noted and skipped."""
+        try:
+            return (yield from self._reindex_one(run_id, legacy_only=legacy))
+        except (RunNotFound, CheckpointNotFound):
+            return 0  # deleted since it was listed
+        except StashpointError as exc:
+            log.warning("reindex: run %s cannot be read (%s); skipped", run_id, exc.kind.value)
+            unreadable.append(f"{run_id}: {exc.kind.value}")
+            return 0
+
+    def _reindex_one(self, run_id: str, *, legacy_only: bool = False) -> Steps[int]:
+        """Repair one run's items; return 1 if it was indexed (0: gone, or a log already)."""
+        index = self._require_index()
+        if legacy_only and (yield from self._logs.listing(run_id)).top is not None:
+            return 0  # migrated: indexed with the logs
+        read = yield from self._read_all(run_id)
+        if read is None:
+            return 0
+        known, state = read
+        rows = journal.rows_of(known.head, state)
+        yield from index.repair(known.head, rows, known.revision, self._revision_now(run_id))
+        return 1
+
+    def _revision_now(self, run_id: str) -> Callable[[], Steps[int | None]]:
+        """Return steps that read the run's current revision afresh."""
+
+        def read() -> Steps[int | None]:
+            try:
+                known = yield from self._read(run_id)
+            except RunNotFound:
+                return None
+            return known.revision
+
+        return read
+
+    def _require_index(self) -> RunIndex:
+        if self._index is None:
+            raise ConfigurationError(
+                "this stash has no index: open it with ?index=dynamodb://TABLE (S3) or use the "
+                "local default, which keeps one in SQLite"
+            )
+        return self._index
+
+    def _name(self, run_id: str) -> str:
+        return self._logs.keys.entries_prefix(run_id)
+
+    def _known_of(self, log: LogHead) -> _Known:
+        head = parse_head(
+            log.state, log.kind, log.schema_version, log.log_id, self._name(log.log_id)
+        )
+        return _Known(head, log)
+
+    def _read(self, run_id: str) -> Steps[_Known]:
+        """Read the run's latest head: its log's, else its whole envelope's."""
+        validate_id(run_id, what="run id")
+        try:
+            log = yield from self._logs.head(run_id)
+        except CheckpointNotFound:
+            legacy = yield from self._legacy(run_id)
+            if legacy is None:
+                raise RunNotFound("no run with this id", object_name=run_id) from None
+            return legacy[0]
+        known = self._known_of(log)
+        self._remember(run_id, known)
+        return known
+
+    def _read_all(self, run_id: str) -> Steps[tuple[_Known, RunState] | None]:
+        """Read the whole run (every attempt): its log folded, else its envelope."""
+        validate_id(run_id, what="run id")
+        try:
+            entries = yield from self._logs.entries(run_id)
+        except CheckpointNotFound:
+            return (yield from self._legacy(run_id))
+        known = self._known_of(LogHead.of(entries[-1]))
+        state = journal.fold(
+            known.head, (r for e in entries for r in e.records), self._name(run_id)
+        )
+        self._remember(run_id, known)
+        return known, state
+
+    def _legacy(self, run_id: str) -> Steps[tuple[_Known, RunState] | None]:
+        """Read a run an earlier stashpoint saved as one whole envelope (None: there is none)."""
+        try:
+            envelope = yield from self._cas.load(run_id)
+        except CheckpointNotFound:
+            return None
+        state = state_of(envelope)
+        head, _ = journal.from_state(state, envelope.revision)
+        return _Known(head, None, state), state
+
+    def _load_run(
+        self, run_id: str, graph_hash: str | None, allow_graph_drift: bool, resolve_blobs: bool
+    ) -> Steps[RunState | None]:
+        read = yield from self._read_all(run_id)
+        if read is None:
+            return None
+        known, state = read
+        if (
+            graph_hash is not None
+            and state.graph_hash is not None
+            and state.graph_hash != graph_hash
+            and not allow_graph_drift
+        ):
+            raise GraphDriftError(run_id, stored_hash=state.graph_hash, current_hash=graph_hash)
+        if self._index is not None:
+            # The index is derived: a failed repair must not fail a read.
+            rows = journal.rows_of(known.head, state)
+            with contextlib.suppress(StashpointError):
+                yield from self._index.repair(
+                    known.head, rows, known.revision, self._revision_now(run_id)
+                )
+        if resolve_blobs:
+            state = yield from self._resolve(state)
+        return state
+
+    def _finish_run(self, run_id: str, status: RunStatus, error: str | None) -> Steps[None]:
+        yield from self._apply(
+            run_id, lambda head, now: transitions.finish_run(head, status, error=error, now=now)
+        )
+
+    def _hold(self, run_id: str, epoch: int) -> None:
+        self._epochs.put(run_id, epoch)
+
+    def _apply(
+        self,
+        run_id: str,
+        transition: Callable[[RunHead, datetime], Change],
+        *,
+        claim: bool = False,
+    ) -> Steps[RunHead]:
+        """Apply a pure transition to the latest head and append it; retry a lost race.
+
+        A cached head is tried first (no read); if the transition refuses it, it is judged
+        again on a fresh read, since a stale copy may be what it objected to. Ending an
+        attempt the fresh head does not have running reads the whole run to say why. A
+        store holding an owner epoch for the run (`create_run`, `takeover`) is refused with
+        `Fenced` once the run's epoch moved past it; `claim` (a takeover) is not.
+        """
+        epoch = None if claim else self._epochs.get(run_id)
+
+        def change(known: _Known, fresh: bool) -> Steps[Change]:
+            transitions.check_owner(known.head, epoch)
+            try:
+                return transition(known.head, utc_now())
+            except AttemptNotFound as exc:
+                read = (yield from self._read_all(run_id)) if fresh else None
+                if read is None:
+                    raise
+                raise journal.not_running(read[1], exc.object_name or "") from None
+            except pydantic.ValidationError as exc:
+                raise InvalidArgument(f"invalid run data: {exc}", object_name=run_id) from None
+
+        def write(known: _Known, change: Change) -> Steps[RunHead]:
+            yield from self._append(known, change)
+            if claim:
+                self._hold(run_id, change.head.epoch)
+            return change.head
+
+        return (
+            yield from optimistic_update(
+                lambda: self._read(run_id),
+                change,
+                write,
+                retry=self._retry,
+                max_attempts=self._retry.max_attempts,
+                known=self._cached(run_id),
+                forget=lambda: self._forget(run_id),
+            )
+        )
+
+    def _append(self, known: _Known, change: Change) -> Steps[None]:
+        """Append a change after `known` (migrating a whole-envelope run), then index it."""
+        records = list(change.records)
+        touched = change.touched
+        if known.log is None and known.legacy is not None:
+            # Migration: version 0 holds the envelope's attempts, then this change's records.
+            _, earlier = journal.from_state(known.legacy, known.head.revision_base - 1)
+            records = earlier + records
+        run_id = change.head.run_id
+        log = yield from self._logs.append(
+            run_id,
+            records,
+            after=known.log,
+            state=journal.head_document(change.head),
+            kind=RUN_LOG_KIND,
+            schema_version=RUN_LOG_SCHEMA_VERSION,
+        )
+        saved = _Known(change.head, log)
+        self._remember(run_id, saved)
+        if self._index is not None:
+            yield from self._index.record(change.head, touched, saved.revision, before=known.head)
+
+    def _resolve(self, state: RunState) -> Steps[RunState]:
+        attempts = []
+        for record in state.attempts:
+            resolved_input = yield from self._blobs.resolve(record.input)
+            resolved_output = yield from self._blobs.resolve(record.output)
+            attempts.append(
+                record.model_copy(update={"input": resolved_input, "output": resolved_output})
+            )
+        snapshot = {}
+        for key, value in state.state_snapshot.items():
+            snapshot[key] = yield from self._blobs.resolve(value)
+        return state.model_copy(update={"attempts": tuple(attempts), "state_snapshot": snapshot})
+
+    def _cached(self, run_id: str) -> _Known | None:
+        return self._latest.get(run_id)
+
+    def _remember(self, run_id: str, known: _Known) -> None:
+        def newer(current: _Known | None) -> _Known:
+            return current if current is not None and current.revision > known.revision else known
+
+        self._latest.update(run_id, newer)
+
+    def _forget(self, run_id: str) -> None:
+        self._latest.pop(run_id)
+
+
+def summary_of(state: RunState) -> RunSummary:
+    """Return the summary of a whole run: what ran, how often, how it ended."""
+    trace_id = next(
+        (a.meta["trace_id"] for a in state.attempts if isinstance(a.meta.get("trace_id"), str)),
+        None,
+    )
+    trace_ctx = next((a.trace_ctx for a in state.attempts if a.trace_ctx), state.trace_ctx)
+    return RunSummary(
+        run_id=state.run_id,
+        graph_name=state.graph_name,
+        status=state.status,
+        total_nodes_executed=len({a.node_id for a in state.attempts}),
+        total_attempts=len(state.attempts),
+        failed_attempts=sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED),
+        trace_id=trace_id,
+        trace_ctx=trace_ctx,
+        started_at=state.created_at,
+        finished_at=None if state.status is RunStatus.RUNNING else state.updated_at,
+    )
