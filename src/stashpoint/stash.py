@@ -19,6 +19,7 @@ from stashpoint._backends.local import LocalTransport
 from stashpoint._backends.memory import MemoryTransport
 from stashpoint._backends.router import AsyncRouter, Hook, Router
 from stashpoint._backends.threaded import ThreadedAsyncTransport
+from stashpoint.clock import REAL, Clock
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
 from stashpoint.errors import ConfigurationError
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
@@ -68,6 +69,9 @@ class Options:
     log_delete_after: timedelta = timedelta(hours=1)
     """Deprecated, without effect: no delay protects anything since clean-up never frees a
     key (`vacate_sealed_entries`). Accepted so that existing callers keep working."""
+    clock: Clock = REAL
+    """What the stash answers the logic's time requests with: the system's clocks, or a
+    `stashpoint.clock.FakeClock` in tests of leases, waits and retries."""
     vacate_sealed_entries: bool = False
     """Replace each sealed log entry by a small marker once its segment is stored (its key
     stays occupied), so a log's bytes at rest are about its segments'. Costs one more PUT
@@ -299,7 +303,9 @@ class _StashApi(Generic[StoreT]):
     _store_type: type[StoreT]
 
     def __init__(self, url: str | None = None, options: Options | None = None) -> None:
-        parts = _Parts(url, options or Options())
+        options = options or Options()
+        parts = _Parts(url, options)
+        self._clock = options.clock
         self.url = parts.url
         """The URL this stash was opened with."""
         self._parts = parts
@@ -356,7 +362,7 @@ class Stash(Blocking, _StashApi[Store]):
     _store_type = Store
 
     def _connect(self, backend: _Backend) -> Router:
-        return Router(backend.objects(), backend.index)
+        return Router(backend.objects(), backend.index, self._clock)
 
     @functools.cached_property
     def runs(self) -> RunStore:
@@ -394,7 +400,7 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
     _store_type = AsyncStore
 
     def _connect(self, backend: _Backend) -> AsyncRouter:
-        return AsyncRouter(backend.async_objects(), backend.async_index)
+        return AsyncRouter(backend.async_objects(), backend.async_index, self._clock)
 
     @functools.cached_property
     def runs(self) -> AsyncRunStore:
@@ -453,7 +459,14 @@ def open_async(url: str | None = None, **options: Any) -> AsyncStash:
 
 
 def _options(options: dict[str, Any]) -> Options:
-    names = ("limits", "retry", "compression_level", "log_delete_after", "vacate_sealed_entries")
+    names = (
+        "limits",
+        "retry",
+        "compression_level",
+        "log_delete_after",
+        "vacate_sealed_entries",
+        "clock",
+    )
     known = {k: options.pop(k) for k in names if k in options}
     level = known.get("compression_level", 3)
     if type(level) is not int or not -7 <= level <= 22:
@@ -465,6 +478,8 @@ def _options(options: dict[str, Any]) -> Options:
     delete_after = known.get("log_delete_after", timedelta(0))
     if not isinstance(delete_after, timedelta) or delete_after < timedelta(0):
         raise ConfigurationError("log_delete_after must be a timedelta >= 0")
+    if not isinstance(known.get("clock", REAL), Clock):
+        raise ConfigurationError("clock must be a stashpoint.clock.Clock")
     if not isinstance(known.get("vacate_sealed_entries", False), bool):
         raise ConfigurationError("vacate_sealed_entries must be a bool")
     return Options(**known, backend=options)

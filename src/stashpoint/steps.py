@@ -10,20 +10,21 @@ httpcore are the model.
 Each request type names its result type (`class GetObject(Request[ObjectInfo | None])`),
 so `info = yield from ask(GetObject(key))` is typed without a local annotation.
 
-Four requests are understood by the drivers themselves, so every backend gets them free:
-`Sleep` (backoff), `Compute` (CPU-bound work the async driver may move to a thread),
-`Call` (a caller's own function, such as an agent turn, awaited if it returns an
-awaitable) and `Parallel` (independent requests sent at once: one round trip, not N).
+Three requests are understood by the drivers themselves, so every backend gets them free:
+`Compute` (CPU-bound work the async driver may move to a thread), `Call` (a caller's own
+function, such as an agent turn, awaited if it returns an awaitable) and `Parallel`
+(independent requests sent at once: one round trip, not N). Time is a request like any
+other: `Now`, `Sleep` and `WaitDone` go to `execute`, and the stash answers them with its
+clock (`stashpoint.clock`), so every guarantee that rests on time is tested on a fake one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
-import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
 T = TypeVar("T")
@@ -51,10 +52,33 @@ def ask(request: Request[R]) -> Steps[R]:
 
 @dataclass(frozen=True, slots=True)
 class Sleep(Request[None]):
-    """Request: wait this long before going on (backoff between retries)."""
+    """Request: wait this long before going on (backoff between retries). A clock request."""
 
     seconds: float
     """How long to wait."""
+
+
+@dataclass(frozen=True, slots=True)
+class Now(Request[datetime]):
+    """Request: the current time (timezone-aware UTC), as the stash's clock says."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitDone(Request[bool]):
+    """Request: wait until `future` is done, at most `seconds` on the stash's clock.
+
+    Result: whether it is done. The drivers send it while a `Call` with beats runs (a
+    `concurrent.futures.Future` for the blocking driver, an asyncio task for the other).
+    """
+
+    future: Any
+    """What is awaited."""
+    seconds: float
+    """The longest wait, in the clock's seconds."""
+
+
+CLOCK_REQUESTS = (Sleep, Now, WaitDone)
+"""The requests a stash's clock answers (`stashpoint.clock.answer`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +110,52 @@ class Call(Request[Any]):
     args: tuple[Any, ...]
     """Its positional arguments."""
     beat: Callable[[], Steps[Any]] | None = None
-    """Steps the driver runs every `every` seconds while the function runs (a durable
-    step's lease renewal): the function then runs on a thread of its own (blocking driver)
-    or as a task (asyncio; a plain function blocks the loop, so it gets no beats); None:
-    none. A beat that fails is left for the next one: the step's own outcome decides."""
+    """Steps the driver runs every `every` seconds of the stash's clock while the
+    function runs (a durable step's lease renewal): the function then runs on a thread of
+    its own (blocking driver) or as a task (asyncio; a plain function blocks the loop, so
+    it gets no beats); None: none. A beat that fails is left for the next one, unless it
+    raises one of `fatal`: see there."""
     every: float = 0.0
     """Seconds between beats."""
+    fatal: tuple[type[BaseException], ...] = ()
+    """Errors of a beat that end the work (a heartbeat that finds its worker `Fenced`):
+    the driver marks the call stopped (the function may poll `stopped()` and return
+    early), stops beating, and raises the error once the function has returned, so its
+    result is never reported as the step's."""
+
+
+_STOPPED: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "stashpoint_stopped", default=None
+)
+
+
+def stopped() -> bool:
+    """Whether the work running in this context was stopped by a fatal beat.
+
+    A long step's function may poll it (a durable step whose lease was taken over: its
+    result will not be stored, whatever it returns) and return early.
+    """
+    flag = _STOPPED.get()
+    return flag is not None and flag.is_set()
+
+
+class _Beats:
+    """The beats of one running call: when each is due, and the first fatal error."""
+
+    def __init__(self, request: Call | Parallel) -> None:
+        self.request = request
+        self.stop = threading.Event()
+        self.fatal: BaseException | None = None
+
+    def failed(self, exc: Exception) -> None:
+        if self.request.fatal and isinstance(exc, self.request.fatal):
+            self.fatal = self.fatal or exc
+            self.stop.set()
+
+    def finish(self, result: T) -> T:
+        if self.fatal is not None:
+            raise self.fatal
+        return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +170,12 @@ class Parallel(Request[list[Any]]):
     requests: tuple[Request[Any], ...]
     """The requests: transport requests, or `Call`s (a caller's functions, run at once on
     threads of their own, or gathered by asyncio); never `Sleep`, `Compute`, `Parallel`."""
+    beat: Callable[[], Steps[Any]] | None = None
+    """As `Call.beat`, while the `Call`s run (a batch of mapped steps' lease renewal)."""
+    every: float = 0.0
+    """Seconds between beats."""
+    fatal: tuple[type[BaseException], ...] = ()
+    """As `Call.fatal`."""
 
 
 PARALLEL_WIDTH = 16
@@ -129,8 +199,15 @@ def _blocking_parallel(request: Parallel, execute: Callable[[Any], Any]) -> list
     if calls:
         # A caller's functions get threads of their own: one that waits on stashpoint
         # (whose requests use the shared pool) must never hold a shared thread meanwhile.
+        beats = _Beats(request)
         with ThreadPoolExecutor(len(request.requests), thread_name_prefix="step") as own:
-            return _gathered([own.submit(one, r) for r in request.requests])
+            futures = [own.submit(_in_context(beats), one, r) for r in request.requests]
+            if request.beat is not None:
+                from concurrent.futures import wait
+
+                everything = own.submit(wait, futures)
+                _beat_until_done(beats, everything, execute)
+            return beats.finish(_gathered(futures))
     if _pool is None:
         with _pool_lock:
             if _pool is None:
@@ -156,6 +233,7 @@ async def _async_parallel(request: Parallel, execute: Callable[[Any], Awaitable[
     import asyncio
 
     gate = asyncio.Semaphore(PARALLEL_WIDTH)
+    beats = _Beats(request)
 
     async def one(item: Request[Any]) -> Any:
         if isinstance(item, Call):  # the caller's own concurrency: not bounded here
@@ -163,31 +241,56 @@ async def _async_parallel(request: Parallel, execute: Callable[[Any], Awaitable[
         async with gate:
             return await execute(item)
 
-    outcomes = await asyncio.gather(*(one(r) for r in request.requests), return_exceptions=True)
+    flag = _STOPPED.set(beats.stop)
+    try:
+        gathered = asyncio.ensure_future(
+            asyncio.gather(*(one(r) for r in request.requests), return_exceptions=True)
+        )
+    finally:
+        _STOPPED.reset(flag)
+    if request.beat is not None:
+        await _async_beat_until_done(beats, gathered, execute)
+    outcomes = await gathered
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return list(outcomes)
+    return beats.finish(list(outcomes))
 
 
 async def _async_call(request: Call, execute: Callable[[Any], Awaitable[Any]]) -> Any:
     import asyncio
 
-    result = request.function(*request.args)
-    if not isinstance(result, Awaitable):
-        return result  # a plain function ran on the loop: nothing could beat meanwhile
-    if request.beat is None:
-        return await result
-    running = asyncio.ensure_future(result)
+    beats = _Beats(request)
+    flag = _STOPPED.set(beats.stop)
     try:
-        while True:
-            done, _ = await asyncio.wait({running}, timeout=request.every)
-            if done:
-                return running.result()
-            with contextlib.suppress(Exception):  # best effort, as in the blocking driver
-                await run_async(request.beat(), execute)
+        result = request.function(*request.args)
+        if not isinstance(result, Awaitable):
+            return result  # a plain function ran on the loop: nothing could beat meanwhile
+        if request.beat is None:
+            return await result
+        running = asyncio.ensure_future(result)  # the task keeps this context's flag
+    finally:
+        _STOPPED.reset(flag)
+    try:
+        await _async_beat_until_done(beats, running, execute)
+        return beats.finish(running.result())
     finally:
         running.cancel()  # only if the caller was cancelled first: it has ended otherwise
+
+
+async def _async_beat_until_done(
+    beats: _Beats, running: Any, execute: Callable[[Any], Awaitable[Any]]
+) -> None:
+    request = beats.request
+    assert request.beat is not None
+    while not await execute(WaitDone(running, request.every)):
+        if beats.stop.is_set():
+            continue  # stopped: no more beats, the function's end is awaited
+        try:
+            await run_async(request.beat(), execute)
+        except Exception as exc:  # best effort, unless fatal
+            beats.failed(exc)
+    await running  # done: let its outcome (or exception) be read
 
 
 OFFLOAD_BYTES = 256 * 1024
@@ -201,15 +304,33 @@ def _blocking_call(request: Call, execute: Callable[[Any], Any]) -> Any:
 
     # The function gets a thread of its own (and the caller's context variables, such as
     # the current span); this one beats until it returns.
+    beats = _Beats(request)
     with ThreadPoolExecutor(1, thread_name_prefix="step") as own:
-        running = own.submit(contextvars.copy_context().run, _blocking_plain_call, request)
-        while True:
-            try:
-                return running.result(timeout=request.every)
-            except TimeoutError:
-                # A beat is best effort: its failure must never end the caller's function.
-                with contextlib.suppress(Exception):
-                    run_sync(request.beat(), execute)
+        running = own.submit(_in_context(beats), _blocking_plain_call, request)
+        _beat_until_done(beats, running, execute)
+        return beats.finish(running.result())
+
+
+def _in_context(beats: _Beats) -> Callable[..., Any]:
+    """Return a runner of a function in a copy of this context that sees `beats.stop`."""
+    context = contextvars.copy_context()
+    context.run(_STOPPED.set, beats.stop)
+    return context.run
+
+
+def _beat_until_done(beats: _Beats, running: Any, execute: Callable[[Any], Any]) -> None:
+    """Beat every `every` seconds of the stash's clock until `running` is done."""
+    request = beats.request
+    assert request.beat is not None
+    while not execute(WaitDone(running, request.every)):
+        if beats.stop.is_set():
+            continue  # stopped: no more beats, the function's end is awaited
+        try:
+            run_sync(request.beat(), execute)
+        except Exception as exc:
+            # A beat is best effort: its failure must never end the caller's function,
+            # unless it says the work is over (fatal): then its result is not reported.
+            beats.failed(exc)
 
 
 def _blocking_plain_call(request: Call) -> Any:
@@ -229,10 +350,6 @@ def run_sync(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
     try:
         request = next(steps)
         while True:
-            if isinstance(request, Sleep):
-                time.sleep(request.seconds)
-                request = steps.send(None)
-                continue
             try:
                 if isinstance(request, Compute):
                     result = request.work()
@@ -259,10 +376,6 @@ async def run_async(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -
     try:
         request = next(steps)
         while True:
-            if isinstance(request, Sleep):
-                await asyncio.sleep(request.seconds)
-                request = steps.send(None)
-                continue
             try:
                 if isinstance(request, Compute):
                     if request.size >= OFFLOAD_BYTES:

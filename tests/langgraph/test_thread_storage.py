@@ -197,13 +197,12 @@ def test_request_counts(stash: Any) -> None:
         )
         saver.put_writes(config, [("a", 1), ("b", 2)], f"task-{step}")
     requests: list[str] = []
-    real = stash._execute
 
-    def counting(request: Any) -> Any:
+    def counting(request: Any, proceed: Any) -> Any:
         requests.append(type(request).__name__)
-        return real(request)
+        return proceed()
 
-    stash._execute = counting
+    stash.intercept(counting)
     parent = config["configurable"]["checkpoint_id"]
     _put(saver, "counted", {"messages": ["x"] * 21}, parent=parent)
     assert requests == ["PutObject"]  # put: one conditional PUT

@@ -19,6 +19,7 @@ import pytest
 
 import stashpoint
 from stashpoint import Fenced, NondeterministicReplay, RunClaimed, StepInterrupted
+from stashpoint.clock import FakeClock
 from stashpoint.runs.durable import Semantics
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -304,10 +305,12 @@ def _lease_expiry(stash: stashpoint.Stash, run_id: str) -> Any:
 def test_a_step_longer_than_its_lease_keeps_the_run_while_its_worker_lives(
     s3_dynamo_url: Any,
 ) -> None:
+    """The real-clock test of lease renewal (the others run on a fake clock): a busy
+    machine may delay a beat, so the lease leaves room for three missed ones."""
     url, options = s3_dynamo_url
-    lease = 2.0
+    lease = 3.0
     with _HeldStep(url, options, "beats", lease) as held, stashpoint.open(url, **options) as stash:
-        stash.runs.clock_skew = timedelta(0)  # one machine, one clock: judge leases exactly
+        stash.runs.clock_skew = timedelta(seconds=1)
         first = _lease_expiry(stash, "beats")
         began = time.monotonic()
         # Two and a half leases: without renewal the lease ran out long ago and this
@@ -326,11 +329,102 @@ def test_a_step_longer_than_its_lease_keeps_the_run_while_its_worker_lives(
     ]
 
 
+def test_a_step_ten_leases_long_keeps_its_run_on_a_fake_clock(memory_url: Any) -> None:
+    """Lease renewal on a fake clock: the step's function advances time half a lease at a
+    time, and between every advance another worker finds the run held."""
+    url, _ = memory_url
+    clock = FakeClock()
+    lease = 4.0
+    with stashpoint.open(url, clock=clock) as worker, stashpoint.open(url, clock=clock) as other:
+        other.runs.clock_skew = timedelta(0)  # one clock: leases judged exactly
+        claimed: list[bool] = []
+
+        def long_step() -> str:
+            for _ in range(20):  # ten leases of fake time
+                clock.advance(lease / 2)
+                time.sleep(0.01)  # let the driver beat (it waits on the clock)
+                try:
+                    other.runs.durable("fake-beats").step("long", long_step)
+                except RunClaimed:
+                    claimed.append(True)
+                else:
+                    claimed.append(False)
+            return "done"
+
+        run = worker.runs.durable("fake-beats", lease=lease)
+        assert run.step("long", long_step) == "done"
+        assert claimed == [True] * 20
+
+
+def test_a_map_batch_longer_than_its_lease_keeps_its_run(memory_url: Any) -> None:
+    """Issue 23 #13: `run.map` sent its items without beats, so a healthy worker's long
+    batch was taken over (and ran twice). A batch now renews every item's lease in one
+    append, three times a lease."""
+    url, _ = memory_url
+    clock = FakeClock()
+    lease = 3.0
+    with stashpoint.open(url, clock=clock) as worker, stashpoint.open(url, clock=clock) as other:
+        other.runs.clock_skew = timedelta(0)
+        ran: Counter[int] = Counter()
+        lock = threading.Lock()
+        seen_held: list[bool] = []
+
+        def item(n: int) -> int:
+            with lock:
+                ran[n] += 1
+            if n == 0:  # one item drives the clock; the others wait for it
+                for _ in range(12):
+                    clock.advance(lease / 3)
+                    time.sleep(0.01)
+                    abandoned = other.runs.list_attempts(abandoned=True, limit=10).items
+                    seen_held.append(not abandoned)
+            return n * n
+
+        run = worker.runs.durable("long-map", lease=lease)
+        assert run.map("items", range(4), item) == [0, 1, 4, 9]
+        assert seen_held == [True] * 12  # never listed as abandoned while it ran
+        assert ran == Counter(range(4))
+
+
+def test_a_step_whose_heartbeat_is_fenced_does_not_report_success(memory_url: Any) -> None:
+    """Issue 24: a heartbeat that found the worker fenced was ignored, so the step ran to
+    its end and stored its result. Now the step's function can see it was stopped, and
+    its result is never stored: the step raises `Fenced`."""
+    from stashpoint.steps import stopped
+
+    url, _ = memory_url
+    clock = FakeClock()
+    lease = 3.0
+    with stashpoint.open(url, clock=clock) as worker, stashpoint.open(url, clock=clock) as other:
+        noticed: list[bool] = []
+
+        def long_step() -> str:
+            clock.advance(lease / 2)
+            time.sleep(0.01)
+            other.runs.takeover("fenced-beat")  # another worker takes the run over
+            for _ in range(50):
+                clock.advance(lease / 3)
+                time.sleep(0.01)
+                if stopped():
+                    noticed.append(True)
+                    break
+            return "result nobody may store"
+
+        run = worker.runs.durable("fenced-beat", lease=lease)
+        with pytest.raises(Fenced):
+            run.step("long", long_step)
+        assert noticed == [True]
+        state = other.runs.load_run("fenced-beat")
+        assert state is not None
+        assert all(a.output != "result nobody may store" for a in state.attempts)
+
+
 def test_the_async_twin_renews_the_lease_of_a_coroutine_step(memory_url: Any) -> None:
     url, _ = memory_url
-    lease = 1.0
+    lease = 2.0
 
     async def main() -> list[str]:
+        clock = FakeClock()
         release = asyncio.Event()
         started = asyncio.Event()
 
@@ -339,13 +433,18 @@ def test_the_async_twin_renews_the_lease_of_a_coroutine_step(memory_url: Any) ->
             await release.wait()
             return "done"
 
-        async with stashpoint.open_async(url) as worker, stashpoint.open_async(url) as other:
+        async with (
+            stashpoint.open_async(url, clock=clock) as worker,
+            stashpoint.open_async(url, clock=clock) as other,
+        ):
             other.runs.clock_skew = timedelta(0)
             run = worker.runs.durable("beats", lease=lease)
             stepping = asyncio.ensure_future(run.step("long", long_step))
             await started.wait()
             (held,) = await other.runs.running_attempts("beats")
-            await asyncio.sleep(2.5 * lease)  # the step runs on: its task is what is tested
+            for _ in range(15):  # two and a half leases of fake time
+                await clock.async_sleep(lease / 6)
+                await asyncio.sleep(0.01)  # the driver beats as the clock passes
             with pytest.raises(RunClaimed):
                 await other.runs.durable("beats").step("long", long_step)
             (renewed,) = await other.runs.running_attempts("beats")
@@ -369,4 +468,7 @@ def test_two_handles_of_one_run_on_one_stash_fence_each_other(memory_url: Any) -
             first.step("two", lambda: 2)
         assert second.step("two", lambda: 2) == 2
         state = stash.runs.load_run("shared")
-        assert [a.node_id for a in state.attempts if a.status.value == "completed"] == ["one", "two"]
+        assert [a.node_id for a in state.attempts if a.status.value == "completed"] == [
+            "one",
+            "two",
+        ]

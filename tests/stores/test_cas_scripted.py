@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from stashpoint import CheckpointConflict, ConfigurationError, Envelope, Storage
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Compute, Sleep, Steps
+from stashpoint.steps import Compute, Now, Sleep, Steps
 from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
 from stashpoint.stores.layout import CHECKPOINTS, Layout
 from stashpoint.stores.objects import (
@@ -54,6 +55,9 @@ class Script:
                     continue
                 if isinstance(request, Compute):
                     request = steps.send(request.work())
+                    continue
+                if isinstance(request, Now):
+                    request = steps.send(datetime(2026, 1, 1, tzinfo=UTC))
                     continue
                 assert self.answers, f"unscripted request {request!r}"
                 kind, answer = self.answers.pop(0)

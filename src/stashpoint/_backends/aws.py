@@ -9,8 +9,9 @@ from typing import Any
 
 import botocore.exceptions
 
+from stashpoint.clock import REAL, answer, answer_async
 from stashpoint.errors import ConfigurationError, LimitExceeded, StashpointError
-from stashpoint.steps import Request, Steps, run_async, run_sync
+from stashpoint.steps import Request, Sleep, Steps, run_async, run_sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +176,9 @@ class AwsTransport(_AwsTransportBase):
         """Execute one request."""
         return run_sync(self._calls(request), self._call)
 
-    def _call(self, call: AwsCall) -> Any:
+    def _call(self, call: AwsCall | Sleep) -> Any:
+        if isinstance(call, Sleep):  # a throttling backoff: the real clock's
+            return answer(REAL, call)
         response = getattr(self.client.get(), call.method)(**call.params)
         if call.read_body:
             if _too_large(call, response):
@@ -198,7 +201,9 @@ class AsyncAwsTransport(_AwsTransportBase):
         """Execute one request."""
         return await run_async(self._calls(request), self._call)
 
-    async def _call(self, call: AwsCall) -> Any:
+    async def _call(self, call: AwsCall | Sleep) -> Any:
+        if isinstance(call, Sleep):  # a throttling backoff: the real clock's
+            return await answer_async(REAL, call)
         response = await getattr(await self.client.get(), call.method)(**call.params)
         if call.read_body:
             async with response["Body"] as stream:

@@ -7,8 +7,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from stashpoint.clock import REAL, Clock, answer, answer_async
 from stashpoint.errors import ConfigurationError
-from stashpoint.steps import Request
+from stashpoint.steps import CLOCK_REQUESTS, Request
 
 _NO_INDEX = "this stash has no index (open it with ?index=...)"
 
@@ -27,9 +28,11 @@ class _Routes:
     the index's modules (a Lambda cold start pays for neither).
     """
 
-    def __init__(self, objects: Any, index: Callable[[], Any] | None) -> None:
+    def __init__(self, objects: Any, index: Callable[[], Any] | None, clock: Clock = REAL) -> None:
         self.objects = objects
         """The object-storage transport."""
+        self.clock = clock
+        """Answers the logic's clock requests (`Now`, `Sleep`, `WaitDone`)."""
         self.hooks: tuple[Hook, ...] = ()
         """Hooks every request passes through, outermost first (`Stash.intercept`)."""
         self._make_index = index
@@ -71,7 +74,12 @@ class Router(_Routes):
     """Blocking router over blocking transports."""
 
     def execute(self, request: Request[Any]) -> Any:
-        """Execute one request on the transport that serves it (through the hooks)."""
+        """Execute one request on the transport that serves it (through the hooks).
+
+        The clock's requests are answered by the clock, before any hook.
+        """
+        if isinstance(request, CLOCK_REQUESTS):
+            return answer(self.clock, request)
         if not self.hooks:
             return self.route(request).execute(request)
         return self.chain(request, lambda: self.route(request).execute(request))()
@@ -89,6 +97,8 @@ class AsyncRouter(_Routes):
 
     async def execute(self, request: Request[Any]) -> Any:
         """Execute one request on the transport that serves it (through the hooks)."""
+        if isinstance(request, CLOCK_REQUESTS):
+            return await answer_async(self.clock, request)
         if not self.hooks:
             return await self.route(request).execute(request)
         return await self.chain(request, lambda: self.route(request).execute(request))()

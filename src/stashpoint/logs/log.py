@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from stashpoint import tracing
 from stashpoint.cache import Lru
 from stashpoint.codec import Codec
-from stashpoint.envelope import MAX_REVISION, utc_now
+from stashpoint.envelope import MAX_REVISION
 from stashpoint.errors import (
     ArchivedObject,
     CheckpointConflict,
@@ -80,7 +80,7 @@ from stashpoint.logs.format import (
     vacated_from_document,
 )
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Parallel, Sleep, Steps, ask
+from stashpoint.steps import Now, Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.objects import (
     Create,
@@ -716,6 +716,7 @@ class LogSteps:
             and version % self.full_state_every
         ):
             change = make_patch(inherited.snapshot, state)
+        now = yield from ask(Now())
         entry = LogEntry(
             log_id=log_id,
             version=version,
@@ -727,7 +728,7 @@ class LogSteps:
             if schema_version is not None
             else (inherited.schema_version if inherited is not None else 1),
             write_id=new_write_id(),
-            written_at=utc_now(),
+            written_at=now,
             extra=extra or {},
             patch=None if change is None else change[0],
             unset=() if change is None else change[1],

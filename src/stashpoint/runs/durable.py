@@ -30,13 +30,14 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from stashpoint.deadline import Deadline
 from stashpoint.errors import (
     CheckpointConflict,
+    Fenced,
     InvalidArgument,
     NondeterministicReplay,
     RunClaimed,
@@ -48,7 +49,7 @@ from stashpoint.errors import (
 )
 from stashpoint.runs.models import AttemptStatus, RunStatus
 from stashpoint.runs.operations import RunOperations
-from stashpoint.steps import Call, Parallel, Sleep, Steps, ask
+from stashpoint.steps import Call, Now, Parallel, Sleep, Steps, ask
 from stashpoint.twins import Awaiting, Blocking, operation
 
 
@@ -113,10 +114,6 @@ CLAIM_POLL = 1.0
 """Seconds between looks at a run another worker holds (`claim_wait`)."""
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _step_of(node_id: str) -> str:
     """Return the step a node belongs to: a mapped item `name[3]` belongs to `name`."""
     return node_id[: node_id.index("[")] if node_id.endswith("]") and "[" in node_id else node_id
@@ -174,8 +171,9 @@ class _DurableApi:
         self.deadline = deadline
         """The invocation's deadline: a step that would not finish in time is not started
         (`RunSuspended`, reason `deadline`). None: no deadline."""
-        self.clock = clock or _utc_now
-        """What "now" is for waits and retry delays (tests give a fake clock to skip time)."""
+        self.clock = clock
+        """What "now" is for waits and retry delays; None: the stash's clock (tests open
+        the stash with a `stashpoint.clock.FakeClock`, or give a function here)."""
         self.claim_wait = claim_wait
         """On finding a step running under another worker's live lease: wait for the lease
         to run out (True), or raise `RunClaimed` (False)."""
@@ -190,6 +188,12 @@ class _DurableApi:
         self._asked: list[str] = []
         self._step_seconds: list[float] = []
         self._ran = False
+
+    def _now(self) -> Steps[datetime]:
+        """Return "now": the caller's clock if given, else the stash's."""
+        if self.clock is not None:
+            return self.clock()
+        return (yield from ask(Now()))
 
     def key(self, name: str) -> str:
         """Return an idempotency key for step `name`, the same on every retry and replay."""
@@ -234,7 +238,7 @@ class _DurableApi:
         skew = self._ops.clock_skew
         while True:
             running = yield from self._ops.running_attempts(self.run_id)
-            now = self.clock()
+            now = yield from self._now()
             live = [
                 (a.lease_expires_at, _step_of(a.node_id))
                 for a in running
@@ -307,9 +311,11 @@ class _DurableApi:
         try:
             result = yield from ask(self._leased_call(fn, args, attempt_id))
         except Exception as exc:
+            if isinstance(exc, Fenced):
+                raise  # taken over while it ran: its outcome is the new owner's to decide
             error = f"{type(exc).__name__}: {exc}"
             yield from self._ops.fail_attempt(attempt_id, error)
-            self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, self.clock())
+            self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, (yield from self._now()))
             return False, exc
         finally:
             self._ran = True
@@ -327,16 +333,19 @@ class _DurableApi:
         if self.lease is None:
             return Call(fn, args)
         beat = functools.partial(self._ops.heartbeat, attempt_id)
-        return Call(fn, args, beat=beat, every=self.lease / 3)
+        # A beat that finds the run taken over ends the step's claim: its result is not
+        # stored (Fenced is raised once it returns; `stashpoint.steps.stopped()` says so).
+        return Call(fn, args, beat=beat, every=self.lease / 3, fatal=(Fenced,))
 
     def _retry_wait(self, name: str, retry: Retry, last: _Outcome) -> Steps[None]:
         """Wait out the delay before the next try: sleep, or suspend when it is long."""
         tries = self._tries.get(name, 0)
         if tries >= retry.attempts:
             raise StepFailed(self.run_id, step=name, attempts=tries, error=last.error)
-        failed_at = last.finished_at or self.clock()
+        now = yield from self._now()
+        failed_at = last.finished_at or now
         due = failed_at + timedelta(seconds=retry.delay_after(tries))
-        left = (due - self.clock()).total_seconds()
+        left = (due - now).total_seconds()
         if left <= 0:
             return
         room = float("inf") if self.deadline is None else self.deadline.remaining()
@@ -417,7 +426,8 @@ class _DurableApi:
             wake = datetime.fromisoformat(str(last.output["wake_at"]))
         else:
             self._require_open(name)
-            wake = until if until is not None else self.clock() + timedelta(seconds=seconds or 0)
+            now = yield from self._now()
+            wake = until if until is not None else now + timedelta(seconds=seconds or 0)
             if name not in self._order:
                 self._order.append(name)
             self._tries[name] = self._tries.get(name, 0) + 1
@@ -429,7 +439,7 @@ class _DurableApi:
             self._last[name] = _Outcome(
                 AttemptStatus.COMPLETED, {"wake_at": wake.isoformat()}, None
             )
-        if self.clock() >= wake or self._finished:
+        if (yield from self._now()) >= wake or self._finished:
             yield from self._wake()
             return
         yield from self._suspend(wake, "wait")
@@ -476,13 +486,20 @@ class _DurableApi:
             self._waiting = False
             measure = time.monotonic if self.deadline is None else self.deadline.clock
             started = measure()
+            calls = tuple(Call(_captured, (fn, values[i])) for i in batch)
+            if self.lease is not None:
+                # The whole batch's leases are renewed in one append, three times a lease,
+                # while its items run; a beat that finds the run taken over stops it.
+                beat = functools.partial(self._ops.heartbeats, self.run_id, tuple(ids))
+                parallel = Parallel(calls, beat=beat, every=self.lease / 3, fatal=(Fenced,))
+            else:
+                parallel = Parallel(calls)
             try:
-                outcomes = yield from ask(
-                    Parallel(tuple(Call(_captured, (fn, values[i])) for i in batch))
-                )
+                outcomes = yield from ask(parallel)
             finally:
                 self._ran = True
             self._step_seconds.append(measure() - started)
+            now = yield from self._now()
             completed = {}
             failed = {}
             first_failure: Exception | None = None
@@ -495,7 +512,7 @@ class _DurableApi:
                 else:
                     error = f"{type(value).__name__}: {value}"
                     failed[attempt_id] = error
-                    self._last[step] = _Outcome(AttemptStatus.FAILED, None, error, self.clock())
+                    self._last[step] = _Outcome(AttemptStatus.FAILED, None, error, now)
                     first_failure = first_failure or value
             yield from self._ops.end_attempts(self.run_id, completed=completed, failed=failed)
             if first_failure is not None:
@@ -524,7 +541,8 @@ class _DurableApi:
         self._waiting = False
         if retry:
             yield from self._ops.fail_attempt(attempt_id, RESOLVED_RETRY)
-            self._last[name] = _Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, self.clock())
+            failed_at = yield from self._now()
+            self._last[name] = _Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, failed_at)
         else:
             yield from self._ops.complete_attempt(attempt_id, result)
             self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)

@@ -29,7 +29,7 @@ import pydantic
 from stashpoint.cache import Lru
 from stashpoint.codec import check_json
 from stashpoint.deadline import Deadline
-from stashpoint.envelope import Envelope, typed_payload, utc_now
+from stashpoint.envelope import Envelope, typed_payload
 from stashpoint.errors import (
     AttemptNotFound,
     CheckpointConflict,
@@ -65,7 +65,7 @@ from stashpoint.runs.models import (
     TraceContext,
 )
 from stashpoint.runs.transitions import Change
-from stashpoint.steps import Steps, ask
+from stashpoint.steps import Now, Steps, ask
 from stashpoint.stores.blobs import Blobs
 from stashpoint.stores.cas import CompareAndSwap, optimistic_update
 from stashpoint.stores.objects import ListKeys
@@ -222,7 +222,7 @@ class RunOperations(Generic[DurableT]):
         validate_id(namespace, what="namespace")
         _text(graph_hash, "graph_hash", optional=True)
         _of(trace_ctx, TraceContext, "trace_ctx")
-        now = utc_now()
+        now = yield from ask(Now())
         head = RunHead(
             run_id=run_id,
             graph_name=graph_name,
@@ -382,6 +382,26 @@ class RunOperations(Generic[DurableT]):
         )
 
     @operation
+    def heartbeats(self, run_id: str, attempt_ids: Sequence[str]) -> Steps[None]:
+        """Renew the leases of several running attempts of one run in one append.
+
+        A batch of mapped steps beats with it: one write per beat, however many items.
+        """
+        validate_id(run_id, what="run id")
+        if isinstance(attempt_ids, str) or not isinstance(attempt_ids, Sequence) or not attempt_ids:
+            raise InvalidArgument("attempt_ids must be a non-empty sequence of attempt ids")
+        for attempt_id in attempt_ids:
+            if run_of(attempt_id) != run_id:
+                raise InvalidArgument(f"{attempt_id!r} is not an attempt of run {run_id!r}")
+
+        def renew(head: RunHead, now: datetime) -> Change:
+            return transitions.compose(head, [
+                partial(transitions.heartbeat, attempt_id=a, now=now) for a in attempt_ids
+            ])  # fmt: skip
+
+        yield from self._apply(run_id, renew)
+
+    @operation
     def takeover(
         self, run_id: str, *, reason: str = "abandoned: the run was taken over"
     ) -> Steps[int]:
@@ -521,11 +541,13 @@ class RunOperations(Generic[DurableT]):
         running it again (a durable run resumes itself) or with `resume_run`.
         """
         moment = _moment(now, "now")
-        return self._require_index().list_due(
-            namespace=validate_id(namespace, what="namespace"),
-            now=utc_now() if moment is None else moment,
-            limit=limit,
-            cursor=_text(cursor, "cursor", optional=True),
+        index = self._require_index()
+        namespace = validate_id(namespace, what="namespace")
+        cursor = _text(cursor, "cursor", optional=True)
+        if moment is None:
+            moment = yield from ask(Now())
+        return (
+            yield from index.list_due(namespace=namespace, now=moment, limit=limit, cursor=cursor)
         )
 
     @operation
@@ -585,18 +607,23 @@ class RunOperations(Generic[DurableT]):
         if abandoned:
             if _status(status, AttemptStatus) is not AttemptStatus.RUNNING or since is not None:
                 raise InvalidArgument("abandoned attempts are running ones, listed without since")
-            return self._require_index().list_abandoned(
+            index = self._require_index()
+            namespace = validate_id(namespace, what="namespace")
+            cursor = _text(cursor, "cursor", optional=True)
+            now = yield from ask(Now())
+            return (
+                yield from index.list_abandoned(
+                    namespace=namespace, before=now - self.clock_skew, limit=limit, cursor=cursor
+                )
+            )
+        return (
+            yield from self._require_index().list_attempts(
                 namespace=validate_id(namespace, what="namespace"),
-                before=utc_now() - self.clock_skew,
+                status=_status(status, AttemptStatus),
+                since=_moment(since, "since"),
                 limit=limit,
                 cursor=_text(cursor, "cursor", optional=True),
             )
-        return self._require_index().list_attempts(
-            namespace=validate_id(namespace, what="namespace"),
-            status=_status(status, AttemptStatus),
-            since=_moment(since, "since"),
-            limit=limit,
-            cursor=_text(cursor, "cursor", optional=True),
         )
 
     @operation
@@ -836,8 +863,9 @@ class RunOperations(Generic[DurableT]):
 
         def change(known: _Known, fresh: bool) -> Steps[Change]:
             transitions.check_owner(known.head, epoch)
+            now = yield from ask(Now())
             try:
-                return transition(known.head, utc_now())
+                return transition(known.head, now)
             except AttemptNotFound as exc:
                 read = (yield from self._read_all(run_id)) if fresh else None
                 if read is None:
