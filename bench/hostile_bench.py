@@ -3,7 +3,7 @@
 The objects of issue #10, built at full size by streaming compression into files (never
 held whole in memory), are loaded through a local stash in a subprocess that reports its
 peak RSS (ru_maxrss). Baseline: the same subprocess loading a small genuine checkpoint, and
-a genuine ~200 MB transcript envelope that must still load.
+a genuine ~58 MB transcript envelope that must still load (under the 64 MiB default).
 
     .venv/bin/python -m bench.hostile_bench
 """
@@ -70,6 +70,11 @@ def _build(root: Path) -> dict[str, str]:
             [(b"[", 1), (b"0,", 150_000_000), (b"0]}", 1)],
             True,
         ),
+        '60 MB of [{"a":0},...] (22M values)': (
+            "dense",
+            [(b"[", 1), (b'{"a":0},', 7_500_000), (b"0]}", 1)],
+            True,
+        ),
         "a 1 GB string, size declared": (
             "string",
             [(b'"', 1), (b"a", 1_000_000_000), (b'"}', 1)],
@@ -91,7 +96,7 @@ def _build(root: Path) -> dict[str, str]:
     rng = random.Random(7)  # tool output with the entropy of real text: it compresses ~3x
     words = [rng.randbytes(rng.randint(2, 6)).hex() for _ in range(50_000)]
     messages = [
-        {"role": "tool", "content": " ".join(rng.choices(words, k=12_000))} for _ in range(2400)
+        {"role": "tool", "content": " ".join(rng.choices(words, k=12_000))} for _ in range(560)
     ]
     document = json.loads(HEADER.replace(b"ID", b"genuine").decode() + "0}")
     document["payload"] = {"transcript": messages}

@@ -90,6 +90,7 @@ class _Meter:
         self.requests: Counter[str] = Counter()
         self.intervals: list[tuple[float, float]] = []
         self._lock = threading.Lock()
+
         def hook(request: Any, proceed: Callable[[], Any]) -> Any:
             if request.for_index:
                 return proceed()

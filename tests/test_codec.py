@@ -246,3 +246,57 @@ def list_steps_result(steps: object) -> bytes | dict[str, object]:
     from stashpoint.steps import run_sync
 
     return run_sync(steps, lambda request: None)  # type: ignore[arg-type]
+
+
+# Issue 23 #21: a reader took 9-10x an object's decompressed size (64 MiB cost 668 MB, the
+# 256 MiB default let ~2.2 GB through). Shapes that cost Python the most per byte of text.
+_COSTLY = {
+    "one-key objects": lambda i: {f"k{i:x}": i},
+    "empty lists": lambda i: [],
+    "unique short strings": lambda i: f"{i:x}",
+    "floats": lambda i: i + 0.5,
+    "emoji text": lambda i: "\N{GRINNING FACE}" + "a" * (i % 50),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_COSTLY))
+def test_a_document_the_limits_accept_costs_a_reader_at_most_what_they_document(
+    shape: str,
+) -> None:
+    import tracemalloc
+
+    limits = Limits(max_values=200_000, max_inflation_ratio=10**6)
+    codec = Codec(limits)
+    values, count = _COSTLY[shape], 1
+    while True:  # the largest document of this shape the limits accept
+        envelope = Envelope.initial("m", None, "t.k", 1, [values(i) for i in range(count * 2)])
+        try:
+            codec.encode(envelope)
+        except LimitExceeded:
+            break
+        count *= 2
+    envelope = Envelope.initial("m", None, "t.k", 1, [values(i) for i in range(count)])
+    data = codec.encode(envelope)
+    raw = len(zstandard.decompress(data))
+    tracemalloc.start()
+    try:
+        assert codec.decode(data) == envelope
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # What `Limits.max_values` documents, plus the text itself and the stored bytes.
+    assert peak <= 82 * limits.max_values + 4 * raw + raw + len(data) + (1 << 20), (peak, raw)
+    with pytest.raises(LimitExceeded, match="max_values"):
+        codec.encode(Envelope.initial("m", None, "t.k", 1, [values(i) for i in range(count * 2)]))
+    big = Codec(Limits(max_values=400_000, max_inflation_ratio=10**6))
+    with pytest.raises(LimitExceeded, match="max_values"):  # a reader refuses it the same way
+        codec.decode(
+            big.encode(Envelope.initial("m", None, "t.k", 1, [values(i) for i in range(count * 2)]))
+        )
+
+
+def test_the_default_limits_bound_a_reader_under_a_gigabyte() -> None:
+    limits = Limits()
+    parsed = 82 * limits.max_values + 4 * limits.max_decompressed_bytes
+    reading = parsed + limits.max_decompressed_bytes + limits.max_compressed_bytes
+    assert reading < 1000 * 1000 * 1000 * 0.9  # room for the interpreter in a 1 GB Lambda

@@ -140,3 +140,28 @@ def test_import_does_not_load_opentelemetry() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == "False"
+
+
+def test_errors_and_spans_never_carry_the_callers_values(spans: InMemorySpanExporter) -> None:
+    """Issue 23 #22: error messages echoed callers' payloads and spans recorded those
+    messages. Errors describe a wrong value by its type; spans keep the kind only."""
+    secret = "sk-live-hunter2-0123456789"
+    with stashpoint.open("memory://") as stash:
+        run_id = stash.runs.create_run("g")
+        failures = []
+        for call in (
+            lambda: stash.runs.record_attempt(run_id, {"token": secret}, 1),  # type: ignore[arg-type]
+            lambda: stash.runs.record_attempt(run_id, "n", secret),  # type: ignore[arg-type]
+            lambda: stash.runs.durable(run_id).wait("w", seconds=secret),  # type: ignore[arg-type]
+            lambda: stash.checkpoints.compare_and_swap(
+                Envelope.initial("x", None, "k", 1, {"key": {secret}}), None
+            ),
+        ):
+            with pytest.raises(stashpoint.StashpointError) as info:
+                call()
+            failures.append(str(info.value))
+    assert all(secret not in text for text in failures), failures
+    for span in spans.get_finished_spans():
+        recorded = [str(span.status.description), str(dict(span.attributes or {}))]
+        recorded += [str(dict(event.attributes or {})) for event in span.events]
+        assert all(secret not in text for text in recorded), span.name

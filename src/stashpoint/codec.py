@@ -23,6 +23,7 @@ from stashpoint.errors import (
     LimitExceeded,
     StashpointError,
     UnsupportedFormat,
+    described,
 )
 from stashpoint.steps import Compute, Steps, ask
 
@@ -52,11 +53,18 @@ class Limits:
     same limits would refuse, so nothing acknowledged is ever unreadable.
     """
 
-    max_compressed_bytes: int = 256 * 1024 * 1024
+    max_compressed_bytes: int = 64 * 1024 * 1024
     """Largest stored object accepted (compressed bytes); larger ones are refused from
     their size, before their body is read."""
-    max_decompressed_bytes: int = 256 * 1024 * 1024
-    """Largest JSON document accepted once decompressed."""
+    max_decompressed_bytes: int = 64 * 1024 * 1024
+    """Largest JSON document accepted once decompressed (see `max_values` for memory)."""
+    max_values: int = 4 * 1024 * 1024
+    """Most JSON values a document may hold, counted from its text (every `,` `:` `[`
+    `{`, strings included, so an overestimate). Python spends up to ~82 bytes on a value
+    and up to 4 on a byte of text, so a document's parsed value takes at most about
+    `82 * max_values + 4 * max_decompressed_bytes` (~600 MB by default), and reading it
+    at most that plus its text and its stored bytes: whatever the content, a typed
+    `LimitExceeded` rather than an out-of-memory kill in a 1 GB Lambda."""
     max_depth: int = PARSER_MAX_DEPTH
     """Deepest JSON nesting accepted, the envelope object itself counting as 1."""
     max_window_bytes: int = 1 << 27
@@ -69,13 +77,16 @@ class Limits:
         for name in (
             "max_compressed_bytes",
             "max_decompressed_bytes",
+            "max_values",
             "max_depth",
             "max_window_bytes",
             "max_inflation_ratio",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
-                raise ConfigurationError(f"Limits.{name} must be a positive int, not {value!r}")
+                raise ConfigurationError(
+                    f"Limits.{name} must be a positive int, not {described(value)}"
+                )
         if self.max_depth > PARSER_MAX_DEPTH:
             raise ConfigurationError(f"Limits.max_depth must be at most {PARSER_MAX_DEPTH}")
 
@@ -124,13 +135,30 @@ class Codec:
             raise InvalidPayload(
                 f"payload is not JSON-serialisable: {exc}", object_name=envelope.id
             ) from exc
-        if len(raw) > self.limits.max_decompressed_bytes:
-            raise LimitExceeded(
-                f"envelope is {len(raw)} bytes of JSON, over the limit of "
-                f"{self.limits.max_decompressed_bytes}",
-                object_name=envelope.id,
-            )
+        self.check_text(raw, "envelope", envelope.id)
         return raw
+
+    def check_text(self, raw: bytes, what: str, name: str | None) -> None:
+        """Refuse JSON text over the size or value-count limit (`LimitExceeded`).
+
+        Writers and readers check the same text the same way, so what a save accepts, a
+        load accepts. The count is of structural bytes, a few `bytes.count` passes.
+        """
+        limits = self.limits
+        if len(raw) > limits.max_decompressed_bytes:
+            raise LimitExceeded(
+                f"{what} is {len(raw)} bytes of JSON, over the limit of "
+                f"{limits.max_decompressed_bytes} (Limits.max_decompressed_bytes)",
+                object_name=name,
+            )
+        if len(raw) > limits.max_values:
+            values = raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{")
+            if values > limits.max_values:
+                raise LimitExceeded(
+                    f"{what} holds up to {values} JSON values, over the limit of "
+                    f"{limits.max_values} (Limits.max_values bounds a reader's memory)",
+                    object_name=name,
+                )
 
     def compress(self, raw: bytes, *, name: str | None = None, level: int | None = None) -> bytes:
         """Return `raw` JSON as a zstd frame with size and checksum, within the size limit.
@@ -194,12 +222,7 @@ class Codec:
             raw = jsontext.write(document, nodes)
         except (ValueError, TypeError) as exc:
             raise InvalidPayload(f"not JSON-serialisable: {exc}", object_name=name) from exc
-        if len(raw) > self.limits.max_decompressed_bytes:
-            raise LimitExceeded(
-                f"document is {len(raw)} bytes of JSON, over the limit of "
-                f"{self.limits.max_decompressed_bytes}",
-                object_name=name,
-            )
+        self.check_text(raw, "document", name)
         work = functools.partial(self.compress, raw, name=name, level=level)
         return (yield from ask(Compute(work, len(raw))))
 
@@ -249,6 +272,7 @@ class Codec:
         format_version: int = FORMAT_VERSION,
     ) -> dict[str, Any]:
         """Return the document's JSON object parsed from `raw`, checked for format and depth."""
+        self.check_text(raw, "document", name)
         try:
             document = jsontext.parse(raw)
         except ValueError as exc:

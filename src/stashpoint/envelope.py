@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from stashpoint.errors import InvalidId, InvalidPayload, LimitExceeded, UnsupportedFormat
+from stashpoint.errors import InvalidId, InvalidPayload, LimitExceeded, UnsupportedFormat, described
 from stashpoint.ids import new_write_id, validate_id
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ def _name(value: object) -> str | None:
 def check_bounded(value: Any, top: int, name: str) -> int:
     """Return `value` if it is an int (not a bool) from 0 to `top`; else `ValueError`."""
     if type(value) is not int or not 0 <= value <= top:
-        raise ValueError(f"{name} must be an int from 0 to {top}, not {value!r}")
+        raise ValueError(f"{name} must be an int from 0 to {top}, not {described(value)}")
     return value
 
 
@@ -240,7 +240,7 @@ def check_moment(value: Any, name: str) -> datetime:
         except ValueError:
             raise ValueError(f"{name} is not an ISO 8601 time: {value!r}") from None
     if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ValueError(f"{name} must be a time with a zone, not {value!r}")
+        raise ValueError(f"{name} must be a time with a zone, not {described(value)}")
     return value
 
 

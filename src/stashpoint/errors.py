@@ -58,6 +58,20 @@ class ErrorKind(StrEnum):
     """Another live worker holds the run (its lease has not run out): leave it, or wait."""
 
 
+def described(value: object) -> str:
+    """Describe a value for an error message without showing its content.
+
+    Errors carry ids and kinds, never payloads or credentials: a number, a bool or None
+    is shown (range errors need it); anything else by its type alone (`a str of 41
+    characters`, `a dict`).
+    """
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)[:40]
+    if isinstance(value, str):
+        return f"a str of {len(value)} characters"
+    return f"a {type(value).__name__}"
+
+
 class StashpointError(Exception):
     """Root of every error stashpoint raises on purpose."""
 

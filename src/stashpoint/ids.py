@@ -33,6 +33,20 @@ def validate_id(value: str, *, what: str = "id") -> str:
     return value
 
 
+_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._:-]{0,255}")
+
+
+def validate_prefix(value: str, *, what: str = "prefix") -> str:
+    """Return `value` if it can start a valid id (`[A-Za-z0-9._:-]{0,255}`), else `InvalidId`.
+
+    A listing prefix never reaches another folder of the store: no `/`, so no `..` path.
+    """
+    if not isinstance(value, str) or not _PREFIX_PATTERN.fullmatch(value):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise InvalidId(f"invalid {what} {shown}: use up to 255 characters of [A-Za-z0-9._:-]")
+    return value
+
+
 def new_id() -> str:
     """Return a new time-ordered UUIDv7 string (RFC 9562), monotonic within this process."""
     global _last_ms, _last_seq

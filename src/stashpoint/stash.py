@@ -15,13 +15,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from stashpoint._backends.local import LocalTransport
+from stashpoint._backends.local import LocalTransport, nested_stash
 from stashpoint._backends.memory import MemoryTransport
 from stashpoint._backends.router import AsyncRouter, Hook, Router
 from stashpoint._backends.threaded import ThreadedAsyncTransport
 from stashpoint.clock import REAL, Clock
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
-from stashpoint.errors import ConfigurationError
+from stashpoint.errors import ConfigurationError, InvalidArgument, described
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.steps import Steps
 from stashpoint.stores.cas import CompareAndSwap, EtagCache
@@ -29,20 +29,23 @@ from stashpoint.stores.layout import (
     CHECKPOINTS,
     LOGS,
     NAMESPACES,
+    QUARANTINE,
     RUNS,
     Layout,
     Shape,
+    check_prefix,
     of_shape,
 )
 from stashpoint.stores.store import AsyncStore, Store
 from stashpoint.twins import Awaiting, Blocking, operation
-from stashpoint.url import StashUrl, parse_url, resolve_url
+from stashpoint.url import StashUrl, parse_url, resolve_url, shown
 
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
     from stashpoint._backends.sqlite import SqliteIndexTransport
     from stashpoint.doctor import Check
     from stashpoint.garbage import GcReport
     from stashpoint.logs.log import LogSteps
+    from stashpoint.logs.repair import LogRepair
     from stashpoint.logs.store import AsyncLogStore, LogStore
     from stashpoint.runs.store import AsyncRunStore, RunStore
 
@@ -53,7 +56,7 @@ _shared_memory: dict[str, tuple[MemoryTransport, Any]] = {}
 _shared_memory_lock = threading.Lock()
 
 _INDEX_OPTIONS = ("index_endpoint_url", "index_region_name", "index_client_config")
-_STASH_OPTIONS = ("ttl_days", "blob_threshold")
+_STASH_OPTIONS = ("ttl_days", "blob_threshold", "nested_prefix")
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ class _Kept:
 
 
 def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, Any]) -> _Backend:
+    if own.get("nested_prefix") not in (None, "allow"):
+        raise ConfigurationError("nested_prefix must be 'allow' when given")
     if parsed.scheme == "memory":
         from stashpoint._backends.sqlite import SqliteIndexTransport
 
@@ -205,6 +210,12 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         )
     if parsed.scheme == "local":
         root = Path(parsed.location).expanduser()
+        if own.get("nested_prefix") != "allow" and (neighbour := nested_stash(root)):
+            raise ConfigurationError(
+                f"the folder {neighbour} is a stash that shares keys with this one: a stash "
+                f"may not live in a namespace folder of another ({', '.join(NAMESPACES)})",
+                object_name=root.name,
+            )
         fsync = str(object_options.pop("fsync", "true")).lower() not in ("0", "false", "no")
         if object_options:
             raise ConfigurationError(f"unknown local options: {', '.join(sorted(object_options))}")
@@ -222,7 +233,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
         index, async_index = _index_factories(own.get("index"), None, own)
         return _Backend(
-            Layout(parsed.prefix),
+            Layout(check_prefix(parsed.prefix, nested=own.get("nested_prefix") == "allow")),
             lambda: s3.s3_transport(settings),
             lambda: s3.async_s3_transport(settings),
             index,
@@ -280,6 +291,13 @@ class _Parts:
             logs=tuple(self.logs(namespace.name) for namespace in of_shape(Shape.LOGS)),
             blob_logs=tuple(n.name for n in of_shape(Shape.LOGS) if n.references_blobs),
         )
+
+    def repair_log(self, namespace: str, log_id: str, dry_run: bool) -> Steps[LogRepair]:
+        from stashpoint.logs.repair import repair_log
+
+        logs = self.logs(_log_namespace(namespace))
+        quarantine = self.backend.layout.namespace_prefix(QUARANTINE)
+        return repair_log(logs, log_id, quarantine_prefix=quarantine, dry_run=dry_run)
 
     def doctor(self) -> Steps[list[Check]]:
         from stashpoint.doctor import diagnose
@@ -348,12 +366,23 @@ class _StashApi(Generic[StoreT]):
         return self._parts.gc(dry_run, min_age, history)
 
     @operation
+    def repair_log(self, namespace: str, log_id: str, *, dry_run: bool = True) -> Steps[LogRepair]:
+        """Move the objects above a log's first gap to quarantine, so the log reads again.
+
+        For a log (or run, or LangGraph thread) whose reads stop at a missing version below
+        objects planted or left by another tool; see `stashpoint.logs.repair`. With
+        `dry_run` (the default) only reports. `namespace`: the log namespace the error
+        names (`agents`, `conversations`, `run-logs`, `logs`, `langgraph`).
+        """
+        return self._parts.repair_log(namespace, log_id, dry_run)
+
+    @operation
     def doctor(self) -> Steps[list[Check]]:
         """Probe storage and index; see `stashpoint.doctor`. Leaves nothing behind."""
         return self._parts.doctor()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.url!r})"
+        return f"{type(self).__name__}({shown(self.url)})"
 
 
 class Stash(Blocking, _StashApi[Store]):
@@ -377,6 +406,16 @@ class Stash(Blocking, _StashApi[Store]):
         from stashpoint.logs.store import LogStore
 
         return LogStore(self._parts.logs(LOGS), self._execute)
+
+    def logs_in(self, namespace: str) -> LogStore:
+        """Return the logs of one log namespace of the layout (`agents`, `run-logs`, ...).
+
+        `logs` is the application's own namespace; the others hold what agents, runs,
+        conversations and LangGraph threads keep, for tools that inspect or repair them.
+        """
+        from stashpoint.logs.store import LogStore
+
+        return LogStore(self._parts.logs(_log_namespace(namespace)), self._execute)
 
     def close(self) -> None:
         """Release clients and files."""
@@ -416,6 +455,12 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
 
         return AsyncLogStore(self._parts.logs(LOGS), self._execute)
 
+    def logs_in(self, namespace: str) -> AsyncLogStore:
+        """Return the logs of one log namespace of the layout; see `Stash.logs_in`."""
+        from stashpoint.logs.store import AsyncLogStore
+
+        return AsyncLogStore(self._parts.logs(_log_namespace(namespace)), self._execute)
+
     async def close(self) -> None:
         """Release clients and files."""
         await self._transport.close()
@@ -432,6 +477,22 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
         await self.close()
 
 
+def _log_namespace(namespace: object) -> str:
+    """Return `namespace` if it is a log namespace of the layout, else say which are."""
+    logs = [n.name for n in of_shape(Shape.LOGS)]
+    if namespace not in logs:
+        shown_name = (
+            repr(namespace)
+            if isinstance(namespace, str) and namespace in NAMESPACES
+            else described(namespace)
+        )
+        raise InvalidArgument(
+            f"namespace must be a log namespace ({', '.join(logs)}), not {shown_name}"
+        )
+    assert isinstance(namespace, str)
+    return namespace
+
+
 def _number(value: object, name: str, kind: type[int] | type[float]) -> float | None:
     """Return an option given as a number or a URL string, or say plainly it is not one."""
     if value is None:
@@ -441,7 +502,7 @@ def _number(value: object, name: str, kind: type[int] | type[float]) -> float | 
     except (TypeError, ValueError):
         number = -1
     if isinstance(value, bool) or number <= 0:
-        raise ConfigurationError(f"{name} must be a positive number, not {value!r}")
+        raise ConfigurationError(f"{name} must be a positive number, not {described(value)}")
     return number
 
 
@@ -470,7 +531,9 @@ def _options(options: dict[str, Any]) -> Options:
     known = {k: options.pop(k) for k in names if k in options}
     level = known.get("compression_level", 3)
     if type(level) is not int or not -7 <= level <= 22:
-        raise ConfigurationError(f"compression_level must be an int from -7 to 22, not {level!r}")
+        raise ConfigurationError(
+            f"compression_level must be an int from -7 to 22, not {described(level)}"
+        )
     if not isinstance(known.get("limits", DEFAULT_LIMITS), Limits):
         raise ConfigurationError("limits must be a stashpoint.Limits")
     if not isinstance(known.get("retry", DEFAULT_RETRY), RetryPolicy):

@@ -67,8 +67,14 @@ def operation(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> It
             attributes["stashpoint.revision"] = revision
     parent = _parent(trace, kwargs.get("trace_ctx"))
     tracer = trace.get_tracer("stashpoint")
+    # Exceptions are recorded by hand, by type and kind: their messages may name values
+    # the caller passed, and spans carry ids and kinds, never payloads or credentials.
     with tracer.start_as_current_span(
-        f"stashpoint.{name}", context=parent, attributes=attributes
+        f"stashpoint.{name}",
+        context=parent,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
         try:
             yield span
@@ -76,6 +82,11 @@ def operation(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> It
             kind = getattr(exc, "kind", None)
             if kind is not None:
                 span.set_attribute("stashpoint.error_kind", str(kind))
+            span.add_event("exception", {"exception.type": type(exc).__name__})
+            status = getattr(trace, "Status", None)
+            codes = getattr(trace, "StatusCode", None)
+            if status is not None and codes is not None:
+                span.set_status(status(codes.ERROR, str(kind or type(exc).__name__)))
             raise
 
 

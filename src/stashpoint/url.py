@@ -8,10 +8,11 @@ s3://BUCKET[/PREFIX][?index=dynamodb://TABLE]   S3 or any S3-compatible store
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
-from stashpoint.errors import ConfigurationError
+from stashpoint.errors import ConfigurationError, described
 
 DEFAULT_URL = "local://./.stashpoint"
 """Where `stashpoint.open()` goes when neither a URL nor `STASHPOINT_URL` is given."""
@@ -35,6 +36,14 @@ class StashUrl:
     """Query parameters, such as `index`."""
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@?#]*@")
+
+
+def shown(url: object) -> str:
+    """Return a URL as errors may show it: without credentials (`user:password@`)."""
+    return repr(_USERINFO.sub("***@", url)) if isinstance(url, str) else described(url)
+
+
 def resolve_url(url: str | None) -> str:
     """Return `url`, else `$STASHPOINT_URL`, else the embedded default."""
     return url or os.environ.get(ENV_VAR) or DEFAULT_URL
@@ -42,10 +51,12 @@ def resolve_url(url: str | None) -> str:
 
 def parse_url(url: str) -> StashUrl:
     """Parse a stash URL; raise `ConfigurationError` naming what is wrong."""
+    if not isinstance(url, str):
+        raise ConfigurationError(f"a stash URL is a str, not {described(url)}")
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ConfigurationError(
-            f"not a stash URL: {url!r}; use local://PATH, memory:// or s3://BUCKET/PREFIX"
+            f"not a stash URL: {shown(url)}; use local://PATH, memory:// or s3://BUCKET/PREFIX"
         )
     scheme = scheme.lower()
     rest, _, query = rest.partition("?")
@@ -60,8 +71,8 @@ def parse_url(url: str) -> StashUrl:
         parts = urlsplit(f"s3://{rest}")
         bucket = parts.netloc
         if not bucket:
-            raise ConfigurationError(f"s3 URL without a bucket: {url!r}")
+            raise ConfigurationError(f"s3 URL without a bucket: {shown(url)}")
         return StashUrl("s3", bucket, parts.path.strip("/"), params)
     raise ConfigurationError(
-        f"unknown scheme {scheme!r} in {url!r}; known schemes: {', '.join(SCHEMES)}"
+        f"unknown scheme {scheme!r} in {shown(url)}; known schemes: {', '.join(SCHEMES)}"
     )

@@ -132,7 +132,10 @@ def test_export_writes_jsonl_of_envelopes_and_runs(
 
 def test_reindex_and_gc(populated: dict[str, Any]) -> None:
     url = populated["url"]
-    assert json.loads(cli("reindex", "--json", url=url).stdout) == {"runs_indexed": 2, "unreadable": []}
+    assert json.loads(cli("reindex", "--json", url=url).stdout) == {
+        "runs_indexed": 2,
+        "unreadable": [],
+    }
     assert "indexed 2 runs" in cli("reindex", url=url).stdout
     report = json.loads(cli("gc", "--dry-run", "--min-age-hours", "0", "--json", url=url).stdout)
     assert report["blobs"] == 1 and report["referenced"] == 1 and report["unreferenced"] == []

@@ -92,3 +92,69 @@ def test_errors_with_json_are_json_and_global_options_work(tmp_path: Path) -> No
     before = cli("--url", url, "show", "job", "--json")  # --url before the subcommand
     assert json.loads(before.stdout)["revision"] == 1
     assert cli("--version").stdout.strip() == f"stashpoint {stashpoint.__version__}"
+
+
+TERMINAL_ATTACKS = {
+    "title": "\x1b]0;pwned\x07",
+    "hyperlink": "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\",
+    "clear": "\x1b[2J\x1b[H",
+    "bidi": "admin\u202egnp.exe",
+    "c1": "\x9b31m",
+}
+
+
+def test_stored_control_characters_never_reach_the_terminal(tmp_path: Path) -> None:
+    """Issue 23 #16: an OSC title, a hyperlink or a clear-screen stored in a node id, a
+    graph name or a thread id reached the terminal raw from `runs show`, `runs list` and
+    `threads list`."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from stashpoint.langgraph import StashpointSaver
+
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run("graph" + TERMINAL_ATTACKS["title"], run_id="r1")
+        for name, attack in TERMINAL_ATTACKS.items():
+            attempt = stash.runs.record_attempt(run_id, f"{name}{attack}", 1)
+            stash.runs.fail_attempt(attempt, f"error {attack}")
+        saver = StashpointSaver(stash)
+        for attack in TERMINAL_ATTACKS.values():
+            saver.put({"configurable": {"thread_id": f"t{attack}", "checkpoint_ns": ""}},
+                      empty_checkpoint(), {"source": "input", "step": -1}, {})  # fmt: skip
+    for command in (("runs", "show", "r1"), ("runs", "list"), ("threads", "list")):
+        out = cli(*command, url=url)
+        for stream in (out.stdout, out.stderr):
+            assert "\x1b" not in stream and "\x9b" not in stream and "\u202e" not in stream, command
+            assert "\x07" not in stream
+    shown = cli("runs", "show", "r1", url=url).stdout
+    assert "\\x1b]0;pwned\\x07" in shown  # shown as text, escaped
+
+
+def test_redaction_hides_secrets_in_values_and_keeps_token_counts(tmp_path: Path) -> None:
+    """Issue 23 #22 and issue 25 #3: key heuristics missed secrets in values and keys
+    such as `passphrase`, `dsn`, `jwt`, and hid `input_tokens`."""
+    url = f"local://{tmp_path / 'stash'}"
+    payload = {
+        "usage": {"input_tokens": 1200, "output_tokens": 34, "max_tokens": 4096},
+        "passphrase": "correct horse",
+        "dsn": "postgres://app:s3cr3t@db/app",
+        "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+        "env": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG and HOME=/root",
+        "header": "Authorization: Bearer abcdefghijklmnop",
+        "note": "mirror at https://bob:hunter2@git.example.com/repo.git",
+    }
+    with stashpoint.open(url) as stash:
+        stash.checkpoints.compare_and_swap(Envelope.initial("leaky", None, "k", 1, payload), None)
+    shown = json.loads(cli("show", "leaky", "--json", url=url).stdout)["payload"]
+    text = json.dumps(shown)
+    for secret in (
+        "correct horse",
+        "s3cr3t",
+        "eyJhbGci",
+        "wJalrXUtnFEMI",
+        "abcdefghijklmnop",
+        "hunter2",
+    ):
+        assert secret not in text, secret
+    assert shown["usage"] == payload["usage"]  # counts of tokens are not secrets
+    assert "HOME=/root" in shown["env"] and "bob:" in shown["note"]

@@ -67,8 +67,9 @@ def test_undeclared_json_bomb_stops_at_the_ratio_not_at_the_size_limit() -> None
 
 def test_object_not_starting_with_the_format_is_refused_from_its_first_bytes() -> None:
     data = frame(b'{"payload":[', b"1,", 50_000_000, b"1]}")
+    limits = Limits(max_inflation_ratio=10**9, max_decompressed_bytes=256 << 20)
     with pytest.raises(UnsupportedFormat, match="format"):
-        Codec(Limits(max_inflation_ratio=10**9)).decode(data, name="no-format")
+        Codec(limits).decode(data, name="no-format")
 
 
 def test_a_genuine_large_transcript_still_loads() -> None:

@@ -56,7 +56,9 @@ def test_a_missing_entry_in_the_middle_is_named(stash: stashpoint.Stash) -> None
     stash._transport.execute(DeleteObject(key))
     with pytest.raises(InvalidPayload, match="version 2") as info:
         stash.logs.records("holey")
-    assert info.value.object_name == key
+    above = stash.logs._logs.keys.entry("holey", 3)  # the object above the gap is named
+    assert info.value.object_name == above and above in str(info.value)
+    assert "stashpoint repair logs holey" in str(info.value)
     with pytest.raises(InvalidPayload):
         stash.logs.tail("holey", 100)
     with pytest.raises(InvalidPayload):  # its state is folded from version 0: refused too

@@ -82,7 +82,7 @@ def deployed() -> Any:
             Parameters=[
                 {"ParameterKey": "BucketName", "ParameterValue": "team-checkpoints"},
                 {"ParameterKey": "TableName", "ParameterValue": "team-index"},
-                {"ParameterKey": "Prefix", "ParameterValue": "agents"},
+                {"ParameterKey": "Prefix", "ParameterValue": "team-agents"},
             ],
             Capabilities=["CAPABILITY_IAM"],
         )
@@ -117,10 +117,12 @@ def test_deployed_stack_on_moto_runs_the_library(deployed: dict[str, str]) -> No
         assert [c.status for c in stash.doctor() if c.status == "fail"] == []
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="team-checkpoints").get("Contents", [])]
     assert sorted(keys) == [
-        "agents/checkpoints/agent-1",
-        *(f"agents/run-logs/{run_id}/{version:020d}" for version in (0, 1)),
+        "team-agents/checkpoints/agent-1",
+        *(f"team-agents/run-logs/{run_id}/{version:020d}" for version in (0, 1)),
     ]
-    assert json.loads(json.dumps(deployed))["StashUrl"].startswith("s3://team-checkpoints/agents?")
+    assert json.loads(json.dumps(deployed))["StashUrl"].startswith(
+        "s3://team-checkpoints/team-agents?"
+    )
 
 
 def test_worker_policy_lets_doctor_remove_only_its_probe_versions() -> None:

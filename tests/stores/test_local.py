@@ -259,3 +259,71 @@ async def test_the_async_stash_also_opens_its_index_on_first_use(tmp_path: Path)
     async with stashpoint.open_async(f"local://{tmp_path}") as stash:
         run = await stash.runs.create_run("graph")
         assert [row.run_id for row in (await stash.runs.list_runs()).items] == [run]
+
+
+def test_files_are_owner_only_and_the_umask_may_only_narrow(tmp_path: Path) -> None:
+    """Issue 23 #17: stash files were 0644 and folders 0755 (transcripts world-readable on
+    a shared host)."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        root = tmp_path / "private" / "stash"
+        with stashpoint.open(f"local://{root}") as stash:
+            stash.checkpoints.compare_and_swap(
+                stashpoint.Envelope.initial("secret", None, "t.k", 1, {"n": 1}), None
+            )
+            stash.logs.append("chat", ["hello"], after=None)
+            stash.runs.create_run("g")  # the index file too
+        for path in [root, *root.rglob("*")]:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if path.is_dir():
+                assert mode == 0o700, (path, oct(mode))
+            else:
+                assert mode & 0o077 == 0, (path, oct(mode))
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("prefix", ["..", "../../..", "../../../usr/share", "x/../../.."])
+def test_a_listing_prefix_never_leaves_the_store(tmp_path: Path, prefix: str) -> None:
+    """Issue 23 #18: a `..` prefix walked outside the root (1,000 keys under /usr/share)."""
+    with stashpoint.open(f"local://{tmp_path / 'stash'}") as stash:
+        stash.checkpoints.compare_and_swap(
+            stashpoint.Envelope.initial("a", None, "t.k", 1, {}), None
+        )
+        for listing in (stash.checkpoints.list_ids, stash.logs.list_ids):
+            if "/" not in prefix:  # ids may start with "..": a name prefix, not a path
+                assert listing(prefix) == []
+                continue
+            with pytest.raises(stashpoint.StashpointError) as info:
+                listing(prefix)
+            assert info.value.kind.value in ("invalid_id", "unsafe_storage")
+
+
+@pytest.mark.parametrize("inner", ["sealed", "agents", "checkpoints", "logs", "run-logs"])
+def test_a_stash_inside_another_stash_s_namespace_is_refused(tmp_path: Path, inner: str) -> None:
+    """Issue 23 #19: a stash at `T` and one at `T/sealed` (or any namespace under `T`)
+    shared keys, and each read the other's objects as its own."""
+    with stashpoint.open(f"local://{tmp_path / 'outer'}") as outer:
+        outer.checkpoints.compare_and_swap(
+            stashpoint.Envelope.initial("a", None, "t.k", 1, {}), None
+        )
+    with pytest.raises(stashpoint.ConfigurationError, match="shares keys"):
+        stashpoint.open(f"local://{tmp_path / 'outer' / inner}")
+    # A lone folder named after a namespace holds no other stash's keys: it opens.
+    with stashpoint.open(f"local://{tmp_path / 'alone' / inner}") as alone:
+        alone.runs.create_run("graph")  # its index file marks it a stash
+    # ... and the stash above it is then refused, for it would read the inner one's keys.
+    with pytest.raises(stashpoint.ConfigurationError, match="shares keys"):
+        stashpoint.open(f"local://{tmp_path / 'alone'}")
+    with pytest.raises(stashpoint.ConfigurationError, match="namespace"):
+        stashpoint.open(f"s3://bucket/tenant/{inner}")
+    with pytest.raises(stashpoint.ConfigurationError, match="namespace"):
+        stashpoint.open(f"s3://bucket/tenant/{inner}/deeper")
+    stashpoint.open(f"s3://bucket/tenant/{inner}-data").close()  # near names are fine
+    # One who knows no stash lives above says so (existing data at such a prefix).
+    stashpoint.open(f"s3://bucket/tenant/{inner}?nested_prefix=allow").close()
+    with pytest.raises(stashpoint.ConfigurationError, match="nested_prefix"):
+        stashpoint.open(f"s3://bucket/tenant/{inner}?nested_prefix=yes")

@@ -53,6 +53,7 @@ from stashpoint.errors import (
     StorageUnavailable,
     UnsafeStorage,
 )
+from stashpoint.stores.layout import NAMESPACES, is_namespace_name
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -107,6 +108,12 @@ def _certain_failure(exc: OSError, key: str) -> StashpointError:
     return StorageUnavailable(f"local write failed, nothing was stored: {exc}", object_name=key)
 
 
+_FILE_MODE = 0o600
+"""Mode of every file the local backend creates (owner only; the umask may narrow it)."""
+_FOLDER_MODE = 0o700
+"""Mode of every folder the local backend creates."""
+
+
 def _lock_name(key: str) -> str:
     folder, _, name = key.rpartition("/")
     if len(name) + len(".lock") > _MAX_NAME:
@@ -132,6 +139,26 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def nested_stash(root: Path) -> Path | None:
+    """Return a stash folder that shares keys with a stash at `root`, or None.
+
+    A stash in a folder named after a namespace (`outer/checkpoints`) shares its keys with
+    a stash at `outer`, and a folder named after a namespace inside `root` may be a stash
+    sharing `root`'s. A folder is taken for a stash when it holds the SQLite index or the
+    lock folder every write makes. A few `stat` calls on open, so only real neighbours are
+    refused.
+    """
+
+    def is_stash(folder: Path) -> bool:
+        with contextlib.suppress(OSError):
+            return (folder / "index.sqlite3").is_file() or (folder / _LOCKS).is_dir()
+        return False
+
+    if is_namespace_name(root.name) and is_stash(root.parent):
+        return root.parent
+    return next((root / name for name in NAMESPACES if is_stash(root / name)), None)
 
 
 class LocalTransport:
@@ -187,10 +214,38 @@ class LocalTransport:
     def _path(self, key: str) -> Path:
         return self._safe(self.root / key)
 
+    def _mkdirs(self, folder: Path) -> None:
+        """Create `folder` and the folders above it up to the root, each owner-only.
+
+        Transcripts are private: folders are 0700 and files 0600 (a umask may narrow
+        them further, never widen them), whoever else shares the host.
+        """
+        missing: list[Path] = []
+        current = folder
+        while current != current.parent and not current.exists():
+            missing.append(current)
+            current = current.parent
+        for path in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                path.mkdir(mode=_FOLDER_MODE)
+
     def _safe(self, path: Path) -> Path:
-        """Return `path` once no part of it below the root is a symlink (else refuse)."""
+        """Return `path` once it stays below the root and no part there is a symlink.
+
+        A key or listing prefix with a `.` or `..` segment (or an absolute one) is
+        refused, so nothing outside the store is ever read, listed, written or deleted.
+        """
+        try:
+            relative = path.relative_to(self.root)
+        except ValueError:
+            relative = path  # an absolute key: outside the store
+        if relative.is_absolute() or any(part in (".", "..") for part in relative.parts):
+            raise UnsafeStorage(
+                "refusing a key or prefix that leaves the store (a '.' or '..' segment)",
+                object_name=str(relative),
+            )
         current = self.root
-        for part in path.relative_to(self.root).parts:
+        for part in relative.parts:
             current = current / part
             try:
                 mode = os.lstat(current).st_mode
@@ -211,9 +266,9 @@ class LocalTransport:
         """Hold the key's lock; a reader of a read-only store goes on without one (None)."""
         lock_path = self._safe(self.root / _LOCKS / _lock_name(key))
         try:
-            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            self._mkdirs(lock_path.parent)
             self._safe(lock_path)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, _FILE_MODE)
         except OSError as exc:
             if reading and exc.errno in _READ_ONLY:
                 yield None  # nothing can change here, and nothing needs settling
@@ -269,9 +324,9 @@ class LocalTransport:
             return names  # read-only: list what is there
         previous = int(names[0].partition("-")[0]) if names else 0
         name = self._record_name(lock_fd, previous, head_etag)
-        versions.mkdir(parents=True, exist_ok=True)
+        self._mkdirs(versions)
         tmp_dir = self._safe(self.root / _TMP)
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        self._mkdirs(tmp_dir)
         os.replace(self._temp_copy(tmp_dir, current), versions / name)
         if self.fsync:
             _fsync_dir(versions)
@@ -371,17 +426,17 @@ class LocalTransport:
         etag = _etag(request.body)
         version = self._name_version(lock_fd, request.key, current_etag, etag)
         tmp_dir = self._safe(self.root / _TMP)
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        self._mkdirs(tmp_dir)
         self._safe(tmp_dir)
         if not self._swept:
             self._sweep_abandoned(tmp_dir)
         # The version and the head are two copies, not one inode: a head corrupted in
         # place (a disk fault, an editor) leaves its version intact for history.
         versions = self._versions_dir(request.key)
-        versions.mkdir(parents=True, exist_ok=True)
+        self._mkdirs(versions)
         self._safe(versions)
         os.replace(self._temp_copy(tmp_dir, request.body), versions / _PENDING)
-        head.parent.mkdir(parents=True, exist_ok=True)
+        self._mkdirs(head.parent)
         self._safe(head)
         tmp = self._temp_copy(tmp_dir, request.body)
         try:
@@ -404,7 +459,7 @@ class LocalTransport:
         """Write `body` to a new temp file (flushed to disk) and return its path."""
         tmp = tmp_dir / os.urandom(16).hex()
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE)
             with os.fdopen(fd, "wb") as f:
                 f.write(body)
                 if self.fsync:
@@ -462,12 +517,14 @@ class LocalTransport:
             # A delete marker in the history, as S3 versioning keeps one: the history of a
             # re-created id starts after it.
             versions = self._versions_dir(key)
-            versions.mkdir(parents=True, exist_ok=True)
+            self._mkdirs(versions)
             marker = self._name_version(lock_fd, key, _etag(current), _DELETED)
             head.unlink()
             if self.fsync:
                 _fsync_dir(head.parent)
-            os.close(os.open(versions / marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+            os.close(
+                os.open(versions / marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, _FILE_MODE)
+            )
             if self.fsync:
                 _fsync_dir(versions)
             return WriteResult(WriteOutcome.STORED)
@@ -486,7 +543,7 @@ class LocalTransport:
                     head.unlink(missing_ok=True)  # what is left was deleted at that point
                 else:
                     tmp_dir = self._safe(self.root / _TMP)
-                    tmp_dir.mkdir(parents=True, exist_ok=True)
+                    self._mkdirs(tmp_dir)
                     previous = self._versions_dir(key) / names[0]
                     os.replace(self._temp_copy(tmp_dir, previous.read_bytes()), head)
                 if self.fsync:

@@ -7,7 +7,9 @@ as DynamoDB's TTL would eventually delete them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -130,7 +132,13 @@ class SqliteIndexTransport:
             return self._memory
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(self.path)
+            if not path.parent.exists():
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not path.exists():
+                # Owner-only, like the store's files (its -wal and -shm files follow it).
+                with contextlib.suppress(OSError):
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             connection = self._open()
             self._local.connection = connection
         return connection

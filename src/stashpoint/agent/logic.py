@@ -49,6 +49,7 @@ from stashpoint.errors import (
     LimitExceeded,
     TerminalStateConflict,
     UnsupportedFormat,
+    described,
 )
 from stashpoint.ids import new_id, validate_id
 from stashpoint.logs.format import LogKeys
@@ -355,7 +356,7 @@ def load_saved(storage: AgentStorage, checkpoint_id: str) -> Steps[Saved]:
 def load_tail(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[AgentTail]:
     """Load the latest state with only the last `count` transcript messages."""
     if type(count) is not int or count < 0:
-        raise InvalidArgument(f"count must be an int >= 0, not {count!r}")
+        raise InvalidArgument(f"count must be an int >= 0, not {described(count)}")
     saved = yield from _read(storage, checkpoint_id, count)
     if saved is None:
         envelope = yield from storage.cas.load(checkpoint_id)
@@ -429,7 +430,7 @@ def load(
 def _read_version(storage: AgentStorage, checkpoint_id: str, version: int) -> Steps[Saved | None]:
     """Return the save at log version `version` (None: no log); the log is its own history."""
     if type(version) is not int or version < 0:
-        raise InvalidArgument(f"revision must be an int >= 0, not {version!r}")
+        raise InvalidArgument(f"revision must be an int >= 0, not {described(version)}")
     try:
         entries = yield from storage.logs.entries(checkpoint_id, 0, version)
     except CheckpointNotFound as exc:

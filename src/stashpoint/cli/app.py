@@ -17,12 +17,12 @@ from typing import Annotated, Any
 import pydantic_core
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 import stashpoint
 from stashpoint import AttemptStatus, RunStatus, StashpointError
 from stashpoint.cli.redact import parse, redact
+from stashpoint.cli.safe import safe
 from stashpoint.cli.tables import runs_table, when
 from stashpoint.codec import FORMAT
 from stashpoint.errors import ErrorKind
@@ -135,10 +135,9 @@ def _since(value: str | None) -> datetime | None:
 
 def _agent_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs agent checkpoints keep their transcripts in (namespace `agents`)."""
-    from stashpoint.agent.logic import AgentStorage
+    from stashpoint.stores.layout import AGENTS
 
-    storage = AgentStorage.of(stash.checkpoints._cas, stash.checkpoints._logs)
-    return stashpoint.LogStore(storage.logs, stash._execute)
+    return stash.logs_in(AGENTS)
 
 
 def _conversation_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
@@ -152,7 +151,7 @@ def _run_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs graph runs live in (namespace `run-logs`)."""
     from stashpoint.stores.layout import RUN_LOGS
 
-    return stashpoint.LogStore(stash._parts.logs(RUN_LOGS), stash._execute)
+    return stash.logs_in(RUN_LOGS)
 
 
 def _thread_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
@@ -210,9 +209,7 @@ def show(
     if as_json:
         _emit(document)
         return
-    out.print(
-        f"[bold]{escape(envelope.id)}[/] revision {envelope.revision} ({escape(envelope.kind)})"
-    )
+    out.print(f"[bold]{safe(envelope.id)}[/] revision {envelope.revision} ({safe(envelope.kind)})")
     _emit(document)
 
 
@@ -258,12 +255,12 @@ def list_checkpoints(
         table.add_column(column)
     for i in infos:
         table.add_row(
-            escape(i.id), escape(i.kind), str(i.revision), escape(i.run_id or "-"),
+            safe(i.id), safe(i.kind), str(i.revision), safe(i.run_id or "-"),
             "-" if i.stored_bytes is None else str(i.stored_bytes), when(i.updated_at),
         )  # fmt: skip
     out.print(table)
     for bad in unreadable:
-        err.print(f"[yellow]unreadable[/] {escape(bad['id'])}: {escape(bad['error'])}")
+        err.print(f"[yellow]unreadable[/] {safe(bad['id'])}: {safe(bad['error'])}")
 
 
 def _log_info(head: stashpoint.LogHead) -> stashpoint.CheckpointInfo:
@@ -294,7 +291,7 @@ def history(
         try:
             revisions = [stash.checkpoints.load(checkpoint_id)]
         except (stashpoint.InvalidPayload, stashpoint.UnsupportedFormat) as exc:
-            err.print(f"[yellow]the head cannot be read[/] ({escape(str(exc))}); older revisions:")
+            err.print(f"[yellow]the head cannot be read[/] ({safe(str(exc))}); older revisions:")
             revisions = []
         if limit is None or len(revisions) < limit:
             left = None if limit is None else limit - len(revisions)
@@ -316,7 +313,7 @@ def history(
         table.add_column(column)
     for e, row in zip(revisions, rows, strict=True):
         table.add_row(str(e.revision), when(e.updated_at), e.write_id, str(row["payload_bytes"]))
-    table.title = f"history of {escape(checkpoint_id)}"
+    table.title = f"history of {safe(checkpoint_id)}"
     out.print(table)
 
 
@@ -338,7 +335,7 @@ def _log_history(logs: stashpoint.LogStore, log_id: str, limit: int | None, as_j
     if as_json:
         _emit(rows)
         return
-    table = Table(title=f"history of {escape(log_id)} (a log: each revision appended)")
+    table = Table(title=f"history of {safe(log_id)} (a log: each revision appended)")
     for column in ("revision", "written", "write id", "records", "record bytes"):
         table.add_column(column)
     for e, row in zip(entries, rows, strict=True):
@@ -371,7 +368,7 @@ def diff(
     if as_json:
         _emit({"from": rev_a, "to": rev_b, "changes": lines})
         return
-    out.print(f"[bold]{escape(checkpoint_id)}[/]: revision {rev_a} -> {rev_b}")
+    out.print(f"[bold]{safe(checkpoint_id)}[/]: revision {rev_a} -> {rev_b}")
     if not lines:
         out.print("no changes")
     styles = {"+": "green", "-": "red", "~": "yellow"}
@@ -383,7 +380,7 @@ def diff(
         else:
             value = json.dumps(value)
         text = f"{line['op']} {line['path']}: {value}"
-        out.print(f"[{style}]{escape(text)}[/]")
+        out.print(f"[{style}]{safe(text)}[/]")
 
 
 def _diff_lines(changes: dict[str, Any]) -> list[dict[str, Any]]:
@@ -501,9 +498,9 @@ def export(
     if as_json:
         _emit({"file": str(target), "records": tally.lines, "unreadable": tally.unreadable})
     else:
-        out.print(f"wrote {tally.lines} records to {escape(str(target))}")
+        out.print(f"wrote {tally.lines} records to {safe(str(target))}")
         for problem in tally.unreadable:
-            err.print(f"[yellow]skipped, unreadable:[/] {escape(problem)}")
+            err.print(f"[yellow]skipped, unreadable:[/] {safe(problem)}")
     if tally.unreadable:
         raise typer.Exit(1)
 
@@ -549,7 +546,7 @@ def restore(
         _emit({"id": checkpoint_id, "what": what, "readable": report.readable,
                **dataclasses.asdict(report)})  # fmt: skip
         return
-    table = Table(title=f"restore {escape(checkpoint_id)} ({what}, {report.objects} objects)")
+    table = Table(title=f"restore {safe(checkpoint_id)} ({what}, {report.objects} objects)")
     for column in ("not archived", "restored", "in progress", "requested now"):
         table.add_column(column)
     table.add_row(
@@ -642,6 +639,48 @@ def gc(
 
 
 @app.command()
+def repair(
+    namespace: Annotated[
+        str, typer.Argument(help="Log namespace the error names (agents, run-logs, ...).")
+    ],
+    log_id: Annotated[str, typer.Argument(help="Log, run, conversation or thread id.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Move the objects above a log's first missing version to quarantine.
+
+    For a log whose reads stop at a missing version below objects planted or left by
+    another tool (the error names both). The objects are copied to `quarantine/` under
+    the stash's prefix, then deleted, so writers go on from below the gap; nothing is
+    deleted for good. If the missing version was lost instead, restore it from the
+    bucket's versions rather than repairing.
+    """
+    with _open(url) as stash:
+        report = stash.repair_log(namespace, log_id, dry_run=dry_run)
+    if as_json:
+        _emit(dataclasses.asdict(report))
+        return
+    if report.gap is None:
+        out.print(f"log {safe(log_id)} in {namespace} has no gap: nothing to repair")
+        return
+    verb = "would move" if dry_run else "moved"
+    count = len(report.above) if dry_run else len(report.moved)
+    out.print(
+        f"log {safe(log_id)} in {namespace}: version {report.gap} is missing; {verb} "
+        f"{count} object(s) above it to quarantine"
+    )
+    for key in report.above if dry_run else report.moved:
+        out.print(f"  {safe(key)}")
+    if report.kept:
+        err.print(
+            f"error: {len(report.kept)} object(s) changed while being moved and were left in "
+            "place; run repair again"
+        )
+        raise typer.Exit(1)
+
+
+@app.command()
 def doctor(url: Url = None, as_json: AsJson = False) -> None:
     """Probe the bucket and index: conditional writes, versioning, GSIs, TTL, latency."""
     with _open(url) as stash:
@@ -657,7 +696,7 @@ def doctor(url: Url = None, as_json: AsJson = False) -> None:
         table.add_column("detail", overflow="fold")
         colours = {"pass": "green", "warn": "yellow", "fail": "bold red"}
         for c in checks:
-            table.add_row(c.name, f"[{colours[c.status]}]{c.status.upper()}[/]", escape(c.detail))
+            table.add_row(c.name, f"[{colours[c.status]}]{c.status.upper()}[/]", safe(c.detail))
         out.print(table)
     if failed:
         raise typer.Exit(1)
@@ -667,7 +706,7 @@ def _print_page(table: Table, cursor: str | None) -> None:
     """Print a page of a listing, and how to ask for the next one."""
     out.print(table)
     if cursor:
-        out.print(f"more: --cursor {escape(cursor)}")
+        out.print(f"more: --cursor {safe(cursor)}")
 
 
 @runs_app.command("list")
@@ -724,9 +763,9 @@ def agent_resolve(
         _emit({"checkpoint_id": checkpoint_id, "resolved": resolved, "turn": turn,
                "how": how if resolved else None})  # fmt: skip
     elif resolved:
-        out.print(f"{escape(checkpoint_id)}: turn {turn} {how}; resume it to go on")
+        out.print(f"{safe(checkpoint_id)}: turn {turn} {how}; resume it to go on")
     else:
-        out.print(f"{escape(checkpoint_id)}: no turn in flight, nothing to resolve")
+        out.print(f"{safe(checkpoint_id)}: no turn in flight, nothing to resolve")
 
 
 @runs_app.command("due")
@@ -763,7 +802,7 @@ def runs_due(
         table.add_column(column)
     for row in page.items:
         table.add_row(
-            when(row.wake_at), escape(row.run_id), escape(row.graph_name), when(row.created_at)
+            when(row.wake_at), safe(row.run_id), safe(row.graph_name), when(row.created_at)
         )
     _print_page(table, page.cursor)
 
@@ -799,9 +838,9 @@ def runs_resolve(
     if as_json:
         _emit({"run_id": run_id, "step": step, "resolved": resolved, "how": how})
     elif resolved:
-        out.print(f"{escape(run_id)}: step {escape(step)} resolved ({how}); run it again")
+        out.print(f"{safe(run_id)}: step {safe(step)} resolved ({how}); run it again")
     else:
-        out.print(f"{escape(run_id)}: step {escape(step)} needs nothing (done or never run)")
+        out.print(f"{safe(run_id)}: step {safe(step)} needs nothing (done or never run)")
 
 
 @runs_app.command("stuck")
@@ -834,7 +873,7 @@ def runs_stuck(
         table.add_column(column)
     for row in page.items:
         table.add_row(
-            when(row.lease_expires_at), escape(row.run_id), escape(row.node_id),
+            when(row.lease_expires_at), safe(row.run_id), safe(row.node_id),
             str(row.attempt), when(row.started_at),
         )  # fmt: skip
     _print_page(table, page.cursor)
@@ -855,7 +894,7 @@ def runs_takeover(
     if as_json:
         _emit({"run_id": run_id, "epoch": epoch})
     else:
-        out.print(f"{escape(run_id)}: taken over, owner epoch {epoch}")
+        out.print(f"{safe(run_id)}: taken over, owner epoch {epoch}")
 
 
 @runs_app.command("show")
@@ -878,19 +917,19 @@ def runs_show(
         _emit({"run": run, "summary": summary.model_dump(mode="json"),
                "snapshot_bytes": snapshot_bytes})  # fmt: skip
         return
-    out.print(f"[bold]{escape(state.run_id)}[/] graph [bold]{escape(state.graph_name)}[/] "
+    out.print(f"[bold]{safe(state.run_id)}[/] graph [bold]{safe(state.graph_name)}[/] "
               f"status [bold]{state.status.value}[/]")  # fmt: skip
     out.print(f"created {when(state.created_at)}, updated {when(state.updated_at)}, "
               f"{summary.total_attempts} attempts over {summary.total_nodes_executed} nodes, "
               f"{summary.failed_attempts} failed, snapshot {snapshot_bytes} bytes")  # fmt: skip
     if state.error:
-        out.print(f"[red]error:[/] {escape(state.error)}")
+        out.print(f"[red]error:[/] {safe(state.error)}")
     if state.wake_at is not None:
         out.print(f"waiting: due at {when(state.wake_at)} (`stashpoint runs due` lists it then)")
     if state.interrupted:
         out.print(
-            f"[yellow]interrupted:[/] {escape(str(state.interrupted.reason))} "
-            f"({escape(str(state.interrupted.node_id))})"
+            f"[yellow]interrupted:[/] {safe(str(state.interrupted.reason))} "
+            f"({safe(str(state.interrupted.node_id))})"
         )
     table = Table(title="attempts")
     for column in ("started", "node", "attempt", "status", "took", "error"):
@@ -904,8 +943,8 @@ def runs_show(
         colour = {AttemptStatus.COMPLETED: "green", AttemptStatus.FAILED: "red"}.get(
             a.status, "cyan"
         )
-        table.add_row(when(a.started_at), escape(a.node_id), str(a.attempt),
-                      f"[{colour}]{a.status.value}[/]", took, escape(a.error or ""))  # fmt: skip
+        table.add_row(when(a.started_at), safe(a.node_id), str(a.attempt),
+                      f"[{colour}]{a.status.value}[/]", took, safe(a.error or ""))  # fmt: skip
     out.print(table)
 
 
@@ -928,9 +967,9 @@ def threads_list(
         return
     for row in rows:
         shown = row["thread_id"] if row["thread_id"] is not None else f"(hashed) {row['key']}"
-        out.print(escape(shown))
+        out.print(safe(shown))
     if next_cursor:
-        out.print(f"more: --cursor {escape(next_cursor)}")
+        out.print(f"more: --cursor {safe(next_cursor)}")
 
 
 @threads_app.command("show")
@@ -986,7 +1025,7 @@ def main() -> None:
             print(json.dumps({"error": {**error, "hint": hint or None}}))
         else:
             line = f"{exc}" + (f"; {hint}" if hint else "")
-            err.print(f"[red]error[/] ({exc.kind.value}): {escape(line)}")
+            err.print(f"[red]error[/] ({exc.kind.value}): {safe(line)}")
         sys.exit(EXIT_CODES.get(exc.kind, 1))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -1000,6 +1039,6 @@ def main() -> None:
             sys.exit(exit_code)
         if _state["debug"]:
             raise
-        err.print(f"[red]error[/]: {escape(f'{type(exc).__name__}: {exc}')} (--debug for details)")
+        err.print(f"[red]error[/]: {safe(f'{type(exc).__name__}: {exc}')} (--debug for details)")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

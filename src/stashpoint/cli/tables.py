@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
+
+from stashpoint.cli.safe import safe
 
 
 def when(value: datetime | None) -> str:
@@ -27,7 +28,7 @@ def runs_table(rows: list[Any]) -> Table:
     for r in rows:
         colour = colours.get(r.status.value, "white")
         table.add_row(
-            escape(r.run_id), escape(r.graph_name), f"[{colour}]{r.status.value}[/]",
+            safe(r.run_id), safe(r.graph_name), f"[{colour}]{r.status.value}[/]",
             str(r.attempts), str(r.failed_attempts), str(r.running_attempts), when(r.created_at),
             when(r.updated_at),
         )  # fmt: skip

@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from stashpoint.errors import ConfigurationError
+from stashpoint.errors import ConfigurationError, described
 from stashpoint.langgraph.steps import SaverSteps, TupleParts
 from stashpoint.steps import Steps, run_async, run_sync
 from stashpoint.stores.layout import LANGGRAPH
@@ -88,7 +88,8 @@ def _serde(serde: SerializerProtocol | None, allowed: AllowedModules) -> Seriali
             pairs.append(item)
         else:
             raise ConfigurationError(
-                f"allowed_msgpack_modules takes (module, name) pairs or classes, not {item!r}"
+                "allowed_msgpack_modules takes (module, name) pairs or classes, not "
+                f"{described(item)}"
             )
     return JsonPlusSerializer(allowed_msgpack_modules=pairs)
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stashpoint.errors import CheckpointConflict, InvalidPayload
+from stashpoint.errors import CheckpointConflict, InvalidPayload, described
 from stashpoint.logs.format import SEGMENT_SPAN
 
 THREAD_KIND = "stashpoint.langgraph-thread"
@@ -84,7 +84,7 @@ def thread_key(thread_id: str) -> str:
     `:` never appears in a safe id, so two thread ids never share a key (`t` vs `t/x`).
     """
     if not isinstance(thread_id, str) or not thread_id:
-        raise InvalidPayload(f"thread_id must be a non-empty str, not {thread_id!r}")
+        raise InvalidPayload(f"thread_id must be a non-empty str, not {described(thread_id)}")
     if _SAFE_THREAD.fullmatch(thread_id) and thread_id not in (".", ".."):
         return thread_id
     encoded = base64.b32encode(thread_id.encode()).decode().rstrip("=").lower()

@@ -53,7 +53,7 @@ from stashpoint.errors import (
     StorageUnavailable,
     UnsupportedFormat,
 )
-from stashpoint.ids import new_write_id
+from stashpoint.ids import new_write_id, validate_prefix
 from stashpoint.logs.format import (
     FULL_STATE_EVERY,
     LOG_FORMAT_NAME,
@@ -220,8 +220,14 @@ class LogListing:
                 sources.append(_Source(self.entries[version], version, version, False))
                 version += 1
             else:
-                raise _Gap(version)
+                raise _Gap(version, self.above(version))
         return sources
+
+    def above(self, version: int) -> str | None:
+        """Return the key of the lowest listed object above `version`, None if none is."""
+        keys = [(v, key) for v, key in self.entries.items() if v > version]
+        keys += [(first, key) for first, key in self.segments.items() if first > version]
+        return min(keys)[1] if keys else None
 
     def whole(self, version: int, ceiling: int) -> bool:
         """Whether the listed object of `version` may be an entry rather than a marker.
@@ -236,9 +242,11 @@ class LogListing:
 class _Gap(Exception):
     """A version no listed object holds (may be a listing race; checked again in full)."""
 
-    def __init__(self, version: int) -> None:
+    def __init__(self, version: int, above: str | None) -> None:
         super().__init__(version)
         self.version = version
+        self.above = above
+        """The key of the lowest listed object above the gap."""
 
 
 class _Vanished(Exception):
@@ -352,11 +360,19 @@ class LogSteps:
         listing = yield from self.listing(log_id, ordered=True)
         return listing, plan(listing)
 
-    def _gap_error(self, log_id: str, version: int) -> InvalidPayload:
+    def _gap_error(self, log_id: str, gap: _Gap) -> InvalidPayload:
+        """Return the error of a gap no complete listing fills, naming the object above it."""
+        advice = ""
+        if gap.above is not None:
+            advice = (
+                f", below {gap.above}: if the objects from there up were planted or left by "
+                f"another tool, `stashpoint repair {self.keys.namespace} {log_id}` moves "
+                f"them to quarantine; if version {gap.version} was lost, restore it from "
+                "the bucket's versions"
+            )
         return InvalidPayload(
-            f"log {log_id!r} has no entry or sealed segment for version {version}: "
-            "an object is missing; the log cannot be read past it",
-            object_name=self.keys.entry(log_id, version),
+            f"log {log_id!r} has no entry or sealed segment for version {gap.version}{advice}",
+            object_name=gap.above or self.keys.entry(log_id, gap.version),
         )
 
     def _fetch(self, log_id: str, sources: list[_Source]) -> Steps[list[Item]]:
@@ -475,7 +491,7 @@ class LogSteps:
                     ) from None
             except _Gap as gap:
                 if attempt == _RELISTS:
-                    raise self._gap_error(log_id, gap.version) from None
+                    raise self._gap_error(log_id, gap) from None
         raise AssertionError("unreachable")
 
     def _read(
@@ -1068,6 +1084,11 @@ class LogSteps:
         The cursor names the next page (None at the end). Skips past each log's entries
         with `start_after`, so a page costs about one LIST however long the logs are.
         """
+        validate_prefix(prefix)
+        if type(limit) is not int or limit < 1:
+            raise InvalidArgument(
+                f"limit must be an int >= 1, not {type(limit).__name__} {limit!r}"[:120]
+            )
         base = self.keys.ids_prefix()
         ids: list[str] = []
         after = None if cursor is None else f"{base}{check_log_id(cursor)}/~"
@@ -1084,6 +1105,7 @@ class LogSteps:
 
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of logs with entries in this namespace that start with `prefix`."""
+        validate_prefix(prefix)
         base = self.keys.ids_prefix()
         ids: list[str] = []
         token: str | None = None

@@ -46,6 +46,7 @@ from stashpoint.errors import (
     StepFailed,
     StepInterrupted,
     TerminalStateConflict,
+    described,
 )
 from stashpoint.runs.models import AttemptStatus, RunStatus
 from stashpoint.runs.operations import RunOperations
@@ -110,6 +111,9 @@ RESOLVED_RETRY = "resolved: run it again"
 """The error of the attempt `resolve(name, retry=True)` records: the step may run again."""
 
 
+MAX_WAIT_SECONDS = 10**9
+"""The longest wait (about 31 years): a longer one is a mistake, and past datetime's range."""
+
 CLAIM_POLL = 1.0
 """Seconds between looks at a run another worker holds (`claim_wait`)."""
 
@@ -143,7 +147,7 @@ def _captured(fn: Any, *args: Any) -> Any:
 
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name or "[" in name:
-        raise InvalidArgument(f"a step name is a non-empty str without '[', not {name!r}")
+        raise InvalidArgument(f"a step name is a non-empty str without '[', not {described(name)}")
     return name
 
 
@@ -375,7 +379,7 @@ class _DurableApi:
         except ValueError:
             raise InvalidArgument(f"unknown step semantics {semantics!r}") from None
         if retry is not None and not isinstance(retry, Retry):
-            raise InvalidArgument(f"retry must be a stashpoint.Retry, not {retry!r}")
+            raise InvalidArgument(f"retry must be a stashpoint.Retry, not {described(retry)}")
         last = yield from self._replay(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             return last.output
@@ -418,9 +422,15 @@ class _DurableApi:
         if (until is None) == (seconds is None):
             raise InvalidArgument("wait for either until= or seconds=")
         if until is not None and (not isinstance(until, datetime) or until.tzinfo is None):
-            raise InvalidArgument(f"until must be a timezone-aware datetime, not {until!r}")
-        if seconds is not None and (isinstance(seconds, bool) or not seconds >= 0):
-            raise InvalidArgument(f"seconds must be a number >= 0, not {seconds!r}")
+            raise InvalidArgument(
+                f"until must be a timezone-aware datetime, not {described(until)}"
+            )
+        if seconds is not None and (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds <= MAX_WAIT_SECONDS
+        ):
+            raise InvalidArgument(f"seconds must be a number >= 0, not {described(seconds)}")
         last = yield from self._replay(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             wake = datetime.fromisoformat(str(last.output["wake_at"]))
@@ -457,7 +467,7 @@ class _DurableApi:
         _check_name(name)
         if type(max_concurrency) is not int or not 1 <= max_concurrency <= 256:
             raise InvalidArgument(
-                f"max_concurrency must be an int from 1 to 256, not {max_concurrency!r}"
+                f"max_concurrency must be an int from 1 to 256, not {described(max_concurrency)}"
             )
         values = list(items)
         yield from self._open()

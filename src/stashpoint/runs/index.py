@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from stashpoint.errors import InvalidArgument, StashpointError
+from stashpoint.errors import InvalidArgument, StashpointError, described
 from stashpoint.index.requests import (
     DeleteItem,
     Expected,
@@ -279,7 +279,9 @@ class RunIndex:
         (the index is eventually consistent; storage decides).
         """
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
-            raise InvalidArgument(f"limit must be an int from 1 to {MAX_PAGE}, not {limit!r}")
+            raise InvalidArgument(
+                f"limit must be an int from 1 to {MAX_PAGE}, not {described(limit)}"
+            )
         sort_key = _GSI[index].sort_key
         query = mapping.fingerprint(index, partitions, since)
         after, done = mapping.decode_cursor(cursor, query)

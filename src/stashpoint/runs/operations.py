@@ -39,6 +39,7 @@ from stashpoint.errors import (
     InvalidArgument,
     RunNotFound,
     StashpointError,
+    described,
 )
 from stashpoint.ids import new_id, validate_id
 from stashpoint.logs.log import LogHead, LogSteps
@@ -94,7 +95,7 @@ ATTEMPT_SEPARATOR = "~"
 def run_of(attempt_id: str) -> str:
     """Return the run id embedded in an attempt id (no scan needed to find the run)."""
     if not isinstance(attempt_id, str):
-        raise InvalidArgument(f"attempt id must be a str, not {attempt_id!r}")
+        raise InvalidArgument(f"attempt id must be a str, not {described(attempt_id)}")
     run_id, sep, _ = attempt_id.rpartition(ATTEMPT_SEPARATOR)
     if not sep or not run_id:
         raise AttemptNotFound("not an attempt id of this library", object_name=attempt_id)
@@ -113,7 +114,7 @@ def _text(value: object, name: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{name} must be a non-empty str, not {value!r}")
+        raise InvalidArgument(f"{name} must be a non-empty str, not {described(value)}")
     return value
 
 
@@ -141,13 +142,13 @@ def _seconds(value: object, name: str) -> float | None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if type(seconds) not in (int, float) or not 0 < seconds < 10**9:  # type: ignore[operator]
-        raise InvalidArgument(f"{name} must be a positive duration, not {value!r}")
+        raise InvalidArgument(f"{name} must be a positive duration, not {described(value)}")
     return float(seconds)  # type: ignore[arg-type]
 
 
 def _moment(value: object, name: str) -> datetime | None:
     if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-        raise InvalidArgument(f"{name} must be a timezone-aware datetime, not {value!r}")
+        raise InvalidArgument(f"{name} must be a timezone-aware datetime, not {described(value)}")
     return value
 
 
@@ -267,14 +268,14 @@ class RunOperations(Generic[DurableT]):
         attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
         _text(node_id, "node_id")
         if type(attempt) is not int or attempt < 0:
-            raise InvalidArgument(f"attempt must be an int >= 0, not {attempt!r}")
+            raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
         _of(trace_ctx, TraceContext, "trace_ctx")
         lease_seconds = _seconds(lease, "lease")
         if worker is not None and not (
             isinstance(worker, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in worker.items())
         ):
-            raise InvalidArgument(f"worker must be a dict of str to str, not {worker!r}")
+            raise InvalidArgument(f"worker must be a dict of str to str, not {described(worker)}")
         stored_input = yield from self._blobs.offload(input, "input")
         yield from self._apply(
             run_id,
@@ -312,11 +313,13 @@ class RunOperations(Generic[DurableT]):
         planned: list[tuple[str, str, int, Any]] = []
         for entry in attempts:
             if not (isinstance(entry, tuple) and len(entry) == 3):
-                raise InvalidArgument(f"an attempt is (node_id, attempt, input), not {entry!r}")
+                raise InvalidArgument(
+                    f"an attempt is (node_id, attempt, input), not {described(entry)}"
+                )
             node_id, attempt, value = entry
             _text(node_id, "node_id")
             if type(attempt) is not int or attempt < 0:
-                raise InvalidArgument(f"attempt must be an int >= 0, not {attempt!r}")
+                raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
             stored = yield from self._blobs.offload(value, "input")
             planned.append((f"{run_id}{ATTEMPT_SEPARATOR}{new_id()}", node_id, attempt, stored))
 
@@ -707,7 +710,9 @@ class RunOperations(Generic[DurableT]):
         worker that dies stops renewing, and its lease runs out a lease after its last beat.
         """
         if deadline is not None and not isinstance(deadline, Deadline):
-            raise InvalidArgument(f"deadline must be a stashpoint.Deadline, not {deadline!r}")
+            raise InvalidArgument(
+                f"deadline must be a stashpoint.Deadline, not {described(deadline)}"
+            )
         # The handle's transitions go through a view holding owner epochs of its own, so
         # two handles of one run on one stash fence each other as two processes do.
         return self._durable_type(

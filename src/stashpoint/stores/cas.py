@@ -28,7 +28,7 @@ from stashpoint.errors import (
     StashpointError,
     StorageUnavailable,
 )
-from stashpoint.ids import validate_id
+from stashpoint.ids import validate_id, validate_prefix
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
@@ -594,6 +594,7 @@ class CompareAndSwap:
 
     def list_ids(self, prefix: str = "", page_size: int = 1000) -> Steps[list[str]]:
         """Return the ids in this namespace that start with `prefix`, ascending."""
+        validate_prefix(prefix)
         base = self.layout.namespace_prefix(self.namespace)
         ids: list[str] = []
         token: str | None = None

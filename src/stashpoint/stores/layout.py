@@ -7,6 +7,7 @@ S3 and the local folder alike:
     {prefix}/sealed/{log namespace}/{log_id}/{a}-{b}  sealed segment of 64 versions
     {prefix}/blobs/{sha256}                         content-addressed large value
     {prefix}/langgraph-values/{thread}/{name}       a LangGraph thread's large values
+    {prefix}/quarantine/{key}.{etag}                what a log repair moved aside
 
 Every namespace is declared here, once, with its shape: what kind of objects it holds and
 how they are written. Maintenance (`gc`), export and purge walk this registry, so a new
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+
+from stashpoint.errors import ConfigurationError
 
 
 class Shape(Enum):
@@ -32,6 +35,8 @@ class Shape(Enum):
     """Immutable objects named by their content's hash."""
     PROBES = "probes"
     """Short-lived objects maintenance writes and deletes at once (storage's clock)."""
+    QUARANTINE = "quarantine"
+    """Objects a repair moved aside, kept until an operator deletes them (never read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,8 @@ LANGGRAPH = "langgraph"
 """Log namespace of LangGraph threads (one log per thread)."""
 LANGGRAPH_VALUES = "langgraph-values"
 """Namespace of LangGraph threads' large values and list snapshots."""
+QUARANTINE = "quarantine"
+"""Namespace of the objects `repair_log` moved from above a log's gap (by original key)."""
 
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
@@ -87,9 +94,41 @@ NAMESPACES: dict[str, Namespace] = {
         # A thread's state is small and read on every get: every entry stands alone.
         Namespace(LANGGRAPH, Shape.LOGS, full_state_every=1),
         Namespace(LANGGRAPH_VALUES, Shape.CONTENT),
+        Namespace(QUARANTINE, Shape.QUARANTINE),
     )
 }
 """Every namespace of the layout, by name."""
+
+
+def check_prefix(prefix: str, *, nested: bool = False) -> str:
+    """Return a store prefix, refused if a segment of it is a namespace of the layout.
+
+    A stash at `acme` keeps its segments under `acme/sealed/`, its agents under
+    `acme/agents/`: a stash at `acme/sealed` or `acme/agents` would share those keys with
+    it, and each would read the other's objects as its own. An object store cannot say
+    whether a stash lives at the prefix above without a request on every open, so a
+    namespace segment is refused unless the caller says the prefix above holds no stash
+    (`nested=True`, the `nested_prefix=allow` option). Raises `ConfigurationError`.
+    """
+    for segment in prefix.split("/"):
+        if segment in (".", ".."):
+            raise ConfigurationError(
+                f"prefix segment {segment!r} is not allowed", object_name=prefix
+            )
+        if not nested and is_namespace_name(segment):
+            raise ConfigurationError(
+                f"prefix segment {segment!r} is a namespace of stashpoint's layout: a stash "
+                f"at the prefix above it would share this stash's keys; choose another "
+                f"prefix (for example with '-data' appended to {segment!r}), or, if no "
+                f"stash lives above it, open with nested_prefix=allow",
+                object_name=prefix,
+            )
+    return prefix
+
+
+def is_namespace_name(segment: str) -> bool:
+    """Whether a key segment is the name of a namespace of the layout (or the probe's)."""
+    return segment in NAMESPACES or segment == ".doctor"
 
 
 def of_shape(shape: Shape) -> tuple[Namespace, ...]:

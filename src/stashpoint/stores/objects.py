@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Protocol
 
-from stashpoint.errors import InvalidArgument
+from stashpoint.errors import InvalidArgument, described
 from stashpoint.steps import Request
 
 
@@ -246,9 +246,11 @@ RESTORE_TIERS = ("Expedited", "Standard", "Bulk")
 def check_restore(days: int, tier: str) -> None:
     """Refuse restore arguments S3 would refuse, before any request."""
     if type(days) is not int or not 1 <= days <= 36500:
-        raise InvalidArgument(f"days must be an int from 1 to 36500, not {days!r}")
+        raise InvalidArgument(f"days must be an int from 1 to 36500, not {described(days)}")
     if tier not in RESTORE_TIERS:
-        raise InvalidArgument(f"tier must be one of {', '.join(RESTORE_TIERS)}, not {tier!r}")
+        raise InvalidArgument(
+            f"tier must be one of {', '.join(RESTORE_TIERS)}, not {described(tier)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
