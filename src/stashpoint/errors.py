@@ -354,3 +354,15 @@ class AmbiguousResume(StashpointError):
             "have run. Resume with ResumePolicy.RETRY_INTERRUPTED_TURN to run it again",
             object_name=checkpoint_id,
         )
+
+
+def whole(value: object, name: str, minimum: int = 0, *, object_name: str | None = None) -> int:
+    """Return `value` if it is an int (not a bool) of at least `minimum`.
+
+    Else `InvalidArgument` naming the argument and describing the value by its type.
+    """
+    if type(value) is not int or value < minimum:
+        raise InvalidArgument(
+            f"{name} must be an int >= {minimum}, not {described(value)}", object_name=object_name
+        )
+    return value

@@ -50,6 +50,7 @@ from stashpoint.errors import (
     TerminalStateConflict,
     UnsupportedFormat,
     described,
+    whole,
 )
 from stashpoint.ids import new_id, validate_id
 from stashpoint.logs.format import LogKeys
@@ -704,7 +705,13 @@ def _transcript_digest(messages: Sequence[Any]) -> str:
     """Return a digest of a transcript's JSON (what a commit compares, without reading)."""
     digest = hashlib.sha256()
     for message in messages:
-        digest.update(hashlib.sha256(pydantic_core.to_json(message)).digest())
+        try:
+            text = pydantic_core.to_json(message)
+        except ValueError as exc:  # a lone surrogate, bytes that are not UTF-8
+            raise InvalidPayload(
+                f"a message cannot be written as UTF-8 JSON ({type(exc).__name__})"
+            ) from exc
+        digest.update(hashlib.sha256(text).digest())
     return digest.hexdigest()
 
 
@@ -787,6 +794,29 @@ def load_conversation(
     return found.version, [Message.model_validate(m) for m in records]
 
 
+def _sequence(messages: object, key: str) -> Sequence[Any]:
+    """Return `messages` if it is a sequence (not a string or a mapping)."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise InvalidArgument(
+            f"messages must be a list of Message, not {described(messages)}", object_name=key
+        )
+    return messages
+
+
+def _message(message: object, key: str) -> dict[str, Any]:
+    """Return a `Message` as JSON (a dict is refused: `Message(**d)` makes one)."""
+    if not isinstance(message, Message):
+        raise InvalidArgument(
+            f"messages must be Message objects, not {described(message)}", object_name=key
+        )
+    try:
+        return message.model_dump(mode="json")
+    except ValueError as exc:  # pydantic's serialization errors (bytes not UTF-8, ...)
+        raise InvalidPayload(
+            f"a message cannot be written as JSON ({type(exc).__name__})", object_name=key
+        ) from exc
+
+
 def commit_conversation(
     storage: AgentStorage,
     namespace: str,
@@ -803,7 +833,8 @@ def commit_conversation(
     `CheckpointConflict`.
     """
     key = conversation_key(namespace, conversation_id)
-    dumped = [m.model_dump(mode="json") for m in messages]
+    whole(expected_version, "expected_version", object_name=key)
+    dumped = [_message(m, key) for m in _sequence(messages, key)]
     digest = _transcript_digest(dumped)
     found = yield from _conversation(storage, key)
     if found.version != expected_version:

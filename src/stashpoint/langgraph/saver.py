@@ -29,6 +29,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stashpoint.errors import ConfigurationError, described
 from stashpoint.langgraph.steps import SaverSteps, TupleParts
+from stashpoint.langgraph.thread import check_config
 from stashpoint.steps import Steps, run_async, run_sync
 from stashpoint.stores.layout import LANGGRAPH
 
@@ -176,6 +177,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         LangGraph stores a checkpoint while the next step's writes arrive; both extend the
         same log, and taking turns here saves a lost append and a re-read each time.
         """
+        check_config(config)
         key = str(config["configurable"]["thread_id"])
         with self._locks_lock:
             lock = self._locks.get(key)
@@ -359,6 +361,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
 
     def _writing(self, config: RunnableConfig) -> _AsyncLock:
         """Return the lock that orders this saver's appends to one thread (see the twin's)."""
+        check_config(config)
         key = str(config["configurable"]["thread_id"])
         lock = self._locks.get(key)
         if lock is None:  # held only while in use: idle threads' locks go away

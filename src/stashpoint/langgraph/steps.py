@@ -17,8 +17,12 @@ from stashpoint.codec import Codec
 from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
+    InvalidArgument,
     InvalidPayload,
+    StashpointError,
     StorageUnavailable,
+    described,
+    whole,
 )
 from stashpoint.langgraph.thread import (
     LARGE_VALUE,
@@ -30,6 +34,7 @@ from stashpoint.langgraph.thread import (
     Serializer,
     StoredCheckpoint,
     ThreadModel,
+    check_config,
     check_put,
     check_state,
     empty_state,
@@ -186,6 +191,13 @@ class SaverSteps:
         limit: int | None = None,
     ) -> Steps[list[TupleParts]]:
         """Return matching checkpoints, newest first per namespace; filters before `limit`."""
+        if limit is not None:
+            whole(limit, "limit")
+        check_config(config, optional=True)
+        if before is not None:
+            check_config(before)
+        if filter is not None and not isinstance(filter, Mapping):
+            raise InvalidArgument(f"filter must be a mapping, not {described(filter)}")
         if config is not None:
             thread_ids: list[str] = [str(config["configurable"]["thread_id"])]
             keys = [thread_key(thread_ids[0])]
@@ -405,6 +417,7 @@ class SaverSteps:
         """Store a checkpoint: one conditional PUT, plus one per new large value."""
         from langgraph.checkpoint.base import get_checkpoint_metadata
 
+        check_config(config)
         configurable = config["configurable"]
         thread_id = str(configurable["thread_id"])
         ns = configurable.get("checkpoint_ns", "")
@@ -413,9 +426,9 @@ class SaverSteps:
         key = thread_key(thread_id)
         skeleton = dict(checkpoint)
         channel_values = skeleton.pop("channel_values", {})
-        packed_checkpoint = pack(*serde.dumps_typed(skeleton))
+        packed_checkpoint = pack(*_dumped(serde, skeleton, "checkpoint", key))
         packed_metadata = pack(
-            *serde.dumps_typed(get_checkpoint_metadata(config, dict(metadata)))  # type: ignore[arg-type]
+            *_dumped(serde, get_checkpoint_metadata(config, dict(metadata)), "metadata", key)  # type: ignore[arg-type]
         )
         # Serialize once; which list values may be stored as extensions depends on the head.
         serialized: dict[str, Any] = {}
@@ -424,9 +437,9 @@ class SaverSteps:
                 continue
             value = channel_values[channel]
             if type(value) is list:
-                serialized[channel] = [serde.dumps_typed(item) for item in value]
+                serialized[channel] = [_dumped(serde, item, "a value", key) for item in value]
             else:
-                serialized[channel] = serde.dumps_typed(value)
+                serialized[channel] = _dumped(serde, value, "a value", key)
         large: dict[str, tuple[str, bytes]] = {}
         remembered: dict[tuple[str, str], ListMemory] = {}
         replaced: list[str] = []
@@ -660,6 +673,7 @@ class SaverSteps:
         """Store a task's pending writes: one conditional PUT whatever their number."""
         from langgraph.checkpoint.base import WRITES_IDX_MAP
 
+        check_config(config, need_id=True)
         configurable = config["configurable"]
         thread_id = str(configurable["thread_id"])
         ns = configurable.get("checkpoint_ns", "")
@@ -668,7 +682,7 @@ class SaverSteps:
         large: dict[str, tuple[str, bytes]] = {}
         items = []
         for index, (channel, value) in enumerate(writes):
-            type_, data = serde.dumps_typed(value)
+            type_, data = _dumped(serde, value, "a pending write", key)
             items.append([WRITES_IDX_MAP.get(channel, index), channel, _packed(type_, data, large)])
 
         yield from self._store_large(key, large)
@@ -818,6 +832,7 @@ def _base(head: LogHead) -> int:
 
 
 def _target(config: Config) -> tuple[str, str, str | None]:
+    check_config(config)
     configurable = config["configurable"]
     return (
         str(configurable["thread_id"]),
@@ -908,3 +923,20 @@ def _value(
             whole.extend(extension)
         return whole
     return _load(serde, current, name, objects)
+
+
+def _dumped(serde: Serializer, value: Any, what: str, key: str) -> tuple[str, bytes]:
+    """Return `serde.dumps_typed(value)`; what the serializer cannot carry is `InvalidPayload`.
+
+    msgpack refuses an int beyond 64 bits, a lone surrogate, a type it does not know; the
+    error names the thread and the value's type, never the value.
+    """
+    try:
+        return serde.dumps_typed(value)  # type: ignore[no-any-return]
+    except StashpointError:
+        raise
+    except Exception as exc:  # the serializer's own errors, whatever their class
+        raise InvalidPayload(
+            f"{what} of type {type(value).__name__} cannot be serialized ({type(exc).__name__})",
+            object_name=key,
+        ) from exc

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stashpoint.errors import CheckpointConflict, InvalidPayload, described
+from stashpoint.errors import CheckpointConflict, InvalidArgument, InvalidPayload, described
 from stashpoint.logs.format import SEGMENT_SPAN
 
 THREAD_KIND = "stashpoint.langgraph-thread"
@@ -74,6 +74,34 @@ _SAFE_THREAD = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 Serializer = Any
 """LangGraph's `SerializerProtocol` (`dumps_typed`, `loads_typed`)."""
+
+
+def check_config(config: object, *, optional: bool = False, need_id: bool = False) -> None:
+    """Refuse a config LangGraph would not pass: `InvalidArgument`, never a `KeyError`.
+
+    `{"configurable": {"thread_id": ..., "checkpoint_ns": str, "checkpoint_id": str}}`,
+    the thread id a str or an int (LangGraph takes either), the others optional.
+    `optional`: None stands for every thread (`list`); `need_id`: the checkpoint id must
+    be there (pending writes belong to one checkpoint).
+    """
+    if config is None and optional:
+        return
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        raise InvalidArgument(
+            f"config must be a mapping with a 'configurable' mapping, not {described(config)}"
+        )
+    thread_id = configurable.get("thread_id")
+    if isinstance(thread_id, bool) or not isinstance(thread_id, str | int):
+        raise InvalidArgument(
+            f"config's thread_id must be a str or an int, not {described(thread_id)}"
+        )
+    for name in ("checkpoint_ns", "checkpoint_id"):
+        value = configurable.get(name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(f"config's {name} must be a str, not {described(value)}")
+    if need_id and not configurable.get("checkpoint_id"):
+        raise InvalidArgument("config names no checkpoint_id: pending writes belong to one")
 
 
 def thread_key(thread_id: str) -> str:

@@ -575,7 +575,9 @@ class LogSteps:
                 raise CheckpointNotFound(
                     f"version {last} does not exist (latest is {top})", object_name=log_id
                 )
-            sources = listing.sources(self._base(start), last) if start <= last else []
+            if start > last:  # nothing at or after `start` yet: the top says if it lives
+                return listing.sources(top, top)
+            sources = listing.sources(self._base(start), last)
             if last < top:
                 # The top is read too: it says where the current life starts.
                 sources += listing.sources(top, top)
@@ -591,6 +593,8 @@ class LogSteps:
                     raise CheckpointNotFound("the log was deleted", object_name=log_id)
                 base = newest.base
             last = listing.top if stop is None else stop
+            if last is not None and start > last:
+                return []
             entries = self._current(
                 log_id, [item for item in items if last is None or item.version <= last], base
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from stashpoint.errors import whole
 from stashpoint.logs.format import LogEntry
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.steps import Steps
@@ -109,6 +110,7 @@ class _LogApi:
 
 
 def _records(logs: LogSteps, log_id: str, start: int) -> Steps[list[Any]]:
+    whole(start, "start", object_name=log_id)
     entries = yield from logs.entries(log_id)
     out: list[Any] = []
     for entry in entries:

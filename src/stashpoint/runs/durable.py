@@ -186,10 +186,13 @@ class _DurableApi:
         self._opened = False
         self._finished = False
         self._waiting = False
-        self._order: list[str] = []
+        # Step names in the order the run first recorded them (a dict: ordered, O(1) tests),
+        # and those this invocation has asked for; replays check one against the other.
+        self._order: dict[str, int] = {}
+        self._positions: list[str] = []
         self._last: dict[str, _Outcome] = {}
         self._tries: dict[str, int] = {}
-        self._asked: list[str] = []
+        self._asked: set[str] = set()
         self._step_seconds: list[float] = []
         self._ran = False
 
@@ -221,8 +224,7 @@ class _DurableApi:
         self._waiting = state.status is RunStatus.WAITING
         for record in state.attempts:
             step = _step_of(record.node_id)
-            if step not in self._order:
-                self._order.append(step)
+            self._ordered(step)
             self._last[record.node_id] = _Outcome(
                 record.status, record.output, record.error, record.finished_at
             )
@@ -268,11 +270,33 @@ class _DurableApi:
         if name in self._asked:  # asking again for a step is retrying it, not a new one
             return
         position = len(self._asked)
-        self._asked.append(name)
-        if position < len(self._order) and self._order[position] != name:
+        self._asked.add(name)
+        if position < len(self._positions) and self._positions[position] != name:
             raise NondeterministicReplay(
-                self.run_id, position=position, recorded=self._order[position], asked=name
+                self.run_id, position=position, recorded=self._positions[position], asked=name
             )
+
+    def _recorded_wake(self, name: str, last: _Outcome) -> datetime:
+        """Return the wake time a completed wait recorded; a step's result is no wait."""
+        output = last.output
+        try:
+            wake = datetime.fromisoformat(str(output["wake_at"]))
+        except (TypeError, KeyError, ValueError):
+            wake = None
+        if wake is None or wake.tzinfo is None:
+            raise NondeterministicReplay(
+                self.run_id,
+                position=self._order.get(name, 0),
+                recorded=f"{name} (not a wait)",
+                asked=f"{name} (a wait)",
+            )
+        return wake
+
+    def _ordered(self, name: str) -> None:
+        """Note that step `name` is recorded, at the next position if it is new."""
+        if name not in self._order:
+            self._order[name] = len(self._positions)
+            self._positions.append(name)
 
     def _require_open(self, name: str) -> None:
         if self._finished:
@@ -302,8 +326,7 @@ class _DurableApi:
     def _record(self, name: str, args: tuple[Any, ...], fn: Any) -> Steps[tuple[bool, Any]]:
         """Run one try of a step: (True, result), or (False, error) when `fn` raised."""
         self._check_deadline()
-        if name not in self._order:
-            self._order.append(name)
+        self._ordered(name)
         attempt = self._tries.get(name, 0) + 1
         self._tries[name] = attempt
         attempt_id = yield from self._ops.record_attempt(
@@ -433,13 +456,12 @@ class _DurableApi:
             raise InvalidArgument(f"seconds must be a number >= 0, not {described(seconds)}")
         last = yield from self._replay(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
-            wake = datetime.fromisoformat(str(last.output["wake_at"]))
+            wake = self._recorded_wake(name, last)
         else:
             self._require_open(name)
             now = yield from self._now()
             wake = until if until is not None else now + timedelta(seconds=seconds or 0)
-            if name not in self._order:
-                self._order.append(name)
+            self._ordered(name)
             self._tries[name] = self._tries.get(name, 0) + 1
             attempt_id = yield from self._ops.record_attempt(
                 self.run_id, name, self._tries[name], {"wait_until": str(wake)}
@@ -469,7 +491,12 @@ class _DurableApi:
             raise InvalidArgument(
                 f"max_concurrency must be an int from 1 to 256, not {described(max_concurrency)}"
             )
-        values = list(items)
+        if not callable(fn):
+            raise InvalidArgument(f"fn must be callable, not {described(fn)}")
+        try:
+            values = list(items)
+        except TypeError:
+            raise InvalidArgument(f"items must be iterable, not {described(items)}") from None
         yield from self._open()
         self._position(name)
         results: list[Any] = [None] * len(values)
@@ -482,8 +509,7 @@ class _DurableApi:
                 todo.append(index)
         if todo:
             self._require_open(name)
-        if name not in self._order:
-            self._order.append(name)
+        self._ordered(name)
         for start in range(0, len(todo), max_concurrency):
             batch = todo[start : start + max_concurrency]
             self._check_deadline()
