@@ -65,9 +65,9 @@ def _forget_run(stash: stashpoint.Stash, run_id: str) -> None:
     from stashpoint.stores.layout import RUN_LOGS
 
     logs = stash._parts.logs(RUN_LOGS)
-    listing = run_sync(logs.listing(run_id, ordered=True), stash._execute)
+    listing = run_sync(logs.listing(run_id, ordered=True), stash.driver)
     for key in [*listing.entries.values(), *listing.segments.values()]:
-        stash._execute(DeleteObject(key))
+        stash.driver(DeleteObject(key))
 
 
 def test_a_collector_whose_clock_runs_ahead_keeps_a_blob_written_a_moment_ago(

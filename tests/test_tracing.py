@@ -117,7 +117,7 @@ def test_retries_and_read_backs_are_events(
     from stashpoint.stores.objects import PutObject, WriteOutcome, WriteResult
 
     with stashpoint.open(memory_url[0]) as stash:
-        real = stash._execute
+        real = stash.driver
         answers = iter([WriteOutcome.CONDITION_CONFLICT, WriteOutcome.AMBIGUOUS])
 
         def flaky(request: Any) -> Any:
@@ -128,7 +128,7 @@ def test_retries_and_read_backs_are_events(
                 real(request)  # it landed, but the answer was lost
             return WriteResult(outcome, None, detail="injected")
 
-        stash.checkpoints._execute = flaky
+        stash.checkpoints.driver = flaky
         stash.checkpoints.compare_and_swap(Envelope.initial("flaky", None, "k", 1, {}), None)
     [save] = _named(spans, "compare_and_swap")
     assert [e.name for e in save.events] == ["stashpoint.retry", "stashpoint.read_back"]

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold 
     from stashpoint.runs.store import AsyncRunStore, RunStore
 
 StoreT = TypeVar("StoreT", Store, AsyncStore)
+LogStoreT = TypeVar("LogStoreT", "LogStore", "AsyncLogStore")
 RunsT = TypeVar("RunsT", "RunStore", "AsyncRunStore")
 
 _shared_memory: dict[str, tuple[MemoryTransport, Any]] = {}
@@ -83,7 +84,28 @@ class Options:
     backend: dict[str, Any] = field(default_factory=dict)
     """Backend options (S3: `client_config`, `sse`, `kms_key_id`, `storage_class`,
     `endpoint_url`...; index: `index_endpoint_url`, `index_client_config`; `ttl_days`,
-    `blob_threshold`)."""
+    `blob_threshold`, `nested_prefix`)."""
+
+    def __post_init__(self) -> None:
+        """Validate every setting once: `open` and `Stash(url, Options(...))` agree."""
+        level = self.compression_level
+        if type(level) is not int or not -7 <= level <= 22:
+            raise ConfigurationError(
+                f"compression_level must be an int from -7 to 22, not {described(level)}"
+            )
+        if not isinstance(self.limits, Limits):
+            raise ConfigurationError("limits must be a stashpoint.Limits")
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigurationError("retry must be a stashpoint.RetryPolicy")
+        delete_after = self.log_delete_after
+        if not isinstance(delete_after, timedelta) or delete_after < timedelta(0):
+            raise ConfigurationError("log_delete_after must be a timedelta >= 0")
+        if not isinstance(self.clock, Clock):
+            raise ConfigurationError("clock must be a stashpoint.clock.Clock")
+        if not isinstance(self.vacate_sealed_entries, bool):
+            raise ConfigurationError("vacate_sealed_entries must be a bool")
+        if not isinstance(self.backend, dict):
+            raise ConfigurationError("backend must be a dict of backend options")
 
 
 Factory = Callable[[], Any]
@@ -315,10 +337,13 @@ class _Parts:
         return store_type(self.cas(RUNS), self.logs(RUN_LOGS), blobs, index, execute)
 
 
-class _StashApi(Generic[StoreT]):
+class _StashApi(Generic[StoreT, LogStoreT]):
     """What a stash is and does, defined once; see `Stash`."""
 
     _store_type: type[StoreT]
+
+    def _log_store(self, steps: LogSteps) -> LogStoreT:
+        raise NotImplementedError
 
     def __init__(self, url: str | None = None, options: Options | None = None) -> None:
         options = options or Options()
@@ -328,14 +353,40 @@ class _StashApi(Generic[StoreT]):
         """The URL this stash was opened with."""
         self._parts = parts
         self._transport = self._connect(parts.backend)
-        self._execute = self._transport.execute
-        self.checkpoints: StoreT = self._store_type(parts.cas(CHECKPOINTS), self._execute)
+        self.driver = self._transport.execute
+        """Runs this object's requests: what its operations' steps are driven with."""
+        self.checkpoints: StoreT = self._store_type(parts.cas(CHECKPOINTS), self.driver, parts.logs)
         """Checkpoint envelopes: load, compare_and_swap, update, delete, history, list_ids,
         describe."""
-        self.checkpoints._logs = parts.logs
 
     def _connect(self, backend: _Backend) -> Any:
         raise NotImplementedError
+
+    @property
+    def layout(self) -> Layout:
+        """Where this stash's objects live (its prefix and the namespace registry's keys)."""
+        return self._parts.backend.layout
+
+    @property
+    def codec(self) -> Codec:
+        """How this stash encodes and decodes documents, within its `Limits`."""
+        return self._parts.codec
+
+    def log_steps(self, namespace: str) -> LogSteps:
+        """Return the log steps of one log namespace, with this stash's settings.
+
+        For logic that composes the logs' steps with its own (the LangGraph saver);
+        `logs_in` gives the same logs as ready-to-call operations.
+        """
+        return self._parts.logs(_log_namespace(namespace))
+
+    def logs_in(self, namespace: str) -> LogStoreT:
+        """Return the logs of one log namespace of the layout (`agents`, `run-logs`, ...).
+
+        `logs` is the application's own namespace; the others hold what agents, runs,
+        conversations and LangGraph threads keep, for tools that inspect or repair them.
+        """
+        return self._log_store(self.log_steps(namespace))
 
     def intercept(self, hook: Hook) -> Interception:
         """Pass every request this stash sends through `hook` until it is removed.
@@ -385,10 +436,15 @@ class _StashApi(Generic[StoreT]):
         return f"{type(self).__name__}({shown(self.url)})"
 
 
-class Stash(Blocking, _StashApi[Store]):
+class Stash(Blocking, _StashApi[Store, "LogStore"]):
     """An open stash: checkpoints and runs, sharing one client. Close it (or use `with`)."""
 
     _store_type = Store
+
+    def _log_store(self, steps: LogSteps) -> LogStore:
+        from stashpoint.logs.store import LogStore
+
+        return LogStore(steps, self.driver)
 
     def _connect(self, backend: _Backend) -> Router:
         return Router(backend.objects(), backend.index, self._clock)
@@ -398,24 +454,14 @@ class Stash(Blocking, _StashApi[Store]):
         """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
         from stashpoint.runs.store import RunStore
 
-        return self._parts.runs(RunStore, self._execute)
+        return self._parts.runs(RunStore, self.driver)
 
     @functools.cached_property
     def logs(self) -> LogStore:
         """Append-only logs: append, head, entries, records, tail, seal, delete, list_ids."""
         from stashpoint.logs.store import LogStore
 
-        return LogStore(self._parts.logs(LOGS), self._execute)
-
-    def logs_in(self, namespace: str) -> LogStore:
-        """Return the logs of one log namespace of the layout (`agents`, `run-logs`, ...).
-
-        `logs` is the application's own namespace; the others hold what agents, runs,
-        conversations and LangGraph threads keep, for tools that inspect or repair them.
-        """
-        from stashpoint.logs.store import LogStore
-
-        return LogStore(self._parts.logs(_log_namespace(namespace)), self._execute)
+        return LogStore(self._parts.logs(LOGS), self.driver)
 
     def close(self) -> None:
         """Release clients and files."""
@@ -433,10 +479,15 @@ class Stash(Blocking, _StashApi[Store]):
         self.close()
 
 
-class AsyncStash(Awaiting, _StashApi[AsyncStore]):
+class AsyncStash(Awaiting, _StashApi[AsyncStore, "AsyncLogStore"]):
     """The asyncio twin of `Stash`; `async with` closes its clients."""
 
     _store_type = AsyncStore
+
+    def _log_store(self, steps: LogSteps) -> AsyncLogStore:
+        from stashpoint.logs.store import AsyncLogStore
+
+        return AsyncLogStore(steps, self.driver)
 
     def _connect(self, backend: _Backend) -> AsyncRouter:
         return AsyncRouter(backend.async_objects(), backend.async_index, self._clock)
@@ -446,20 +497,14 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore]):
         """Graph runs: create_run, record_attempt, ..., list_runs, reindex."""
         from stashpoint.runs.store import AsyncRunStore
 
-        return self._parts.runs(AsyncRunStore, self._execute)
+        return self._parts.runs(AsyncRunStore, self.driver)
 
     @functools.cached_property
     def logs(self) -> AsyncLogStore:
         """Append-only logs: append, head, entries, records, tail, seal, delete, list_ids."""
         from stashpoint.logs.store import AsyncLogStore
 
-        return AsyncLogStore(self._parts.logs(LOGS), self._execute)
-
-    def logs_in(self, namespace: str) -> AsyncLogStore:
-        """Return the logs of one log namespace of the layout; see `Stash.logs_in`."""
-        from stashpoint.logs.store import AsyncLogStore
-
-        return AsyncLogStore(self._parts.logs(_log_namespace(namespace)), self._execute)
+        return AsyncLogStore(self._parts.logs(LOGS), self.driver)
 
     async def close(self) -> None:
         """Release clients and files."""
@@ -529,20 +574,4 @@ def _options(options: dict[str, Any]) -> Options:
         "clock",
     )
     known = {k: options.pop(k) for k in names if k in options}
-    level = known.get("compression_level", 3)
-    if type(level) is not int or not -7 <= level <= 22:
-        raise ConfigurationError(
-            f"compression_level must be an int from -7 to 22, not {described(level)}"
-        )
-    if not isinstance(known.get("limits", DEFAULT_LIMITS), Limits):
-        raise ConfigurationError("limits must be a stashpoint.Limits")
-    if not isinstance(known.get("retry", DEFAULT_RETRY), RetryPolicy):
-        raise ConfigurationError("retry must be a stashpoint.RetryPolicy")
-    delete_after = known.get("log_delete_after", timedelta(0))
-    if not isinstance(delete_after, timedelta) or delete_after < timedelta(0):
-        raise ConfigurationError("log_delete_after must be a timedelta >= 0")
-    if not isinstance(known.get("clock", REAL), Clock):
-        raise ConfigurationError("clock must be a stashpoint.clock.Clock")
-    if not isinstance(known.get("vacate_sealed_entries", False), bool):
-        raise ConfigurationError("vacate_sealed_entries must be a bool")
     return Options(**known, backend=options)

@@ -14,7 +14,7 @@ class and the asyncio class both inherit that one definition and differ only in 
     class AsyncStore(Awaiting, _StoreApi): ...   # await store.load(id) -> Envelope
 
 `operation` is a descriptor: read through a `Blocking` instance it is a method that runs
-the steps with `run_sync` and the instance's `_execute`; through an `Awaiting` instance, a
+the steps with `run_sync` and the instance's `driver`; through an `Awaiting` instance, a
 coroutine method that runs them with `run_async`. Go-to-definition and `help()` land on
 the one definition; mypy sees `(checkpoint_id: str) -> Envelope` on one class and
 `(checkpoint_id: str) -> Coroutine[..., Envelope]` on the other. Since the pair shares
@@ -41,7 +41,7 @@ S = TypeVar("S")
 
 
 class Blocking:
-    """Base of every blocking twin: its operations run with `run_sync` and `_execute`."""
+    """Base of every blocking twin: its operations run with `run_sync` and `driver`."""
 
 
 class Awaiting:
@@ -98,7 +98,7 @@ class operation(Generic[S, P, T]):
     def __init__(self, steps: Callable[Concatenate[S, P], Steps[T]]) -> None:
         self.steps = steps
         """The operation's definition: returns the steps that do the work."""
-        self._blocking, self._awaiting = _drivers(steps, lambda owner, args: owner._execute)
+        self._blocking, self._awaiting = _drivers(steps, lambda owner, args: owner.driver)
         self.__doc__ = steps.__doc__
 
     @overload
@@ -127,13 +127,13 @@ class classoperation(Generic[P, T]):
     """Decorator: an alternative constructor whose first argument's driver runs its steps.
 
     The steps receive the class first (annotate it `cls: type[Any]`), then the arguments;
-    the first argument must be a twin (its `_execute` runs the requests).
+    the first argument must be a twin (its `driver` runs the requests).
     """
 
     def __init__(self, steps: Callable[Concatenate[type[Any], P], Steps[T]]) -> None:
         self.steps = steps
         """The constructor's definition: returns the steps that build the object."""
-        self._blocking, self._awaiting = _drivers(steps, lambda owner, args: args[0]._execute)
+        self._blocking, self._awaiting = _drivers(steps, lambda owner, args: args[0].driver)
         self.__doc__ = steps.__doc__
 
     @overload

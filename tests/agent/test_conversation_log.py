@@ -70,9 +70,9 @@ def test_a_whole_envelope_conversation_migrates_on_its_next_commit(stash: Any) -
     key = conversation_key("t", "old")
     old = [m.model_dump(mode="json") for m in _turn(0)]
     envelope = Envelope.initial(key, None, CONVERSATION_KIND, 1, {"messages": old})
-    cas = stash.checkpoints._cas
-    run_sync(cas.compare_and_swap(envelope, None), stash._execute)
-    run_sync(cas.compare_and_swap(envelope.next({"messages": old}), 0), stash._execute)
+    cas = stash.checkpoints.steps
+    run_sync(cas.compare_and_swap(envelope, None), stash.driver)
+    run_sync(cas.compare_and_swap(envelope.next({"messages": old}), 0), stash.driver)
     conversations = ConversationStore(stash.checkpoints)
     assert conversations.load("t", "old") == (2, _turn(0))
     with pytest.raises(CheckpointConflict):
@@ -113,7 +113,7 @@ def test_a_tampered_conversation_log_is_refused_naming_it(local_url: Any) -> Non
     with stashpoint.open(url) as stash:
         conversations = ConversationStore(stash.checkpoints)
         conversations.commit("t", "c", 0, _turn(0))
-        logs = LogStore(stash._parts.logs(CONVERSATIONS), stash._execute)
+        logs = LogStore(stash._parts.logs(CONVERSATIONS), stash.driver)
         key = conversation_key("t", "c")
         head = logs.head(key)
         forged = [{"role": "assistant", "content": "words nobody said"}]

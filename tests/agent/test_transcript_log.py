@@ -29,8 +29,8 @@ GOLDEN_LOG = Path(__file__).parents[2] / "moto_fixtures" / "golden" / "log"
 
 
 def _entries(stash: stashpoint.Stash, checkpoint_id: str) -> list[Any]:
-    storage = AgentStorage.of(stash.checkpoints._cas, stash.checkpoints._logs)
-    return stashpoint.LogStore(storage.logs, stash._execute).entries(checkpoint_id)
+    storage = AgentStorage.of(stash.checkpoints.steps, stash.checkpoints.log_steps)
+    return stashpoint.LogStore(storage.logs, stash.driver).entries(checkpoint_id)
 
 
 def _talk(number: int) -> TurnResult:

@@ -175,9 +175,9 @@ def test_gc_deletes_nothing_while_a_head_cannot_be_read(url: str) -> None:
         run_id = stash.runs.create_run("g")
         stash.runs.save_state_snapshot(run_id, {"v": "first" * 100})
         stash.runs.save_state_snapshot(run_id, {"v": "second" * 100})  # one orphan
-        key = stash.checkpoints._cas.key("from-the-future")
+        key = stash.checkpoints.steps.key("from-the-future")
         body = b'{"format": "stashpoint.envelope/9", "id": "from-the-future"}'
-        stash._transport.execute(PutObject(key, body, None))
+        stash.driver(PutObject(key, body, None))
     result = cli("gc", "--min-age-hours", "0", "--json", url=url, check=False)
     assert result.returncode == 1
     report = json.loads(result.stdout)

@@ -65,7 +65,7 @@ def test_export_is_private_atomic_and_never_truncates_on_no_match(tmp_path: Path
 def test_export_and_list_skip_and_report_an_unreadable_head(tmp_path: Path) -> None:
     url = _stash(tmp_path)
     with stashpoint.open(url) as stash:
-        stash._transport.execute(PutObject("checkpoints/broken", b"\x28\xb5\x2f\xfd junk", None))
+        stash.driver(PutObject("checkpoints/broken", b"\x28\xb5\x2f\xfd junk", None))
     listed = cli("list", "--json", url=url)
     body = json.loads(listed.stdout)
     assert [c["id"] for c in body["checkpoints"]] == ["job"]

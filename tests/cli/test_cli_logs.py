@@ -109,7 +109,7 @@ def test_gc_seals_what_an_interrupted_append_left_unsealed(tmp_path: Path) -> No
         for v in range(SEGMENT_SPAN + 3):
             head = stash.logs.append("unsealed", [v], after=head)
         # As if the process died between the append and its seal.
-        stash._transport.execute(DeleteObject(stash.logs._logs.keys.segment("unsealed", 0)))
+        stash.driver(DeleteObject(stash.logs.steps.keys.segment("unsealed", 0)))
     dry = json.loads(cli("gc", "--dry-run", "--json", url=url).stdout)
     assert dry["logs"] == 1 and dry["segments_sealed"] == 0
     done = json.loads(cli("gc", "--json", url=url).stdout)

@@ -106,8 +106,8 @@ def raw_put(backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
     with stashpoint.open(url, **options) as raw:
 
         def put(checkpoint_id: str, body: bytes) -> None:
-            key = raw.checkpoints._cas.key(checkpoint_id)
-            raw._transport.execute(PutObject(key, body, None))
+            key = raw.checkpoints.steps.key(checkpoint_id)
+            raw.driver(PutObject(key, body, None))
 
         yield put
 

@@ -129,14 +129,14 @@ def eager(
 
 
 def _keys(raw: Any, prefix: str) -> list[str]:
-    return list(raw._transport.execute(ListKeys(prefix)).keys)
+    return list(raw.driver(ListKeys(prefix)).keys)
 
 
 def _kinds(raw: Any, prefix: str) -> list[str]:
     """The type of every object under `prefix` (`entry`, `vacated`, `segment`), in order."""
     kinds = []
     for key in _keys(raw, prefix):
-        body = raw._transport.execute(GetObject(key)).body
+        body = raw.driver(GetObject(key)).body
         kinds.append(json.loads(raw._parts.codec.unwrap(body, name=key))["type"])
     return kinds
 
@@ -146,11 +146,11 @@ def test_sealed_entries_are_vacated_or_kept_and_reads_do_not_notice(eager: tuple
     log_id = f"clean-{stashpoint.new_id()}"
     versions = 2 * SEGMENT_SPAN + 1
     _fill(stash.logs, log_id, versions)  # the last append seals and vacates
-    keys = raw.logs._logs.keys
+    keys = raw.logs.steps.keys
     # Both segments exist; every sealed entry is a marker (its key stays occupied) or,
     # kept, whole; the entry no segment holds is whole.
     assert len(_keys(raw, keys.segments_prefix(log_id))) == 2
-    sealed = "vacated" if raw.logs._logs.vacate_sealed else "entry"
+    sealed = "vacated" if raw.logs.steps.vacate_sealed else "entry"
     assert _kinds(raw, keys.entries_prefix(log_id)) == [sealed] * (versions - 1) + ["entry"]
     assert stash.logs.records(log_id) == _expected_records(versions)
     assert stash.logs.tail(log_id, 3)[1] == _expected_records(versions)[-3:]
@@ -171,8 +171,8 @@ def test_a_zombie_append_into_a_vacated_range_is_a_conflict_not_a_phantom(
     with pytest.raises(CheckpointConflict):
         logs.append(log_id, ["phantom"], after=stale)
     assert logs.records(log_id) == ["first", *range(1, SEGMENT_SPAN + 1)]
-    sealed = "vacated" if raw.logs._logs.vacate_sealed else "entry"
-    assert _kinds(raw, raw.logs._logs.keys.entry(log_id, 1)) == [sealed]  # no phantom
+    sealed = "vacated" if raw.logs.steps.vacate_sealed else "entry"
+    assert _kinds(raw, raw.logs.steps.keys.entry(log_id, 1)) == [sealed]  # no phantom
 
 
 def test_delete_vacates_every_entry_and_a_late_writer_loses(stash: Any) -> None:

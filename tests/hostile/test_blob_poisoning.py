@@ -24,11 +24,11 @@ def test_a_squatted_blob_is_verified_and_replaced(url: tuple[str, dict[str, Any]
     with stashpoint.open(address, blob_threshold=1024, **options) as stash:
         from stashpoint.stores.objects import PutObject
 
-        key = stash.checkpoints._cas.layout.key(BLOBS, digest)
-        planted = stash.checkpoints._cas.codec.encode(
+        key = stash.checkpoints.steps.layout.key(BLOBS, digest)
+        planted = stash.checkpoints.steps.codec.encode(
             stashpoint.Envelope.initial(digest, None, "stashpoint.blob", 1, {"rows": [666]})
         )
-        stash._transport.execute(PutObject(key, planted, None))  # the attacker's write
+        stash.driver(PutObject(key, planted, None))  # the attacker's write
         run_id = stash.runs.create_run("g")
         attempt = stash.runs.record_attempt(run_id, "n", 1, value)
         state = stash.runs.load_run(run_id)

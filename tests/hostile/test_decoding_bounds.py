@@ -100,8 +100,8 @@ def test_an_oversize_stored_object_is_refused_from_its_size_unread(
 
     url, options = any_url
     with stashpoint.open(url, **options) as writer:
-        key = writer.checkpoints._cas.key("big")
-        writer._transport.execute(PutObject(key, b"{" + b" " * 50_000 + b"}", None))
+        key = writer.checkpoints.steps.key("big")
+        writer.driver(PutObject(key, b"{" + b" " * 50_000 + b"}", None))
     small = Limits(max_compressed_bytes=10_000)
     with (
         stashpoint.open(url, limits=small, **options) as reader,

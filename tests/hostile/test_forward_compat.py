@@ -16,8 +16,8 @@ GOLDEN = Path(__file__).resolve().parents[2] / "moto_fixtures" / "golden"
 
 
 def _plant(stash: stashpoint.Stash, namespace: str, object_id: str, name: str) -> None:
-    key = stash.checkpoints._cas.layout.key(namespace, object_id)
-    stash._transport.execute(PutObject(key, (GOLDEN / name).read_bytes(), None))
+    key = stash.checkpoints.steps.layout.key(namespace, object_id)
+    stash.driver(PutObject(key, (GOLDEN / name).read_bytes(), None))
 
 
 def test_unknown_fields_of_a_newer_minor_version_are_read_and_kept(tmp_path: Path) -> None:
@@ -52,10 +52,10 @@ def test_seed_004_enum_spellings_read_as_ours(tmp_path: Path) -> None:
         assert state.attempts[0].status is AttemptStatus.COMPLETED
         stash.runs.complete_run("run-seed")  # continued: migrated to a log, in our spelling
         assert stash.runs.load_run("run-seed").status is RunStatus.COMPLETED  # type: ignore[union-attr]
-        codec = stash.checkpoints._cas.codec
+        codec = stash.checkpoints.steps.codec
 
         def raw(key: str) -> Any:
-            return json.loads(codec.unwrap(stash._transport.execute(GetObject(key)).body))
+            return json.loads(codec.unwrap(stash.driver(GetObject(key)).body))
 
         entry = raw("run-logs/run-seed/" + "0" * 20)
         assert entry["state"]["status"] == "completed"

@@ -181,7 +181,7 @@ def test_reindex_goes_past_an_unreadable_run_and_reports_it(
             for n in range(3)
         ]
         key = stash.runs._logs.keys.entry(broken, 0)
-        stash._transport.execute(PutObject(key, b"\x28\xb5\x2f\xfd broken", None))
+        stash.driver(PutObject(key, b"\x28\xb5\x2f\xfd broken", None))
         # Drop the healthy runs' items, as if the index were new.
         from stashpoint.index.requests import DeleteItem
 

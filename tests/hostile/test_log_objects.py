@@ -31,11 +31,11 @@ def _log(stash: stashpoint.Stash, log_id: str, versions: int) -> None:
 
 def _put(stash: stashpoint.Stash, key: str, document: dict[str, Any] | bytes) -> None:
     body = document if isinstance(document, bytes) else json.dumps(document).encode()
-    stash._transport.execute(PutObject(key, zstandard.compress(body), None))
+    stash.driver(PutObject(key, zstandard.compress(body), None))
 
 
 def _document(stash: stashpoint.Stash, key: str) -> dict[str, Any]:
-    info = stash._transport.execute(GetObject(key))
+    info = stash.driver(GetObject(key))
     return json.loads(zstandard.decompress(info.body))  # type: ignore[no-any-return]
 
 
@@ -52,11 +52,11 @@ def _raises(stash: stashpoint.Stash, log_id: str, error: type[Exception], key: s
 
 def test_a_missing_entry_in_the_middle_is_named(stash: stashpoint.Stash) -> None:
     _log(stash, "holey", 5)
-    key = stash.logs._logs.keys.entry("holey", 2)
-    stash._transport.execute(DeleteObject(key))
+    key = stash.logs.steps.keys.entry("holey", 2)
+    stash.driver(DeleteObject(key))
     with pytest.raises(InvalidPayload, match="version 2") as info:
         stash.logs.records("holey")
-    above = stash.logs._logs.keys.entry("holey", 3)  # the object above the gap is named
+    above = stash.logs.steps.keys.entry("holey", 3)  # the object above the gap is named
     assert info.value.object_name == above and above in str(info.value)
     assert "stashpoint repair logs holey" in str(info.value)
     with pytest.raises(InvalidPayload):
@@ -67,7 +67,7 @@ def test_a_missing_entry_in_the_middle_is_named(stash: stashpoint.Stash) -> None
 
 def test_a_segment_whose_range_overlaps_the_format_is_named(stash: stashpoint.Stash) -> None:
     _log(stash, "overlap", 3)
-    keys = stash.logs._logs.keys
+    keys = stash.logs.steps.keys
     bad = f"{keys.segments_prefix('overlap')}{1:020d}-{SEGMENT_SPAN:020d}"
     _put(stash, bad, {"format": "stashpoint.log/1", "type": "segment", "log": "overlap"})
     _raises(stash, "overlap", InvalidPayload, bad)
@@ -76,7 +76,7 @@ def test_a_segment_whose_range_overlaps_the_format_is_named(stash: stashpoint.St
 def test_an_entry_from_another_log_is_named(stash: stashpoint.Stash) -> None:
     _log(stash, "mine", 3)
     _log(stash, "theirs", 3)
-    keys = stash.logs._logs.keys
+    keys = stash.logs.steps.keys
     target = keys.entry("mine", 2)
     _put(stash, target, _document(stash, keys.entry("theirs", 2)))
     _raises(stash, "mine", InvalidPayload, target)
@@ -84,7 +84,7 @@ def test_an_entry_from_another_log_is_named(stash: stashpoint.Stash) -> None:
 
 def test_a_future_format_is_named(stash: stashpoint.Stash) -> None:
     _log(stash, "future", 2)
-    key = stash.logs._logs.keys.entry("future", 1)
+    key = stash.logs.steps.keys.entry("future", 1)
     document = _document(stash, key)
     document["format"] = "stashpoint.log/9"
     _put(stash, key, document)
@@ -93,14 +93,14 @@ def test_a_future_format_is_named(stash: stashpoint.Stash) -> None:
 
 def test_an_entry_under_another_versions_key_is_named(stash: stashpoint.Stash) -> None:
     _log(stash, "moved", 3)
-    keys = stash.logs._logs.keys
+    keys = stash.logs.steps.keys
     _put(stash, keys.entry("moved", 2), _document(stash, keys.entry("moved", 1)))
     _raises(stash, "moved", InvalidPayload, keys.entry("moved", 2))
 
 
 def test_an_entry_whose_records_do_not_follow_is_refused(stash: stashpoint.Stash) -> None:
     _log(stash, "skips", 3)
-    keys = stash.logs._logs.keys
+    keys = stash.logs.steps.keys
     document = _document(stash, keys.entry("skips", 1))
     document["records"] = ["r1", "smuggled"]
     _put(stash, keys.entry("skips", 1), document)
@@ -112,11 +112,11 @@ def test_a_segment_with_a_short_or_renumbered_entry_list_is_named(
     stash: stashpoint.Stash,
 ) -> None:
     _log(stash, "sealed", SEGMENT_SPAN + 1)  # seals 0..63
-    keys = stash.logs._logs.keys
+    keys = stash.logs.steps.keys
     segment = keys.segment("sealed", 0)
     document = _document(stash, segment)
     for v in range(SEGMENT_SPAN):  # only the segment can answer now
-        stash._transport.execute(DeleteObject(keys.entry("sealed", v)))
+        stash.driver(DeleteObject(keys.entry("sealed", v)))
     shorter = {**document, "entries": document["entries"][:-1]}
     _put(stash, segment, shorter)
     with pytest.raises(InvalidPayload, match="must hold 64 entries") as info:
@@ -131,16 +131,16 @@ def test_a_segment_with_a_short_or_renumbered_entry_list_is_named(
 
 def test_a_zstd_bomb_entry_is_refused_before_it_inflates(stash: stashpoint.Stash) -> None:
     _log(stash, "bomb", 2)
-    key = stash.logs._logs.keys.entry("bomb", 1)
+    key = stash.logs.steps.keys.entry("bomb", 1)
     # 8 MiB from a few hundred bytes: far past the inflation ratio the limits allow.
     payload = b'{"format":"stashpoint.log/1","records":["' + b"A" * (8 << 20) + b'"]}'
-    stash._transport.execute(PutObject(key, zstandard.compress(payload), None))
+    stash.driver(PutObject(key, zstandard.compress(payload), None))
     _raises(stash, "bomb", LimitExceeded, key)
 
 
 def test_a_stray_object_among_entries_is_named(stash: stashpoint.Stash) -> None:
     _log(stash, "stray", 2)
-    stray = stash.logs._logs.keys.entries_prefix("stray") + "notes.txt"
+    stray = stash.logs.steps.keys.entries_prefix("stray") + "notes.txt"
     _put(stash, stray, b"{}")
     _raises(stash, "stray", InvalidPayload, stray)
 
@@ -153,7 +153,7 @@ def test_an_agent_log_with_a_broken_transcript_position_is_named(
 
     handle = AgentCheckpoint.existing("agent", stash.checkpoints)
     AgentRunner(handle).start(agent="a", model=ModelRef(provider="p", name="m"), transcript=[])
-    logs = AgentStorage.of(stash.checkpoints._cas).logs
+    logs = AgentStorage.of(stash.checkpoints.steps).logs
     key = logs.keys.entry("agent", 0)
     document = _document(stash, key)
     document["state"]["transcript_length"] = 5  # claims messages that are not there
@@ -169,7 +169,7 @@ def test_patches_are_stored_small_and_a_patch_without_a_base_is_refused(
     head = stash.logs.append("patched", [], after=None, state={"big": "x" * 300, "n": 0})
     for n in range(1, 18):
         head = stash.logs.append("patched", [n], after=head, state={"big": "x" * 300, "n": n})
-    keys = stash.logs._logs.keys
+    keys = stash.logs.steps.keys
     first = _document(stash, keys.entry("patched", 1))
     assert first["patch"] == {"n": 1} and "state" not in first  # only what changed
     assert "state" in _document(stash, keys.entry("patched", 16))  # a whole state every 16
@@ -187,7 +187,7 @@ def test_sealed_segments_are_compressed_harder_than_entries(stash: stashpoint.St
     head = None
     for v in range(SEGMENT_SPAN + 1):
         head = stash.logs.append("dense", [f"{v}: {text}"], after=head)
-    segment = stash._transport.execute(GetObject(stash.logs._logs.keys.segment("dense", 0)))
+    segment = stash.driver(GetObject(stash.logs.steps.keys.segment("dense", 0)))
     raw = zstandard.decompress(segment.body)
     # Written once and kept for years: zstd level 9 (entries use the stash's level, 3).
     at_nine = zstandard.ZstdCompressor(level=9, write_checksum=True, write_content_size=True)
@@ -213,7 +213,7 @@ def test_no_planted_segment_makes_a_seal_vacate_a_good_entry(
     preferred over the entries. Now the object is judged by its content and replaced."""
     url = memory_url[0]
     with stashpoint.open(url, vacate_sealed_entries=True) as stash:
-        keys = stash.logs._logs.keys
+        keys = stash.logs.steps.keys
         segment = keys.segment("victim", 0)
         if planted == "torn":
             body = b"\x28\xb5\x2f\xfd torn"
@@ -226,11 +226,9 @@ def test_no_planted_segment_makes_a_seal_vacate_a_good_entry(
                 head = None
                 for v in range(SEGMENT_SPAN + 1):
                     head = elsewhere.logs.append(other, [f"x{v}"], after=head, state={"x": v})
-                info = elsewhere._transport.execute(
-                    GetObject(elsewhere.logs._logs.keys.segment(other, 0))
-                )
+                info = elsewhere.driver(GetObject(elsewhere.logs.steps.keys.segment(other, 0)))
                 body = info.body
-        stash._transport.execute(PutObject(segment, body, None))  # before the seal
+        stash.driver(PutObject(segment, body, None))  # before the seal
         head = None
         for v in range(SEGMENT_SPAN + 1):
             head = stash.logs.append("victim", [f"r{v}"], after=head, state={"v": v})
@@ -252,11 +250,9 @@ def test_a_segment_of_another_copy_of_the_log_is_named_not_read(
         head = None
         for v in range(SEGMENT_SPAN + 1):
             head = elsewhere.logs.append("chained", [f"r{v}"], after=head, state={"v": v})
-        body = elsewhere._transport.execute(
-            GetObject(elsewhere.logs._logs.keys.segment("chained", 0))
-        ).body
+        body = elsewhere.driver(GetObject(elsewhere.logs.steps.keys.segment("chained", 0))).body
     with stashpoint.open(url) as stash:
-        segment = stash.logs._logs.keys.segment("chained", 0)
-        stash._transport.execute(PutObject(segment, body, None))
+        segment = stash.logs.steps.keys.segment("chained", 0)
+        stash.driver(PutObject(segment, body, None))
         with pytest.raises(InvalidPayload, match="not one log"):
             stash.logs.records("chained")

@@ -55,6 +55,16 @@ CASES: dict[str, tuple[Callable[[], Any], ErrorKind]] = {
         lambda: stashpoint.open("memory://", compression_level=99),
         ErrorKind.CONFIGURATION,
     ),
+    # Issue 24 #9: the other way to build a stash validated nothing, and the first save
+    # raised zstandard's raw ValueError.
+    "Stash(url, Options(compression_level=99))": (
+        lambda: stashpoint.Stash("memory://", stashpoint.Options(compression_level=99)),
+        ErrorKind.CONFIGURATION,
+    ),
+    "Options(limits=dict)": (
+        lambda: stashpoint.Options(limits={}),  # type: ignore[arg-type]
+        ErrorKind.CONFIGURATION,
+    ),
     "addressing_style=bogus": (
         lambda: stashpoint.open("s3://b/p", addressing_style="bogus"),
         ErrorKind.CONFIGURATION,

@@ -66,10 +66,10 @@ def test_plain_values_are_readable_json_and_messages_are_stored_once(stash: Any)
         saver, "readable", {"log": ["x", "y", "z"]}, parent=config["configurable"]["checkpoint_id"]
     )
     entries = stash._parts.logs("langgraph").keys.entries_prefix("readable")
-    page = stash._execute(ListKeys(entries))
+    page = stash.driver(ListKeys(entries))
     documents = []
     for key in page.keys:
-        body = stash._execute(GetObject(key)).body
+        body = stash.driver(GetObject(key)).body
         codec = stash._parts.codec
         raw = codec.unwrap(body, name=key)
         documents.append(
@@ -99,8 +99,8 @@ def test_values_go_only_through_the_serializer(stash: Any) -> None:
     saver = StashpointSaver(stash, serde=EncryptedSerializer(_XorCipher()))
     _put(saver, "secret", {"token": "hunter2-secret-value"})
     prefix = stash._parts.logs("langgraph").keys.entries_prefix("secret")
-    for key in stash._execute(ListKeys(prefix)).keys:
-        raw = stash._parts.codec.unwrap(stash._execute(GetObject(key)).body, name=key)
+    for key in stash.driver(ListKeys(prefix)).keys:
+        raw = stash._parts.codec.unwrap(stash.driver(GetObject(key)).body, name=key)
         assert b"hunter2" not in raw
     found = saver.get_tuple({"configurable": {"thread_id": "secret", "checkpoint_ns": ""}})
     assert found.checkpoint["channel_values"] == {"token": "hunter2-secret-value"}
@@ -165,9 +165,9 @@ def test_hostile_thread_records_raise_typed_errors(stash: Any, record: Any, matc
     logs.full_state_every = 1
     from stashpoint.steps import run_sync
 
-    current = run_sync(logs.head("hostile"), stash._execute)
+    current = run_sync(logs.head("hostile"), stash.driver)
     state = {**current.state, "ns": {}}  # make readers fold the whole thread
-    run_sync(logs.append("hostile", [record], after=current, state=state), stash._execute)
+    run_sync(logs.append("hostile", [record], after=current, state=state), stash.driver)
     with pytest.raises(InvalidPayload, match=match) as raised:
         saver.get_tuple(config)
     assert raised.value.object_name == "hostile"
@@ -177,11 +177,11 @@ def test_a_missing_large_value_object_is_named(stash: Any) -> None:
     saver = StashpointSaver(stash)
     config = _put(saver, "large", {"blob": "z" * 300_000 + uuid.uuid4().hex})
     prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
-    keys = stash._execute(ListKeys(prefix)).keys
+    keys = stash.driver(ListKeys(prefix)).keys
     assert len(keys) == 1
     from stashpoint.stores.objects import DeleteObject
 
-    stash._execute(DeleteObject(keys[0]))
+    stash.driver(DeleteObject(keys[0]))
     with pytest.raises(InvalidPayload, match="large value") as raised:
         saver.get_tuple(config)
     assert raised.value.object_name == keys[0]
@@ -241,8 +241,8 @@ def test_delta_channel_history_matches_in_memory_saver(stash: Any) -> None:
         assert got == want
     # One read of the thread however long the chain: one listing.
     requests: list[str] = []
-    real = stash._execute
-    stash._execute = lambda r: (requests.append(type(r).__name__), real(r))[1]
+    real = stash.driver
+    stash.driver = lambda r: (requests.append(type(r).__name__), real(r))[1]
     ours.get_delta_channel_history(config=configs["ours"][-1], channels=["log"])
     assert requests.count("ListKeys") == 2
 
@@ -280,7 +280,7 @@ def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> N
     saver = StashpointSaver(stash)
     _grown(saver, 80, thread_id="grow", word="message")
     prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
-    snapshots = stash._execute(ListKeys(prefix)).keys
+    snapshots = stash.driver(ListKeys(prefix)).keys
     assert len(snapshots) == 1  # each new snapshot replaced the one before
     latest = {"configurable": {"thread_id": "grow", "checkpoint_ns": ""}}
     expected = [f"message {i}" for i in range(80)]
@@ -288,7 +288,7 @@ def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> N
     # A reader whose snapshot was replaced under it reads the whole chain instead.
     from stashpoint.stores.objects import DeleteObject
 
-    stash._execute(DeleteObject(snapshots[0]))
+    stash.driver(DeleteObject(snapshots[0]))
     assert saver.get_tuple(latest).checkpoint["channel_values"]["messages"] == expected
     past = list(saver.list({"configurable": {"thread_id": "grow"}}))
     assert [len(t.checkpoint["channel_values"]["messages"]) for t in past] == list(range(80, 0, -1))
@@ -302,8 +302,8 @@ def test_langchain_messages_are_stored_as_readable_json(stash: Any) -> None:
                 AIMessage(content="found it", id="a1", tool_calls=[])]  # fmt: skip
     config = _put(saver, "chat", {"messages": messages, "blob": {"raw": b"\x00\x01"}})
     prefix = stash._parts.logs("langgraph").keys.entries_prefix("chat")
-    key = stash._execute(ListKeys(prefix)).keys[0]
-    raw = stash._parts.codec.unwrap(stash._execute(GetObject(key)).body, name=key)
+    key = stash.driver(ListKeys(prefix)).keys[0]
+    raw = stash._parts.codec.unwrap(stash.driver(GetObject(key)).body, name=key)
     assert b'"content":"find the needle"' in raw  # readable with zstd -d | jq, not base64
     values = saver.get_tuple(config).checkpoint["channel_values"]
     assert values["messages"] == messages and values["blob"] == {"raw": b"\x00\x01"}
@@ -332,7 +332,7 @@ def test_a_snapshot_that_is_not_what_its_name_says_is_refused(stash: Any, swap: 
     saver = StashpointSaver(stash)
     _grown(saver, 40)  # one snapshot (after 32 extensions)
     prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
-    [key] = stash._execute(ListKeys(prefix)).keys
+    [key] = stash.driver(ListKeys(prefix)).keys
     codec = stash._parts.codec
     from stashpoint.steps import run_sync
     from stashpoint.stores.objects import PutObject
@@ -342,8 +342,8 @@ def test_a_snapshot_that_is_not_what_its_name_says_is_refused(stash: Any, swap: 
     else:  # a well-formed snapshot of another list
         document = {"format": "stashpoint.langgraph-list/1",
                     "items": [{"type": "msgpack", "msgpack": "forged"}]}  # fmt: skip
-        body = run_sync(codec.document_encoding(document, name="x"), stash._execute)
-    stash._execute(PutObject(key, body, None))
+        body = run_sync(codec.document_encoding(document, name="x"), stash.driver)
+    stash.driver(PutObject(key, body, None))
     latest = {"configurable": {"thread_id": "hostile-values", "checkpoint_ns": ""}}
     with pytest.raises(InvalidPayload, match="does not hold what its name says") as raised:
         saver.get_tuple(latest)
@@ -354,10 +354,10 @@ def test_a_large_value_object_holding_another_value_is_refused(stash: Any) -> No
     saver = StashpointSaver(stash)
     config = _put(saver, "swapped", {"a": "A" * 300_000, "b": "B" * 300_000})
     prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
-    first, second = stash._execute(ListKeys(prefix)).keys
+    first, second = stash.driver(ListKeys(prefix)).keys
     from stashpoint.stores.objects import PutObject
 
-    stash._execute(PutObject(first, stash._execute(GetObject(second)).body, None))
+    stash.driver(PutObject(first, stash.driver(GetObject(second)).body, None))
     with pytest.raises(InvalidPayload, match="does not hold the value its name says") as raised:
         saver.get_tuple(config)
     assert raised.value.object_name == first

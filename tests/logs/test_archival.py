@@ -37,7 +37,7 @@ def test_an_archived_segment_names_the_restore_and_reads_once_restored(
         head = None
         for v in range(SEGMENT_SPAN + 2):
             head = stash.logs.append("kept", [v], after=head, state={"v": v})
-        segment = stash.logs._logs.keys.segment("kept", 0)
+        segment = stash.logs.steps.keys.segment("kept", 0)
         _archive(url, segment)
         with pytest.raises(ArchivedObject, match="stashpoint restore kept") as info:
             stash.logs.records("kept")
@@ -97,10 +97,10 @@ def test_lifecycle_rules_are_read_from_s3_and_absent_locally(
         }]},
     )  # fmt: skip
     with stashpoint.open(url, **options) as stash:
-        [rule] = stash._transport.execute(GetLifecycle())
+        [rule] = stash.driver(GetLifecycle())
     assert (rule.prefix, rule.transitions, rule.enabled) == ("p/sealed/", ((90, "GLACIER"),), True)
     with stashpoint.open(f"local://{tmp_path}") as local:
-        assert local._transport.execute(GetLifecycle()) is None
+        assert local.driver(GetLifecycle()) is None
 
 
 def test_restore_command_reports_what_it_found(tmp_path: Path) -> None:

@@ -28,8 +28,8 @@ def stash(request: pytest.FixtureRequest) -> Iterator[stashpoint.Stash]:
 
 def _copy(stash: stashpoint.Stash, source: str, target: str) -> bytes:
     """Plant a genuine-looking object (another version's bytes) under `target`."""
-    body = stash._transport.execute(GetObject(source)).body
-    stash._transport.execute(PutObject(target, body, None))
+    body = stash.driver(GetObject(source)).body
+    stash.driver(PutObject(target, body, None))
     return body  # type: ignore[no-any-return]
 
 
@@ -59,8 +59,8 @@ def test_a_planted_future_entry_is_named_and_repaired(stash: stashpoint.Stash) -
     assert report.gap == 11 and report.above == (planted,) and report.kept == ()
     (moved,) = report.moved
     assert moved.startswith(f"quarantine/{planted}.")
-    assert stash._transport.execute(GetObject(moved)).body == body  # kept, byte for byte
-    assert stash._transport.execute(GetObject(planted)) is None
+    assert stash.driver(GetObject(moved)).body == body  # kept, byte for byte
+    assert stash.driver(GetObject(planted)) is None
 
     # Every acknowledged entry is there, and writers go on from below the gap.
     assert stash.logs.records("job") == [f"r{v}" for v in range(11)]
@@ -114,7 +114,7 @@ def test_repair_leaves_an_object_rewritten_while_it_is_moved(stash: stashpoint.S
     with stash.intercept(rewrite_before_delete):
         report = stash.repair_log("logs", "job", dry_run=False)
     assert report.kept == (planted,) and report.moved == ()
-    assert stash._transport.execute(GetObject(planted)) is not None
+    assert stash.driver(GetObject(planted)) is not None
 
 
 def test_repair_never_moves_a_log_without_a_gap(stash: stashpoint.Stash) -> None:

@@ -6,6 +6,7 @@ time left is not started."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -226,3 +227,24 @@ def test_bad_wait_arguments_are_invalid(memory_url: Any) -> None:
                 run.wait("w", **kwargs)
         with pytest.raises(stashpoint.InvalidArgument):
             stash.runs.suspend_run("bad-wait", until=datetime(2030, 1, 1))  # type: ignore[arg-type]
+
+
+def test_a_swallowed_suspension_stops_the_handle_loudly(memory_url: Any) -> None:
+    """Issue 24 #9: `except StashpointError` around a wait swallowed `RunSuspended`, and the
+    handler ran the next steps and completed a run that was to wait an hour."""
+    url, _ = memory_url
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("swallowed")
+        with contextlib.suppress(stashpoint.StashpointError):  # the mistake: a broad handler
+            run.wait("an-hour", seconds=3600)
+        ran: list[int] = []
+        with pytest.raises(RunSuspended):
+            run.step("next", lambda: ran.append(1))
+        with pytest.raises(RunSuspended):
+            run.complete()
+        assert ran == []
+        state = stash.runs.load_run("swallowed")
+        assert state is not None and state.status is RunStatus.WAITING
+        # The next invocation (a new handle) is the way on, and it waits too.
+        with pytest.raises(RunSuspended):
+            stash.runs.durable("swallowed").wait("an-hour", seconds=3600)

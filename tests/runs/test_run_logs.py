@@ -123,7 +123,7 @@ def _legacy_run(stash: stashpoint.Stash, run_id: str, namespace: str) -> RunStat
         run_id, run_id, RUN_KIND, RUN_SCHEMA_VERSION, state.model_dump(mode="json")
     )
     for _ in range(3):
-        run_sync(cas.compare_and_swap(envelope, envelope.revision - 1 if envelope.revision else None), stash._execute)  # fmt: skip
+        run_sync(cas.compare_and_swap(envelope, envelope.revision - 1 if envelope.revision else None), stash.driver)  # fmt: skip
         envelope = envelope.next(envelope.payload)
     return state
 
@@ -237,7 +237,7 @@ def test_hostile_run_logs_give_typed_errors_naming_the_log(
     records, head, kind, error, words = HOSTILE[case]
     url, _ = local_url
     with stashpoint.open(url) as stash:
-        logs = LogStore(stash._parts.logs(RUN_LOGS), stash._execute)
+        logs = LogStore(stash._parts.logs(RUN_LOGS), stash.driver)
         logs.append("r", records, after=None, state=head, kind=kind)
         reads = [lambda: stash.runs.load_run("r"), lambda: stash.runs.summarize_run("r")]
         if case in HEAD_LEVEL:

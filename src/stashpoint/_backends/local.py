@@ -88,6 +88,14 @@ _ABANDONED_AFTER_SECONDS = 3600
 """A temp file this old belongs to a writer that died (a write takes milliseconds)."""
 
 
+class _AfterCommit(Exception):
+    """An error after the new version was in place: stored, of unclear durability."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class _NotStored(Exception):
     """A write failed before its commit point: certainly nothing was stored."""
 
@@ -400,8 +408,10 @@ class LocalTransport:
                 result = self._put_under_lock(request, head, lock_fd)
                 committed = True
                 return result
+        except _AfterCommit as late:
+            raise late.error from None  # stored: the caller judges it as unclear
         except OSError as exc:
-            if not committed and not getattr(exc, "_after_commit", False):
+            if not committed:
                 raise _NotStored(exc) from exc
             raise
 
@@ -450,9 +460,8 @@ class LocalTransport:
             os.replace(versions / _PENDING, versions / version)
             if self.fsync:
                 _fsync_dir(versions)
-        except OSError as exc:
-            exc._after_commit = True  # type: ignore[attr-defined]  # stored; unclear durability
-            raise
+        except OSError as exc:  # stored; its durability is unclear
+            raise _AfterCommit(exc) from exc
         return WriteResult(WriteOutcome.STORED, etag=etag)
 
     def _temp_copy(self, tmp_dir: Path, body: bytes) -> Path:

@@ -29,8 +29,10 @@ class _CheckpointApi(Generic[StoreT]):
         self._id = validate_id(checkpoint_id)
         self.store: StoreT = store
         """The store holding the checkpoint."""
-        self._storage = logic.AgentStorage.of(store._cas, store._logs)
-        self._execute = store._execute
+        self.storage = logic.AgentStorage.of(store.steps, store.log_steps)
+        """The agent storage steps behind this handle (what runners compose)."""
+        self.driver = store.driver
+        """Runs this object's requests: what its operations' steps are driven with."""
 
     @classmethod
     def new(cls, store: StoreT) -> Self:
@@ -54,7 +56,7 @@ class _CheckpointApi(Generic[StoreT]):
         A listing and two rounds of parallel GETs, however long the transcript. With
         `revision`, the state saved at that revision: the checkpoint's log is its history.
         """
-        return logic.load(self._storage, self._id, revision)
+        return logic.load(self.storage, self._id, revision)
 
     @operation
     def load_tail(self, count: int) -> Steps[logic.AgentTail]:
@@ -63,7 +65,7 @@ class _CheckpointApi(Generic[StoreT]):
         Reads only the newest objects of the log (a Lambda resuming a long conversation
         with a summary needs no more); `AgentTail.earlier` says how many were left out.
         """
-        return logic.load_tail(self._storage, self._id, count)
+        return logic.load_tail(self.storage, self._id, count)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._id!r})"
@@ -87,15 +89,17 @@ class _CursorApi(Generic[HandleT, CursorT]):
     def __init__(self, handle: HandleT, saved: logic.Saved) -> None:
         self.handle: HandleT = handle
         """The checkpoint this cursor saves to."""
-        self._saved = saved
-        self._execute = handle._execute
+        self.saved = saved
+        """The save last made or loaded (what the next save extends)."""
+        self.driver = handle.driver
+        """Runs this object's requests: what its operations' steps are driven with."""
 
     @classoperation
     def create(
         cls: type[Any], handle: HandleT, state: AgentCheckpointState, run_id: str | None = None
     ) -> Steps[CursorT]:
         """Save the first state (create-only: fails if the id exists)."""
-        saved = yield from logic.create(handle._storage, handle.id, state, run_id)
+        saved = yield from logic.create(handle.storage, handle.id, state, run_id)
         return cls(handle, saved)  # type: ignore[no-any-return]
 
     @classmethod
@@ -106,17 +110,17 @@ class _CursorApi(Generic[HandleT, CursorT]):
     @property
     def envelope(self) -> Envelope:
         """The save last made or loaded, as an envelope (the whole state as payload)."""
-        return self._saved.envelope()
+        return self.saved.envelope()
 
     @property
     def revision(self) -> int:
         """Revision (log version) of the save last made or loaded."""
-        return self._saved.revision
+        return self.saved.revision
 
     @property
     def id(self) -> str:
         """The checkpoint identity."""
-        return self._saved.checkpoint_id
+        return self.saved.checkpoint_id
 
     def next(self, state: AgentCheckpointState) -> Envelope:
         """Return the envelope that would save `state` next."""
@@ -128,7 +132,7 @@ class _CursorApi(Generic[HandleT, CursorT]):
 
         Sends only the messages added since the last save (and the small state).
         """
-        self._saved = yield from logic.save_saved(self.handle._storage, self._saved, state)
+        self.saved = yield from logic.save_saved(self.handle.storage, self.saved, state)
 
 
 class CheckpointCursor(Blocking, _CursorApi[AgentCheckpoint, "CheckpointCursor"]):

@@ -31,8 +31,9 @@ class _ConversationApi(Generic[StoreT]):
     def __init__(self, store: StoreT) -> None:
         self.store: StoreT = store
         """The checkpoint store holding conversations."""
-        self._storage = logic.AgentStorage.of(store._cas, store._logs)
-        self._execute = store._execute
+        self._storage = logic.AgentStorage.of(store.steps, store.log_steps)
+        self.driver = store.driver
+        """Runs this object's requests: what its operations' steps are driven with."""
 
     @operation
     def load(self, namespace: str, conversation_id: str) -> Steps[tuple[int, list[Message]]]:

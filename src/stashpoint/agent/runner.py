@@ -91,7 +91,8 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         """The run store (`stash.runs`, same stash) that records each turn as an attempt
         of the checkpoint's run (`run_id=`); None: turns are not recorded in a run."""
         self._attempts = None if runs is None else runs.owner_view()
-        self._execute = checkpoint._execute
+        self.driver = checkpoint.driver
+        """Runs this object's requests: what its operations' steps are driven with."""
 
     def _turn_steps(self) -> logic.TurnSteps | None:
         """Return the run store's operations a turn needs, as steps (None: no run store)."""
@@ -122,7 +123,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
     ) -> Steps[tuple[CursorT, AgentCheckpointState]]:
         """Create the checkpoint with a ready state (create-only)."""
         saved, state = yield from logic.start(
-            self.checkpoint._storage, self.checkpoint.id, agent=agent, model=model,
+            self.checkpoint.storage, self.checkpoint.id, agent=agent, model=model,
             transcript=transcript, execution_id=execution_id, run_id=run_id, durable=durable,
         )  # fmt: skip
         return self._cursor(self.checkpoint, saved), state
@@ -133,7 +134,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
     ) -> Steps[tuple[CursorT, AgentCheckpointState]]:
         """Load the checkpoint and apply the resume policy; check identity if given."""
         saved, state = yield from logic.resume(
-            self.checkpoint._storage, self.checkpoint.id, self.policy, agent, model
+            self.checkpoint.storage, self.checkpoint.id, self.policy, agent, model
         )
         return self._cursor(self.checkpoint, saved), state
 
@@ -145,8 +146,8 @@ class _RunnerApi(Generic[HandleT, CursorT]):
 
         The asyncio runner awaits a coroutine turn; the blocking runner takes plain functions.
         """
-        cursor._saved, state = yield from logic.run_turn(
-            self.checkpoint._storage, cursor._saved, state, self.commit_conversations, turn,
+        cursor.saved, state = yield from logic.run_turn(
+            self.checkpoint.storage, cursor.saved, state, self.commit_conversations, turn,
             steps=self._turn_steps(),
         )  # fmt: skip
         return state
@@ -169,7 +170,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         checkpoint belongs to run `run_id` (its turns are recorded there, see `runs`).
         """
         outcome = yield from logic.run(
-            self.checkpoint._storage, self.checkpoint.id, turn, policy=self.policy,
+            self.checkpoint.storage, self.checkpoint.id, turn, policy=self.policy,
             commit_conversations=self.commit_conversations, agent=agent, model=model,
             transcript=transcript or [], max_turns=max_turns, durable=durable,
             run_id=run_id, steps=self._turn_steps(),
@@ -199,7 +200,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         loop). `Deadline.of_lambda(context)` reads a Lambda context.
         """
         return logic.run(
-            self.checkpoint._storage, self.checkpoint.id, turn, policy=self.policy,
+            self.checkpoint.storage, self.checkpoint.id, turn, policy=self.policy,
             commit_conversations=self.commit_conversations, agent=agent, model=model,
             transcript=transcript or [], max_turns=max_turns, durable=durable,
             deadline=deadline, run_id=run_id, steps=self._turn_steps(),
@@ -214,7 +215,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
         `abandoned_turns`). Returns whether a turn was in flight, and the state now. The
         command line: `stashpoint agent resolve ID --retry-turn | --abandon-turn`.
         """
-        return logic.resolve(self.checkpoint._storage, self.checkpoint.id, retry=retry)
+        return logic.resolve(self.checkpoint.storage, self.checkpoint.id, retry=retry)
 
 
 class AgentRunner(Blocking, _RunnerApi[AgentCheckpoint, CheckpointCursor]):

@@ -144,7 +144,7 @@ def _conversation_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs durable conversations live in (namespace `conversations`)."""
     from stashpoint.stores.layout import CONVERSATIONS
 
-    return stashpoint.LogStore(stash._parts.logs(CONVERSATIONS), stash._execute)
+    return stash.logs_in(CONVERSATIONS)
 
 
 def _run_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
@@ -156,8 +156,9 @@ def _run_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
 
 def _thread_logs(stash: stashpoint.Stash) -> stashpoint.LogStore:
     """Return the logs LangGraph threads live in (namespace `langgraph`)."""
-    steps = stash._parts.logs("langgraph")
-    return stashpoint.LogStore(steps, stash._execute)
+    from stashpoint.stores.layout import LANGGRAPH
+
+    return stash.logs_in(LANGGRAPH)
 
 
 def _has_log(logs: stashpoint.LogStore, log_id: str) -> bool:

@@ -96,9 +96,7 @@ def _serde(serde: SerializerProtocol | None, allowed: AllowedModules) -> Seriali
 
 
 def _steps_of(stash: Stash | AsyncStash) -> SaverSteps:
-    parts = stash._parts
-    logs = parts.logs(LANGGRAPH)
-    return SaverSteps(logs, parts.backend.layout, parts.codec)
+    return SaverSteps(stash.log_steps(LANGGRAPH), stash.layout, stash.codec)
 
 
 def _tuple(parts: TupleParts | None) -> CheckpointTuple | None:
@@ -169,7 +167,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         return _next_version(current)
 
     def _run(self, steps: Steps[T]) -> T:
-        return run_sync(steps, self.stash._execute)
+        return run_sync(steps, self.stash.driver)
 
     def _writing(self, config: RunnableConfig) -> _Lock:
         """Return the lock that orders this saver's appends to one thread.
@@ -371,7 +369,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
     async def _arun(self, steps: Steps[T]) -> T:
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
-        return await run_async(steps, self.stash._execute)
+        return await run_async(steps, self.stash.driver)
 
     def _blocking(self, work: Callable[[], Any]) -> Any:
         """Run the coroutine `work()` makes on the saver's loop, from another thread."""

@@ -21,8 +21,10 @@ class _LogApi:
     """The log operations, each returning its steps."""
 
     def __init__(self, steps: LogSteps, execute: Callable[[Any], Any]) -> None:
-        self._logs = steps
-        self._execute = execute
+        self.steps = steps
+        """The log steps behind these operations (what other logic composes)."""
+        self.driver = execute
+        """Runs this object's requests: what its operations' steps are driven with."""
 
     @operation
     def append(
@@ -42,14 +44,14 @@ class _LogApi:
         winner's version. Sends only the new records and the state (one PUT). Returns the
         new head, to append after next.
         """
-        return self._logs.append(
+        return self.steps.append(
             log_id, records, after=after, state=state, kind=kind, schema_version=schema_version
         )
 
     @operation
     def head(self, log_id: str) -> Steps[LogHead]:
         """Return the latest version of a log; `CheckpointNotFound` if it has none."""
-        return self._logs.head(log_id)
+        return self.steps.head(log_id)
 
     @operation
     def entries(
@@ -59,17 +61,17 @@ class _LogApi:
 
         Any earlier version, with its state, reads like the latest: a log is its own history.
         """
-        return self._logs.entries(log_id, start, stop)
+        return self.steps.entries(log_id, start, stop)
 
     @operation
     def records(self, log_id: str, start: int = 0) -> Steps[list[Any]]:
         """Return every record from position `start` on, in order."""
-        return _records(self._logs, log_id, start)
+        return _records(self.steps, log_id, start)
 
     @operation
     def tail(self, log_id: str, count: int) -> Steps[tuple[LogHead, list[Any]]]:
         """Return the head and the last `count` records, reading only the newest objects."""
-        return _tail(self._logs, log_id, count)
+        return _tail(self.steps, log_id, count)
 
     @operation
     def seal(self, log_id: str) -> Steps[int]:
@@ -77,7 +79,7 @@ class _LogApi:
 
         Appends seal on their own; this is for maintenance (`stashpoint gc`).
         """
-        return self._logs.seal(log_id)
+        return self.steps.seal(log_id)
 
     @operation
     def restore(self, log_id: str, days: int = 7, tier: str = "Standard") -> Steps[RestoreReport]:
@@ -86,12 +88,12 @@ class _LogApi:
         `tier`: `Expedited`, `Standard` or `Bulk` (S3 Glacier retrieval tiers). Reading an
         archived segment raises `ArchivedObject` until its restore is done.
         """
-        return self._logs.restore(log_id, days, tier)
+        return self.steps.restore(log_id, days, tier)
 
     @operation
     def delete(self, log_id: str) -> Steps[int]:
         """Delete every object of a log; return how many."""
-        return self._logs.delete(log_id)
+        return self.steps.delete(log_id)
 
     @operation
     def list_page(
@@ -101,12 +103,12 @@ class _LogApi:
 
         Ids ascend; the returned cursor names the next page (None at the end).
         """
-        return self._logs.list_page(prefix, limit, cursor)
+        return self.steps.list_page(prefix, limit, cursor)
 
     @operation
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of the logs whose id starts with `prefix`, ascending."""
-        return self._logs.list_ids(prefix)
+        return self.steps.list_ids(prefix)
 
 
 def _records(logs: LogSteps, log_id: str, start: int) -> Steps[list[Any]]:

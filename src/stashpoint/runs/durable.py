@@ -182,7 +182,8 @@ class _DurableApi:
         """On finding a step running under another worker's live lease: wait for the lease
         to run out (True), or raise `RunClaimed` (False)."""
         self._ops = ops
-        self._execute = execute
+        self.driver = execute
+        """Runs this object's requests: what its operations' steps are driven with."""
         self._opened = False
         self._finished = False
         self._waiting = False
@@ -193,6 +194,7 @@ class _DurableApi:
         self._last: dict[str, _Outcome] = {}
         self._tries: dict[str, int] = {}
         self._asked: set[str] = set()
+        self._stopped: RunSuspended | RunClaimed | None = None
         self._step_seconds: list[float] = []
         self._ran = False
 
@@ -207,7 +209,13 @@ class _DurableApi:
         return f"{self.run_id}:{name}"
 
     def _open(self) -> Steps[None]:
-        """Create the run, or take it over; learn the steps it recorded (once)."""
+        """Create the run, or take it over; learn the steps it recorded (once).
+
+        A handle that suspended or found its run claimed stays stopped: a broad `except
+        StashpointError` that swallowed the signal cannot go on running steps.
+        """
+        if self._stopped is not None:
+            raise self._stopped
         if self._opened:
             return
         try:
@@ -254,7 +262,7 @@ class _DurableApi:
                 return
             until, step = max(live)
             if not self.claim_wait:
-                raise RunClaimed(self.run_id, step=step, until=until)
+                raise self._stop(RunClaimed(self.run_id, step=step, until=until))
             # Poll: the holder may end its step (or the run) long before its lease would.
             yield from ask(Sleep(min(CLAIM_POLL, max(0.05, (until + skew - now).total_seconds()))))
 
@@ -309,7 +317,12 @@ class _DurableApi:
         """Make the run wait until `until` (durably), then stop this invocation."""
         yield from self._ops.suspend_run(self.run_id, until=until)
         self._waiting = True
-        raise RunSuspended(self.run_id, until=until, reason=reason)
+        raise self._stop(RunSuspended(self.run_id, until=until, reason=reason))
+
+    def _stop(self, signal: RunSuspended | RunClaimed) -> RunSuspended | RunClaimed:
+        """Stop this handle for good with `signal`: every later call raises it again."""
+        self._stopped = signal
+        return signal
 
     def _wake(self) -> Steps[None]:
         if self._waiting:
@@ -321,7 +334,7 @@ class _DurableApi:
         if self.deadline is not None:
             needed = self.deadline.needed(self._step_seconds, first=not self._ran)
             if self.deadline.remaining() < needed:
-                raise RunSuspended(self.run_id, until=None, reason="deadline")
+                raise self._stop(RunSuspended(self.run_id, until=None, reason="deadline"))
 
     def _record(self, name: str, args: tuple[Any, ...], fn: Any) -> Steps[tuple[bool, Any]]:
         """Run one try of a step: (True, result), or (False, error) when `fn` raised."""

@@ -191,7 +191,8 @@ class RunOperations(Generic[DurableT]):
         self._logs = logs
         self._blobs = blobs
         self._index = index
-        self._execute = execute
+        self.driver = execute
+        """Runs this object's requests: what its operations' steps are driven with."""
         self._retry = retry
         # The last head this process wrote or read per run: a single writer then appends
         # with one PUT and no read. A stale entry only costs a conflict and a re-read.
@@ -682,7 +683,7 @@ class RunOperations(Generic[DurableT]):
         exactly as two processes do (the later takeover fences the earlier handle).
         """
         view: RunOperations[Any] = RunOperations(
-            self._cas, self._logs, self._blobs, self._index, self._execute, retry=self._retry
+            self._cas, self._logs, self._blobs, self._index, self.driver, retry=self._retry
         )
         view.clock_skew = self.clock_skew
         return view
@@ -716,7 +717,7 @@ class RunOperations(Generic[DurableT]):
         # The handle's transitions go through a view holding owner epochs of its own, so
         # two handles of one run on one stash fence each other as two processes do.
         return self._durable_type(
-            self.owner_view(), validate_id(run_id, what="run id"), execute=self._execute,
+            self.owner_view(), validate_id(run_id, what="run id"), execute=self.driver,
             graph_name=graph_name, lease=lease, deadline=deadline, clock=clock,
             claim_wait=claim_wait,
         )  # fmt: skip

@@ -20,12 +20,19 @@ from stashpoint.twins import Awaiting, Blocking, operation
 class _StoreApi:
     """The checkpoint operations, each returning its steps."""
 
-    def __init__(self, cas: CompareAndSwap, execute: Callable[[Any], Any]) -> None:
-        self._cas = cas
-        self._execute = execute
-        # Makes the log steps of a namespace with the stash's settings (agent transcripts);
-        # set by the stash, None for a store built by hand (then defaults apply).
-        self._logs: Callable[[str], Any] | None = None
+    def __init__(
+        self,
+        cas: CompareAndSwap,
+        execute: Callable[[Any], Any],
+        log_steps: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.steps = cas
+        """The compare-and-swap steps behind these operations (what other logic composes)."""
+        self.driver = execute
+        """Runs this object's requests: what its operations' steps are driven with."""
+        self.log_steps = log_steps
+        """Makes the log steps of a namespace with the stash's settings (agent transcripts
+        live in logs beside the heads); None for a store built by hand (defaults apply)."""
 
     @operation
     def load(self, checkpoint_id: str, revision: int | None = None) -> Steps[Envelope]:
@@ -33,7 +40,7 @@ class _StoreApi:
 
         Raises `CheckpointNotFound`, `InvalidPayload`, `UnsupportedFormat`, `InvalidId`.
         """
-        return self._cas.load(checkpoint_id, revision)
+        return self.steps.load(checkpoint_id, revision)
 
     @operation
     def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> Steps[None]:
@@ -43,7 +50,7 @@ class _StoreApi:
         `expected_revision + 1`. A lost race raises `CheckpointConflict`; an outcome that
         storage would not confirm raises `StorageUnavailable` carrying the write id.
         """
-        return self._cas.compare_and_swap(next, expected_revision)
+        return self.steps.compare_and_swap(next, expected_revision)
 
     @operation
     def update(
@@ -65,7 +72,7 @@ class _StoreApi:
         `known`: the head as the caller last saved or loaded it. It is tried first, so a
         single writer updates with one PUT and no GET; a lost race loads the fresh head.
         """
-        return self._cas.update(checkpoint_id, mutate, max_attempts=max_attempts, known=known)
+        return self.steps.update(checkpoint_id, mutate, max_attempts=max_attempts, known=known)
 
     @operation
     def restore(
@@ -77,22 +84,22 @@ class _StoreApi:
         raises `ArchivedObject` until its restore is done. `tier`: `Expedited`,
         `Standard` or `Bulk`. Raises `ConfigurationError` where storage keeps no versions.
         """
-        return self._cas.restore(checkpoint_id, days, tier)
+        return self.steps.restore(checkpoint_id, days, tier)
 
     @operation
     def delete(self, checkpoint_id: str, expected_revision: int | None = None) -> Steps[None]:
         """Delete the head (history stays); with `expected_revision`, only if still at it."""
-        return self._cas.delete(checkpoint_id, expected_revision)
+        return self.steps.delete(checkpoint_id, expected_revision)
 
     @operation
     def history(self, checkpoint_id: str, limit: int | None = None) -> Steps[list[Envelope]]:
         """Return older revisions, newest first, the head excluded."""
-        return self._cas.history(checkpoint_id, limit)
+        return self.steps.history(checkpoint_id, limit)
 
     @operation
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of existing checkpoints starting with `prefix`, ascending."""
-        return self._cas.list_ids(prefix)
+        return self.steps.list_ids(prefix)
 
     @operation
     def describe(self, checkpoint_id: str) -> Steps[CheckpointInfo]:
@@ -101,7 +108,7 @@ class _StoreApi:
         On S3 this is one HEAD request: listing large transcripts downloads none of them.
         Raises `CheckpointNotFound`, `InvalidId`.
         """
-        return self._cas.describe(checkpoint_id)
+        return self.steps.describe(checkpoint_id)
 
 
 class Store(Blocking, _StoreApi):
