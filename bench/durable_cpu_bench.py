@@ -1,0 +1,63 @@
+"""A durable step's CPU early and late in a long run, on `memory://` (issue 24 #7).
+
+One run of `--steps` small steps; the CPU time (`time.process_time`) per step over steps
+100-1,100 and over the last 1,000, and the late/early ratio (flat is 1.0). With
+`--against PATH` the same is measured, in the same run, for the source tree at PATH (a
+worktree of the code before), each in a fresh process.
+
+    .venv/bin/python -m bench.durable_cpu_bench [--steps 6000] [--against /path/to/old/src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+MEASURE = """
+import json, sys, time
+import stashpoint
+steps = int(sys.argv[1])
+cpu = []
+with stashpoint.open("memory://") as stash:
+    run = stash.runs.durable("bench")
+    for n in range(steps):
+        start = time.process_time()
+        run.step(f"s{n}", lambda n=n: {"n": n, "square": n * n})
+        cpu.append(time.process_time() - start)
+early = cpu[100:1100]
+late = cpu[-1000:]
+print(json.dumps({"early_ms": 1000 * sum(early) / len(early), "late_ms": 1000 * sum(late) / len(late)}))
+"""
+
+
+def _measure(steps: int, source: str | None) -> dict[str, float]:
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = source
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(steps)],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--against", default=None, help="src folder of the code before")
+    args = parser.parse_args()
+    rows = [("this tree", _measure(args.steps, None))]
+    if args.against:
+        rows.append((args.against, _measure(args.steps, args.against)))
+    print(f"{'code':<32} {'early ms/step':>14} {'late ms/step':>13} {'late/early':>11}")
+    for name, row in rows:
+        ratio = row["late_ms"] / row["early_ms"]
+        print(f"{name:<32} {row['early_ms']:>14.2f} {row['late_ms']:>13.2f} {ratio:>11.2f}")
+
+
+if __name__ == "__main__":
+    main()
