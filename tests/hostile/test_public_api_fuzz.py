@@ -238,19 +238,7 @@ def test_random_public_calls_raise_only_stashpoint_errors(data: st.DataObject) -
         stash.checkpoints.compare_and_swap(seed, None)
         run_id = stash.runs.create_run("g", run_id="r")
         stash.runs.record_attempt(run_id, "n", 1, {"x": 1})
-        calls = _calls(stash)
-        for _ in range(data.draw(st.integers(1, 6))):
-            name = data.draw(st.sampled_from(sorted(calls)))
-            function, strategies = calls[name]
-            args = [data.draw(s) for s in strategies]
-            try:
-                function(*args)
-            except StashpointError as exc:
-                untyped = exc.kind.value == "other"
-                if untyped:  # pragma: no cover - the failure this test looks for
-                    raise AssertionError(f"{name}{tuple(args)!r}: untyped {exc!r}") from exc
-            except Exception as exc:  # pragma: no cover - the failure this test looks for
-                raise AssertionError(f"{name}{tuple(args)!r} raised {exc!r}") from exc
+        _call_randomly(data, _calls(stash))
         # Whatever was acknowledged reads back: no head is left unreadable.
         for checkpoint_id in stash.checkpoints.list_ids():
             stash.checkpoints.load(checkpoint_id)
