@@ -497,3 +497,38 @@ def test_reading_a_thread_never_runs_code_a_stored_value_names(stash: Any, tmp_p
     assert saver.get_tuple(config) is not None and not proof.exists()
     with pytest.raises(stashpoint.ConfigurationError):
         StashpointSaver(stash, allowed_msgpack_modules=["os.system"])  # type: ignore[list-item]
+
+
+def test_a_delete_racing_writers_backs_off_and_ends(memory_url: tuple[str, dict[str, Any]]) -> None:
+    """Issue 24: the LangGraph loops retried a lost race at once, delete_thread forever;
+    they back off on the stash's clock and give up after a bound."""
+    from stashpoint.clock import FakeClock
+    from stashpoint.stores.objects import PutObject
+
+    clock = FakeClock()
+    start = clock.now()
+    config = {"configurable": {"thread_id": "race", "checkpoint_ns": ""}}
+    with (
+        stashpoint.open(memory_url[0], clock=clock) as deleting,
+        stashpoint.open(memory_url[0]) as other,
+    ):
+        saver, writer = StashpointSaver(deleting), StashpointSaver(other)
+        _put(saver, "race", {"v": 1})
+        races: list[str] = []
+
+        def another_writer_first(request: Any, proceed: Any) -> Any:
+            key = request.key if isinstance(request, PutObject) else ""
+            if key.startswith("langgraph/race/") and len(races) < 3:
+                races.append(key)  # another worker's checkpoint lands first, three times
+                latest = writer.get_tuple(config)  # type: ignore[arg-type]
+                assert latest is not None
+                parent = latest.config["configurable"]["checkpoint_id"]
+                _put(writer, "race", {"v": len(races) + 1}, parent=parent)
+            return proceed()
+
+        with deleting.intercept(another_writer_first):
+            saver.delete_thread("race")
+        assert len(races) == 3
+        assert clock.now() > start  # it slept between the lost races (fake time only)
+        assert saver.get_tuple(config) is None  # type: ignore[arg-type]
+        assert writer.get_tuple(config) is None  # type: ignore[arg-type]

@@ -52,7 +52,7 @@ from stashpoint.langgraph.thread import (
     versions_for_latest,
 )
 from stashpoint.logs.log import LogHead, LogSteps
-from stashpoint.steps import Parallel, Steps, ask
+from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
 from stashpoint.stores.objects import Create, DeleteObject, GetObject, ListKeys, PutObject
 
@@ -604,6 +604,7 @@ class SaverSteps:
             except CheckpointConflict:
                 if attempt == _APPEND_ATTEMPTS:
                     raise
+                yield from self._back_off(attempt)
                 head, fresh = (yield from self._head(key, fresh=True)), True
         raise AssertionError("unreachable")
 
@@ -721,19 +722,30 @@ class SaverSteps:
         key = thread_key(thread_id)
         self._forget(key)
         head = yield from self._head(key, fresh=True)
+        attempt = 0
         while head is not None:
-            state = check_state(head.state, key)
+            check_state(head.state, key)
             tombstone = {**empty_state(thread_id), "base": head.version + 1, "deleted": True}
             try:
                 head = yield from self._append(key, head, {"op": "delete"}, tombstone)
             except CheckpointConflict:
+                attempt += 1
+                if attempt == _APPEND_ATTEMPTS:
+                    raise
+                yield from self._back_off(attempt)
                 head = yield from self._head(key, fresh=True)
                 continue
-            del state
             yield from self.logs.vacate_below(key, head.version, reason="deleted")
             yield from self._drop_values(key)
             break
         self._forget(key)
+
+    def _back_off(self, attempt: int) -> Steps[None]:
+        """Wait after a lost race (jittered, growing, capped: the stash's retry policy).
+
+        As every optimistic loop of the library does, so racing writers spread out.
+        """
+        yield Sleep(self.logs.retry.delay(attempt))
 
     def _drop_values(self, key: str) -> Steps[None]:
         prefix = self._value_key(key, "")
@@ -756,7 +768,9 @@ class SaverSteps:
         """
         key = thread_key(thread_id)
         self._forget(key)
-        for _ in range(_APPEND_ATTEMPTS):
+        for attempt in range(1, _APPEND_ATTEMPTS + 1):
+            if attempt > 1:
+                yield from self._back_off(attempt - 1)
             read = yield from self._read(thread_key(source or thread_id), None, None)
             model = ThreadModel() if read is None or read[0].get("deleted") else read[1]
             if not change(model):
