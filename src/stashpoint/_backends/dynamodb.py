@@ -126,22 +126,26 @@ def _conditional_refusal(exc: Exception) -> bool:
     )
 
 
-def _put(table: str, item: Any, condition: str, values: dict[str, Any] | None) -> Steps[int]:
-    """Put one item under a condition; return 1 if written, 0 if the condition refused it."""
-    params: dict[str, Any] = {
-        "TableName": table,
-        "Item": to_attributes(item),
-        "ConditionExpression": condition,
-    }
+def _conditional(
+    operation: str, params: dict[str, Any], condition: str, values: dict[str, Any] | None
+) -> Steps[bool]:
+    """Call `operation` under `condition`; return False if the condition refused it."""
+    params = {**params, "ConditionExpression": condition}
     if values:
         params["ExpressionAttributeValues"] = values
     try:
-        yield from ask(AwsCall("put_item", params))
+        yield from ask(AwsCall(operation, params))
     except Exception as exc:
         if not _conditional_refusal(exc):
             raise
-        return 0
-    return 1
+        return False
+    return True
+
+
+def _put(table: str, item: Any, condition: str, values: dict[str, Any] | None) -> Steps[int]:
+    """Put one item under a condition; return 1 if written, 0 if the condition refused it."""
+    params = {"TableName": table, "Item": to_attributes(item)}
+    return int((yield from _conditional("put_item", params, condition, values)))
 
 
 def _expecting(expected: Expected) -> tuple[str, dict[str, Any] | None]:
@@ -199,16 +203,10 @@ def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
             case DeleteItem(pk, sk, expected):
                 key = {PARTITION_KEY: {"S": pk}, SORT_KEY: {"S": sk}}
                 params: dict[str, Any] = {"TableName": table, "Key": key}
-                if expected is not None:
-                    condition, values = _expecting(expected)
-                    params["ConditionExpression"] = condition
-                    if values:
-                        params["ExpressionAttributeValues"] = values
-                try:
+                if expected is None:
                     yield from ask(AwsCall("delete_item", params))
-                except Exception as exc:
-                    if not _conditional_refusal(exc):
-                        raise
+                else:  # refused: the item changed since it was judged, so it stays
+                    yield from _conditional("delete_item", params, *_expecting(expected))
                 return None
             case QueryItems():
                 return (yield from _query(request, table))
