@@ -27,6 +27,10 @@ def attempt_ids(stash: stashpoint.Stash, run_ids: Iterable[str], status: str) ->
     )
 
 
+LEGACY_KEY_ATTRIBUTES = ("gpk", "gsk", "spk", "ssk", "npk", "nsk")
+"""Key attributes of the pre-release index layout 1 (format v1 has layout 2 only)."""
+
+
 def legacy_item(item: dict[str, Any]) -> dict[str, Any]:
     """Return a layout-2 item as layout 1 stored it: unsharded keys (a run's status keyed by
     update time, a leased attempt also in `lease#{ns}`), no namespace on attempts."""

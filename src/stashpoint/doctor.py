@@ -16,7 +16,7 @@ from enum import StrEnum
 from stashpoint.errors import ConfigurationError, StashpointError
 from stashpoint.ids import new_id
 from stashpoint.index.requests import DescribeIndex
-from stashpoint.index.schema import LEGACY_INDEXES, SECONDARY_INDEXES, TTL_ATTRIBUTE
+from stashpoint.index.schema import SECONDARY_INDEXES, TTL_ATTRIBUTE
 from stashpoint.steps import Steps, ask
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
@@ -237,22 +237,15 @@ def _index() -> Steps[list[Check]]:
     checks = [Check("index", Status.PASS, "reachable")]
     wanted = {g.name for g in SECONDARY_INDEXES}
     missing = wanted - set(described.secondary_indexes)
-    legacy = set(LEGACY_INDEXES) & set(described.secondary_indexes)
-    upgrade = " (a layout-1 table: deploy infra/, then `stashpoint reindex`)" if legacy else ""
     checks.append(
-        Check("index GSIs", Status.FAIL, f"missing: {', '.join(sorted(missing))}{upgrade}")
+        Check(
+            "index GSIs",
+            Status.FAIL,
+            f"missing: {', '.join(sorted(missing))} (deploy infra/, then `stashpoint reindex`)",
+        )
         if missing
         else Check("index GSIs", Status.PASS, ", ".join(sorted(wanted)))
     )
-    if legacy and not missing:
-        checks.append(
-            Check(
-                "index layout 1 GSIs",
-                Status.WARN,
-                f"{', '.join(sorted(legacy))} still exist: once `stashpoint reindex` has run, "
-                "delete them (they cost a write each per transition)",
-            )
-        )
     checks.append(
         Check("index TTL", Status.PASS, f"on {TTL_ATTRIBUTE}")
         if described.ttl_attribute == TTL_ATTRIBUTE

@@ -30,7 +30,6 @@ from stashpoint.stores.layout import (
     LOGS,
     NAMESPACES,
     QUARANTINE,
-    RUNS,
     Layout,
     Shape,
     check_prefix,
@@ -334,7 +333,7 @@ class _Parts:
         index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
         blobs = Blobs(self.backend.layout, self.codec, threshold, self.retry)
-        return store_type(self.cas(RUNS), self.logs(RUN_LOGS), blobs, index, execute)
+        return store_type(self.logs(RUN_LOGS), blobs, index, execute)
 
 
 class _StashApi(Generic[StoreT, LogStoreT]):

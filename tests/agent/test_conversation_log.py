@@ -66,22 +66,16 @@ def test_a_commit_sends_only_the_new_messages(stash: Any) -> None:
     assert conversations.commit("t", "chat", 60, summary) == 61  # replayed after a crash
 
 
-def test_a_whole_envelope_conversation_migrates_on_its_next_commit(stash: Any) -> None:
+def test_a_whole_envelope_conversation_of_a_pre_release_is_not_read(stash: Any) -> None:
+    """Format v1 freezes conversations as logs: 0.x's whole envelopes are not read."""
     key = conversation_key("t", "old")
     old = [m.model_dump(mode="json") for m in _turn(0)]
     envelope = Envelope.initial(key, None, CONVERSATION_KIND, 1, {"messages": old})
-    cas = stash.checkpoints.steps
-    run_sync(cas.compare_and_swap(envelope, None), stash.driver)
-    run_sync(cas.compare_and_swap(envelope.next({"messages": old}), 0), stash.driver)
+    run_sync(stash.checkpoints.steps.compare_and_swap(envelope, None), stash.driver)
     conversations = ConversationStore(stash.checkpoints)
-    assert conversations.load("t", "old") == (2, _turn(0))
-    with pytest.raises(CheckpointConflict):
-        conversations.commit("t", "old", 1, _turn(9))
-    grown = [*_turn(0), *_turn(1)]
-    assert conversations.commit("t", "old", 2, grown) == 3
-    assert conversations.load("t", "old") == (3, grown)
-    assert conversations.commit("t", "old", 3, [*grown, *_turn(2)]) == 4
-    assert conversations.load("t", "old")[0] == 4
+    assert conversations.load("t", "old") == (0, [])
+    assert conversations.commit("t", "old", 0, _turn(1)) == 1
+    assert conversations.load("t", "old") == (1, _turn(1))
 
 
 def test_racing_commits_at_one_version_let_exactly_one_through(stash: Any) -> None:

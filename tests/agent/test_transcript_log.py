@@ -12,12 +12,11 @@ import pytest
 
 import stashpoint
 from examples import fake_model
-from stashpoint import CheckpointConflict, Envelope
+from stashpoint import CheckpointConflict, CheckpointNotFound, Envelope
 from stashpoint.agent import (
     AGENT_KIND,
     AgentCheckpoint,
     AgentRunner,
-    CheckpointCursor,
     Message,
     ReadyForTurn,
     TurnInFlight,
@@ -96,12 +95,13 @@ def test_a_rewritten_transcript_is_appended_whole_and_read_back_alone(tmp_path: 
         assert len(_entries(stash, cursor.id)[-1].records) == 2
 
 
-def test_a_checkpoint_of_an_earlier_version_is_continued_and_moved_into_a_log(
+def test_a_whole_envelope_checkpoint_of_a_pre_release_is_not_an_agent_checkpoint(
     tmp_path: Path,
 ) -> None:
+    """Format v1 freezes agent checkpoints as logs: 0.x's whole envelopes are not read."""
     opening = [Message(role="user", content="hello")]
     with stashpoint.open(f"local://{tmp_path}") as stash:
-        runner = AgentRunner(AgentCheckpoint.existing("old", stash.checkpoints))
+        handle = AgentCheckpoint.existing("old", stash.checkpoints)
         payload = {
             "execution_id": "e1",
             "agent": "a",
@@ -112,17 +112,15 @@ def test_a_checkpoint_of_an_earlier_version_is_continued_and_moved_into_a_log(
         }
         legacy = Envelope.initial("old", None, AGENT_KIND, 1, payload)
         stash.checkpoints.compare_and_swap(legacy, None)
-        stash.checkpoints.compare_and_swap(legacy.next(payload), 0)  # as an old writer left it
-        cursor, state = runner.resume()
-        assert cursor.revision == 1 and state.transcript == opening
-        with pytest.raises(CheckpointConflict):  # an id taken by an old checkpoint
-            CheckpointCursor.create(AgentCheckpoint.existing("old", stash.checkpoints), state)
-        state = runner.run_turn(cursor, state, lambda s, n: _talk(n))
-        # The first save made a log: version 0 holds the whole transcript so far.
-        entries = _entries(stash, "old")
-        assert [len(e.records) for e in entries] == [1, 2]
-        assert runner.checkpoint.load()[1].transcript == [*opening, *_talk(1).messages]
-        assert stash.checkpoints.load("old").revision == 1  # the old head is left as it was
+        for load in (handle.load, lambda: handle.load_tail(5), lambda: handle.load(0)):
+            with pytest.raises(CheckpointNotFound):
+                load()
+        with pytest.raises(CheckpointNotFound):
+            AgentRunner(handle).resume()
+        # The id is free for an agent checkpoint (a log): one create-only PUT.
+        AgentRunner(handle).start(agent="a", model=fake_model.MODEL, transcript=opening)
+        assert handle.load()[1].transcript == opening
+        assert stash.checkpoints.load("old").payload == payload  # the envelope is untouched
 
 
 def test_two_runners_resuming_one_transcript_cannot_both_save(tmp_path: Path) -> None:

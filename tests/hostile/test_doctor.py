@@ -61,21 +61,19 @@ def test_doctor_on_a_read_only_folder_says_so_in_words(tmp_path: Path) -> None:
     assert all("WriteResult(" not in c.detail for c in checks)
 
 
-def test_doctor_names_a_layout_1_table_and_what_to_do() -> None:
+def test_doctor_names_missing_gsis_and_what_to_do() -> None:
     from stashpoint.doctor import _index
     from stashpoint.index.requests import IndexDescription
-    from stashpoint.index.schema import LEGACY_INDEXES, SECONDARY_INDEXES
+    from stashpoint.index.schema import SECONDARY_INDEXES
     from stashpoint.steps import run_sync
 
     def described(names: tuple[str, ...]) -> dict[str, Any]:
         answer = IndexDescription(True, names, "expires_at")
         return {c.name: c for c in run_sync(_index(), lambda request: answer)}
 
-    old = described(LEGACY_INDEXES)
+    old = described(("by_graph", "by_status", "by_namespace"))  # a pre-release layout
     assert old["index GSIs"].status is Status.FAIL
-    assert "layout-1" in old["index GSIs"].detail and "reindex" in old["index GSIs"].detail
-    both = described(LEGACY_INDEXES + tuple(g.name for g in SECONDARY_INDEXES))
-    assert both["index GSIs"].status is Status.PASS
-    assert both["index layout 1 GSIs"].status is Status.WARN
+    detail = old["index GSIs"].detail
+    assert "runs_by_status" in detail and "infra/" in detail and "reindex" in detail
     new = described(tuple(g.name for g in SECONDARY_INDEXES))
-    assert "index layout 1 GSIs" not in new and new["index GSIs"].status is Status.PASS
+    assert new["index GSIs"].status is Status.PASS

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import stashpoint
 from stashpoint import AttemptStatus, RunStatus
-from stashpoint.agent import AgentCheckpoint, AgentRunner
+from stashpoint.agent import parse_state
 from stashpoint.codec import Codec
-from stashpoint.stores.objects import GetObject, PutObject
+from stashpoint.runs.models import RunState
+from stashpoint.stores.objects import PutObject
 
 GOLDEN = Path(__file__).resolve().parents[2] / "moto_fixtures" / "golden"
 
@@ -23,7 +22,8 @@ def _plant(stash: stashpoint.Stash, namespace: str, object_id: str, name: str) -
 def test_unknown_fields_of_a_newer_minor_version_are_read_and_kept(tmp_path: Path) -> None:
     with stashpoint.open(f"local://{tmp_path / 's'}") as stash:
         _plant(stash, "checkpoints", "agent-newer", "newer-minor.v1.json")
-        envelope, state = AgentCheckpoint.existing("agent-newer", stash.checkpoints).load()
+        envelope = stash.checkpoints.load("agent-newer")
+        state = parse_state(envelope)
         assert state.model_extra == {"priority": "high"}
         assert envelope.extra == {"encryption": {"scheme": "none"}}
         # A read-modify-write of the same version writes them back, unchanged.
@@ -36,28 +36,16 @@ def test_unknown_fields_of_a_newer_minor_version_are_read_and_kept(tmp_path: Pat
         assert Codec().decode(Codec().encode(again)) == again
 
 
-def test_seed_000_kind_reads_as_an_agent_checkpoint(tmp_path: Path) -> None:
-    with stashpoint.open(f"local://{tmp_path / 's'}") as stash:
-        _plant(stash, "checkpoints", "agent-seed", "seed-runifold-agent.v1.json")
-        runner = AgentRunner(AgentCheckpoint.existing("agent-seed", stash.checkpoints))
-        _, state = runner.resume()
-        assert state.outcome() is not None
+def test_seed_000_kind_reads_as_agent_state() -> None:
+    envelope = Codec().decode((GOLDEN / "seed-runifold-agent.v1.json").read_bytes())
+    assert envelope.kind == "runifold.agent"
+    assert parse_state(envelope).outcome() is not None
 
 
-def test_seed_004_enum_spellings_read_as_ours(tmp_path: Path) -> None:
-    with stashpoint.open(f"local://{tmp_path / 's'}") as stash:
-        _plant(stash, "runs", "run-seed", "seed-run-enums.v1.json")
-        state = stash.runs.load_run("run-seed")
-        assert state is not None and state.status is RunStatus.RUNNING
-        assert state.attempts[0].status is AttemptStatus.COMPLETED
-        stash.runs.complete_run("run-seed")  # continued: migrated to a log, in our spelling
-        assert stash.runs.load_run("run-seed").status is RunStatus.COMPLETED  # type: ignore[union-attr]
-        codec = stash.checkpoints.steps.codec
-
-        def raw(key: str) -> Any:
-            return json.loads(codec.unwrap(stash.driver(GetObject(key)).body))
-
-        entry = raw("run-logs/run-seed/" + "0" * 20)
-        assert entry["state"]["status"] == "completed"
-        assert entry["records"][0]["status"] == "completed"
-        assert raw("runs/run-seed")["payload"]["status"] == "Running"  # left as history
+def test_seed_004_enum_spellings_read_as_ours() -> None:
+    envelope = Codec().decode((GOLDEN / "seed-run-enums.v1.json").read_bytes())
+    assert envelope.payload["status"] == "Running"
+    state = RunState.model_validate(envelope.payload)
+    assert state.status is RunStatus.RUNNING
+    assert state.attempts[0].status is AttemptStatus.COMPLETED
+    assert state.model_dump(mode="json")["status"] == "running"  # written in our spelling

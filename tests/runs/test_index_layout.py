@@ -16,11 +16,12 @@ import pytest
 
 import stashpoint
 from stashpoint import AttemptStatus, RunStatus
+from stashpoint.errors import UnsupportedFormat
 from stashpoint.index.requests import PutItems
-from stashpoint.index.schema import LEGACY_KEY_ATTRIBUTES, SHARDS
+from stashpoint.index.schema import SHARDS
 from stashpoint.runs import indexing
 from tests import servers
-from tests.index_items import legacy_item, run_items
+from tests.index_items import LEGACY_KEY_ATTRIBUTES, legacy_item, run_items
 
 
 @pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["sqlite", "dynamodb"])
@@ -157,7 +158,9 @@ def _made(stash: stashpoint.Stash, ns: str) -> tuple[list[str], str, list[dict[s
     return runs, running, items
 
 
-def test_a_layout_1_sqlite_file_is_upgraded_when_opened(tmp_path: Path) -> None:
+def test_a_sqlite_file_of_an_earlier_layout_is_refused_and_rebuilt_by_reindex(
+    tmp_path: Path,
+) -> None:
     url = f"local://{tmp_path / 'stash'}"
     ns = "old"
     with stashpoint.open(url) as stash:
@@ -184,6 +187,16 @@ def test_a_layout_1_sqlite_file_is_upgraded_when_opened(tmp_path: Path) -> None:
     db.commit()
     db.close()
     with stashpoint.open(url) as stash:
+        # Format v1 has layout 2 only: an earlier file is named, with what to do.
+        with pytest.raises(UnsupportedFormat, match="reindex") as refused:
+            stash.runs.list_runs(namespace=ns)
+        assert refused.value.object_name == str(database)
+    with sqlite3.connect(database) as db:
+        assert db.execute("SELECT COUNT(*) FROM items").fetchone()[0] == len(items)  # untouched
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    with stashpoint.open(url) as stash:
+        assert stash.runs.reindex().indexed == len(runs)
         assert [r.run_id for r in stash.runs.list_runs(namespace=ns).items] == runs[::-1]
         done = stash.runs.list_runs(namespace=ns, status=RunStatus.COMPLETED).items
         assert [r.run_id for r in done] == [runs[0]]

@@ -1,5 +1,5 @@
-"""Runs are logs: a transition's cost is flat in the run's length, whole-envelope runs of
-earlier versions migrate on their next transition, hostile run logs give typed errors."""
+"""Runs are logs: a transition's cost is flat in the run's length, a run is born a log (one
+PUT), pre-release whole-envelope runs are not read, hostile run logs give typed errors."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ import pytest
 
 import stashpoint
 from stashpoint import (
-    AttemptStatus,
     CheckpointConflict,
     InvalidPayload,
-    RunStatus,
     UnsupportedFormat,
 )
+from stashpoint.codec import Codec
 from stashpoint.envelope import Envelope
 from stashpoint.logs.store import LogStore
 from stashpoint.runs.models import (
@@ -26,8 +25,8 @@ from stashpoint.runs.models import (
     AttemptRecord,
     RunState,
 )
-from stashpoint.steps import run_sync
 from stashpoint.stores.layout import RUN_LOGS
+from stashpoint.stores.objects import PutObject
 from tests.meter import Meter
 
 INDEXED = ["memory_url", "local_url", "s3_dynamo_url"]
@@ -103,85 +102,66 @@ def test_every_transition_writes_at_most_two_index_items(
             assert meter.index_items <= 2 + (meter.requests["PutObject"] > 1) * 2
 
 
-# --- whole-envelope runs of earlier versions ------------------------------------------------
+# --- format v1: runs are logs from their creation ------------------------------------------
 
 
-def _legacy_run(stash: stashpoint.Stash, run_id: str, namespace: str) -> RunState:
-    """Store a run as stashpoint 0.x did: one whole envelope, revision 3."""
-    now = stashpoint.envelope.utc_now()
-    attempts = (
-        AttemptRecord(
-            attempt_id=f"{run_id}~old-1", run_id=run_id, node_id="a", attempt=1,
-            status=AttemptStatus.COMPLETED, output={"x": 1}, started_at=now, finished_at=now,
-        ),
-        AttemptRecord(attempt_id=f"{run_id}~old-2", run_id=run_id, node_id="b", attempt=1,
-                      started_at=now),
-    )  # fmt: skip
-    state = RunState(run_id=run_id, graph_name="legacy", namespace=namespace, attempts=attempts)
-    cas = stash.runs._cas
-    envelope = Envelope.initial(
-        run_id, run_id, RUN_KIND, RUN_SCHEMA_VERSION, state.model_dump(mode="json")
-    )
-    for _ in range(3):
-        run_sync(cas.compare_and_swap(envelope, envelope.revision - 1 if envelope.revision else None), stash.driver)  # fmt: skip
-        envelope = envelope.next(envelope.payload)
-    return state
+def test_create_run_is_one_put_and_its_index_item(target: tuple[str, dict[str, Any]]) -> None:
+    url, options = target
+    with stashpoint.open(url, **options) as stash:
+        meter = Meter(stash)
+        stash.runs.create_run("g", run_id="one-put")
+        assert dict(meter.requests) == {
+            "PutObject": 1,
+            **({"PutItems": 1} if meter.index_items else {}),
+        }, meter.requests
+        assert meter.index_items == 1
+        with pytest.raises(CheckpointConflict, match="exists"):
+            stash.runs.create_run("g", run_id="one-put")
 
 
-def test_a_whole_envelope_run_is_read_in_place_and_migrated_on_its_next_transition(
+def test_a_whole_envelope_run_of_a_pre_release_is_not_read(
+    target: tuple[str, dict[str, Any]],
+) -> None:
+    """Format v1 freezes runs as logs: an object of 0.x's whole-envelope runs is not a run."""
+    url, options = target
+    with stashpoint.open(url, **options) as stash:
+        now = stashpoint.envelope.utc_now()
+        state = RunState(run_id="old", graph_name="legacy", attempts=(AttemptRecord(
+            attempt_id="old~1", run_id="old", node_id="a", attempt=1, started_at=now),
+        ))  # fmt: skip
+        envelope = Envelope.initial(
+            "old", "old", RUN_KIND, RUN_SCHEMA_VERSION, state.model_dump(mode="json")
+        )
+        stash.driver(PutObject(stash.layout.key("runs", "old"), Codec().encode(envelope), None))
+        assert stash.runs.load_run("old") is None
+        with pytest.raises(stashpoint.RunNotFound):
+            stash.runs.complete_run("old")
+        stash.runs.create_run("g", run_id="old")  # a new run: the object is never read
+        fresh = stash.runs.load_run("old")
+        assert fresh is not None and fresh.attempts == () and fresh.graph_name == "g"
+
+
+def test_workers_racing_to_create_one_run_make_exactly_one(
     target: tuple[str, dict[str, Any]],
 ) -> None:
     url, options = target
-    namespace = f"ns-{stashpoint.new_id()}"
-    with stashpoint.open(url, **options) as stash:
-        _legacy_run(stash, "old", namespace)
-        state = stash.runs.load_run("old")  # read in place (and indexed)
-        assert state is not None and [a.status for a in state.attempts] == [
-            AttemptStatus.COMPLETED,
-            AttemptStatus.RUNNING,
-        ]
-        assert stash.runs.list_runs(namespace=namespace).items[0].revision == 2
-        with pytest.raises(CheckpointConflict):
-            stash.runs.create_run("g", run_id="old")
-        with pytest.raises(stashpoint.TerminalStateConflict):
-            stash.runs.complete_attempt("old~old-1", 2)  # ended before the migration
-        stash.runs.complete_attempt("old~old-2", {"y": 2})  # migrates: log version 0
-        new = stash.runs.record_attempt("old", "c", 1)
-        stash.runs.complete_run("old")
-        migrated = stash.runs.load_run("old")
-        assert migrated is not None and migrated.status is RunStatus.COMPLETED
-        assert [(a.attempt_id, a.status, a.output) for a in migrated.attempts] == [
-            ("old~old-1", AttemptStatus.COMPLETED, {"x": 1}),
-            ("old~old-2", AttemptStatus.COMPLETED, {"y": 2}),
-            (new, AttemptStatus.RUNNING, None),
-        ]
-        row = stash.runs.list_runs(namespace=namespace).items[0]
-        assert row.revision == 3 + 2  # revisions go on growing past the envelope's
-        assert (row.status, row.attempts, row.running_attempts) == (RunStatus.COMPLETED, 3, 1)
-        assert stash.runs._cas.describe("old") is not None  # the envelope stays, as history
-        assert stash.runs.reindex(resume=False).indexed == 1  # the run once, as a log
-
-
-def test_workers_racing_to_migrate_one_run_lose_nothing(
-    target: tuple[str, dict[str, Any]],
-) -> None:
-    url, options = target
-    with stashpoint.open(url, **options) as stash:
-        _legacy_run(stash, "old", "default")
     barrier = threading.Barrier(8)
 
-    def record(i: int) -> str:
+    def create(i: int) -> bool:
         with stashpoint.open(url, **options) as worker:
             barrier.wait()
-            return worker.runs.record_attempt("old", f"w{i}", 1)
+            try:
+                worker.runs.create_run(f"g{i}", run_id="raced")
+            except CheckpointConflict:
+                return False
+            return True
 
     with ThreadPoolExecutor(8) as pool:
-        ids = list(pool.map(record, range(8)))
+        won = list(pool.map(create, range(8)))
+    assert won.count(True) == 1
     with stashpoint.open(url, **options) as stash:
-        state = stash.runs.load_run("old")
-        assert state is not None
-        assert sorted(a.attempt_id for a in state.attempts[2:]) == sorted(ids)
-        assert len(state.attempts) == 10
+        state = stash.runs.load_run("raced")
+        assert state is not None and state.graph_name == f"g{won.index(True)}"
 
 
 # --- hostile run logs ---------------------------------------------------------------------------

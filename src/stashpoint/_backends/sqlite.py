@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stashpoint.errors import StorageUnavailable
+from stashpoint.errors import StorageUnavailable, UnsupportedFormat
 from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
@@ -36,7 +36,6 @@ from stashpoint.index.requests import (
 from stashpoint.index.schema import (
     KEY_ATTRIBUTES,
     LAYOUT,
-    LEGACY_INDEXES,
     PARTITION_KEY,
     REVISION,
     SECONDARY_INDEXES,
@@ -82,35 +81,23 @@ def _in_transaction(db: sqlite3.Connection, writes: Callable[[], int]) -> int:
     return written
 
 
-def _upgrade(db: sqlite3.Connection) -> None:
-    """Bring a file made by an older layout to this one, in one transaction.
+def _check_layout(db: sqlite3.Connection, path: str) -> None:
+    """Refuse a file of another index layout; mark a new file with this one.
 
-    Layout 1 (unsharded GSI columns) gains the new key columns, and every item is re-keyed
-    from what it holds: the embedded default needs no `stashpoint reindex`.
+    Format v1 has index layout 2 only. The index is derived from storage, so a file of an
+    earlier pre-release layout is rebuilt, not migrated: delete it and run `stashpoint
+    reindex`.
     """
-    if db.execute("PRAGMA user_version").fetchone()[0] >= LAYOUT:
+    if db.execute("PRAGMA user_version").fetchone()[0] == LAYOUT:
         return
-    from stashpoint.runs.indexing import rekey  # here: only old files need it
-
-    def rewrite() -> int:
-        columns = {row[1] for row in db.execute("PRAGMA table_info(items)")}
-        for statement in sqlite_missing_columns(columns):
-            db.execute(statement)
-        for name in LEGACY_INDEXES:
-            db.execute(f"DROP INDEX IF EXISTS {name}")
-        changed = 0
-        for pk, sk, raw in db.execute("SELECT pk, sk, item FROM items").fetchall():
-            item = rekey(json.loads(raw))
-            if item is None:
-                continue
-            sets = ", ".join(f"{c} = ?" for c in _COLUMNS[2:])
-            update = f"UPDATE items SET {sets} WHERE pk = ? AND sk = ?"
-            db.execute(update, (*_row(item)[2:], pk, sk))
-            changed += 1
-        db.execute(f"PRAGMA user_version = {LAYOUT}")
-        return changed
-
-    _in_transaction(db, rewrite)
+    columns = {row[1] for row in db.execute("PRAGMA table_info(items)")}
+    if sqlite_missing_columns(columns):
+        raise UnsupportedFormat(
+            "this index file has an earlier pre-release layout: delete it and run "
+            "`stashpoint reindex` to rebuild it from storage",
+            object_name=path,
+        )
+    db.execute(f"PRAGMA user_version = {LAYOUT}")
 
 
 class SqliteIndexTransport:
@@ -153,7 +140,7 @@ class SqliteIndexTransport:
             connection.execute("PRAGMA synchronous = NORMAL")
         table, *indexes = sqlite_schema()
         connection.execute(table)
-        _upgrade(connection)
+        _check_layout(connection, self.path)
         for statement in indexes:
             connection.execute(statement)
         return connection

@@ -165,13 +165,10 @@ _ALL = 2**62
 
 @dataclass(frozen=True)
 class AgentStorage:
-    """Where agent checkpoints live: their logs, and the envelopes of earlier versions."""
+    """Where agent checkpoints and durable conversations live: their logs."""
 
     logs: LogSteps
     """Agent checkpoint logs (one per checkpoint id)."""
-    cas: CompareAndSwap
-    """The checkpoint namespace: whole-envelope checkpoints and durable conversations of
-    earlier stashpoint versions (read, then migrated to a log on their next save)."""
     conversations: LogSteps
     """Durable conversation logs (one per conversation key)."""
 
@@ -185,7 +182,7 @@ class AgentStorage:
             logs = lambda namespace: LogSteps(  # noqa: E731 - the default, as one expression
                 LogKeys(cas.layout, namespace), cas.codec, cas.retry
             )
-        return cls(logs(AGENTS), cas, logs(CONVERSATIONS))
+        return cls(logs(AGENTS), logs(CONVERSATIONS))
 
 
 @dataclass(frozen=True)
@@ -202,31 +199,29 @@ class Saved:
     checkpoint_id: str
     """The checkpoint."""
     head: LogHead | None
-    """The log head saved or loaded; None for a whole-envelope checkpoint of an earlier
-    stashpoint version (its next save migrates it: the log starts at version 0)."""
+    """The log head saved or loaded; None before the first save (`create`)."""
     state: AgentCheckpointState
     """The state saved there, with its whole transcript."""
     transcript_start: int
     """Record position where `state.transcript` starts in the log."""
     run_id: str | None = None
     """The run the checkpoint belongs to."""
-    legacy: Envelope | None = None
-    """The whole-envelope checkpoint this was loaded from, until it is migrated."""
 
     @property
     def revision(self) -> int:
-        """The log version of this save (the envelope revision for an unmigrated one)."""
-        if self.head is not None:
-            return self.head.version
-        assert self.legacy is not None
-        return self.legacy.revision
+        """The log version of this save."""
+        return self._saved_head().version
+
+    def _saved_head(self) -> LogHead:
+        if self.head is None:
+            raise InvalidArgument(
+                "this checkpoint is not saved yet", object_name=self.checkpoint_id
+            )
+        return self.head
 
     def envelope(self) -> Envelope:
         """Return this save as an envelope (id, kind, revision, full state as payload)."""
-        if self.head is None:
-            assert self.legacy is not None
-            return self.legacy
-        head = self.head
+        head = self._saved_head()
         return Envelope.from_fields(
             id=self.checkpoint_id,
             run_id=self.run_id,
@@ -246,11 +241,14 @@ class Saved:
 
     @classmethod
     def from_envelope(cls, envelope: Envelope) -> Saved:
-        """Return the save an envelope describes (one made by `envelope()`, or a legacy one)."""
+        """Return the save an envelope made by `envelope()` (or `load()`) describes."""
         state = parse_state(envelope)
         position = envelope.extra.get("log")
         if not isinstance(position, dict):
-            return cls(envelope.id, None, state, 0, envelope.run_id, envelope)
+            raise InvalidPayload(
+                "not a save of an agent checkpoint log: the envelope has no log position",
+                object_name=envelope.id,
+            )
         try:
             head = LogHead(
                 log_id=envelope.id,
@@ -346,12 +344,11 @@ def _transcript_start(head: LogHead) -> int:
 
 
 def load_saved(storage: AgentStorage, checkpoint_id: str) -> Steps[Saved]:
-    """Load the latest save: from the checkpoint's log, else a whole-envelope checkpoint."""
+    """Load the latest save from the checkpoint's log (`CheckpointNotFound`: none)."""
     saved = yield from _read(storage, checkpoint_id, _ALL)
-    if saved is not None:
-        return saved
-    envelope = yield from storage.cas.load(checkpoint_id)
-    return Saved.from_envelope(envelope)
+    if saved is None:
+        raise CheckpointNotFound("no agent checkpoint with this id", object_name=checkpoint_id)
+    return saved
 
 
 def load_tail(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[AgentTail]:
@@ -359,13 +356,8 @@ def load_tail(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[Ag
     if type(count) is not int or count < 0:
         raise InvalidArgument(f"count must be an int >= 0, not {described(count)}")
     saved = yield from _read(storage, checkpoint_id, count)
-    if saved is None:
-        envelope = yield from storage.cas.load(checkpoint_id)
-        saved = Saved.from_envelope(envelope)
-        messages = saved.state.transcript[max(0, len(saved.state.transcript) - count) :]
-        state = saved.state.model_copy(update={"transcript": messages})
-        return AgentTail(state, len(saved.state.transcript) - len(messages), saved.revision)
-    assert saved.head is not None
+    if saved is None or saved.head is None:
+        raise CheckpointNotFound("no agent checkpoint with this id", object_name=checkpoint_id)
     total = saved.head.next_record - _transcript_start(saved.head)
     return AgentTail(saved.state, total - len(saved.state.transcript), saved.revision)
 
@@ -393,8 +385,7 @@ def _extends(old: list[Message], new: list[Message]) -> bool:
 def save_saved(storage: AgentStorage, saved: Saved, state: AgentCheckpointState) -> Steps[Saved]:
     """Save `state` after `saved` (one append of the new messages and the small state).
 
-    `CheckpointConflict` if another writer saved first. An unmigrated whole-envelope
-    checkpoint becomes a log here (version 0 holds its whole transcript).
+    `CheckpointConflict` if another writer saved first.
     """
     if saved.head is not None and _extends(saved.state.transcript, state.transcript):
         new_messages = state.transcript[len(saved.state.transcript) :]
@@ -422,10 +413,9 @@ def load(
         saved = yield from load_saved(storage, checkpoint_id)
         return saved.envelope(), saved.state
     saved_at = yield from _read_version(storage, checkpoint_id, revision)
-    if saved_at is not None:
-        return saved_at.envelope(), saved_at.state
-    envelope = yield from storage.cas.load(checkpoint_id, revision)
-    return envelope, parse_state(envelope)
+    if saved_at is None:
+        raise CheckpointNotFound("no agent checkpoint with this id", object_name=checkpoint_id)
+    return saved_at.envelope(), saved_at.state
 
 
 def _read_version(storage: AgentStorage, checkpoint_id: str, version: int) -> Steps[Saved | None]:
@@ -451,19 +441,12 @@ def _read_version(storage: AgentStorage, checkpoint_id: str, version: int) -> St
 def create(
     storage: AgentStorage, checkpoint_id: str, state: AgentCheckpointState, run_id: str | None
 ) -> Steps[Saved]:
-    """Save the first state (create-only: fails if the id exists, as a log or an envelope)."""
+    """Save the first state (create-only: `CheckpointConflict` if the id exists)."""
     validate_id(checkpoint_id)
     if run_id is not None:
         validate_id(run_id, what="run id")
-    try:
-        yield from storage.cas.describe(checkpoint_id)
-    except CheckpointNotFound:
-        pass
-    else:
-        raise CheckpointConflict(checkpoint_id, expected_revision=None, message=(
-            "a checkpoint of an earlier stashpoint version has this id: resume it instead"
-        ))  # fmt: skip
-    # Appending after no head creates the log: it fails if the log exists.
+    # Appending after no head creates the log with one create-only PUT: it fails if the
+    # log exists.
     return (yield from save_saved(storage, Saved(checkpoint_id, None, state, 0, run_id), state))
 
 
@@ -717,17 +700,13 @@ def _transcript_digest(messages: Sequence[Any]) -> str:
 
 @dataclass(frozen=True)
 class _Conversation:
-    """A conversation's latest commit, and where its transcript is.
-
-    `head` is None for a whole-envelope conversation of an earlier version, or none.
-    """
+    """A conversation's latest commit, and where its transcript is (`head` None: none)."""
 
     head: LogHead | None
     version: int
     start: int
     length: int
     digest: str
-    legacy: list[Message] | None = None
 
 
 def _conversation(storage: AgentStorage, key: str) -> Steps[_Conversation]:
@@ -735,21 +714,8 @@ def _conversation(storage: AgentStorage, key: str) -> Steps[_Conversation]:
     try:
         head = yield from storage.conversations.head(key)
     except CheckpointNotFound:
-        return (yield from _legacy_conversation(storage, key))
-    return _parsed(storage, key, head)
-
-
-def _legacy_conversation(storage: AgentStorage, key: str) -> Steps[_Conversation]:
-    """Read a whole-envelope conversation of an earlier version (version 0: none)."""
-    try:
-        envelope = yield from storage.cas.load(key)
-    except CheckpointNotFound:
         return _Conversation(None, 0, 0, 0, _transcript_digest([]))
-    messages = _legacy_messages(envelope)
-    dumped = [m.model_dump(mode="json") for m in messages]
-    return _Conversation(
-        None, envelope.revision + 1, 0, len(messages), _transcript_digest(dumped), messages
-    )
+    return _parsed(storage, key, head)
 
 
 def _parsed(storage: AgentStorage, key: str, head: LogHead) -> _Conversation:
@@ -766,12 +732,6 @@ def _parsed(storage: AgentStorage, key: str, head: LogHead) -> _Conversation:
     return _Conversation(head, base + head.version + 1, start, length, digest)
 
 
-def _legacy_messages(envelope: Envelope) -> list[Message]:
-    if envelope.kind != CONVERSATION_KIND or not isinstance(envelope.payload, dict):
-        raise InvalidPayload("not a conversation", object_name=envelope.id)
-    return [Message.model_validate(m) for m in envelope.payload.get("messages", [])]
-
-
 def load_conversation(
     storage: AgentStorage, namespace: str, conversation_id: str
 ) -> Steps[tuple[int, list[Message]]]:
@@ -782,8 +742,7 @@ def load_conversation(
             key, _ALL, since=lambda h: _parsed(storage, key, h).start
         )
     except CheckpointNotFound:
-        found = yield from _legacy_conversation(storage, key)
-        return found.version, list(found.legacy or [])
+        return 0, []
     found = _parsed(storage, key, head)
     records = [r for e in entries for r in e.records[max(0, found.start - e.first_record) :]]
     if len(records) != found.length or _transcript_digest(records) != found.digest:
@@ -851,8 +810,7 @@ def commit_conversation(
         len(dumped) >= found.length and _transcript_digest(dumped[: found.length]) == found.digest
     )
     if found.head is None:
-        # A new log: a whole-envelope conversation of an earlier version migrates here.
-        records, start, base = dumped, 0, found.version
+        records, start, base = dumped, 0, 0
     elif extends:
         records, start, base = (
             dumped[found.length :],

@@ -573,9 +573,8 @@ def reindex(
 ) -> None:
     """Rebuild the run index from storage (idempotent; resumes an interrupted rebuild).
 
-    Also the upgrade of a DynamoDB table from index layout 1: deploy infra/ (it adds the
-    layout-2 GSIs), run this, then delete the old GSIs (`stashpoint doctor` names them).
-    A local (SQLite) index upgrades itself when opened.
+    The index is derived from storage: a table or file of an earlier pre-release layout is
+    rebuilt this way (deploy infra/, or delete the SQLite file, then run this).
     """
     from rich.progress import Progress, SpinnerColumn, TextColumn
 

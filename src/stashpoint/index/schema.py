@@ -20,8 +20,8 @@ project keys only, so a transition that changes no key writes no GSI; a listing 
 items of its page afterwards (one batch get). Completed attempts are in no GSI (they are
 most attempts, and a run's attempts are read from its log).
 
-Layout 1 (`LEGACY_INDEXES`: by_graph, by_status, by_namespace, unsharded, projection ALL)
-is what `stashpoint reindex` upgrades from.
+Format v1 has this layout (2) only: the index is derived from storage, so a table or file of
+an earlier pre-release layout is rebuilt (`stashpoint reindex`), never migrated.
 """
 
 from __future__ import annotations
@@ -66,10 +66,6 @@ ATTEMPTS_BY_STATUS = SecondaryIndex("attempts_by_status", "aspk", "assk")
 """Attempts that are not completed, by status; running attempts with a lease, by expiry."""
 SECONDARY_INDEXES = (RUNS_BY_NAMESPACE, RUNS_BY_STATUS, RUNS_BY_GRAPH, ATTEMPTS_BY_STATUS)
 """Every secondary index of the table (layout 2)."""
-LEGACY_INDEXES = ("by_graph", "by_status", "by_namespace")
-"""The GSIs of layout 1, which a table upgraded by `stashpoint reindex` may still have."""
-LEGACY_KEY_ATTRIBUTES = ("gpk", "gsk", "spk", "ssk", "npk", "nsk")
-"""Key attributes of layout 1 (items rewritten in layout 2 drop them)."""
 
 KEY_ATTRIBUTES = (
     PARTITION_KEY,
@@ -108,7 +104,7 @@ def dynamodb_table_definition(table_name: str) -> dict[str, Any]:
 def sqlite_schema() -> list[str]:
     """Return the SQLite statements creating the same model (idempotent).
 
-    A file made by layout 1 keeps its table; `sqlite_upgrade` adds the new key columns.
+    A file of an earlier layout keeps its table (`sqlite_missing_columns` tells it apart).
     """
     key_columns = ", ".join(f"{name} TEXT" for name in KEY_ATTRIBUTES[2:])
     statements = [
@@ -125,7 +121,7 @@ def sqlite_schema() -> list[str]:
 
 
 def sqlite_missing_columns(columns: set[str]) -> list[str]:
-    """Return the `ALTER TABLE` statements a layout-1 file needs (given its columns)."""
+    """Return the `ALTER TABLE` statements a file of an earlier layout would need."""
     return [
         f"ALTER TABLE items ADD COLUMN {name} TEXT"
         for name in KEY_ATTRIBUTES[2:]

@@ -20,7 +20,6 @@ from stashpoint.errors import ConfigurationError
 from stashpoint.index.requests import MALFORMED, Malformed
 from stashpoint.index.schema import (
     ATTEMPTS_BY_STATUS,
-    LEGACY_KEY_ATTRIBUTES,
     RUNS_BY_GRAPH,
     RUNS_BY_NAMESPACE,
     RUNS_BY_STATUS,
@@ -218,38 +217,6 @@ def same_listing(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     ignore = ("revision", TTL_ATTRIBUTE)
     keys = (set(stored) | set(wanted)) - set(ignore)
     return all(stored.get(k) == wanted.get(k) for k in keys)
-
-
-def rekey(item: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Return a layout-1 item in layout 2 (None: not a run or attempt item).
-
-    Everything the new keys need is in the item itself, except an attempt's namespace,
-    which layout 1 kept only in its status partition (`attempt-status#{ns}#{status}`).
-    """
-    fields = {k: v for k, v in item.items() if k not in LEGACY_KEY_ATTRIBUTES}
-    sort_key = str(item.get("sk", ""))
-    if sort_key == RUN_SORT:
-        row = run_row(item)
-        head = RunHead.model_construct(
-            run_id=row.run_id, graph_name=row.graph_name, namespace=row.namespace,
-            status=row.status, created_at=row.created_at, updated_at=row.updated_at,
-            wake_at=row.wake_at,
-        )  # fmt: skip
-        keys = run_item(head, 0, None)
-    elif sort_key.startswith("attempt#"):
-        namespace = item.get("namespace")
-        if namespace is None:
-            partition = str(item.get("spk") or "")
-            namespace = partition.split("#")[1] if partition.count("#") >= 2 else "default"
-        keys = attempt_item(attempt_row(item), str(namespace), 0, None)
-    else:
-        return None
-    for gsi in (RUNS_BY_NAMESPACE, RUNS_BY_STATUS, RUNS_BY_GRAPH, ATTEMPTS_BY_STATUS):
-        for name in (gsi.partition_key, gsi.sort_key):
-            if name in keys:
-                fields[name] = keys[name]
-    fields.setdefault("namespace", keys["namespace"])
-    return fields
 
 
 def _moment(value: str | None) -> datetime | None:

@@ -4,8 +4,8 @@ A run is one log (`stashpoint.logs`, namespace `run-logs`). Every version stores
 `RunHead` (the run without its attempts: running attempts, counts, snapshot) and the records
 of one transition:
 
-- `{"op": "attempt", ...AttemptRecord}`: an attempt was recorded (a run migrated from a
-  whole envelope writes its earlier attempts this way, with their final status);
+- `{"op": "attempt", ...AttemptRecord}`: an attempt was recorded (with its final status
+  too when an at-least-once step records it after it ran);
 - `{"op": "end", "attempt_id", "status", "finished_at", "output", "meta", "error"}`: a
   running attempt ended.
 
@@ -186,35 +186,6 @@ def ended(record: AttemptRecord, end: AttemptEnd) -> AttemptRecord:
             "error": end.error,
         }
     )
-
-
-def from_state(state: RunState, revision: int) -> tuple[RunHead, list[dict[str, Any]]]:
-    """Return the head and records of a whole-envelope run at envelope `revision`.
-
-    Its migration to a log writes them as version 0 (revisions continue above `revision`).
-    """
-    fields = state.model_dump(exclude={"attempts"})
-    fields.update(state.model_extra or {})
-    head = RunHead.model_validate(
-        {
-            **fields,
-            "running": {
-                a.attempt_id: RunningAttempt(
-                    node_id=a.node_id,
-                    attempt=a.attempt,
-                    started_at=a.started_at,
-                    lease_seconds=a.lease_seconds,
-                    epoch=a.epoch,
-                )
-                for a in state.attempts
-                if a.status is AttemptStatus.RUNNING
-            },
-            "attempt_count": len(state.attempts),
-            "failed_count": sum(1 for a in state.attempts if a.status is AttemptStatus.FAILED),
-            "revision_base": revision + 1,
-        }
-    )
-    return head, [attempt_record(a) for a in state.attempts]
 
 
 def not_running(state: RunState, attempt_id: str) -> StashpointError:

@@ -245,8 +245,8 @@ class RunHead(_Run):
     """The owner epoch: `takeover` raises it, and a store that wrote under an older one is
     refused with `Fenced` (SlateDB's writer epochs over the same compare-and-swap)."""
     revision_base: int = Field(default=0, ge=0)
-    """Added to the log version to give the run's revision: 0 for a run born as a log, the
-    envelope's revision + 1 for one migrated from a whole envelope (revisions only grow)."""
+    """Added to the log version to give the run's revision. Format v1 keeps the field and
+    this version writes 0 (runs are born as logs); a reader adds whatever is stored."""
 
 
 class RunSummary(_Model):

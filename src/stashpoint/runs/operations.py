@@ -29,7 +29,6 @@ import pydantic
 from stashpoint.cache import Lru
 from stashpoint.codec import check_json
 from stashpoint.deadline import Deadline
-from stashpoint.envelope import Envelope, typed_payload
 from stashpoint.errors import (
     AttemptNotFound,
     CheckpointConflict,
@@ -48,10 +47,8 @@ from stashpoint.runs import journal, transitions
 from stashpoint.runs.index import RunIndex
 from stashpoint.runs.journal import parse_head
 from stashpoint.runs.models import (
-    RUN_KIND,
     RUN_LOG_KIND,
     RUN_LOG_SCHEMA_VERSION,
-    RUN_SCHEMA_VERSION,
     AttemptRow,
     AttemptStatus,
     CheckpointMetadata,
@@ -68,8 +65,7 @@ from stashpoint.runs.models import (
 from stashpoint.runs.transitions import Change
 from stashpoint.steps import Now, Steps, ask
 from stashpoint.stores.blobs import Blobs
-from stashpoint.stores.cas import CompareAndSwap, optimistic_update
-from stashpoint.stores.objects import ListKeys
+from stashpoint.stores.cas import optimistic_update
 from stashpoint.twins import operation
 
 log = logging.getLogger("stashpoint")
@@ -100,13 +96,6 @@ def run_of(attempt_id: str) -> str:
     if not sep or not run_id:
         raise AttemptNotFound("not an attempt id of this library", object_name=attempt_id)
     return run_id
-
-
-def state_of(envelope: Envelope) -> RunState:
-    """Return the typed run state of an envelope, checking its kind and schema version."""
-    return typed_payload(
-        envelope, RunState, kind=RUN_KIND, schema_version=RUN_SCHEMA_VERSION, what="run"
-    )
 
 
 def _text(value: object, name: str, *, optional: bool = False) -> Any:
@@ -159,9 +148,7 @@ class _Known:
     head: RunHead
     """The run head."""
     log: LogHead | None
-    """The log version it was read from; None for an unmigrated whole-envelope run."""
-    legacy: RunState | None = None
-    """The whole-envelope run, until it is migrated (its attempts become records)."""
+    """The log version it was read from; None for a run not yet created."""
 
     @property
     def revision(self) -> int:
@@ -178,7 +165,6 @@ class RunOperations(Generic[DurableT]):
 
     def __init__(
         self,
-        cas: CompareAndSwap,
         logs: LogSteps,
         blobs: Blobs,
         index: RunIndex | None,
@@ -187,7 +173,6 @@ class RunOperations(Generic[DurableT]):
         retry: RetryPolicy = RUN_RETRY,
         cache_size: int = 1024,
     ) -> None:
-        self._cas = cas
         self._logs = logs
         self._blobs = blobs
         self._index = index
@@ -234,16 +219,14 @@ class RunOperations(Generic[DurableT]):
             created_at=now,
             updated_at=now,
         )
+        # Appending after no head creates the log with one create-only PUT: of two
+        # creators exactly one succeeds, and the other learns the run exists.
         try:
-            yield from self._cas.describe(run_id)
-        except CheckpointNotFound:
-            pass
-        else:
+            yield from self._append(_Known(head, None), Change(head))
+        except CheckpointConflict:
             raise CheckpointConflict(
                 run_id, expected_revision=None, message="a run with this id exists"
-            )
-        # Appending after no head creates the log: of two creators exactly one succeeds.
-        yield from self._append(_Known(head, None), Change(head))
+            ) from None
         self._hold(run_id, head.epoch)
         return run_id
 
@@ -432,7 +415,7 @@ class RunOperations(Generic[DurableT]):
         """Mark a running attempt completed with its output and metadata."""
         _of(meta, dict, "meta")
         stored_output = yield from self._blobs.offload(output, "output")
-        check_json(meta or {}, self._cas.codec.limits.max_depth, start_depth=5, root="meta")
+        check_json(meta or {}, self._logs.codec.limits.max_depth, start_depth=5, root="meta")
         yield from self._apply(
             run_of(attempt_id),
             lambda head, now: transitions.complete_attempt(
@@ -636,13 +619,12 @@ class RunOperations(Generic[DurableT]):
 
         Every run's items are compared with its head: stale, wrong (a status that storage
         does not say, a revision from the future) and missing items are rewritten, items
-        storage does not know are deleted. Runs that are logs come first, then runs still
-        in whole envelopes. Progress is kept in the index after every page, and a new call
-        continues after it unless `resume=False`. A run that cannot be read is skipped and
-        reported (`ReindexReport.unreadable`), never an end to the rebuild.
+        storage does not know are deleted. Progress is kept in the index after every page,
+        and a new call continues after it unless `resume=False`. A run that cannot be read
+        is skipped and reported (`ReindexReport.unreadable`), never an end to the rebuild.
         """
         index = self._require_index()
-        where = self._cas.layout.prefix or "-"
+        where = self._logs.keys.layout.prefix or "-"
         indexed = 0
         unreadable: list[str] = []
         marker = f"run-logs:{where}"
@@ -654,22 +636,6 @@ class RunOperations(Generic[DurableT]):
             if cursor is None:
                 break
             yield from index.write_marker(marker, cursor)
-        yield from index.clear_marker(marker)
-        marker = f"runs:{where}"
-        start_after = (yield from index.read_marker(marker)) if resume else None
-        base = self._cas.layout.namespace_prefix(self._cas.namespace)
-        while True:
-            page = yield from ask(ListKeys(base, None, 100, start_after))
-            for key in page.keys:
-                run_id = key[len(base) :]
-                if "/" not in run_id:
-                    indexed += yield from self._reindex_skipping(run_id, unreadable, legacy=True)
-            if not page.keys:
-                break
-            start_after = page.keys[-1]
-            yield from index.write_marker(marker, start_after)
-            if page.next_token is None:
-                break
         yield from index.clear_marker(marker)
         return ReindexReport(indexed, unreadable)
 
@@ -683,7 +649,7 @@ class RunOperations(Generic[DurableT]):
         exactly as two processes do (the later takeover fences the earlier handle).
         """
         view: RunOperations[Any] = RunOperations(
-            self._cas, self._logs, self._blobs, self._index, self.driver, retry=self._retry
+            self._logs, self._blobs, self._index, self.driver, retry=self._retry
         )
         view.clock_skew = self.clock_skew
         return view
@@ -724,12 +690,10 @@ class RunOperations(Generic[DurableT]):
 
     # -- logic shared by the operations ----------------------------------------------------
 
-    def _reindex_skipping(
-        self, run_id: str, unreadable: list[str], *, legacy: bool = False
-    ) -> Steps[int]:
+    def _reindex_skipping(self, run_id: str, unreadable: list[str]) -> Steps[int]:
         """Repair one run's items; a run that cannot be read is noted and skipped."""
         try:
-            return (yield from self._reindex_one(run_id, legacy_only=legacy))
+            return (yield from self._reindex_one(run_id))
         except (RunNotFound, CheckpointNotFound):
             return 0  # deleted since it was listed
         except StashpointError as exc:
@@ -737,11 +701,9 @@ class RunOperations(Generic[DurableT]):
             unreadable.append(f"{run_id}: {exc.kind.value}")
             return 0
 
-    def _reindex_one(self, run_id: str, *, legacy_only: bool = False) -> Steps[int]:
-        """Repair one run's items; return 1 if it was indexed (0: gone, or a log already)."""
+    def _reindex_one(self, run_id: str) -> Steps[int]:
+        """Repair one run's items; return 1 if it was indexed (0: gone since listed)."""
         index = self._require_index()
-        if legacy_only and (yield from self._logs.listing(run_id)).top is not None:
-            return 0  # migrated: indexed with the logs
         read = yield from self._read_all(run_id)
         if read is None:
             return 0
@@ -780,42 +742,29 @@ class RunOperations(Generic[DurableT]):
         return _Known(head, log)
 
     def _read(self, run_id: str) -> Steps[_Known]:
-        """Read the run's latest head: its log's, else its whole envelope's."""
+        """Read the run's latest head (its log's)."""
         validate_id(run_id, what="run id")
         try:
             log = yield from self._logs.head(run_id)
         except CheckpointNotFound:
-            legacy = yield from self._legacy(run_id)
-            if legacy is None:
-                raise RunNotFound("no run with this id", object_name=run_id) from None
-            return legacy[0]
+            raise RunNotFound("no run with this id", object_name=run_id) from None
         known = self._known_of(log)
         self._remember(run_id, known)
         return known
 
     def _read_all(self, run_id: str) -> Steps[tuple[_Known, RunState] | None]:
-        """Read the whole run (every attempt): its log folded, else its envelope."""
+        """Read the whole run (every attempt): its log folded (None: no such run)."""
         validate_id(run_id, what="run id")
         try:
             entries = yield from self._logs.entries(run_id)
         except CheckpointNotFound:
-            return (yield from self._legacy(run_id))
+            return None
         known = self._known_of(LogHead.of(entries[-1]))
         state = journal.fold(
             known.head, (r for e in entries for r in e.records), self._name(run_id)
         )
         self._remember(run_id, known)
         return known, state
-
-    def _legacy(self, run_id: str) -> Steps[tuple[_Known, RunState] | None]:
-        """Read a run an earlier stashpoint saved as one whole envelope (None: there is none)."""
-        try:
-            envelope = yield from self._cas.load(run_id)
-        except CheckpointNotFound:
-            return None
-        state = state_of(envelope)
-        head, _ = journal.from_state(state, envelope.revision)
-        return _Known(head, None, state), state
 
     def _load_run(
         self, run_id: str, graph_hash: str | None, allow_graph_drift: bool, resolve_blobs: bool
@@ -899,13 +848,9 @@ class RunOperations(Generic[DurableT]):
         )
 
     def _append(self, known: _Known, change: Change) -> Steps[None]:
-        """Append a change after `known` (migrating a whole-envelope run), then index it."""
+        """Append a change after `known` (None: create the run's log), then index it."""
         records = list(change.records)
         touched = change.touched
-        if known.log is None and known.legacy is not None:
-            # Migration: version 0 holds the envelope's attempts, then this change's records.
-            _, earlier = journal.from_state(known.legacy, known.head.revision_base - 1)
-            records = earlier + records
         run_id = change.head.run_id
         log = yield from self._logs.append(
             run_id,

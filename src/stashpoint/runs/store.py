@@ -13,7 +13,6 @@ from stashpoint.runs.operations import (
     RUN_RETRY,
     RunOperations,
     run_of,
-    state_of,
     summary_of,
 )
 from stashpoint.twins import Awaiting, Blocking
@@ -25,7 +24,6 @@ __all__ = [
     "AsyncRunStore",
     "RunStore",
     "run_of",
-    "state_of",
     "summary_of",
 ]
 

@@ -56,8 +56,6 @@ class Namespace:
 
 CHECKPOINTS = "checkpoints"
 """Namespace of checkpoint heads (envelopes)."""
-RUNS = "runs"
-"""Namespace of whole-envelope runs written by stashpoint before runs were logs."""
 BLOBS = "blobs"
 """Namespace of immutable content-addressed blobs."""
 CLOCK = "clock"
@@ -83,7 +81,6 @@ NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
         Namespace(CHECKPOINTS, Shape.HEADS, references_blobs=True),
-        Namespace(RUNS, Shape.HEADS, references_blobs=True),
         Namespace(BLOBS, Shape.CONTENT),
         Namespace(CLOCK, Shape.PROBES),
         Namespace(SEALED, Shape.SEGMENTS),
