@@ -183,6 +183,7 @@ PARALLEL_WIDTH = 16
 
 _pool: Any = None
 _pool_lock = threading.Lock()
+_POOL_PREFIX = "stashpoint-pool"
 
 
 def _blocking_parallel(request: Parallel, execute: Callable[[Any], Any]) -> list[Any]:
@@ -192,7 +193,11 @@ def _blocking_parallel(request: Parallel, execute: Callable[[Any], Any]) -> list
     def one(item: Request[Any]) -> Any:
         return _blocking_call(item, execute) if isinstance(item, Call) else execute(item)
 
-    if len(request.requests) <= 1:
+    if len(request.requests) <= 1 or (
+        not calls and threading.current_thread().name.startswith(_POOL_PREFIX)
+    ):
+        # A request already on the shared pool that fans out again (a transport's own
+        # calls at once) runs them in turn: waiting on the pool from it could deadlock.
         return [one(r) for r in request.requests]
     from concurrent.futures import ThreadPoolExecutor  # here: most users never need it
 
@@ -211,7 +216,7 @@ def _blocking_parallel(request: Parallel, execute: Callable[[Any], Any]) -> list
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = ThreadPoolExecutor(PARALLEL_WIDTH, thread_name_prefix="stashpoint")
+                _pool = ThreadPoolExecutor(PARALLEL_WIDTH, thread_name_prefix=_POOL_PREFIX)
     return _gathered([_pool.submit(one, r) for r in request.requests])
 
 

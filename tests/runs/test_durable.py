@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,9 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 class Crash(BaseException):
     """The process died inside the step's function."""
 
+
+_LATER = datetime.now(UTC) + timedelta(days=1)
+"""A moment past any lease a test's crashed worker left."""
 
 def test_a_replay_returns_stored_results_without_running_the_steps(local_url: Any) -> None:
     url, _ = local_url
@@ -97,6 +100,18 @@ def test_a_step_cut_off_mid_function_runs_again_or_is_reported(local_url: Any) -
         run = stash.runs.durable("r4")
         assert run.step("send", lambda: "sent") == "sent"  # at least once: again
         state = stash.runs.load_run("r4")
+    assert state is not None
+    # An at-least-once step without a lease is recorded once it ran (one append): the try
+    # cut off mid-function left nothing, and the try that ran is the first recorded.
+    assert [(a.attempt, a.status.value) for a in state.attempts] == [(1, "completed")]
+    with stashpoint.open(url) as stash:  # under a lease it is recorded first, then ended
+        run = stash.runs.durable("r5", lease=60.0)
+        with pytest.raises(Crash):
+            run.step("send", dies, "send")
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("r5", lease=60.0, clock=lambda: _LATER)
+        assert run.step("send", lambda: "sent") == "sent"
+        state = stash.runs.load_run("r5")
     assert state is not None
     assert [(a.attempt, a.status.value) for a in state.attempts] == [
         (1, "failed"),

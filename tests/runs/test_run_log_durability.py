@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +28,10 @@ from stashpoint import AttemptStatus, StashpointError
 from tests import servers
 from tests.crashes import Crash, crash_at
 from tests.faultproxy import FaultPlan, FaultProxy
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 class _Ledger:
@@ -59,6 +63,19 @@ class _Ledger:
 def _work(stash: stashpoint.Stash, run_id: str, who: str, times: int, ledger: _Ledger) -> None:
     for n in range(times):
         label = f"{who}-{n}"
+        if n % 3 == 2:  # an attempt that already ran, recorded ended in one append
+            try:
+                stash.runs.record_ended_attempt(
+                    run_id, label, 1, {"n": n}, started_at=_now(), output={"done": label}
+                )
+            except StashpointError:
+                with ledger.lock:
+                    ledger.unknown.add(label)
+                continue
+            with ledger.lock:
+                ledger.recorded.add(label)
+                ledger.completed.add(label)
+            continue
         try:
             attempt_id = stash.runs.record_attempt(run_id, label, 1, {"n": n})
         except StashpointError:
@@ -115,23 +132,25 @@ def test_fault_proxy_loses_and_duplicates_no_transition(
 )
 @given(
     plan=st.lists(
-        st.tuples(st.integers(0, 20), st.integers(0, 80), st.booleans(), st.booleans()),
+        st.tuples(st.integers(0, 20), st.integers(0, 80), st.booleans(), st.integers(0, 2)),
         min_size=1,
         max_size=4,
     )
 )
 def test_crash_at_any_request_of_a_transition_keeps_every_acknowledged_one(
-    plan: list[tuple[int, int, bool, bool]], tmp_path_factory: pytest.TempPathFactory
+    plan: list[tuple[int, int, bool, int]], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Record and complete `n` attempts, then crash at request `step` of the next record or
-    complete (which may seal 64 versions: entry PUT, listings, GETs, segment PUT, deletes,
-    index write), before or after that request; a new process checks and goes on."""
+    """Record and complete `n` attempts, then crash at request `step` of the next record,
+    complete or record-ended (`mode` 0, 1, 2; each may seal 64 versions: entry PUT,
+    listings, GETs, segment PUT, deletes, index write), before or after that request; a
+    new process checks and goes on."""
     url = f"local://{tmp_path_factory.mktemp('crashes')}?fsync=false"
     with stashpoint.open(url) as stash:
         run_id = stash.runs.create_run("crashes")
     ledger = _Ledger()
     counter = 0
-    for transitions, step, after, while_completing in plan:
+    for transitions, step, after, mode in plan:
+        while_completing = mode == 1
         with stashpoint.open(url, log_delete_after=timedelta(0)) as stash:
             ledger.check(stash, run_id)
             for _ in range(transitions):
@@ -148,7 +167,13 @@ def test_crash_at_any_request_of_a_transition_keeps_every_acknowledged_one(
                 ledger.recorded.add(label)
             with crash_at(stash, step, after):
                 try:
-                    if while_completing:
+                    if mode == 2:
+                        stash.runs.record_ended_attempt(
+                            run_id, label, 1, started_at=_now(), output={"done": label}
+                        )
+                        ledger.recorded.add(label)
+                        ledger.completed.add(label)
+                    elif while_completing:
                         stash.runs.complete_attempt(attempt_id, {"done": label})
                         ledger.completed.add(label)
                     else:
@@ -167,12 +192,21 @@ def test_crash_at_any_request_of_a_transition_keeps_every_acknowledged_one(
 WORKER = textwrap.dedent(
     """
     import json, sys
+    from datetime import UTC, datetime
     import stashpoint
     url, options, run_id, who = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
     with stashpoint.open(url, **options) as stash:
         for n in range(10_000):
             label = f"{who}-{n}"
             print("try", label, flush=True)
+            if n % 3 == 2:  # an attempt that already ran, recorded ended in one append
+                stash.runs.record_ended_attempt(
+                    run_id, label, 1, {"n": n}, started_at=datetime.now(UTC),
+                    output={"done": label},
+                )
+                print("recorded", label, flush=True)
+                print("completed", label, flush=True)
+                continue
             attempt_id = stash.runs.record_attempt(run_id, label, 1, {"n": n})
             print("recorded", label, flush=True)
             stash.runs.complete_attempt(attempt_id, {"done": label})

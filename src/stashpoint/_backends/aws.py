@@ -26,6 +26,21 @@ class AwsCall(Request[Any]):
     """Whether the driver must read the response's streaming `Body` into bytes."""
     max_body: int | None = None
     """Refuse (`LimitExceeded`) a body larger than this from its length, before reading it."""
+    refusal: str | None = None
+    """An error code that answers the call rather than failing it (a condition that did not
+    hold): the call returns `REFUSED`, so calls sent at once each keep their own answer."""
+
+
+REFUSED = object()
+"""What a call answers when the service refused it with the call's `refusal` code."""
+
+
+def _refused(call: AwsCall, exc: Exception) -> bool:
+    return (
+        call.refusal is not None
+        and isinstance(exc, botocore.exceptions.ClientError)
+        and exc.response.get("Error", {}).get("Code") == call.refusal
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +194,12 @@ class AwsTransport(_AwsTransportBase):
     def _call(self, call: AwsCall | Sleep) -> Any:
         if isinstance(call, Sleep):  # a throttling backoff: the real clock's
             return answer(REAL, call)
-        response = getattr(self.client.get(), call.method)(**call.params)
+        try:
+            response = getattr(self.client.get(), call.method)(**call.params)
+        except Exception as exc:
+            if _refused(call, exc):
+                return REFUSED
+            raise
         if call.read_body:
             if _too_large(call, response):
                 response["Body"].close()
@@ -204,7 +224,12 @@ class AsyncAwsTransport(_AwsTransportBase):
     async def _call(self, call: AwsCall | Sleep) -> Any:
         if isinstance(call, Sleep):  # a throttling backoff: the real clock's
             return await answer_async(REAL, call)
-        response = await getattr(await self.client.get(), call.method)(**call.params)
+        try:
+            response = await getattr(await self.client.get(), call.method)(**call.params)
+        except Exception as exc:
+            if _refused(call, exc):
+                return REFUSED
+            raise
         if call.read_body:
             async with response["Body"] as stream:
                 if _too_large(call, response):

@@ -20,6 +20,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from stashpoint._backends.aws import (
     NEVER_SENT,
+    REFUSED,
     AsyncAwsTransport,
     AwsCall,
     AwsClientSettings,
@@ -50,7 +51,7 @@ from stashpoint.index.schema import (
     TTL_ATTRIBUTE,
     dynamodb_table_definition,
 )
-from stashpoint.steps import Sleep, Steps, ask
+from stashpoint.steps import Parallel, Sleep, Steps, ask
 
 DEFAULT_CLIENT_CONFIG = botocore.config.Config(
     connect_timeout=5,
@@ -119,33 +120,39 @@ def _failure(exc: Exception, table: str) -> StashpointError:
     )
 
 
-def _conditional_refusal(exc: Exception) -> bool:
-    return (
-        isinstance(exc, botocore.exceptions.ClientError)
-        and exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-    )
+def _conditional_call(
+    operation: str, params: dict[str, Any], condition: str, values: dict[str, Any] | None
+) -> AwsCall:
+    """Return the call of `operation` under `condition` (answering `REFUSED` if it fails)."""
+    params = {**params, "ConditionExpression": condition}
+    if values:
+        params["ExpressionAttributeValues"] = values
+    return AwsCall(operation, params, refusal="ConditionalCheckFailedException")
 
 
 def _conditional(
     operation: str, params: dict[str, Any], condition: str, values: dict[str, Any] | None
 ) -> Steps[bool]:
     """Call `operation` under `condition`; return False if the condition refused it."""
-    params = {**params, "ConditionExpression": condition}
-    if values:
-        params["ExpressionAttributeValues"] = values
-    try:
-        yield from ask(AwsCall(operation, params))
-    except Exception as exc:
-        if not _conditional_refusal(exc):
-            raise
-        return False
-    return True
+    return (yield from ask(_conditional_call(operation, params, condition, values))) is not REFUSED
 
 
-def _put(table: str, item: Any, condition: str, values: dict[str, Any] | None) -> Steps[int]:
-    """Put one item under a condition; return 1 if written, 0 if the condition refused it."""
-    params = {"TableName": table, "Item": to_attributes(item)}
-    return int((yield from _conditional("put_item", params, condition, values)))
+def _puts(table: str, puts: list[tuple[Any, str, dict[str, Any] | None]]) -> Steps[int]:
+    """Put items, each under its condition, all at once; return how many were written.
+
+    A transition's items (the run's and an attempt's) go out together: one round trip.
+    """
+    calls = [
+        _conditional_call(
+            "put_item", {"TableName": table, "Item": to_attributes(item)}, cond, values
+        )
+        for item, cond, values in puts
+    ]
+    if len(calls) == 1:
+        answers = [(yield from ask(calls[0]))]
+    else:
+        answers = yield from ask(Parallel(tuple(calls)))
+    return sum(answer is not REFUSED for answer in answers)
 
 
 def _expecting(expected: Expected) -> tuple[str, dict[str, Any] | None]:
@@ -166,17 +173,14 @@ def dynamodb_calls(request: IndexRequest, table: str) -> Steps[Any]:
     try:
         match request:
             case PutItems(items):
-                written = 0
-                for item in items:
-                    revision = {":revision": {"N": str(item[REVISION])}}
-                    written += yield from _put(table, item, _CONDITION, revision)
-                return written
+                return (
+                    yield from _puts(table, [
+                        (item, _CONDITION, {":revision": {"N": str(item[REVISION])}})
+                        for item in items
+                    ])
+                )  # fmt: skip
             case ReplaceItems(pairs):
-                written = 0
-                for item, expected in pairs:
-                    condition, values = _expecting(expected)
-                    written += yield from _put(table, item, condition, values)
-                return written
+                return (yield from _puts(table, [(i, *_expecting(e)) for i, e in pairs]))
             case GetPartition(pk):
                 partition: list[dict[str, Any]] = []
                 query: dict[str, Any] = {

@@ -19,7 +19,9 @@ but not completed (a crash mid-`fn`) raise `StepInterrupted` instead of running 
 again after a delay counted from the recorded failure; a `deadline` keeps a step that would
 not finish in time from starting. Each of these stops raises `RunSuspended`.
 
-Built on runs as logs (`runs.journal`), so a step costs two appends however long the run.
+Built on runs as logs (`runs.journal`), so a step costs the same however long the run: one
+append for an at-least-once step without a lease (recorded with its outcome once `fn` has
+run), two with a lease or `AT_MOST_ONCE` (recorded before `fn` runs, ended after).
 `DurableRun` and `AsyncDurableRun` are made from one definition (`stashpoint.twins`); the
 asyncio one awaits coroutine functions.
 """
@@ -49,7 +51,7 @@ from stashpoint.errors import (
     described,
 )
 from stashpoint.runs.models import AttemptStatus, RunStatus
-from stashpoint.runs.operations import RunOperations
+from stashpoint.runs.operations import RunOperations, RunRead
 from stashpoint.steps import Call, Now, Parallel, Sleep, Steps, ask
 from stashpoint.twins import Awaiting, Blocking, operation
 
@@ -218,23 +220,47 @@ class _DurableApi:
             raise self._stopped
         if self._opened:
             return
-        try:
-            yield from self._ops.create_run(self.graph_name, run_id=self.run_id)
-        except CheckpointConflict:
-            yield from self._respect_claims()
+        # The run's log is read once: a new run costs that listing and its creation, an
+        # existing one the read and the takeover (read again only if it moved meanwhile).
+        read = yield from self._ops.read_run(self.run_id)
+        if read is None:
             try:
-                yield from self._ops.takeover(self.run_id, reason=TAKEN_OVER)
-            except TerminalStateConflict:
-                self._finished = True  # a finished run only replays
-        state = yield from self._ops.load_run(self.run_id)
-        if state is None:
-            raise RunNotFound("the run was deleted while being opened", object_name=self.run_id)
+                yield from self._ops.create_run(self.graph_name, run_id=self.run_id)
+            except CheckpointConflict:  # another worker created it since the read
+                read = yield from self._ops.read_run(self.run_id)
+                if read is None:
+                    raise RunNotFound(
+                        "the run was deleted while being opened", object_name=self.run_id
+                    ) from None
+            else:
+                self._opened = True
+                return
+        taken: dict[str, datetime] = {}
+        read = yield from self._respect_claims(read)
+        try:
+            took = yield from self._ops.take_over_read(read, reason=TAKEN_OVER)
+        except TerminalStateConflict:
+            self._finished = True  # a finished run only replays
+        else:
+            if took.unchanged:  # the read is the run, but for what the takeover ended
+                taken = {a.attempt_id: took.at for a in read.running}
+            else:
+                moved = yield from self._ops.read_run(self.run_id)
+                if moved is None:
+                    raise RunNotFound(
+                        "the run was deleted while being opened", object_name=self.run_id
+                    )
+                read = moved
+        state = read.state
         self._waiting = state.status is RunStatus.WAITING
         for record in state.attempts:
             step = _step_of(record.node_id)
             self._ordered(step)
-            self._last[record.node_id] = _Outcome(
-                record.status, record.output, record.error, record.finished_at
+            ended = taken.get(record.attempt_id)
+            self._last[record.node_id] = (
+                _Outcome(AttemptStatus.FAILED, None, TAKEN_OVER, ended)
+                if ended is not None
+                else _Outcome(record.status, record.output, record.error, record.finished_at)
             )
             self._tries[record.node_id] = self._tries.get(record.node_id, 0) + 1
             if record.status is AttemptStatus.COMPLETED and record.finished_at is not None:
@@ -242,16 +268,17 @@ class _DurableApi:
                 self._step_seconds.append(max(0.0, seconds))
         self._opened = True
 
-    def _respect_claims(self) -> Steps[None]:
+    def _respect_claims(self, read: RunRead) -> Steps[RunRead]:
         """Leave a run alone while a step of it runs under a lease that has not run out.
 
         Judged on this clock, `clock_skew` late (as `stashpoint runs stuck` does); steps
         without a lease cannot be judged alive, so they never hold the run back. Safety
         does not rest on this: a worker taken over is fenced whatever the clocks say.
+        Returns the run as last read (read again after each wait).
         """
         skew = self._ops.clock_skew
         while True:
-            running = yield from self._ops.running_attempts(self.run_id)
+            running = read.running
             now = yield from self._now()
             live = [
                 (a.lease_expires_at, _step_of(a.node_id))
@@ -259,12 +286,16 @@ class _DurableApi:
                 if a.lease_expires_at is not None and a.lease_expires_at + skew > now
             ]
             if not live:
-                return
+                return read
             until, step = max(live)
             if not self.claim_wait:
                 raise self._stop(RunClaimed(self.run_id, step=step, until=until))
             # Poll: the holder may end its step (or the run) long before its lease would.
             yield from ask(Sleep(min(CLAIM_POLL, max(0.05, (until + skew - now).total_seconds()))))
+            again = yield from self._ops.read_run(self.run_id)
+            if again is None:
+                raise RunNotFound("the run was deleted while being opened", object_name=self.run_id)
+            read = again
 
     def _replay(self, name: str) -> Steps[_Outcome | None]:
         """Open the run, check `name` is asked for in order, return its last outcome."""
@@ -364,6 +395,43 @@ class _DurableApi:
         self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
         return True, result
 
+    def _run_then_record(
+        self, name: str, args: tuple[Any, ...], fn: Any
+    ) -> Steps[tuple[bool, Any]]:
+        """Run one try of an at-least-once step without a lease, then record it: one append.
+
+        Nothing is recorded before `fn` runs: no lease means no worker can be judged alive
+        anyway, and a crash mid-`fn` leaves the step to run again, as the semantics promise.
+        A takeover meanwhile fences the one append (`Fenced`): the result is not stored.
+        """
+        self._check_deadline()
+        yield from self._wake()  # a waiting run is running again before its step runs
+        self._ordered(name)
+        attempt = self._tries.get(name, 0) + 1
+        self._tries[name] = attempt
+        started_at = yield from self._now()
+        measure = time.monotonic if self.deadline is None else self.deadline.clock
+        started = measure()
+        try:
+            result = yield from ask(Call(fn, args))
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            yield from self._ops.record_ended_attempt(
+                self.run_id, name, attempt, {"key": self.key(name)}, started_at=started_at,
+                error=error,
+            )  # fmt: skip
+            self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, (yield from self._now()))
+            return False, exc
+        finally:
+            self._ran = True
+        self._step_seconds.append(measure() - started)
+        yield from self._ops.record_ended_attempt(
+            self.run_id, name, attempt, {"key": self.key(name)}, started_at=started_at,
+            output=result,
+        )  # fmt: skip
+        self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
+        return True, result
+
     def _leased_call(self, fn: Any, args: tuple[Any, ...], attempt_id: str) -> Call:
         """Call a step's function; under a lease, renew it three times per lease meanwhile.
 
@@ -433,7 +501,10 @@ class _DurableApi:
                     self.run_id, step=name, detail=last.error or last.status.value
                 )
         while True:
-            done, outcome = yield from self._record(name, args, fn)
+            if semantics is Semantics.AT_LEAST_ONCE and self.lease is None:
+                done, outcome = yield from self._run_then_record(name, args, fn)
+            else:
+                done, outcome = yield from self._record(name, args, fn)
             if done:
                 return outcome
             if retry is None or self._tries[name] >= retry.attempts:

@@ -142,6 +142,30 @@ def _moment(value: object, name: str) -> datetime | None:
 
 
 @dataclass(frozen=True)
+class RunRead:
+    """A whole run read once (`read_run`)."""
+
+    state: RunState
+    """The run with every attempt, blobs resolved."""
+    revision: int
+    """The run's revision when read."""
+    running: list[AttemptRow]
+    """Its running attempts, with their leases."""
+
+
+@dataclass(frozen=True)
+class TakenOver:
+    """The outcome of `take_over_read`."""
+
+    epoch: int
+    """The new owner epoch."""
+    at: datetime
+    """When the takeover was written (when the attempts it ended, ended)."""
+    unchanged: bool
+    """Whether nothing was written to the run between the read and the takeover."""
+
+
+@dataclass(frozen=True)
 class _Known:
     """A run's latest head as this process knows it."""
 
@@ -278,6 +302,44 @@ class RunOperations(Generic[DurableT]):
         return attempt_id
 
     @operation
+    def record_ended_attempt(
+        self,
+        run_id: str,
+        node_id: str,
+        attempt: int,
+        input: Any = None,
+        *,
+        started_at: datetime,
+        output: Any = None,
+        error: str | None = None,
+    ) -> Steps[str]:
+        """Record an attempt that already ran, with its outcome, in one append; return its id.
+
+        Completed with `output` when `error` is None, else failed with `error`. For work
+        done before it is recorded: an at-least-once step without a lease costs one write,
+        and a crash before it loses only the work, which then runs again.
+        """
+        attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+        _text(node_id, "node_id")
+        if type(attempt) is not int or attempt < 0:
+            raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
+        started = _moment(started_at, "started_at")
+        if started is None:
+            raise InvalidArgument("started_at must be a timezone-aware datetime")
+        _text(error, "error", optional=True)
+        stored_input = yield from self._blobs.offload(input, "input")
+        stored_output = yield from self._blobs.offload(output, "output")
+        yield from self._apply(
+            run_id,
+            lambda head, now: transitions.record_ended_attempt(
+                head, attempt_id=attempt_id, node_id=node_id, attempt=attempt,
+                input=stored_input, started_at=min(started, now), now=now,
+                output=stored_output, error=error,
+            ),
+        )  # fmt: skip
+        return attempt_id
+
+    @operation
     def record_attempts(
         self,
         run_id: str,
@@ -407,6 +469,24 @@ class RunOperations(Generic[DurableT]):
             claim=True,
         )
         return head.epoch
+
+    @operation
+    def take_over_read(self, read: RunRead, *, reason: str) -> Steps[TakenOver]:
+        """Take over the run `read_run` returned (as `takeover`), saying what changed.
+
+        `TakenOver.unchanged`: nothing was written to the run between that read and the
+        takeover, so the read plus the takeover's own change (running attempts ended with
+        `reason`) is the run now, and the caller need not read it again.
+        """
+        _text(reason, "reason")
+        seen: list[int] = []
+        head = yield from self._apply(
+            read.state.run_id,
+            lambda head, now: transitions.takeover(head, now=now, reason=reason),
+            claim=True,
+            seen=seen,
+        )
+        return TakenOver(head.epoch, head.updated_at, bool(seen) and seen[-1] == read.revision)
 
     @operation
     def complete_attempt(
@@ -545,6 +625,23 @@ class RunOperations(Generic[DurableT]):
             journal.lease_row(known.head, attempt_id, held)
             for attempt_id, held in known.head.running.items()
         ]
+
+    @operation
+    def read_run(self, run_id: str) -> Steps[RunRead | None]:
+        """Read the whole run once: its state (blobs resolved), revision and leases.
+
+        None if unknown. Unlike `load_run` it leaves the index alone: a worker opening the
+        run writes the run's items with its next transition anyway.
+        """
+        read = yield from self._read_all(run_id)
+        if read is None:
+            return None
+        known, state = read
+        running = [
+            journal.lease_row(known.head, attempt_id, held)
+            for attempt_id, held in known.head.running.items()
+        ]
+        return RunRead((yield from self._resolve(state)), known.revision, running)
 
     @operation
     def summarize_run(self, run_id: str) -> Steps[RunSummary | None]:
@@ -805,6 +902,7 @@ class RunOperations(Generic[DurableT]):
         transition: Callable[[RunHead, datetime], Change],
         *,
         claim: bool = False,
+        seen: list[int] | None = None,
     ) -> Steps[RunHead]:
         """Apply a pure transition to the latest head and append it; retry a lost race.
 
@@ -812,11 +910,14 @@ class RunOperations(Generic[DurableT]):
         again on a fresh read, since a stale copy may be what it objected to. Ending an
         attempt the fresh head does not have running reads the whole run to say why. A
         store holding an owner epoch for the run (`create_run`, `takeover`) is refused with
-        `Fenced` once the run's epoch moved past it; `claim` (a takeover) is not.
+        `Fenced` once the run's epoch moved past it; `claim` (a takeover) is not. `seen`
+        gets the revision of each head the transition was applied to (the last one won).
         """
         epoch = None if claim else self._epochs.get(run_id)
 
         def change(known: _Known, fresh: bool) -> Steps[Change]:
+            if seen is not None:
+                seen.append(known.revision)
             transitions.check_owner(known.head, epoch)
             now = yield from ask(Now())
             try:

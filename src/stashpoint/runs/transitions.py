@@ -152,6 +152,34 @@ def record_attempt(
     return Change(new, (attempt_record(record),), (lease_row(new, attempt_id, running),))
 
 
+def record_ended_attempt(
+    head: RunHead,
+    *,
+    attempt_id: str,
+    node_id: str,
+    attempt: int,
+    input: Any,
+    started_at: datetime,
+    now: datetime,
+    output: Any = None,
+    error: str | None = None,
+) -> Change:
+    """Add an attempt that already ran, with its outcome, as one change.
+
+    Completed with `output` when `error` is None, else failed with `error`. Its records
+    are those of recording it then ending it; its index row is the ended one alone.
+    """
+    started = record_attempt(
+        head, attempt_id=attempt_id, node_id=node_id, attempt=attempt, input=input,
+        trace_ctx=None, now=started_at,
+    )  # fmt: skip
+    if error is None:
+        ended = complete_attempt(started.head, attempt_id, output=output, meta={}, now=now)
+    else:
+        ended = fail_attempt(started.head, attempt_id, error=error, now=now)
+    return Change(ended.head, started.records + ended.records, ended.touched)
+
+
 def complete_attempt(
     head: RunHead, attempt_id: str, *, output: Any, meta: dict[str, Any], now: datetime
 ) -> Change:
