@@ -1,9 +1,11 @@
-"""A durable step's CPU early and late in a long run, on `memory://` (issue 24 #7).
+"""A durable step's CPU early and late in a long run, and a run transition's CPU, on
+`memory://` (issue 24 #7 and its transition figure).
 
 One run of `--steps` small steps; the CPU time (`time.process_time`) per step over steps
-100-1,100 and over the last 1,000, and the late/early ratio (flat is 1.0). With
-`--against PATH` the same is measured, in the same run, for the source tree at PATH (a
-worktree of the code before), each in a fresh process.
+100-1,100 and over the last 1,000, and the late/early ratio (flat is 1.0). Then 1,000 run
+transitions (500 `record_attempt` + `complete_attempt` pairs on one run, after 100 to warm
+up): CPU per transition. With `--against PATH` the same is measured, in the same run, for
+the source tree at PATH (a worktree of the code before), each in a fresh process.
 
     .venv/bin/python -m bench.durable_cpu_bench [--steps 6000] [--against /path/to/old/src]
 """
@@ -29,7 +31,20 @@ with stashpoint.open("memory://") as stash:
         cpu.append(time.process_time() - start)
 early = cpu[100:1100]
 late = cpu[-1000:]
-print(json.dumps({"early_ms": 1000 * sum(early) / len(early), "late_ms": 1000 * sum(late) / len(late)}))
+with stashpoint.open("memory://") as stash:
+    run_id = stash.runs.create_run("bench")
+    def pairs(count):
+        for n in range(count):
+            attempt = stash.runs.record_attempt(run_id, f"n{n}", 1, {"n": n})
+            stash.runs.complete_attempt(attempt, {"rows": n})
+    pairs(50)
+    start = time.process_time()
+    pairs(500)
+    transition = (time.process_time() - start) / 1000
+print(json.dumps({
+    "early_ms": 1000 * sum(early) / len(early), "late_ms": 1000 * sum(late) / len(late),
+    "transition_ms": 1000 * transition,
+}))
 """
 
 
@@ -53,10 +68,15 @@ def main() -> None:
     rows = [("this tree", _measure(args.steps, None))]
     if args.against:
         rows.append((args.against, _measure(args.steps, args.against)))
-    print(f"{'code':<32} {'early ms/step':>14} {'late ms/step':>13} {'late/early':>11}")
+    print(f"{'code':<32} {'early ms/step':>14} {'late ms/step':>13} {'late/early':>11} "
+          f"{'transition ms':>14}")  # fmt: skip
     for name, row in rows:
         ratio = row["late_ms"] / row["early_ms"]
-        print(f"{name:<32} {row['early_ms']:>14.2f} {row['late_ms']:>13.2f} {ratio:>11.2f}")
+        print(f"{name:<32} {row['early_ms']:>14.2f} {row['late_ms']:>13.2f} {ratio:>11.2f} "
+              f"{row['transition_ms']:>14.3f}")  # fmt: skip
+    if len(rows) == 2:
+        print(f"transition CPU, this tree / before: "
+              f"{rows[0][1]['transition_ms'] / rows[1][1]['transition_ms']:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

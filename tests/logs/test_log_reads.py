@@ -6,8 +6,11 @@ import itertools
 from collections import Counter
 from typing import Any
 
+import pytest
+
 import stashpoint
 from stashpoint.logs import SEGMENT_SPAN
+from tests.meter import Meter
 
 
 def _counting(stash: stashpoint.Stash) -> Counter[str]:
@@ -94,3 +97,43 @@ def test_an_append_costs_the_same_requests_with_thousands_of_entries_awaiting_cl
         assert costs[-1] <= costs[2] + 1, costs  # flat: not growing with the entries kept
         assert counts["ListKeys"] <= 4 * 40, counts  # a few listings per sealing
         assert writer.logs.records("many") == list(range(40 * SEGMENT_SPAN))
+
+
+@pytest.fixture(params=["memory_url", "local_url", "s3_seaweed_url"], ids=lambda n: n[:-4])
+def target(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return request.getfixturevalue(request.param)
+
+
+def test_a_seal_reads_none_of_the_entries_this_process_wrote(
+    target: tuple[str, dict[str, Any]],
+) -> None:
+    """Entries are immutable: the writer seals its own from memory, so an append costs one
+    PUT (and the segment's) with no GET; a sealer that did not write them reads them."""
+    url, options = target
+    log_id = f"seal-{stashpoint.new_id()}"
+    with stashpoint.open(url, **options) as writer:
+        meter = Meter(writer)
+        head = None
+        for v in range(2 * SEGMENT_SPAN + 1):
+            head = writer.logs.append(log_id, [v], after=head, state={"v": v})
+        assert meter.requests["GetObject"] == 0, meter.requests
+        assert meter.requests["PutObject"] == 2 * SEGMENT_SPAN + 1 + 2  # entries, 2 segments
+        assert writer.logs.records(log_id) == list(range(2 * SEGMENT_SPAN + 1))
+    with stashpoint.open(url, **options) as other:
+        head = other.logs.head(log_id)
+        meter = Meter(other)
+        for v in range(2 * SEGMENT_SPAN + 1, 3 * SEGMENT_SPAN + 1):
+            head = other.logs.append(log_id, [v], after=head, state={"v": v})
+        # Its seal of versions 128-191 read back version 128 alone: the writer's.
+        assert meter.requests["GetObject"] == 1, meter.requests
+        other.logs.append(log_id, ["x"], after=head)
+        assert other.logs.seal(log_id) == 0  # sealed already
+    with stashpoint.open(url, **options) as sealer:  # a third process seals what others wrote
+        meter = Meter(sealer)
+        head = sealer.logs.head(log_id)
+        for v in range(SEGMENT_SPAN - 1):
+            head = sealer.logs.append(log_id, [v], after=head)
+        assert meter.requests["GetObject"] >= 1  # the entries of the others, read back
+        assert sealer.logs.records(log_id)[: 3 * SEGMENT_SPAN + 1] == list(
+            range(3 * SEGMENT_SPAN + 1)
+        )

@@ -118,6 +118,12 @@ _MARKER_MARGIN = 24
 """Bytes a marker may take beyond the widest one measured (zstd varies on random ids);
 the smallest entry of any log id is about 55 bytes larger than its widest marker."""
 _SEALS_PER_APPEND = 2
+
+_WRITTEN_ENTRIES = 4096
+"""Entries this process wrote that a `LogSteps` keeps for the seal of their range."""
+
+_WRITTEN_BODY = 16 * 1024
+"""Largest encoded entry kept for a seal (a bigger one is read back when sealed)."""
 """Unsealed ranges one append seals at most (the newest); `gc` seals every one."""
 
 
@@ -156,8 +162,12 @@ class LogHead:
     caller may change `state` in place before passing this head as `after`."""
 
     @classmethod
-    def of(cls, entry: LogEntry) -> LogHead:
-        """Return the head whose latest version is `entry`."""
+    def of(cls, entry: LogEntry, *, handed_over: bool = False) -> LogHead:
+        """Return the head whose latest version is `entry`.
+
+        `handed_over`: nobody changes `entry.state` after this, so it is its own snapshot
+        (no copy); otherwise the snapshot is a deep copy.
+        """
         return cls(
             log_id=entry.log_id,
             version=entry.version,
@@ -170,7 +180,7 @@ class LogHead:
             extra=entry.extra,
             base=entry.base,
             ended=entry.ended,
-            snapshot=copy.deepcopy(entry.state),
+            snapshot=entry.state if handed_over else copy.deepcopy(entry.state),
         )
 
 
@@ -282,6 +292,9 @@ class LogSteps:
         self.vacate_sealed = vacate_sealed
         """Whether sealed entries are replaced by markers once their segment is stored."""
         self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
+        # Entries this process wrote, by key, with their ETags: entries are immutable, so a
+        # seal of their range needs no GET of them (an append costs one PUT, seals included).
+        self._written: Lru[str, tuple[LogEntry, str]] = Lru(_WRITTEN_ENTRIES)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -685,12 +698,15 @@ class LogSteps:
         kind: str | None = None,
         schema_version: int | None = None,
         extra: dict[str, Any] | None = None,
+        handed_over: bool = False,
     ) -> Steps[LogHead]:
         """Append `records` (and the new `state`) after `after`; None creates the log.
 
         Exactly one of two appends after the same head succeeds; the other raises
         `CheckpointConflict` with the winner's version. Creating a log that was deleted
-        starts its new life after the deletion. Returns the new head.
+        starts its new life after the deletion. Returns the new head. `handed_over`: the
+        caller never changes `state` after the call (a document made for it), so the head
+        keeps it without a copy.
         """
         log_id = check_log_id(log_id)
         if not isinstance(records, list):
@@ -699,8 +715,11 @@ class LogSteps:
             raise InvalidArgument(f"after must be a head of log {log_id!r}", object_name=log_id)
         try:
             return (
-                yield from self._append(log_id, records, after, state, kind, schema_version, extra)
-            )
+                yield from self._append(
+                    log_id, records, after, state, kind, schema_version, extra,
+                    handed_over=handed_over,
+                )
+            )  # fmt: skip
         except CheckpointConflict:
             if after is not None:
                 raise
@@ -709,7 +728,11 @@ class LogSteps:
             top = yield from self.top(log_id)
             if not top.ended:
                 raise
-        return (yield from self._append(log_id, records, top, state, kind, schema_version, extra))
+        return (
+            yield from self._append(
+                log_id, records, top, state, kind, schema_version, extra, handed_over=handed_over
+            )
+        )
 
     def _append(
         self,
@@ -722,6 +745,7 @@ class LogSteps:
         extra: dict[str, Any] | None,
         *,
         ends: bool = False,
+        handed_over: bool = False,
     ) -> Steps[LogHead]:
         version = 0 if after is None else after.version + 1
         if version > MAX_REVISION:
@@ -758,7 +782,7 @@ class LogSteps:
         )
         key = self.keys.entry(log_id, version)
         yield from self._create(log_id, key, entry)
-        head = LogHead.of(entry)
+        head = LogHead.of(entry, handed_over=handed_over)
         self._learn_top(log_id, version)
         if version >= SEGMENT_SPAN and version % SEGMENT_SPAN == 0:
             # The append is durable already; a failed seal is redone by the next seal or
@@ -800,16 +824,17 @@ class LogSteps:
                 return Landed()  # ours, perhaps sealed and vacated since
             return Refused((yield from self._conflict(log_id, entry.version)))
 
-        return (
-            yield from writes.put(
-                PutObject(key, body, Create()),
-                read_back,
-                self.retry,
-                what="append",
-                write_id=entry.write_id,
-                look_in=f" at version {entry.version}",
-            )
+        etag = yield from writes.put(
+            PutObject(key, body, Create()),
+            read_back,
+            self.retry,
+            what="append",
+            write_id=entry.write_id,
+            look_in=f" at version {entry.version}",
         )
+        if etag is not None and len(body) <= _WRITTEN_BODY:
+            self._written.put(key, (entry, etag))
+        return etag
 
     def _conflict(self, log_id: str, version: int) -> Steps[CheckpointConflict]:
         """Return the conflict of a lost append at `version`, naming the winner's head."""
@@ -882,10 +907,19 @@ class LogSteps:
         if not all(v in listing.entries for v in versions):
             return False  # a gap: the reader's error to report, not a seal to make
         sources = [_Source(listing.entries[v], v, v, False) for v in versions]
+        known = {s.key: self._written.get(s.key) for s in sources}
         try:
-            fetched = yield from self._fetch_objects(log_id, sources)
+            read = iter((yield from self._fetch_objects(
+                log_id, [s for s in sources if known[s.key] is None]
+            )))  # fmt: skip
         except _Vanished:
             return False
+        fetched: list[tuple[ObjectInfo, list[Item]]] = []
+        for source in sources:
+            written = known[source.key]
+            fetched.append(
+                next(read) if written is None else (ObjectInfo(etag=written[1]), [written[0]])
+            )
         if any(isinstance(item, Vacated) for _, items in fetched for item in items):
             return False  # sealed by another sealer meanwhile, or below a base
         entries = [item for _, items in fetched for item in items if isinstance(item, LogEntry)]
@@ -914,6 +948,8 @@ class LogSteps:
 
         yield from writes.put(PutObject(key, body, Create()), read_back, self.retry, what="seal")
         listing.segments[first] = key
+        for source in sources:
+            self._written.pop(source.key)  # sealed: never needed again
         if not self.vacate_sealed:
             return True
         yield from self._vacate(

@@ -960,6 +960,7 @@ class RunOperations(Generic[DurableT]):
             state=journal.head_document(change.head),
             kind=RUN_LOG_KIND,
             schema_version=RUN_LOG_SCHEMA_VERSION,
+            handed_over=True,  # a document made for this append alone
         )
         saved = _Known(change.head, log)
         self._remember(run_id, saved)
