@@ -202,11 +202,9 @@ def main() -> None:
             results.append(result)
             # At rest: sealed entries are deleted after `log_delete_after` (1 h); gc does it.
             with stashpoint.open(url, log_delete_after=timedelta(0), **options) as stash:
-                logs = stash._parts.logs("langgraph")
-                from stashpoint.steps import run_sync
-
-                for log_id in run_sync(logs.list_ids(), stash._execute):
-                    run_sync(logs.seal(log_id), stash._execute)
+                logs = stash.logs_in("langgraph")
+                for log_id in logs.list_ids():
+                    logs.seal(log_id)
             at_rest = dict(result, name=f"{name}, at rest (sealed entries cleaned)")
             at_rest["bytes"], at_rest["objects"] = _s3_bytes(s3, bucket, prefix)
             results.append(at_rest)

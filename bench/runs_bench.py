@@ -92,13 +92,13 @@ def _log_path(stash: stashpoint.Stash, attempts: int) -> dict[str, dict[str, Any
 def _baseline(stash: stashpoint.Stash, attempts: int) -> dict[str, dict[str, Any]]:
     """The whole-envelope path: each transition rewrites the run with all its attempts."""
     meter = _Meter(stash)
-    cas = stash.runs._cas
+    cas = stash.checkpoints.steps  # an envelope's one update loop, as runs had before
     run_id = f"envelope-{uuid.uuid4().hex}"
     state = RunState(run_id=run_id, graph_name="bench")
     envelope = Envelope.initial(
         run_id, run_id, RUN_KIND, RUN_SCHEMA_VERSION, state.model_dump(mode="json")
     )
-    run_sync(cas.compare_and_swap(envelope, None), stash._execute)
+    run_sync(cas.compare_and_swap(envelope, None), stash.driver)
     found: dict[str, dict[str, Any]] = {}
 
     def transition(change: Any) -> None:
@@ -108,7 +108,7 @@ def _baseline(stash: stashpoint.Stash, attempts: int) -> dict[str, dict[str, Any
             run = RunState.model_validate(current.payload)
             return change(run).model_dump(mode="json")
 
-        run_sync(cas.update(run_id, mutate, known=None), stash._execute)
+        run_sync(cas.update(run_id, mutate, known=None), stash.driver)
         meter.times.append(time.perf_counter() - start)
 
     for n in range(attempts):

@@ -50,3 +50,16 @@ def test_the_scan_sees_a_private_read() -> None:
         "stash._parts",
         "f()._execute",
     ]
+
+
+def test_the_benches_use_the_public_api_of_the_library() -> None:
+    """Benches are what users would write: only botocore's own internals may be patched
+    there (to count what goes on the wire), never the library's."""
+    bench = SOURCE.parents[1] / "bench"
+    reads = [
+        f"{path.name}:{line}: {expression}"
+        for path in sorted(bench.glob("*.py"))
+        for line, expression in _private_reads(ast.parse(path.read_text(), str(path)))
+        if not expression.startswith(("botocore.", "aiobotocore."))
+    ]
+    assert reads == [], "\n".join(reads)

@@ -399,6 +399,25 @@ _INT_BOUND = 10**jsontext.MAX_INT_DIGITS
 """Ints must be within +-(this - 1): what the JSON reader reads back."""
 
 
+class CheckedJson(dict[str, Any]):
+    """A JSON object `check_json` accepted where it was made: later checks count it whole.
+
+    A value checked once where it is produced (a LangGraph value as it is packed) is not
+    walked again by the check of the document that holds it: `nodes` is what its own check
+    counted, `depth` the depth it was checked within (its root at 1). Writers see a plain
+    JSON object.
+    """
+
+    __slots__ = ("depth", "nodes")
+
+    def __init__(self, value: dict[str, Any], nodes: int, depth: int) -> None:
+        super().__init__(value)
+        self.nodes = nodes
+        """Values inside its containers (`check_json`'s count)."""
+        self.depth = depth
+        """At most how deep it nests, its root at 1 (the bound it was checked within)."""
+
+
 def check_json(
     value: object,
     max_depth: int,
@@ -411,8 +430,9 @@ def check_json(
 
     Allowed: dict with str keys, list, str, int of at most 4,300 digits, finite float,
     bool, None (exact types, so an Enum, a tuple, a set, a datetime or a Decimal is refused
-    instead of coming back as something else). Raises `InvalidPayload` (or `LimitExceeded`
-    for depth) naming the path. Returns the number of values inside containers (what
+    instead of coming back as something else; a dict subclass counts as a dict, and a
+    `CheckedJson` is counted whole). Raises `InvalidPayload` (or `LimitExceeded` for
+    depth) naming the path. Returns the number of values inside containers (what
     `jsontext.write` sizes its engine by).
     """
     stack: list[tuple[Any, int]] = [(value, start_depth)]
@@ -421,13 +441,16 @@ def check_json(
     while stack and ok:
         item, depth = stack.pop()
         kind = type(item)
-        if kind is dict or kind is list:
+        if kind is CheckedJson:
+            ok = depth - 1 + item.depth <= max_depth
+            nodes += item.nodes
+        elif kind is dict or kind is list or isinstance(item, dict):
             if depth > max_depth:
                 ok = False
                 break
             nodes += len(item)
-            children = item.values() if kind is dict else item
-            if kind is dict and any(type(key) is not str for key in item):
+            children = item if kind is list else item.values()
+            if kind is not list and any(type(key) is not str for key in item):
                 ok = False
                 break
             for child in children:
@@ -456,9 +479,12 @@ def _first_problem(value: object, max_depth: int, start_depth: int, root: str) -
     while stack:
         item, depth, path = stack.pop()
         kind = type(item)
-        if kind in (dict, list) and depth > max_depth:
+        if isinstance(item, dict | list) and depth > max_depth:
             return path, f"nesting deeper than {max_depth} (the envelope counting as 1)"
-        if kind is dict:
+        if isinstance(item, CheckedJson):
+            if depth - 1 + item.depth > max_depth:
+                return path, f"nesting deeper than {max_depth} (the envelope counting as 1)"
+        elif isinstance(item, dict):
             for key, child in item.items():
                 if type(key) is not str:
                     return path, f"key {key!r} is a {type(key).__name__}; JSON keys are strings"

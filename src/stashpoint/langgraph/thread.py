@@ -34,13 +34,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stashpoint.errors import CheckpointConflict, InvalidArgument, InvalidPayload, described
+from stashpoint.codec import CheckedJson, check_json
+from stashpoint.errors import (
+    CheckpointConflict,
+    InvalidArgument,
+    InvalidPayload,
+    StashpointError,
+    described,
+)
 from stashpoint.logs.format import SEGMENT_SPAN
 
 THREAD_KIND = "stashpoint.langgraph-thread"
@@ -138,11 +144,15 @@ def thread_id_of(key: str) -> str | None:
 
 
 def pack(type_: str, data: bytes) -> dict[str, Any]:
-    """Return the stored form of one serialized value (`dumps_typed`'s pair)."""
+    """Return the stored form of one serialized value (`dumps_typed`'s pair).
+
+    Readable msgpack is a `CheckedJson`: checked here once, so the entry that holds it
+    counts it without walking it again.
+    """
     if type_ == "msgpack":
         readable = _readable_msgpack(data)
         if readable is not _UNREADABLE:
-            return {"type": type_, "msgpack": readable}
+            return readable  # type: ignore[no-any-return]
     return {"type": type_, "base64": base64.b64encode(data).decode()}
 
 
@@ -165,64 +175,59 @@ EXT = "__msgpack_ext__"
 `{"__msgpack_ext__": code, "data": <its payload, itself readable>}`."""
 
 
-class _Ext:
-    __slots__ = ("code", "payload")
+class _Tagged(dict[str, Any]):
+    """An extension in readable form, as unpacked: packed back as the extension it was."""
 
-    def __init__(self, code: int, payload: bytes) -> None:
-        self.code, self.payload = code, payload
+    __slots__ = ()
+
+
+def _tagged(code: int, payload: bytes) -> _Tagged:
+    import ormsgpack
+
+    return _Tagged({EXT: code, "data": ormsgpack.unpackb(payload, ext_hook=_tagged)})
+
+
+def _untagged(value: Any) -> Any:
+    import ormsgpack
+
+    if type(value) is _Tagged:
+        data = ormsgpack.packb(
+            value["data"], default=_untagged, option=ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+        )
+        return ormsgpack.Ext(value[EXT], data)
+    raise TypeError(f"not msgpack: {type(value).__name__}")
 
 
 def _readable_msgpack(data: bytes) -> Any:
-    """Return the JSON form of msgpack whose re-encoding is identical, else _UNREADABLE.
+    """Return the checked JSON form of msgpack whose re-encoding is identical, else _UNREADABLE.
 
     Extension types (how LangGraph's serializer stores LangChain messages, pydantic models
-    and dataclasses) become `{"__msgpack_ext__": code, "data": ...}` when their payload is
-    itself readable: a message reads as its module, class and fields in `zstd -d | jq`, and
-    compresses as text. Anything that would not re-encode to the very same bytes is stored
-    as base64 instead, so every value round-trips exactly.
+    and dataclasses) become `{"__msgpack_ext__": code, "data": ...}`, their payload itself
+    readable: a message reads as its module, class and fields in `zstd -d | jq`, and
+    compresses as text. Unpacking and packing back run in ormsgpack (Python sees only the
+    extensions); anything that would not re-encode to the very same bytes, or that JSON
+    cannot carry (bytes, NaN, nesting past `_READABLE_DEPTH`), is stored as base64 instead,
+    so every value round-trips exactly.
     """
     import ormsgpack
 
     try:
-        value = _to_readable(ormsgpack.unpackb(data, ext_hook=_Ext), 0)
-    except (ormsgpack.MsgpackDecodeError, ValueError, TypeError, _NotReadable):
+        value = ormsgpack.unpackb(data, ext_hook=_tagged)
+        same = (
+            ormsgpack.packb(value, default=_untagged, option=ormsgpack.OPT_PASSTHROUGH_SUBCLASS)
+            == data
+        )
+    except (ormsgpack.MsgpackDecodeError, ormsgpack.MsgpackEncodeError, ValueError, TypeError,
+            RecursionError):  # fmt: skip
         return _UNREADABLE
+    if not same:
+        return _UNREADABLE
+    document = {"type": "msgpack", "msgpack": value}
     try:
-        same = ormsgpack.packb(_from_readable(value)) == data
-    except (TypeError, ValueError):
+        nodes = check_json(document, _READABLE_DEPTH)
+    except StashpointError:  # bytes, NaN or too deep: JSON cannot carry it as it is
         return _UNREADABLE
-    return value if same else _UNREADABLE
-
-
-class _NotReadable(Exception):
-    pass
-
-
-def _to_readable(value: Any, depth: int) -> Any:
-    import ormsgpack
-
-    if depth > _READABLE_DEPTH:
-        raise _NotReadable
-    if isinstance(value, _Ext):
-        inner = ormsgpack.unpackb(value.payload, ext_hook=_Ext)
-        return {EXT: value.code, "data": _to_readable(inner, depth + 1)}
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        if not -(2**63) <= value < 2**64:
-            raise _NotReadable
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _NotReadable
-        return value
-    if isinstance(value, list):
-        return [_to_readable(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise _NotReadable
-        return {k: _to_readable(v, depth + 1) for k, v in value.items()}
-    raise _NotReadable  # bytes and anything else JSON cannot hold
+    return CheckedJson(document, nodes, _READABLE_DEPTH)
 
 
 def _from_readable(value: Any) -> Any:
