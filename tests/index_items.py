@@ -13,7 +13,7 @@ from stashpoint.runs import indexing
 
 def run_items(stash: stashpoint.Stash, run_id: str) -> dict[str, dict[str, Any]]:
     """Return a run's index items by sort key (its run item and its attempts' items)."""
-    found = stash._transport.index.execute(GetPartition(indexing.run_pk(run_id)))
+    found = stash.driver(GetPartition(indexing.run_pk(run_id)))
     return {str(item["sk"]): item for item in found}
 
 

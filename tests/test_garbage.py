@@ -64,7 +64,7 @@ def _forget_run(stash: stashpoint.Stash, run_id: str) -> None:
     from stashpoint.steps import run_sync
     from stashpoint.stores.layout import RUN_LOGS
 
-    logs = stash._parts.logs(RUN_LOGS)
+    logs = stash.log_steps(RUN_LOGS)
     listing = run_sync(logs.listing(run_id, ordered=True), stash.driver)
     for key in [*listing.entries.values(), *listing.segments.values()]:
         stash.driver(DeleteObject(key))

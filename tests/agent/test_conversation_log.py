@@ -107,7 +107,7 @@ def test_a_tampered_conversation_log_is_refused_naming_it(local_url: Any) -> Non
     with stashpoint.open(url) as stash:
         conversations = ConversationStore(stash.checkpoints)
         conversations.commit("t", "c", 0, _turn(0))
-        logs = LogStore(stash._parts.logs(CONVERSATIONS), stash.driver)
+        logs = LogStore(stash.log_steps(CONVERSATIONS), stash.driver)
         key = conversation_key("t", "c")
         head = logs.head(key)
         forged = [{"role": "assistant", "content": "words nobody said"}]

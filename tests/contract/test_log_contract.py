@@ -137,7 +137,7 @@ def _kinds(raw: Any, prefix: str) -> list[str]:
     kinds = []
     for key in _keys(raw, prefix):
         body = raw.driver(GetObject(key)).body
-        kinds.append(json.loads(raw._parts.codec.unwrap(body, name=key))["type"])
+        kinds.append(json.loads(raw.codec.unwrap(body, name=key))["type"])
     return kinds
 
 

@@ -54,15 +54,14 @@ def test_load_run_repairs_attempt_items_left_stale_by_an_unindexed_writer(
 
 
 def _corrupt(stash: stashpoint.Stash, item: dict[str, Any], **changes: Any) -> None:
-    index = stash._transport.index
     stored = int(item["revision"])
-    index.execute(ReplaceItems(((dict(item, **changes), stored),)))
+    stash.driver(ReplaceItems(((dict(item, **changes), stored),)))
 
 
 def _items(stash: stashpoint.Stash, run_id: str) -> dict[str, dict[str, Any]]:
     from stashpoint.index.requests import GetPartition
 
-    found = stash._transport.index.execute(GetPartition(indexing.run_pk(run_id)))
+    found = stash.driver(GetPartition(indexing.run_pk(run_id)))
     return {str(item["sk"]): item for item in found}
 
 
@@ -89,7 +88,7 @@ def test_reindex_rewrites_wrong_status_future_revision_and_orphans(
             assk=f"{attempt_item['started_at']}#{attempt}",
         )  # fmt: skip
         orphan = dict(attempt_item, sk=indexing.attempt_sk(f"{run_id}~ghost"))
-        stash._transport.index.execute(PutItems((orphan,)))
+        stash.driver(PutItems((orphan,)))
         failed = stash.runs.list_runs(namespace=namespace, status=RunStatus.FAILED)
         assert [row.run_id for row in failed.items] == [run_id]
         assert running_ids(stash, namespace) == {attempt}
@@ -149,9 +148,7 @@ def test_one_wrongly_typed_item_never_breaks_a_run_and_is_repaired(
         run_id = stash.runs.create_run("g", namespace=namespace)
         item = _items(stash, run_id)[indexing.RUN_SORT]
         try:
-            stash._transport.index.execute(
-                ReplaceItems(((dict(item, **change), int(item["revision"])),))
-            )
+            stash.driver(ReplaceItems(((dict(item, **change), int(item["revision"])),)))
         except stashpoint.StashpointError:
             pytest.skip("this index refuses such an item outright (SQLite: NOT NULL)")
         listed = stash.runs.list_runs(namespace=namespace)
@@ -180,14 +177,14 @@ def test_reindex_goes_past_an_unreadable_run_and_reports_it(
             stash.runs.create_run("g", run_id=f"z-{n}-{stashpoint.new_id()}", namespace=namespace)
             for n in range(3)
         ]
-        key = stash.runs._logs.keys.entry(broken, 0)
+        key = stash.log_steps("run-logs").keys.entry(broken, 0)
         stash.driver(PutObject(key, b"\x28\xb5\x2f\xfd broken", None))
         # Drop the healthy runs' items, as if the index were new.
         from stashpoint.index.requests import DeleteItem
 
         for run_id in later:
             for item in _items(stash, run_id).values():
-                stash._transport.index.execute(DeleteItem(str(item["pk"]), str(item["sk"])))
+                stash.driver(DeleteItem(str(item["pk"]), str(item["sk"])))
         report = stash.runs.reindex(resume=False)
         assert report.unreadable == [f"{broken}: invalid_payload"]
         assert report.indexed >= 3

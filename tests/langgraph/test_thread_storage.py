@@ -65,12 +65,12 @@ def test_plain_values_are_readable_json_and_messages_are_stored_once(stash: Any)
     config = _put(
         saver, "readable", {"log": ["x", "y", "z"]}, parent=config["configurable"]["checkpoint_id"]
     )
-    entries = stash._parts.logs("langgraph").keys.entries_prefix("readable")
+    entries = stash.log_steps("langgraph").keys.entries_prefix("readable")
     page = stash.driver(ListKeys(entries))
     documents = []
     for key in page.keys:
         body = stash.driver(GetObject(key)).body
-        codec = stash._parts.codec
+        codec = stash.codec
         raw = codec.unwrap(body, name=key)
         documents.append(
             codec.parse_document(raw, name=key, format_name="stashpoint.log", format_version=1)
@@ -98,9 +98,9 @@ class _XorCipher:
 def test_values_go_only_through_the_serializer(stash: Any) -> None:
     saver = StashpointSaver(stash, serde=EncryptedSerializer(_XorCipher()))
     _put(saver, "secret", {"token": "hunter2-secret-value"})
-    prefix = stash._parts.logs("langgraph").keys.entries_prefix("secret")
+    prefix = stash.log_steps("langgraph").keys.entries_prefix("secret")
     for key in stash.driver(ListKeys(prefix)).keys:
-        raw = stash._parts.codec.unwrap(stash.driver(GetObject(key)).body, name=key)
+        raw = stash.codec.unwrap(stash.driver(GetObject(key)).body, name=key)
         assert b"hunter2" not in raw
     found = saver.get_tuple({"configurable": {"thread_id": "secret", "checkpoint_ns": ""}})
     assert found.checkpoint["channel_values"] == {"token": "hunter2-secret-value"}
@@ -161,7 +161,7 @@ def test_explicit_branch_from_a_past_checkpoint_is_allowed(stash: Any) -> None:
 def test_hostile_thread_records_raise_typed_errors(stash: Any, record: Any, match: str) -> None:
     saver = StashpointSaver(stash)
     config = _put(saver, "hostile", {"v": 1})
-    logs = stash._parts.logs("langgraph")  # extended as a hostile writer would
+    logs = stash.log_steps("langgraph")  # extended as a hostile writer would
     logs.full_state_every = 1
     from stashpoint.steps import run_sync
 
@@ -176,7 +176,7 @@ def test_hostile_thread_records_raise_typed_errors(stash: Any, record: Any, matc
 def test_a_missing_large_value_object_is_named(stash: Any) -> None:
     saver = StashpointSaver(stash)
     config = _put(saver, "large", {"blob": "z" * 300_000 + uuid.uuid4().hex})
-    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    prefix = stash.layout.namespace_prefix("langgraph-values")
     keys = stash.driver(ListKeys(prefix)).keys
     assert len(keys) == 1
     from stashpoint.stores.objects import DeleteObject
@@ -279,7 +279,7 @@ def test_threads_list_show_and_export(tmp_path: Any) -> None:
 def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> None:
     saver = StashpointSaver(stash)
     _grown(saver, 80, thread_id="grow", word="message")
-    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    prefix = stash.layout.namespace_prefix("langgraph-values")
     snapshots = stash.driver(ListKeys(prefix)).keys
     assert len(snapshots) == 1  # each new snapshot replaced the one before
     latest = {"configurable": {"thread_id": "grow", "checkpoint_ns": ""}}
@@ -301,9 +301,9 @@ def test_langchain_messages_are_stored_as_readable_json(stash: Any) -> None:
     messages = [HumanMessage(content="find the needle", id="h1"),
                 AIMessage(content="found it", id="a1", tool_calls=[])]  # fmt: skip
     config = _put(saver, "chat", {"messages": messages, "blob": {"raw": b"\x00\x01"}})
-    prefix = stash._parts.logs("langgraph").keys.entries_prefix("chat")
+    prefix = stash.log_steps("langgraph").keys.entries_prefix("chat")
     key = stash.driver(ListKeys(prefix)).keys[0]
-    raw = stash._parts.codec.unwrap(stash.driver(GetObject(key)).body, name=key)
+    raw = stash.codec.unwrap(stash.driver(GetObject(key)).body, name=key)
     assert b'"content":"find the needle"' in raw  # readable with zstd -d | jq, not base64
     values = saver.get_tuple(config).checkpoint["channel_values"]
     assert values["messages"] == messages and values["blob"] == {"raw": b"\x00\x01"}
@@ -331,9 +331,9 @@ def _grown(
 def test_a_snapshot_that_is_not_what_its_name_says_is_refused(stash: Any, swap: str) -> None:
     saver = StashpointSaver(stash)
     _grown(saver, 40)  # one snapshot (after 32 extensions)
-    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    prefix = stash.layout.namespace_prefix("langgraph-values")
     [key] = stash.driver(ListKeys(prefix)).keys
-    codec = stash._parts.codec
+    codec = stash.codec
     from stashpoint.steps import run_sync
     from stashpoint.stores.objects import PutObject
 
@@ -353,7 +353,7 @@ def test_a_snapshot_that_is_not_what_its_name_says_is_refused(stash: Any, swap: 
 def test_a_large_value_object_holding_another_value_is_refused(stash: Any) -> None:
     saver = StashpointSaver(stash)
     config = _put(saver, "swapped", {"a": "A" * 300_000, "b": "B" * 300_000})
-    prefix = stash._parts.backend.layout.namespace_prefix("langgraph-values")
+    prefix = stash.layout.namespace_prefix("langgraph-values")
     first, second = stash.driver(ListKeys(prefix)).keys
     from stashpoint.stores.objects import PutObject
 

@@ -64,7 +64,7 @@ def test_an_archived_run_segment_names_the_restore_and_the_command_restores_it(
         for n in range(SEGMENT_SPAN // 2):
             attempt = stash.runs.record_attempt(run_id, f"n{n}", 1)
             stash.runs.complete_attempt(attempt, n)
-        segment = stash.runs._logs.keys.segment(run_id, 0)
+        segment = stash.log_steps("run-logs").keys.segment(run_id, 0)
         _archive(url, segment)
         with pytest.raises(ArchivedObject, match="stashpoint restore old-run") as info:
             stash.runs.load_run(run_id)

@@ -15,14 +15,12 @@ from tests.meter import Meter
 
 def _counting(stash: stashpoint.Stash) -> Counter[str]:
     counts: Counter[str] = Counter()
-    objects = stash._transport.objects
-    real = objects.execute
 
-    def execute(request: Any) -> Any:
+    def count(request: Any, proceed: Any) -> Any:
         counts[type(request).__name__] += 1
-        return real(request)
+        return proceed()
 
-    objects.execute = execute
+    stash.intercept(count)
     return counts
 
 

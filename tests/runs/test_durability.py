@@ -120,13 +120,11 @@ KILLED_BETWEEN_WRITES = textwrap.dedent(
     from stashpoint.index.requests import PutItems
     url, options, attempt_id = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     stash = stashpoint.open(url, **options)
-    index = stash._transport.index
-    real = index.execute
-    def die_on_index_write(request):
+    def die_on_index_write(request, proceed):
         if isinstance(request, PutItems):
             os.kill(os.getpid(), signal.SIGKILL)  # after the storage write, before the index
-        return real(request)
-    index.execute = die_on_index_write
+        return proceed()
+    stash.intercept(die_on_index_write)
     stash.runs.complete_attempt(attempt_id, {"done": True})
     """
 )

@@ -32,6 +32,7 @@ class Crash(BaseException):
 _LATER = datetime.now(UTC) + timedelta(days=1)
 """A moment past any lease a test's crashed worker left."""
 
+
 def test_a_replay_returns_stored_results_without_running_the_steps(local_url: Any) -> None:
     url, _ = local_url
     calls: Counter[str] = Counter()

@@ -128,16 +128,14 @@ def test_a_transition_writes_at_most_two_items_and_a_heartbeat_one(
 ) -> None:
     url, options = indexed
     with stashpoint.open(url, **options) as stash:
-        index = stash._transport.index
-        real = index.execute
         written: list[int] = []
 
-        def counting(request: Any) -> Any:
+        def counting(request: Any, proceed: Any) -> Any:
             if isinstance(request, PutItems):
                 written.append(len(request.items))
-            return real(request)
+            return proceed()
 
-        index.execute = counting
+        stash.intercept(counting)
         run_id = stash.runs.create_run("g")
         attempt = stash.runs.record_attempt(run_id, "n", 1, lease=60)
         stash.runs.heartbeat(attempt)

@@ -217,7 +217,7 @@ def test_hostile_run_logs_give_typed_errors_naming_the_log(
     records, head, kind, error, words = HOSTILE[case]
     url, _ = local_url
     with stashpoint.open(url) as stash:
-        logs = LogStore(stash._parts.logs(RUN_LOGS), stash.driver)
+        logs = LogStore(stash.log_steps(RUN_LOGS), stash.driver)
         logs.append("r", records, after=None, state=head, kind=kind)
         reads = [lambda: stash.runs.load_run("r"), lambda: stash.runs.summarize_run("r")]
         if case in HEAD_LEVEL:
