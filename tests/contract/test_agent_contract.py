@@ -112,19 +112,32 @@ def test_completed_checkpoint_returns_outcome_without_calling_the_model(agent: A
     assert again == first
 
 
-def test_load_rejects_other_kinds_and_schema_versions(agent: Any) -> None:
-    other = Envelope.initial(stashpoint.new_id(), None, "stashpoint.job", 1, {"x": 1})
-    agent.store.compare_and_swap(other, None)
-    with pytest.raises(InvalidPayload):
-        agent.AgentCheckpoint.existing(other.id, agent.store).load()
-    future = Envelope.initial(stashpoint.new_id(), None, "stashpoint.agent", 2, {"x": 1})
-    agent.store.compare_and_swap(future, None)
-    with pytest.raises(UnsupportedFormat):
-        agent.AgentCheckpoint.existing(future.id, agent.store).load()
-    broken = Envelope.initial(stashpoint.new_id(), None, "stashpoint.agent", 1, {"agent": 3})
-    agent.store.compare_and_swap(broken, None)
-    with pytest.raises(InvalidPayload):
-        agent.AgentCheckpoint.existing(broken.id, agent.store).load()
+def test_load_rejects_other_kinds_and_schema_versions(agent: Any, other_store: Any) -> None:
+    """Agent checkpoints are logs (format v1): a log of another kind, a newer schema or a
+    broken state is a typed error; a whole envelope of a pre-release is no checkpoint."""
+    from stashpoint.steps import run_sync
+
+    logs = other_store.log_steps("agents")
+
+    def plant(kind: str, schema_version: int, state: dict[str, Any]) -> str:
+        log_id = stashpoint.new_id()
+        planting = logs.append(
+            log_id, [], after=None, state=state, kind=kind, schema_version=schema_version
+        )
+        run_sync(planting, other_store.driver)
+        return log_id
+
+    for log_id, error in [
+        (plant("stashpoint.job", 1, {"x": 1}), InvalidPayload),
+        (plant("stashpoint.agent", 2, {"x": 1}), UnsupportedFormat),
+        (plant("stashpoint.agent", 1, {"agent": 3}), InvalidPayload),
+    ]:
+        with pytest.raises(error):
+            agent.AgentCheckpoint.existing(log_id, agent.store).load()
+    envelope = Envelope.initial(stashpoint.new_id(), None, "stashpoint.agent", 1, {"x": 1})
+    agent.store.compare_and_swap(envelope, None)
+    with pytest.raises(stashpoint.CheckpointNotFound):
+        agent.AgentCheckpoint.existing(envelope.id, agent.store).load()
 
 
 def test_resume_checks_agent_and_model_identity(agent: Any) -> None:

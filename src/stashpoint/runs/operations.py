@@ -72,8 +72,11 @@ log = logging.getLogger("stashpoint")
 
 DurableT = TypeVar("DurableT")
 
-RUN_RETRY = RetryPolicy(max_attempts=100, base_delay=0.005, max_delay=0.25)
-"""Retry policy of transition loops: many workers may update one run at once."""
+RUN_RETRY = RetryPolicy(max_attempts=400, base_delay=0.005, max_delay=0.25)
+"""Retry policy of transition loops: many workers may update one run at once. A worker
+that just won appends again from its cached head in one round trip while one that lost
+reads first, so on a busy machine a loser can lose many times in a row: 400 tries (about
+100 s at the longest delay) before the last conflict is raised."""
 
 CLOCK_SKEW = timedelta(seconds=5)
 """How far apart two workers' clocks may be: a lease counts as run out only this long
