@@ -7,6 +7,10 @@ run, and mapped steps against sequential ones, in the same run.
 - 1,000 small steps (`--mapped`) twice on fresh runs: sequential `run.step` calls, then
   one `run.map(..., max_concurrency=16)`; wall time, appends (PUTs) and requests of each,
   and the ratio.
+- Opening a run of 3 steps in a new worker (a new stash) and replaying its steps: requests.
+
+Requests are what the stash sends (`Stash.intercept`), each one round trip; AWS calls count
+each index item as its own `put_item` (a transition's items go out at once).
 
     .venv/bin/python -m bench.steps_bench [--steps 10000] [--mapped 1000]
 """
@@ -33,8 +37,11 @@ def _small(n: int) -> dict[str, int]:
 
 def _window(meter: Meter, times: list[float]) -> dict[str, Any]:
     steps = len(times)
+    requests = sum(meter.requests.values())
+    aws_calls = requests - meter.requests["PutItems"] + meter.index_items
     return {
-        "requests": sum(meter.requests.values()) / steps,
+        "requests": requests / steps,
+        "aws_calls": aws_calls / steps,
         "put_bytes": meter.put_bytes / steps,
         "index_items": meter.index_items / steps,
         "p50_ms": statistics.median(times) * 1000,
@@ -90,6 +97,20 @@ def mapped_vs_sequential(stash: stashpoint.Stash, items: int) -> dict[str, dict[
     return found
 
 
+def open_in_new_worker(url: str, options: dict[str, Any]) -> dict[str, int]:
+    """Run 3 steps, then open the run in a new stash and replay them: count the requests."""
+    run_id = f"open-{uuid.uuid4().hex[:8]}"
+    with stashpoint.open(url, **options) as stash:
+        run = stash.runs.durable(run_id, graph_name="bench")
+        for n in range(3):
+            run.step(f"s{n}", _small, n)
+    with stashpoint.open(url, **options) as stash:
+        meter = Meter(stash)
+        run = stash.runs.durable(run_id, graph_name="bench")
+        assert [run.step(f"s{n}", _small, -1) for n in range(3)] == [_small(n) for n in range(3)]
+        return dict(meter.requests)
+
+
 def main() -> None:
     """Start the servers, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -101,13 +122,16 @@ def main() -> None:
             versus = mapped_vs_sequential(stash, args.mapped)
         with stashpoint.open(url, **options) as stash:
             long = long_run(stash, args.steps)
+        opened = open_in_new_worker(url, options)
     print(f"\none durable run of {args.steps:,} steps, per step "
           f"(windows of {WINDOW}: from step 10, and the last)")  # fmt: skip
-    for key in ("requests", "put_bytes", "index_items", "p50_ms"):
+    for key in ("requests", "aws_calls", "put_bytes", "index_items", "p50_ms"):
         early, late = long["early"][key], long["late"][key]
         print(f"  {key:12} step 10 {early:10.2f}   step {args.steps:,} {late:10.2f}   "
               f"late/early {late / early if early else float('nan'):5.2f}")  # fmt: skip
     print(f"  requests by type, late: {long['late']['by_type']}")
+    print(f"\nopening a 3-step run in a new worker and replaying it: "
+          f"{sum(opened.values())} requests {opened}")  # fmt: skip
     seq, mapped = versus["sequential"], versus["mapped"]
     print(f"\n{args.mapped:,} small steps: sequential vs one map (max_concurrency=16)")
     for key in ("seconds", "puts", "requests", "put_bytes"):
