@@ -189,8 +189,9 @@ def test_a_sqlite_file_of_an_earlier_layout_is_refused_and_rebuilt_by_reindex(
         with pytest.raises(UnsupportedFormat, match="reindex") as refused:
             stash.runs.list_runs(namespace=ns)
         assert refused.value.object_name == str(database)
-    with sqlite3.connect(database) as db:
-        assert db.execute("SELECT COUNT(*) FROM items").fetchone()[0] == len(items)  # untouched
+    with sqlite3.connect(database) as db:  # untouched: not even switched to WAL
+        assert db.execute("SELECT COUNT(*) FROM items").fetchone()[0] == len(items)
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] != "wal"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{database}{suffix}").unlink(missing_ok=True)
     with stashpoint.open(url) as stash:

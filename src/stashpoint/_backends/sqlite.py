@@ -81,23 +81,22 @@ def _in_transaction(db: sqlite3.Connection, writes: Callable[[], int]) -> int:
     return written
 
 
-def _check_layout(db: sqlite3.Connection, path: str) -> None:
-    """Refuse a file of another index layout; mark a new file with this one.
+def _refuse_other_layout(db: sqlite3.Connection, path: str) -> None:
+    """Refuse a file of another index layout, before anything is written to it.
 
     Format v1 has index layout 2 only. The index is derived from storage, so a file of an
     earlier pre-release layout is rebuilt, not migrated: delete it and run `stashpoint
-    reindex`.
+    reindex`. A new file (no table yet) is this layout's.
     """
     if db.execute("PRAGMA user_version").fetchone()[0] == LAYOUT:
         return
     columns = {row[1] for row in db.execute("PRAGMA table_info(items)")}
-    if sqlite_missing_columns(columns):
+    if columns and sqlite_missing_columns(columns):
         raise UnsupportedFormat(
             "this index file has an earlier pre-release layout: delete it and run "
             "`stashpoint reindex` to rebuild it from storage",
             object_name=path,
         )
-    db.execute(f"PRAGMA user_version = {LAYOUT}")
 
 
 class SqliteIndexTransport:
@@ -134,15 +133,19 @@ class SqliteIndexTransport:
         connection = sqlite3.connect(
             self.path, timeout=30, isolation_level=None, check_same_thread=False
         )
-        connection.execute("PRAGMA busy_timeout = 30000")
-        if self.path != ":memory:":
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("PRAGMA synchronous = NORMAL")
-        table, *indexes = sqlite_schema()
-        connection.execute(table)
-        _check_layout(connection, self.path)
-        for statement in indexes:
-            connection.execute(statement)
+        try:
+            connection.execute("PRAGMA busy_timeout = 30000")
+            _refuse_other_layout(connection, self.path)
+            if self.path != ":memory:":
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("PRAGMA synchronous = NORMAL")
+            for statement in sqlite_schema():
+                connection.execute(statement)
+            if connection.execute("PRAGMA user_version").fetchone()[0] != LAYOUT:
+                connection.execute(f"PRAGMA user_version = {LAYOUT}")
+        except BaseException:
+            connection.close()  # a refused file is not left open (and locked) behind
+            raise
         return connection
 
     def execute(self, request: IndexRequest) -> Any:
