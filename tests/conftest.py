@@ -38,7 +38,18 @@ def memory_url() -> tuple[str, dict[str, Any]]:
 
 @pytest.fixture
 def local_url(tmp_path: Path) -> tuple[str, dict[str, Any]]:
-    """A fresh local folder stash (with its SQLite index)."""
+    """A fresh local folder stash (with its SQLite index), fsync off.
+
+    No test here loses power, and a killed process loses nothing the kernel has: what
+    fsync adds is tested where it is under test (`tests/stores/test_local_crashes.py`
+    crashes at each fsync; `local_fsync_url`).
+    """
+    return f"local://{tmp_path / 'stash'}?fsync=false", {}
+
+
+@pytest.fixture
+def local_fsync_url(tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A fresh local folder stash with fsync on (the default users get)."""
     return f"local://{tmp_path / 'stash'}", {}
 
 

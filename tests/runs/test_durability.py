@@ -32,7 +32,7 @@ def target(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 def _drop_index(url: str, options: dict[str, Any]) -> None:
     """Delete the index entirely: the SQLite file, or the DynamoDB table (then recreate it)."""
     if url.startswith("local://"):
-        root = Path(url.removeprefix("local://"))
+        root = Path(url.removeprefix("local://").split("?")[0])
         for suffix in ("", "-wal", "-shm"):
             path = root / f"index.sqlite3{suffix}"
             if path.exists():
