@@ -307,6 +307,11 @@ def test_runs_resolve_settles_an_interrupted_at_most_once_step(tmp_path: Path) -
         assert step == {"charged": 5}  # the operator's result; the function never ran
     again = cli("runs", "resolve", "pay", "charge", "--retry", url=url).stdout
     assert "needs nothing" in again
+    # A typo'd run id is not found (exit 3), and no run is created for it.
+    typo = cli("runs", "resolve", "pya", "charge", "--retry", url=url, check=False)
+    assert typo.returncode == 3 and "not_found" in typo.stderr
+    with stashpoint.open(url) as stash:
+        assert stash.runs.load_run("pya") is None
 
 
 def test_runs_show_says_when_a_waiting_run_is_due(tmp_path: Path) -> None:

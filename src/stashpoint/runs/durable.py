@@ -210,8 +210,10 @@ class _DurableApi:
         """Return an idempotency key for step `name`, the same on every retry and replay."""
         return f"{self.run_id}:{name}"
 
-    def _open(self) -> Steps[None]:
+    def _open(self, *, create: bool = True) -> Steps[None]:
         """Create the run, or take it over; learn the steps it recorded (once).
+
+        Not `create`: a run that does not exist is `RunNotFound` (a resolve never makes one).
 
         A handle that suspended or found its run claimed stays stopped: a broad `except
         StashpointError` that swallowed the signal cannot go on running steps.
@@ -223,6 +225,8 @@ class _DurableApi:
         # The run's log is read once: a new run costs that listing and its creation, an
         # existing one the read and the takeover (read again only if it moved meanwhile).
         read = yield from self._ops.read_run(self.run_id)
+        if read is None and not create:
+            raise RunNotFound("no run with this id", object_name=self.run_id)
         if read is None:
             try:
                 yield from self._ops.create_run(self.graph_name, run_id=self.run_id)
@@ -647,24 +651,27 @@ class _DurableApi:
         raises `StepInterrupted` until then). Otherwise it counts as completed with
         `result`, which replays return; its function is not called. Recorded as an attempt
         of the step, so `stashpoint runs show` tells. The command line: `stashpoint runs
-        resolve RUN_ID STEP --retry | --result JSON`.
+        resolve RUN_ID STEP --retry | --result JSON`. A run that does not exist is
+        `RunNotFound` (a resolve never creates one).
         """
         _check_name(name)
-        yield from self._open()
+        yield from self._open(create=False)
         last = self._last.get(name)
         if last is None or last.status is AttemptStatus.COMPLETED:
             return False
         self._require_open(name)
         self._tries[name] = self._tries.get(name, 0) + 1
         how = {"resolved": "retry" if retry else "result"}
-        attempt_id = yield from self._ops.record_attempt(self.run_id, name, self._tries[name], how)
+        now = yield from self._now()
+        # One append: the operator's decision is recorded already ended.
+        yield from self._ops.record_ended_attempt(
+            self.run_id, name, self._tries[name], how, started_at=now,
+            output=None if retry else result, error=RESOLVED_RETRY if retry else None,
+        )  # fmt: skip
         self._waiting = False
         if retry:
-            yield from self._ops.fail_attempt(attempt_id, RESOLVED_RETRY)
-            failed_at = yield from self._now()
-            self._last[name] = _Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, failed_at)
+            self._last[name] = _Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, now)
         else:
-            yield from self._ops.complete_attempt(attempt_id, result)
             self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
         return True
 
