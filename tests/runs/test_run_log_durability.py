@@ -63,27 +63,24 @@ class _Ledger:
 def _work(stash: stashpoint.Stash, run_id: str, who: str, times: int, ledger: _Ledger) -> None:
     for n in range(times):
         label = f"{who}-{n}"
-        if n % 3 == 2:  # an attempt that already ran, recorded ended in one append
-            try:
+        ended = n % 3 == 2  # an attempt that already ran, recorded ended in one append
+        try:
+            if ended:
                 stash.runs.record_ended_attempt(
                     run_id, label, 1, {"n": n}, started_at=_now(), output={"done": label}
                 )
-            except StashpointError:
-                with ledger.lock:
-                    ledger.unknown.add(label)
-                continue
-            with ledger.lock:
-                ledger.recorded.add(label)
-                ledger.completed.add(label)
-            continue
-        try:
-            attempt_id = stash.runs.record_attempt(run_id, label, 1, {"n": n})
+            else:
+                attempt_id = stash.runs.record_attempt(run_id, label, 1, {"n": n})
         except StashpointError:
             with ledger.lock:
                 ledger.unknown.add(label)
             continue
         with ledger.lock:
             ledger.recorded.add(label)
+            if ended:
+                ledger.completed.add(label)
+        if ended:
+            continue
         try:
             stash.runs.complete_attempt(attempt_id, {"done": label})
         except StashpointError:
