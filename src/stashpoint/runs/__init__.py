@@ -14,6 +14,7 @@ from stashpoint.runs.models import (
     RunSummary,
     TraceContext,
 )
+from stashpoint.runs.operations import RunRead, TakenOver
 from stashpoint.runs.store import AsyncRunStore, RunStore
 
 __all__ = [
@@ -25,10 +26,12 @@ __all__ = [
     "Interrupt",
     "Page",
     "ReindexReport",
+    "RunRead",
     "RunRow",
     "RunState",
     "RunStatus",
     "RunSummary",
     "RunStore",
+    "TakenOver",
     "TraceContext",
 ]
