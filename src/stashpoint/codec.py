@@ -205,7 +205,7 @@ class Codec:
 
         The async driver then takes a large decompression off the event loop.
         """
-        size = max(len(data), _declared_size(data))
+        size = max(len(data), declared_size(data))
         raw = yield from ask(Compute(functools.partial(self.unwrap, data, name=name), size))
         return self.envelope_from_document(self.parse_document(raw, name=name), name=name)
 
@@ -230,7 +230,7 @@ class Codec:
         self, data: bytes, *, name: str, format_name: str, format_version: int
     ) -> Steps[dict[str, Any]]:
         """Decode a stashpoint JSON document of the named format as steps, within the limits."""
-        size = max(len(data), _declared_size(data))
+        size = max(len(data), declared_size(data))
         raw = yield from ask(Compute(functools.partial(self.unwrap, data, name=name), size))
         return self.parse_document(
             raw, name=name, format_name=format_name, format_version=format_version
@@ -371,7 +371,7 @@ class Codec:
         return b"".join(chunks)
 
 
-def _declared_size(data: bytes) -> int:
+def declared_size(data: bytes) -> int:
     """Return the content size a zstd frame declares (0 when unknown or not a frame)."""
     if data[:4] != _ZSTD_MAGIC:
         return 0

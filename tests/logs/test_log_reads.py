@@ -135,3 +135,19 @@ def test_a_seal_reads_none_of_the_entries_this_process_wrote(
         assert sealer.logs.records(log_id)[: 3 * SEGMENT_SPAN + 1] == list(
             range(3 * SEGMENT_SPAN + 1)
         )
+
+
+def test_the_seal_cache_keeps_small_entries_only_by_their_decoded_size(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """A very compressible entry is small on the wire but not in memory: it is read back
+    when sealed rather than kept."""
+    url, options = memory_url
+    with stashpoint.open(url, **options) as writer:
+        meter = Meter(writer)
+        head = None
+        for v in range(SEGMENT_SPAN + 1):
+            big = "x" * 20_000 if v == 5 else "small"
+            head = writer.logs.append("squeezed", [big], after=head)
+        assert meter.requests["GetObject"] == 1  # version 5 alone, read back for the seal
+        assert writer.logs.records("squeezed")[5] == "x" * 20_000

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from stashpoint import tracing
 from stashpoint.cache import Lru
-from stashpoint.codec import Codec
+from stashpoint.codec import Codec, declared_size
 from stashpoint.envelope import MAX_REVISION
 from stashpoint.errors import (
     ArchivedObject,
@@ -123,7 +123,7 @@ _WRITTEN_ENTRIES = 4096
 """Entries this process wrote that a `LogSteps` keeps for the seal of their range."""
 
 _WRITTEN_BODY = 16 * 1024
-"""Largest encoded entry kept for a seal (a bigger one is read back when sealed)."""
+"""Largest entry (its JSON, decoded) kept for a seal (a bigger one is read back then)."""
 """Unsealed ranges one append seals at most (the newest); `gc` seals every one."""
 
 
@@ -832,7 +832,8 @@ class LogSteps:
             write_id=entry.write_id,
             look_in=f" at version {entry.version}",
         )
-        if etag is not None and len(body) <= _WRITTEN_BODY:
+        # Bounded by the decoded size: a compressible entry is small on the wire only.
+        if etag is not None and max(len(body), declared_size(body)) <= _WRITTEN_BODY:
             self._written.put(key, (entry, etag))
         return etag
 
