@@ -231,11 +231,7 @@ class _DurableApi:
             try:
                 yield from self._ops.create_run(self.graph_name, run_id=self.run_id)
             except CheckpointConflict:  # another worker created it since the read
-                read = yield from self._ops.read_run(self.run_id)
-                if read is None:
-                    raise RunNotFound(
-                        "the run was deleted while being opened", object_name=self.run_id
-                    ) from None
+                read = yield from self._read_again()
             else:
                 self._opened = True
                 return
@@ -249,12 +245,7 @@ class _DurableApi:
             if took.unchanged:  # the read is the run, but for what the takeover ended
                 taken = {a.attempt_id: took.at for a in read.running}
             else:
-                moved = yield from self._ops.read_run(self.run_id)
-                if moved is None:
-                    raise RunNotFound(
-                        "the run was deleted while being opened", object_name=self.run_id
-                    )
-                read = moved
+                read = yield from self._read_again()
         state = read.state
         self._waiting = state.status is RunStatus.WAITING
         for record in state.attempts:
@@ -271,6 +262,13 @@ class _DurableApi:
                 seconds = (record.finished_at - record.started_at).total_seconds()
                 self._step_seconds.append(max(0.0, seconds))
         self._opened = True
+
+    def _read_again(self) -> Steps[RunRead]:
+        """Read the run afresh while opening it (`RunNotFound` if it was deleted meanwhile)."""
+        read = yield from self._ops.read_run(self.run_id)
+        if read is None:
+            raise RunNotFound("the run was deleted while being opened", object_name=self.run_id)
+        return read
 
     def _respect_claims(self, read: RunRead) -> Steps[RunRead]:
         """Leave a run alone while a step of it runs under a lease that has not run out.
@@ -296,10 +294,7 @@ class _DurableApi:
                 raise self._stop(RunClaimed(self.run_id, step=step, until=until))
             # Poll: the holder may end its step (or the run) long before its lease would.
             yield from ask(Sleep(min(CLAIM_POLL, max(0.05, (until + skew - now).total_seconds()))))
-            again = yield from self._ops.read_run(self.run_id)
-            if again is None:
-                raise RunNotFound("the run was deleted while being opened", object_name=self.run_id)
-            read = again
+            read = yield from self._read_again()
 
     def _replay(self, name: str) -> Steps[_Outcome | None]:
         """Open the run, check `name` is asked for in order, return its last outcome."""
@@ -371,70 +366,72 @@ class _DurableApi:
             if self.deadline.remaining() < needed:
                 raise self._stop(RunSuspended(self.run_id, until=None, reason="deadline"))
 
-    def _record(self, name: str, args: tuple[Any, ...], fn: Any) -> Steps[tuple[bool, Any]]:
-        """Run one try of a step: (True, result), or (False, error) when `fn` raised."""
+    def _record(
+        self, name: str, args: tuple[Any, ...], fn: Any, *, first: bool
+    ) -> Steps[tuple[bool, Any]]:
+        """Run one try of a step: (True, result), or (False, error) when `fn` raised.
+
+        `first`: the attempt is recorded before `fn` runs and ended after (a lease, or
+        `AT_MOST_ONCE`: a try cut off is seen). Otherwise (at least once, no lease) it is
+        recorded once `fn` has run, with its outcome, in one append: no lease means no
+        worker could be judged alive anyway, and a crash mid-`fn` runs it again, as the
+        semantics promise. Either way a takeover meanwhile fences the write (`Fenced`).
+        """
         self._check_deadline()
+        if not first:
+            yield from self._wake()  # a waiting run is running again before its step runs
         self._ordered(name)
         attempt = self._tries.get(name, 0) + 1
         self._tries[name] = attempt
-        attempt_id = yield from self._ops.record_attempt(
-            self.run_id, name, attempt, {"key": self.key(name)}, lease=self.lease
-        )
-        self._waiting = False  # recording an attempt wakes a waiting run
+        key = {"key": self.key(name)}
+        started_at = yield from self._now()
+        attempt_id = None
+        call = Call(fn, args)
+        if first:
+            attempt_id = yield from self._ops.record_attempt(
+                self.run_id, name, attempt, key, lease=self.lease
+            )
+            self._waiting = False  # recording an attempt wakes a waiting run
+            call = self._leased_call(fn, args, attempt_id)
         measure = time.monotonic if self.deadline is None else self.deadline.clock
         started = measure()
         try:
-            result = yield from ask(self._leased_call(fn, args, attempt_id))
+            result = yield from ask(call)
         except Exception as exc:
             if isinstance(exc, Fenced):
                 raise  # taken over while it ran: its outcome is the new owner's to decide
             error = f"{type(exc).__name__}: {exc}"
-            yield from self._ops.fail_attempt(attempt_id, error)
+            yield from self._end(name, attempt, key, started_at, attempt_id, error=error)
             self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, (yield from self._now()))
             return False, exc
         finally:
             self._ran = True
         self._step_seconds.append(measure() - started)
-        yield from self._ops.complete_attempt(attempt_id, result)
+        yield from self._end(name, attempt, key, started_at, attempt_id, output=result)
         self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
         return True, result
 
-    def _run_then_record(
-        self, name: str, args: tuple[Any, ...], fn: Any
-    ) -> Steps[tuple[bool, Any]]:
-        """Run one try of an at-least-once step without a lease, then record it: one append.
-
-        Nothing is recorded before `fn` runs: no lease means no worker can be judged alive
-        anyway, and a crash mid-`fn` leaves the step to run again, as the semantics promise.
-        A takeover meanwhile fences the one append (`Fenced`): the result is not stored.
-        """
-        self._check_deadline()
-        yield from self._wake()  # a waiting run is running again before its step runs
-        self._ordered(name)
-        attempt = self._tries.get(name, 0) + 1
-        self._tries[name] = attempt
-        started_at = yield from self._now()
-        measure = time.monotonic if self.deadline is None else self.deadline.clock
-        started = measure()
-        try:
-            result = yield from ask(Call(fn, args))
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+    def _end(
+        self,
+        name: str,
+        attempt: int,
+        key: dict[str, str],
+        started_at: datetime,
+        attempt_id: str | None,
+        *,
+        output: Any = None,
+        error: str | None = None,
+    ) -> Steps[None]:
+        """End a try: its recorded attempt, or (None) record it ended in one append."""
+        if attempt_id is None:
             yield from self._ops.record_ended_attempt(
-                self.run_id, name, attempt, {"key": self.key(name)}, started_at=started_at,
+                self.run_id, name, attempt, key, started_at=started_at, output=output,
                 error=error,
             )  # fmt: skip
-            self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, (yield from self._now()))
-            return False, exc
-        finally:
-            self._ran = True
-        self._step_seconds.append(measure() - started)
-        yield from self._ops.record_ended_attempt(
-            self.run_id, name, attempt, {"key": self.key(name)}, started_at=started_at,
-            output=result,
-        )  # fmt: skip
-        self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
-        return True, result
+        elif error is None:
+            yield from self._ops.complete_attempt(attempt_id, output)
+        else:
+            yield from self._ops.fail_attempt(attempt_id, error)
 
     def _leased_call(self, fn: Any, args: tuple[Any, ...], attempt_id: str) -> Call:
         """Call a step's function; under a lease, renew it three times per lease meanwhile.
@@ -505,10 +502,8 @@ class _DurableApi:
                     self.run_id, step=name, detail=last.error or last.status.value
                 )
         while True:
-            if semantics is Semantics.AT_LEAST_ONCE and self.lease is None:
-                done, outcome = yield from self._run_then_record(name, args, fn)
-            else:
-                done, outcome = yield from self._record(name, args, fn)
+            first = semantics is Semantics.AT_MOST_ONCE or self.lease is not None
+            done, outcome = yield from self._record(name, args, fn, first=first)
             if done:
                 return outcome
             if retry is None or self._tries[name] >= retry.attempts:
