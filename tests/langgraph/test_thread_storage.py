@@ -532,3 +532,81 @@ def test_a_delete_racing_writers_backs_off_and_ends(memory_url: tuple[str, dict[
         assert clock.now() > start  # it slept between the lost races (fake time only)
         assert saver.get_tuple(config) is None  # type: ignore[arg-type]
         assert writer.get_tuple(config) is None  # type: ignore[arg-type]
+
+
+def _value_keys(stash: Any) -> list[str]:
+    return list(stash.driver(ListKeys(stash.layout.namespace_prefix("langgraph-values"))).keys)
+
+
+@pytest.mark.parametrize("planted", ["garbage", "another value", "torn"])
+def test_an_object_planted_under_a_large_values_name_is_replaced(
+    saver_url: tuple[str, dict[str, Any]], planted: str
+) -> None:
+    """A create-only write judges what it finds by its content: a put that finds something
+    else under its value's name writes the value over it, so what it acknowledged reads
+    (on main it was accepted for being there, and the acknowledged checkpoint unreadable)."""
+
+    with stashpoint.open(saver_url[0], **saver_url[1]) as stash:
+        _plant_and_put(stash, planted)
+
+
+def _plant_and_put(stash: Any, planted: str) -> None:
+    from stashpoint.stores.objects import PutObject
+
+    big = "q" * 300_000 + uuid.uuid4().hex
+    probe = stashpoint.open("memory://")  # the same value's name, found once elsewhere
+    _put(StashpointSaver(probe), "probe", {"big": big})
+    (probe_key,) = _value_keys(probe)
+    name = probe_key.rsplit("/", 1)[1]
+    genuine = probe.driver(GetObject(probe_key)).body
+    probe.close()
+    key = stash.layout.key("langgraph-values", f"{thread_key('planted')}/{name}")
+    other = StashpointSaver(stash)
+    _put(other, "elsewhere", {"big": "other" * 70_000})
+    (other_key,) = _value_keys(stash)
+    body = {
+        "garbage": b"not a value",
+        "another value": stash.driver(GetObject(other_key)).body,
+        "torn": genuine[: len(genuine) // 2],
+    }[planted]
+    stash.driver(PutObject(key, body, None))
+    config = _put(StashpointSaver(stash), "planted", {"big": big})
+    found = StashpointSaver(stash).get_tuple(config)
+    assert found is not None and found.checkpoint["channel_values"]["big"] == big
+
+
+@pytest.mark.parametrize("moment", ["before the listing", "between judging and deleting"])
+def test_a_delete_never_frees_a_value_a_fresh_start_reuses(
+    memory_url: tuple[str, dict[str, Any]], moment: str
+) -> None:
+    """A thread deleted while another worker starts it afresh with the same large value:
+    the value's key is never freed under the new checkpoint (it read on main before)."""
+    from stashpoint.stores.objects import DeleteObject
+
+    big = "w" * 300_000 + uuid.uuid4().hex
+    fresh = {"source": "input", "step": -1}
+    with (
+        stashpoint.open(memory_url[0]) as deleting,
+        stashpoint.open(memory_url[0]) as starting,
+    ):
+        saver, starter = StashpointSaver(deleting), StashpointSaver(starting)
+        _put(saver, "reused", {"big": big}, metadata=fresh)
+        starter.get_tuple({"configurable": {"thread_id": "reused", "checkpoint_ns": ""}})
+        prefix = deleting.layout.namespace_prefix("langgraph-values")
+        started: list[Any] = []
+        trigger = ListKeys if moment == "before the listing" else DeleteObject
+
+        def start_afresh(request: Any, proceed: Any) -> Any:
+            if isinstance(request, trigger) and not started:
+                where = request.prefix if isinstance(request, ListKeys) else request.key
+                if where.startswith(prefix):
+                    started.append(_put(starter, "reused", {"big": big}, metadata=fresh))
+            return proceed()
+
+        with deleting.intercept(start_afresh):
+            saver.delete_thread("reused")
+        assert started, "the fresh start ran during the delete"
+        found = StashpointSaver(deleting).get_tuple(started[0])
+        assert found is not None and found.checkpoint["channel_values"]["big"] == big
+        # The deleted life's objects are gone; the new life's value is the one left.
+        assert len(_value_keys(deleting)) == 1

@@ -9,8 +9,6 @@ end to end through a fault proxy against SeaweedFS in `tests/stores/test_s3.py`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,7 +17,6 @@ from stashpoint import CheckpointConflict, ConfigurationError, Envelope, Storage
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Compute, Now, Sleep, Steps
 from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
 from stashpoint.stores.layout import CHECKPOINTS, Layout
 from stashpoint.stores.objects import (
@@ -30,51 +27,16 @@ from stashpoint.stores.objects import (
     ObjectInfo,
     PutObject,
     VersionRef,
-    WriteOutcome,
-    WriteResult,
 )
-
-Answer = Any  # a result, an exception to raise, or a function of the request
-
-
-@dataclass
-class Script:
-    """Storage that answers each request with the next scripted answer, checking its type."""
-
-    answers: list[tuple[type[Any], Answer]]
-    requests: list[Any] = field(default_factory=list)
-    sleeps: int = 0
-
-    def run(self, steps: Steps[Any]) -> Any:
-        try:
-            request = next(steps)
-            while True:
-                if isinstance(request, Sleep):
-                    self.sleeps += 1
-                    request = steps.send(None)
-                    continue
-                if isinstance(request, Compute):
-                    request = steps.send(request.work())
-                    continue
-                if isinstance(request, Now):
-                    request = steps.send(datetime(2026, 1, 1, tzinfo=UTC))
-                    continue
-                assert self.answers, f"unscripted request {request!r}"
-                kind, answer = self.answers.pop(0)
-                assert isinstance(request, kind), f"expected {kind.__name__}, got {request!r}"
-                self.requests.append(request)
-                if callable(answer) and not isinstance(answer, type):
-                    answer = answer(request)
-                if isinstance(answer, BaseException):
-                    request = steps.throw(answer)
-                else:
-                    request = steps.send(answer)
-        except StopIteration as stop:
-            assert not self.answers, f"scripted answers left over: {self.answers}"
-            return stop.value
-
-    def puts(self) -> list[PutObject]:
-        return [r for r in self.requests if isinstance(r, PutObject)]
+from tests.scripted import (
+    BUSY,
+    REFUSED,
+    REFUSED_AFTER_RETRY,
+    STORED,
+    TIMEOUT,
+    Answer,
+    Script,
+)
 
 
 def cas() -> CompareAndSwap:
@@ -93,13 +55,6 @@ def chain(length: int) -> list[Envelope]:
 def head(envelope: Envelope, etag: str | None = None) -> ObjectInfo:
     """What a HEAD of `envelope` as the current object returns."""
     return ObjectInfo(etag=etag or f"etag-{envelope.revision}", metadata=head_metadata(envelope))
-
-
-STORED = WriteResult(WriteOutcome.STORED, etag="etag-new")
-TIMEOUT = WriteResult(WriteOutcome.AMBIGUOUS, detail="ReadTimeoutError")
-REFUSED = WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="HTTP 412", retried=False)
-REFUSED_AFTER_RETRY = WriteResult(WriteOutcome.PRECONDITION_FAILED, detail="HTTP 412")
-BUSY = WriteResult(WriteOutcome.CONDITION_CONFLICT, detail="HTTP 409", retried=False)
 
 
 def save(store: CompareAndSwap, envelope: Envelope, expected: int | None, script: Script) -> None:

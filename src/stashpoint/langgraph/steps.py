@@ -7,6 +7,7 @@ saver with another serializer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,6 @@ from stashpoint.errors import (
     InvalidArgument,
     InvalidPayload,
     StashpointError,
-    StorageUnavailable,
     described,
     whole,
 )
@@ -54,7 +54,15 @@ from stashpoint.langgraph.thread import (
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
-from stashpoint.stores.objects import Create, DeleteObject, GetObject, ListKeys, PutObject
+from stashpoint.stores.objects import (
+    Create,
+    DeleteObject,
+    GetObject,
+    ListKeys,
+    ObjectInfo,
+    PutObject,
+)
+from stashpoint.stores.writes import Found, Judge, ReadBack, named_read_back, put_all
 
 VALUE_FORMAT = "stashpoint.langgraph-value"
 """Format name of a large value's object."""
@@ -441,6 +449,7 @@ class SaverSteps:
             else:
                 serialized[channel] = _dumped(serde, value, "a value", key)
         large: dict[str, tuple[str, bytes]] = {}
+        values_sent: set[str] = set()
         remembered: dict[tuple[str, str], ListMemory] = {}
         replaced: list[str] = []
 
@@ -473,6 +482,7 @@ class SaverSteps:
             )
             remembered.clear()
             replaced.clear()
+            large.clear()
             base = version if state.get("deleted") else state["base"]
             memories = self._lists(key, base)
             slot = state["ns"].get(ns) or {}
@@ -508,6 +518,7 @@ class SaverSteps:
                         if since >= SNAPSHOT_EVERY:
                             whole = {
                                 "format": f"{SNAPSHOT_FORMAT}/1",
+                                "life": base,
                                 "items": [_packed(t, d, large) for t, d in ser],
                             }
                             body = yield from self.codec.document_encoding(
@@ -533,7 +544,7 @@ class SaverSteps:
                     doc = _packed(ser[0], ser[1], large)
                     locations[channel] = (version, (version,), None)
                 values[channel] = {"version": channel_version, "value": doc}
-            yield from self._store_large(key, large)
+            yield from self._store_large(key, large, base, values_sent)
             yield from self._store_snapshots(key, snapshots)
             record = {
                 "op": "put",
@@ -608,36 +619,72 @@ class SaverSteps:
                 head, fresh = (yield from self._head(key, fresh=True)), True
         raise AssertionError("unreachable")
 
-    def _store_large(self, key: str, large: dict[str, tuple[str, bytes]]) -> Steps[None]:
-        """Write each large value once (its name is its hash: a second write is a no-op)."""
-        requests = []
-        for name, (type_, data) in large.items():
-            object_key = self._value_key(key, name)
-            document = {"format": f"{VALUE_FORMAT}/1", **pack(type_, data)}
-            body = yield from self.codec.document_encoding(document, name=object_key)
-            requests.append(PutObject(object_key, body, Create()))
-        for start in range(0, len(requests), _FETCH_BATCH):
-            batch = tuple(requests[start : start + _FETCH_BATCH])
-            results = yield from ask(Parallel(batch))
-            for request, result in zip(batch, results, strict=True):
-                if result.outcome.value not in ("stored", "precondition_failed"):
-                    raise InvalidPayload(
-                        f"large value not stored ({result.detail or result.outcome.value})",
-                        object_name=request.key,
-                    )
-        large.clear()
+    def _store_large(
+        self, key: str, large: Mapping[str, tuple[str, bytes]], life: int, done: set[str]
+    ) -> Steps[None]:
+        """Write each large value (named by its hash) for the thread life starting at `life`.
 
-    def _store_snapshots(self, key: str, snapshots: dict[str, Any]) -> Steps[None]:
-        """Write each whole list snapshot (content-addressed: a second write is a no-op)."""
+        An object already under a value's name is judged by what it holds: another value,
+        a damaged copy, or a copy of a life before `life` (which `delete_thread` may be
+        freeing) is written over with ours. `done`: names this operation already stored
+        for this life (a retried plan sends them again only after a new life began).
+        """
+        sends: list[tuple[PutObject, ReadBack]] = []
+        for name, (type_, data) in large.items():
+            if f"{life}/{name}" in done:
+                continue
+            object_key = self._value_key(key, name)
+            document = {"format": f"{VALUE_FORMAT}/1", "life": life, **pack(type_, data)}
+            body = yield from self.codec.document_encoding(document, name=object_key)
+            judge = self._value_judge(object_key, name, life)
+            sends.append((PutObject(object_key, body, Create()), self._named(object_key, judge)))
+        yield from put_all(sends, self.logs.retry, what="large value")
+        done.update(f"{life}/{name}" for name in large)
+
+    def _named(self, object_key: str, judge: Judge) -> ReadBack:
+        limit = self.codec.limits.max_compressed_bytes
+        return named_read_back(object_key, judge, limit=limit, refresh=False)
+
+    def _value_judge(self, object_key: str, name: str, life: int) -> Judge:
+        def judge(info: ObjectInfo) -> Steps[Found]:
+            document = yield from self._value_document(info, object_key, VALUE_FORMAT)
+            if document is None or _life(document) < life:
+                return Found.OTHER
+            try:
+                _, data = unpack_bytes(document, object_key)
+            except InvalidPayload:
+                return Found.OTHER
+            return Found.SAME if large_value_name(data) == name else Found.OTHER
+
+        return judge
+
+    def _value_document(
+        self, info: ObjectInfo, object_key: str, format_name: str
+    ) -> Steps[dict[str, Any] | None]:
+        """Return a value object's document; None if it does not decode as one."""
+        try:
+            return (
+                yield from self.codec.document_decoding(
+                    info.body or b"", name=object_key, format_name=format_name, format_version=1
+                )
+            )
+        except StashpointError:
+            return None
+
+    def _store_snapshots(self, key: str, snapshots: Mapping[str, bytes]) -> Steps[None]:
+        """Write each whole list snapshot (its name is its bytes' hash, its life inside)."""
+
+        def judge(info: ObjectInfo, name: str) -> Steps[Found]:
+            held = "s-" + hashlib.sha256(info.body or b"").hexdigest()
+            return Found.SAME if held == name else Found.OTHER
+            yield  # a generator, like every judge
+
+        sends: list[tuple[PutObject, ReadBack]] = []
         for name, body in snapshots.items():
             object_key = self._value_key(key, name)
-            result = yield from ask(PutObject(object_key, body, Create()))
-            if result.outcome.value not in ("stored", "precondition_failed"):
-                raise StorageUnavailable(
-                    f"list snapshot not stored ({result.detail or result.outcome.value})",
-                    object_name=object_key,
-                )
-        snapshots.clear()
+            read_back = self._named(object_key, functools.partial(judge, name=name))
+            sends.append((PutObject(object_key, body, Create()), read_back))
+        yield from put_all(sends, self.logs.retry, what="list snapshot")
 
     def _fetch_snapshots(self, key: str, names: Sequence[str]) -> Steps[dict[str, Any] | None]:
         """Return the named list snapshots; None when one is gone (a newer one replaced it)."""
@@ -686,7 +733,7 @@ class SaverSteps:
             type_, data = _dumped(serde, value, "a pending write", key)
             items.append([WRITES_IDX_MAP.get(channel, index), channel, _packed(type_, data, large)])
 
-        yield from self._store_large(key, large)
+        stored: set[str] = set()
         record = {
             "op": "writes",
             "ns": ns,
@@ -707,11 +754,11 @@ class SaverSteps:
                     message=f"thread {thread_id!r} was deleted; writes after its deletion are "
                     "refused",
                 )
+            yield from self._store_large(key, large, state["base"], stored)
             new_state = state_after_writes(
                 state, ns=ns, checkpoint_id=checkpoint_id, version=version
             )
             return record, {**new_state, "thread_id": thread_id}
-            yield  # a generator, like every plan
 
         self._remember(key, (yield from self._place(key, plan)))
 
@@ -736,7 +783,7 @@ class SaverSteps:
                 head = yield from self._head(key, fresh=True)
                 continue
             yield from self.logs.vacate_below(key, head.version, reason="deleted")
-            yield from self._drop_values(key)
+            yield from self._drop_values(key, check_state(head.state, key)["base"])
             break
         self._forget(key)
 
@@ -747,13 +794,31 @@ class SaverSteps:
         """
         yield Sleep(self.logs.retry.delay(attempt))
 
-    def _drop_values(self, key: str) -> Steps[None]:
+    def _drop_values(self, key: str, below: int) -> Steps[None]:
+        """Delete the thread's value objects written for lives before `below` (deleted).
+
+        Each is judged by what it holds and deleted only if it is still the object judged
+        (conditional on its ETag): a put of the new life that reuses a value writes it
+        over with its own life first, so this never frees a key a new checkpoint names.
+        """
         prefix = self._value_key(key, "")
+        limit = self.codec.limits.max_compressed_bytes
         token: str | None = None
         while True:
             page = yield from ask(ListKeys(prefix, token))
-            if page.keys:
-                yield from ask(Parallel(tuple(DeleteObject(k) for k in page.keys)))
+            for start in range(0, len(page.keys), _FETCH_BATCH):
+                batch = page.keys[start : start + _FETCH_BATCH]
+                infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in batch)))
+                doomed = []
+                for object_key, info in zip(batch, infos, strict=True):
+                    if info is None:
+                        continue
+                    format_name = SNAPSHOT_FORMAT if "/s-" in object_key else VALUE_FORMAT
+                    document = yield from self._value_document(info, object_key, format_name)
+                    if document is None or _life(document) < below:
+                        doomed.append(DeleteObject(object_key, info.etag))
+                if doomed:
+                    yield from ask(Parallel(tuple(doomed)))
             token = page.next_token
             if token is None:
                 return
@@ -853,6 +918,12 @@ def _target(config: Config) -> tuple[str, str, str | None]:
         configurable.get("checkpoint_ns", ""),
         configurable.get("checkpoint_id") or None,
     )
+
+
+def _life(document: Mapping[str, Any]) -> int:
+    """Return the thread life a value object was written for (0: before lives were named)."""
+    life = document.get("life")
+    return life if type(life) is int else 0
 
 
 def _packed(type_: str, data: bytes, large: dict[str, tuple[str, bytes]]) -> dict[str, Any]:

@@ -96,7 +96,15 @@ from stashpoint.stores.objects import (
     RestoreState,
     check_restore,
 )
-from stashpoint.stores.writes import Landed, NotLanded, Refused, Rewrite, Verdict, WriteTracker
+from stashpoint.stores.writes import (
+    Found,
+    Landed,
+    NotLanded,
+    Refused,
+    Rewrite,
+    Verdict,
+    WriteTracker,
+)
 
 T = TypeVar("T")
 
@@ -932,22 +940,24 @@ class LogSteps:
         body = yield from self.codec.document_encoding(document, name=key, level=level)
         ours = [entry.write_id for entry in entries]
 
-        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
-            info = yield from ask(self._get(key))
-            if info is None:
-                return NotLanded()
+        def judge(info: ObjectInfo) -> Steps[Found]:
             source = _Source(key, first, first + SEGMENT_SPAN - 1, True)
             try:
                 held = yield from self._decode(log_id, source, info)
             except StashpointError:
                 held = []
-            if [item.write_id for item in held] == ours:
-                return Landed(info.etag)
             # Damaged, or holding other records than the entries (which are the truth while
             # they exist): replaced over its own ETag, before any entry is vacated.
-            return Rewrite(Match(info.etag))
+            return Found.OURS if [item.write_id for item in held] == ours else Found.OTHER
 
-        yield from writes.put(PutObject(key, body, Create()), read_back, self.retry, what="seal")
+        yield from writes.create_named(
+            PutObject(key, body, Create()),
+            judge,
+            self.retry,
+            what="seal",
+            limit=self.codec.limits.max_compressed_bytes,
+            refresh=False,
+        )
         listing.segments[first] = key
         for source in sources:
             self._written.pop(source.key)  # sealed: never needed again

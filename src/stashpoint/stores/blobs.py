@@ -21,8 +21,8 @@ from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.steps import Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.layout import BLOBS, Layout
-from stashpoint.stores.objects import Create, GetObject, Match, ObjectInfo, PutObject
-from stashpoint.stores.writes import Landed, NotLanded, Rewrite, Verdict, WriteTracker
+from stashpoint.stores.objects import Create, GetObject, ObjectInfo, PutObject
+from stashpoint.stores.writes import Found
 
 BLOB_KIND = "stashpoint.blob"
 """Envelope kind of a blob."""
@@ -76,27 +76,25 @@ class Blobs:
         key = self.layout.key(BLOBS, digest)
         blob = Envelope.initial(digest, None, BLOB_KIND, 1, value)
         body = yield from self.codec.encoding(blob)
-        refreshed = False
 
-        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
-            nonlocal refreshed
-            existing = yield from ask(GetObject(key, None, self.codec.limits.max_compressed_bytes))
-            if existing is None:
-                return NotLanded()
+        def judge(existing: ObjectInfo) -> Steps[Found]:
             stored = self._stored(existing, digest)
             if stored is None:
-                # Planted under our hash, or torn: replaced over its own ETag, so no later
-                # read fails on it.
-                return Rewrite(Match(existing.etag))
-            if stored.write_id == blob.write_id or refreshed:
-                return Landed(existing.etag)
-            # Another writer's copy of the same value, perhaps old enough for a garbage
-            # collection under way to delete it: our copy over its ETag makes it young
-            # again, and a collector's delete (conditional on the ETag it judged) fails.
-            refreshed = True
-            return Rewrite(Match(existing.etag))
+                return Found.OTHER  # planted under our hash, or torn
+            # Another writer's copy may be old enough for a garbage collection under way
+            # to delete it: `refresh` writes ours over its ETag, so the collector's delete
+            # (conditional on the ETag it judged) fails.
+            return Found.OURS if stored.write_id == blob.write_id else Found.SAME
+            yield  # a generator, like every judge
 
-        yield from writes.put(PutObject(key, body, Create()), read_back, self.retry, what="blob")
+        yield from writes.create_named(
+            PutObject(key, body, Create()),
+            judge,
+            self.retry,
+            what="blob",
+            limit=self.codec.limits.max_compressed_bytes,
+            refresh=True,
+        )
         return {REF_KEY: digest, "bytes": len(raw)}
 
     def _stored(self, info: ObjectInfo, digest: str) -> Envelope | None:

@@ -16,6 +16,10 @@ and judges the answer:
   object must be written over its ETag (`Rewrite`: a damaged content-named object, an
   identical one made young again, a freed key occupied again).
 
+Content-named objects (blobs, sealed segments, LangGraph values and list snapshots) are
+created with `create_named`: whatever is found under the name is judged by what it holds
+(`Found`), never trusted for being there.
+
 One set of errors for every object kind: a conflict is the caller's (`Refused`), a write
 that certainly did not land after every resend is `StorageUnavailable` ("not stored"), and
 one whose fate storage would not tell is `StorageUnavailable` carrying the write id. Never
@@ -36,7 +40,15 @@ from stashpoint import tracing
 from stashpoint.errors import StashpointError, StorageUnavailable
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
-from stashpoint.stores.objects import Create, Match, PutObject, WriteOutcome, WriteResult
+from stashpoint.stores.objects import (
+    Create,
+    GetObject,
+    Match,
+    ObjectInfo,
+    PutObject,
+    WriteOutcome,
+    WriteResult,
+)
 
 _REFUSALS = (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND)
 _BATCH = 256
@@ -223,6 +235,59 @@ def put(
             object_name=name,
             write_id=write_id,
         )
+
+
+class Found(Enum):
+    """What a create-only write of a content-named object found under its name."""
+
+    OURS = "ours"
+    """This write's own copy (it landed unheard)."""
+    SAME = "same"
+    """Another writer's copy of the same content: as good as ours, but perhaps old."""
+    OTHER = "other"
+    """Something else: damaged, foreign, planted under the name, or too old to keep."""
+
+
+Judge = Callable[[ObjectInfo], Steps[Found]]
+"""Judges an object found under a content name by what it holds."""
+
+
+def create_named(
+    request: PutObject, judge: Judge, retry: RetryPolicy, *, what: str, limit: int, refresh: bool
+) -> Steps[str | None]:
+    """Create an immutable object named by its content; return its ETag (None: not seen).
+
+    An object found under the name is judged by what it holds, never trusted for being
+    there: `OTHER` is replaced over its own ETag (so no later read fails on it); `SAME`
+    is kept, or, with `refresh`, written over once with our bytes so that a clean-up that
+    judged the old copy (a delete conditional on its ETag) fails instead of freeing a key
+    this write is about to reference. `limit` bounds the read-back's size.
+    """
+    read_back = named_read_back(request.key, judge, limit=limit, refresh=refresh)
+    return (yield from put(request, read_back, retry, what=what))
+
+
+def named_read_back(key: str, judge: Judge, *, limit: int, refresh: bool) -> ReadBack:
+    """Return the read-back of a create-only write of a content-named object (`create_named`).
+
+    For `put_all`, which sends many such writes at once.
+    """
+    refreshed = False
+
+    def read_back(tracker: WriteTracker) -> Steps[Verdict]:
+        nonlocal refreshed
+        existing = yield from ask(GetObject(key, None, limit))
+        if existing is None:
+            return NotLanded()
+        found = yield from judge(existing)
+        if found is Found.OTHER:
+            return Rewrite(Match(existing.etag))
+        if found is Found.OURS or refreshed or not refresh:
+            return Landed(existing.etag)
+        refreshed = True
+        return Rewrite(Match(existing.etag))
+
+    return read_back
 
 
 def _look_for(write_id: str | None, where: str) -> str:
