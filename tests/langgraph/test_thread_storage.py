@@ -369,7 +369,7 @@ def test_a_long_lived_saver_remembers_a_bounded_number_of_threads(stash: Any) ->
     saver = StashpointSaver(stash)
     for index in range(KNOWN_THREADS + 40):
         _put(saver, f"many-{index}", {"messages": ["hi", str(index)]})
-    assert len(saver._steps._known) == KNOWN_THREADS  # the least recently written went
+    assert len(saver.steps.threads) == KNOWN_THREADS  # the least recently written went
     assert len(saver._locks) == 0  # a thread's write lock lives only while in use
     # A forgotten thread is read again and written as before.
     config = _put(saver, "many-0", {"messages": ["again"]})
@@ -610,3 +610,78 @@ def test_a_delete_never_frees_a_value_a_fresh_start_reuses(
         assert found is not None and found.checkpoint["channel_values"]["big"] == big
         # The deleted life's objects are gone; the new life's value is the one left.
         assert len(_value_keys(deleting)) == 1
+
+
+def _listings_of(request: Any, prefix: str) -> bool:
+    """Whether `request` lists a log whose entries are under `prefix` (a head's read)."""
+    from stashpoint.steps import Parallel
+
+    inner = request.requests if isinstance(request, Parallel) else (request,)
+    return any(isinstance(r, ListKeys) and r.prefix == prefix for r in inner)
+
+
+def test_a_put_landing_while_prune_folds_the_thread_is_kept(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """On main, prune folded the thread, then read its head again and appended the rebase
+    after it: a put landing between the two was acknowledged and dropped by the rebase."""
+    config = {"configurable": {"thread_id": "pruned", "checkpoint_ns": ""}}
+    with (
+        stashpoint.open(memory_url[0]) as pruning,
+        stashpoint.open(memory_url[0]) as writing,
+    ):
+        writer = StashpointSaver(writing)
+        first = _put(writer, "pruned", {"v": 1})
+        second = _put(writer, "pruned", {"v": 2}, parent=first["configurable"]["checkpoint_id"])
+        prefix = pruning.layout.key("langgraph", f"{thread_key('pruned')}/")
+        listings: list[Any] = []
+        landed: list[Any] = []
+
+        def a_put_lands(request: Any, proceed: Any) -> Any:
+            if _listings_of(request, prefix):
+                listings.append(request)
+                if len(listings) == 2:
+                    parent = second["configurable"]["checkpoint_id"]
+                    landed.append(_put(writer, "pruned", {"v": 3}, parent=parent))
+            return proceed()
+
+        with pruning.intercept(a_put_lands):
+            StashpointSaver(pruning).prune(["pruned"])
+        assert landed
+        latest = StashpointSaver(pruning).get_tuple(config)  # type: ignore[arg-type]
+        assert latest is not None
+        assert latest.config["configurable"]["checkpoint_id"] == (
+            landed[0]["configurable"]["checkpoint_id"]
+        )
+        assert latest.checkpoint["channel_values"] == {"v": 3}
+
+
+def test_a_put_landing_in_a_copys_target_while_it_is_copied_is_kept(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """On main, copy_thread checked the target was empty, then rebased it after whatever
+    head it had when the copy was written: a put landing there meanwhile was dropped."""
+    fresh = {"source": "input", "step": -1}
+    target = {"configurable": {"thread_id": "target", "checkpoint_ns": ""}}
+    with (
+        stashpoint.open(memory_url[0]) as copying,
+        stashpoint.open(memory_url[0]) as writing,
+    ):
+        writer = StashpointSaver(writing)
+        _put(writer, "source", {"v": "copied"}, metadata=fresh)
+        prefix = copying.layout.key("langgraph", f"{thread_key('source')}/")
+        landed: list[Any] = []
+
+        def a_put_lands_in_the_target(request: Any, proceed: Any) -> Any:
+            if _listings_of(request, prefix) and not landed:
+                landed.append(_put(writer, "target", {"v": "theirs"}, metadata=fresh))
+            return proceed()
+
+        with (
+            copying.intercept(a_put_lands_in_the_target),
+            pytest.raises(CheckpointConflict, match="already has checkpoints"),
+        ):
+            StashpointSaver(copying).copy_thread("source", "target")
+        assert landed
+        latest = StashpointSaver(copying).get_tuple(target)  # type: ignore[arg-type]
+        assert latest is not None and latest.checkpoint["channel_values"] == {"v": "theirs"}

@@ -162,6 +162,11 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         with open_stash(url, **options) as stash:
             yield cls(stash)
 
+    @property
+    def steps(self) -> SaverSteps:
+        """This saver's operations as steps, with the thread heads it remembers."""
+        return self._steps
+
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Return the next channel version (unique across branches of a thread)."""
         return _next_version(current)
@@ -352,6 +357,11 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
 
         async with open_async(url, **options) as stash:
             yield cls(stash)
+
+    @property
+    def steps(self) -> SaverSteps:
+        """This saver's operations as steps, with the thread heads it remembers."""
+        return self._steps
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Return the next channel version (unique across branches of a thread)."""

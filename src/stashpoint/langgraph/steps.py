@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.errors import (
     CheckpointConflict,
@@ -52,7 +51,8 @@ from stashpoint.langgraph.thread import (
     versions_for_latest,
 )
 from stashpoint.logs.log import LogHead, LogSteps
-from stashpoint.steps import Parallel, Sleep, Steps, ask
+from stashpoint.logs.state import Known, LoggedState
+from stashpoint.steps import Parallel, Steps, ask
 from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
 from stashpoint.stores.objects import (
     Create,
@@ -78,12 +78,29 @@ Config = dict[str, Any]
 """LangGraph's `RunnableConfig`."""
 
 
-@dataclass(slots=True)
-class _Known:
-    """What this saver learned of one thread by writing it."""
+@dataclass(frozen=True, slots=True)
+class _Thread:
+    """A thread's state as its log's head stores it, and what this saver learned beside it."""
 
-    head: LogHead
+    state: dict[str, Any]
+    """The checked thread state (`thread.check_state`)."""
     lists: dict[tuple[str, str], ListMemory] = field(default_factory=dict)
+    """List values this saver wrote, by `(namespace, channel)`: a later put extends them."""
+
+
+class _ThreadForm:
+    """How a thread's state is kept in its log (`logs.state.StateForm`)."""
+
+    kind = THREAD_KIND
+    schema_version = THREAD_SCHEMA
+
+    def parse(self, head: LogHead) -> _Thread:
+        """Return the checked state of a thread log's head."""
+        return _Thread(check_state(head.state, head.log_id))
+
+    def document(self, state: _Thread) -> dict[str, Any]:
+        """Return the state an entry stores."""
+        return state.state
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +124,19 @@ class SaverSteps:
         """Where large values live."""
         self.codec = codec
         """Encodes large values' objects."""
-        self._known: Lru[str, _Known] = Lru(KNOWN_THREADS)
+        self.threads = LoggedState(
+            logs, _ThreadForm(), max_attempts=_APPEND_ATTEMPTS, cache_size=KNOWN_THREADS
+        )
+        """The threads' states: the one log-backed state, with its cached heads."""
 
     # -- reading ---------------------------------------------------------------------------
 
     def _read(
         self, key: str, ns: str | None, checkpoint_id: str | None
-    ) -> Steps[tuple[dict[str, Any], ThreadModel] | None]:
+    ) -> Steps[tuple[dict[str, Any], ThreadModel, LogHead] | None]:
         """Read what rebuilds `ns`'s checkpoint (its latest when no id); None: no thread.
+
+        Returns the head's state, the model folded and the head it was folded at.
 
         The latest checkpoint of a recently written namespace costs a listing, the newest
         entry and one parallel round; anything else reads the thread from its base.
@@ -157,7 +179,7 @@ class SaverSteps:
         model.partial = not state.get("deleted") and versions != list(
             range(state["base"], head.version + 1)
         )
-        return state, model
+        return state, model, head
 
     def get_tuple(self, config: Config, serde: Serializer) -> Steps[TupleParts | None]:
         """Return the checkpoint `config` names (its latest without `checkpoint_id`)."""
@@ -166,7 +188,7 @@ class SaverSteps:
         read = yield from self._read(key, ns, checkpoint_id)
         if read is None:
             return None
-        state, model = read
+        state, model, _ = read
         if state.get("deleted"):
             return None
         snapshots: dict[str, Any] | None = {}
@@ -176,7 +198,7 @@ class SaverSteps:
                 read = yield from self._read(key, None, None)
                 if read is None:
                     return None
-                state, model = read
+                state, model, _ = read
                 snapshots = {}
         if checkpoint_id is None:
             stored = model.latest(ns)
@@ -220,7 +242,7 @@ class SaverSteps:
             read = yield from self._read(key, None, None)
             if read is None or read[0].get("deleted"):
                 continue
-            state, model = read
+            state, model, _ = read
             thread_id = thread_ids[index] if thread_ids else str(state.get("thread_id", key))
             for ns, checkpoints in model.checkpoints.items():
                 if want_ns is not None and ns != want_ns:
@@ -380,39 +402,12 @@ class SaverSteps:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _head(self, key: str, *, fresh: bool) -> Steps[LogHead | None]:
-        if not fresh:
-            known = self._known.get(key)
-            # Trusted until an append after it loses: a log never frees a version, so a
-            # stale head costs a conflict and a read, never a write lost below a rebase.
-            if known is not None:
-                return known.head
-        try:
-            return (yield from self.logs.head(key))
-        except CheckpointNotFound:
-            return None
-
-    def _remember(
-        self, key: str, head: LogHead, lists: dict[tuple[str, str], ListMemory] | None = None
-    ) -> None:
-        base = check_state(head.state, key)["base"]
-
-        def learned(known: _Known | None) -> _Known:
-            if known is not None and known.head.version > head.version:
-                return known  # a concurrent append of ours (put beside put_writes) got further
-            kept = {} if known is None or _base(known.head) != base else known.lists
-            return _Known(head, {**kept, **(lists or {})})
-
-        self._known.update(key, learned)
-
-    def _forget(self, key: str) -> None:
-        self._known.pop(key)
-
     def _lists(self, key: str, base: int) -> dict[tuple[str, str], ListMemory]:
-        known = self._known.get(key)
-        if known is None or _base(known.head) != base:
+        """Return the list values this saver wrote in the thread's life starting at `base`."""
+        known = self.threads.cached(key)
+        if known is None or known.state.state["base"] != base:
             return {}
-        return dict(known.lists)
+        return dict(known.state.lists)
 
     def put(
         self,
@@ -455,9 +450,8 @@ class SaverSteps:
 
         fresh_start = metadata.get("source") == "input" and metadata.get("step") == -1
 
-        def plan(head: LogHead | None) -> Steps[tuple[dict[str, Any], dict[str, Any]]]:
-            state = empty_state(thread_id) if head is None else check_state(head.state, key)
-            version = 0 if head is None else head.version + 1
+        def plan(known: Known[_Thread]) -> Steps[tuple[dict[str, Any], _Thread]]:
+            state, version = known.state.state, known.next_version
             latest: str | None = None
             if (
                 (extends_latest or fresh_start)
@@ -565,10 +559,9 @@ class SaverSteps:
                 version=version,
             )
             new_state["thread_id"] = thread_id
-            return record, new_state
+            return record, _Thread(new_state, {**memories, **remembered})
 
-        new_head = yield from self._place(key, plan)
-        self._remember(key, new_head, remembered)
+        yield from self._place(key, thread_id, plan)
         if replaced:
             # Readers of older heads that miss it fall back to reading the whole chain.
             yield from ask(Parallel(tuple(DeleteObject(self._value_key(key, n)) for n in replaced)))
@@ -580,44 +573,31 @@ class SaverSteps:
             }
         }
 
-    def _append(
-        self, key: str, head: LogHead | None, record: Any, state: dict[str, Any]
-    ) -> Steps[LogHead]:
-        """Append one thread record after `head` (one conditional PUT)."""
-        kind, schema = THREAD_KIND, THREAD_SCHEMA
-        head_after = yield from self.logs.append(
-            key, [record], after=head, state=state, kind=kind, schema_version=schema
-        )
-        return head_after
-
     def _place(
-        self, key: str, plan: Callable[[LogHead | None], Steps[tuple[Any, dict[str, Any]]]]
-    ) -> Steps[LogHead]:
-        """Append the record `plan(head)` makes after the thread's head; return the new head.
+        self,
+        key: str,
+        thread_id: str,
+        plan: Callable[[Known[_Thread]], Steps[tuple[Any, _Thread]]],
+    ) -> Steps[Known[_Thread]]:
+        """Append the record `plan(known)` makes after the thread's head; return the new head.
 
-        The head is the one this saver last wrote, when recent, else read. When another
-        writer got there first, or `plan` refuses on what may be an old head, the head is
-        read again and the record planned again: `plan` may raise `CheckpointConflict`,
-        which ends the attempt only when it judged the stored head.
+        The one update loop of log-backed state (`logs.state`): the head this saver last
+        wrote is tried first; when another writer got there first, or `plan` refuses what
+        may be an old head, the head is read again and the record planned again.
         """
-        head = yield from self._head(key, fresh=False)
-        fresh = False
-        for attempt in range(1, _APPEND_ATTEMPTS + 1):
-            try:
-                record, state = yield from plan(head)
-            except CheckpointConflict:
-                if fresh:
-                    raise
-                head, fresh = (yield from self._head(key, fresh=True)), True
-                continue
-            try:
-                return (yield from self._append(key, head, record, state))
-            except CheckpointConflict:
-                if attempt == _APPEND_ATTEMPTS:
-                    raise
-                yield from self._back_off(attempt)
-                head, fresh = (yield from self._head(key, fresh=True)), True
-        raise AssertionError("unreachable")
+
+        def write(known: Known[_Thread], planned: tuple[Any, _Thread]) -> Steps[Known[_Thread]]:
+            record, thread = planned
+            return (yield from self.threads.append(key, known, [record], thread))
+
+        return (
+            yield from self.threads.update(
+                key, lambda known, fresh: plan(known), write, initial=self._empty(thread_id)
+            )
+        )
+
+    def _empty(self, thread_id: str) -> Callable[[], _Thread]:
+        return lambda: _Thread(empty_state(thread_id))
 
     def _store_large(
         self, key: str, large: Mapping[str, tuple[str, bytes]], life: int, done: set[str]
@@ -743,9 +723,8 @@ class SaverSteps:
             "items": items,
         }
 
-        def plan(head: LogHead | None) -> Steps[tuple[dict[str, Any], dict[str, Any]]]:
-            state = empty_state(thread_id) if head is None else check_state(head.state, key)
-            version = 0 if head is None else head.version + 1
+        def plan(known: Known[_Thread]) -> Steps[tuple[dict[str, Any], _Thread]]:
+            state, version = known.state.state, known.next_version
             if state.get("deleted"):
                 raise CheckpointConflict(
                     thread_id,
@@ -758,41 +737,37 @@ class SaverSteps:
             new_state = state_after_writes(
                 state, ns=ns, checkpoint_id=checkpoint_id, version=version
             )
-            return record, {**new_state, "thread_id": thread_id}
+            lists = self._lists(key, state["base"])
+            return record, _Thread({**new_state, "thread_id": thread_id}, lists)
 
-        self._remember(key, (yield from self._place(key, plan)))
+        yield from self._place(key, thread_id, plan)
 
     # -- whole-thread operations -------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> Steps[None]:
         """Delete a thread, leaving a tombstone: a late write cannot bring it back."""
         key = thread_key(thread_id)
-        self._forget(key)
-        head = yield from self._head(key, fresh=True)
-        attempt = 0
-        while head is not None:
-            check_state(head.state, key)
-            tombstone = {**empty_state(thread_id), "base": head.version + 1, "deleted": True}
-            try:
-                head = yield from self._append(key, head, {"op": "delete"}, tombstone)
-            except CheckpointConflict:
-                attempt += 1
-                if attempt == _APPEND_ATTEMPTS:
-                    raise
-                yield from self._back_off(attempt)
-                head = yield from self._head(key, fresh=True)
-                continue
+
+        def tombstone(known: Known[_Thread], fresh: bool) -> Steps[_Thread | None]:
+            if known.log is None:
+                return None  # no thread: nothing to delete
+            deleted = {**empty_state(thread_id), "base": known.next_version, "deleted": True}
+            return _Thread(deleted)
+            yield  # a generator, like every change
+
+        def write(known: Known[_Thread], deleted: _Thread | None) -> Steps[Known[_Thread] | None]:
+            if deleted is None:
+                return None
+            return (yield from self.threads.append(key, known, [{"op": "delete"}], deleted))
+
+        self.threads.forget(key)
+        head = yield from self.threads.update(
+            key, tombstone, write, initial=self._empty(thread_id), trust_cached=False
+        )
+        if head is not None:
             yield from self.logs.vacate_below(key, head.version, reason="deleted")
-            yield from self._drop_values(key, check_state(head.state, key)["base"])
-            break
-        self._forget(key)
-
-    def _back_off(self, attempt: int) -> Steps[None]:
-        """Wait after a lost race (jittered, growing, capped: the stash's retry policy).
-
-        As every optimistic loop of the library does, so racing writers spread out.
-        """
-        yield Sleep(self.logs.retry.delay(attempt))
+            yield from self._drop_values(key, head.state.state["base"])
+        self.threads.forget(key)
 
     def _drop_values(self, key: str, below: int) -> Steps[None]:
         """Delete the thread's value objects written for lives before `below` (deleted).
@@ -829,33 +804,47 @@ class SaverSteps:
         """Rewrite a thread as `change(model)` leaves it, in one append (a rebase).
 
         `change` returns False to leave the thread alone. `source`: read that thread's
-        model instead (copy). Older objects are deleted once the rebase is stored.
+        model instead (copy; refused once the target has checkpoints). The rebase is
+        appended right after the version its model was folded at, so a put that lands
+        meanwhile is a lost race (folded again), never dropped. Older objects are deleted
+        once the rebase is stored.
         """
         key = thread_key(thread_id)
-        self._forget(key)
-        for attempt in range(1, _APPEND_ATTEMPTS + 1):
-            if attempt > 1:
-                yield from self._back_off(attempt - 1)
-            read = yield from self._read(thread_key(source or thread_id), None, None)
+        source_key = thread_key(source or thread_id)
+        Planned = tuple[Known[_Thread], dict[str, Any], _Thread]
+
+        def rebase(known: Known[_Thread], fresh: bool) -> Steps[Planned | None]:
+            after = known
+            if source is not None and _has_checkpoints(known.state.state):
+                raise CheckpointConflict(
+                    thread_id,
+                    expected_revision=None,
+                    message=f"thread {thread_id!r} already has checkpoints; copy to a new thread",
+                )
+            read = yield from self._read(source_key, None, None)
+            if source is None and read is not None:
+                after = self.threads.known_of(read[2])
             model = ThreadModel() if read is None or read[0].get("deleted") else read[1]
             if not change(model):
-                return False
-            head = yield from self._head(key, fresh=True)
-            version = 0 if head is None else head.version + 1
-            state = state_of_model(model, thread_id, version)
-            record = {"op": "rebase", "records": model.records()}
-            try:
-                head = yield from self._append(key, head, record, state)
-            except CheckpointConflict:
-                continue
-            yield from self.logs.vacate_below(key, head.version, reason="rebased")
-            self._forget(key)
-            return True
-        raise CheckpointConflict(
-            thread_id,
-            expected_revision=None,
-            message=f"thread {thread_id!r} kept changing while being rewritten",
+                return None
+            state = state_of_model(model, thread_id, after.next_version)
+            return after, {"op": "rebase", "records": model.records()}, _Thread(state)
+
+        def write(known: Known[_Thread], planned: Planned | None) -> Steps[Known[_Thread] | None]:
+            if planned is None:
+                return None
+            after, record, thread = planned
+            return (yield from self.threads.append(key, after, [record], thread))
+
+        self.threads.forget(key)
+        head = yield from self.threads.update(
+            key, rebase, write, initial=self._empty(thread_id), trust_cached=False
         )
+        if head is None:
+            return False
+        yield from self.logs.vacate_below(key, head.version, reason="rebased")
+        self.threads.forget(key)
+        return True
 
     def prune(self, thread_ids: Sequence[str], strategy: str, serde: Serializer) -> Steps[None]:
         """Keep only each namespace's latest checkpoint (`keep_latest`), or nothing."""
@@ -905,9 +894,13 @@ class SaverSteps:
         )
 
 
-def _base(head: LogHead) -> int:
-    state = head.state
-    return state.get("base", -1) if isinstance(state, dict) else -1
+def _has_checkpoints(state: Mapping[str, Any]) -> bool:
+    """Whether a thread state has (or may have: more namespaces than it names) checkpoints."""
+    if state.get("deleted"):
+        return False
+    return bool(state.get("evicted")) or any(
+        slot.get("latest") is not None for slot in state["ns"].values()
+    )
 
 
 def _target(config: Config) -> tuple[str, str, str | None]:
