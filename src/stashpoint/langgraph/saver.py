@@ -164,7 +164,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
 
     @property
     def steps(self) -> SaverSteps:
-        """This saver's operations as steps, with the thread heads it remembers."""
+        """Return the saver's operations as steps, with the thread heads it remembers."""
         return self._steps
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
@@ -360,7 +360,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
 
     @property
     def steps(self) -> SaverSteps:
-        """This saver's operations as steps, with the thread heads it remembers."""
+        """Return the saver's operations as steps, with the thread heads it remembers."""
         return self._steps
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
