@@ -41,7 +41,9 @@ from stashpoint.errors import (
     described,
 )
 from stashpoint.ids import new_id, validate_id
+from stashpoint.logs.format import LogKeys
 from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.logs.state import Known, LoggedState
 from stashpoint.retry import RetryPolicy
 from stashpoint.runs import journal, transitions
 from stashpoint.runs.index import RunIndex
@@ -65,7 +67,6 @@ from stashpoint.runs.models import (
 from stashpoint.runs.transitions import Change
 from stashpoint.steps import Now, Steps, ask
 from stashpoint.stores.blobs import Blobs
-from stashpoint.stores.cas import optimistic_update
 from stashpoint.twins import operation
 
 log = logging.getLogger("stashpoint")
@@ -168,21 +169,35 @@ class TakenOver:
     """Whether nothing was written to the run between the read and the takeover."""
 
 
-@dataclass(frozen=True)
-class _Known:
-    """A run's latest head as this process knows it."""
+class _RunForm:
+    """How a run's head is kept in its log (`logs.state.StateForm`)."""
 
-    head: RunHead
-    """The run head."""
-    log: LogHead | None
-    """The log version it was read from; None for a run not yet created."""
+    kind = RUN_LOG_KIND
+    schema_version = RUN_LOG_SCHEMA_VERSION
 
-    @property
-    def revision(self) -> int:
-        """The run's revision: the index items of this head carry it."""
-        if self.log is None:
-            return self.head.revision_base - 1
-        return self.head.revision_base + self.log.version
+    def __init__(self, keys: LogKeys) -> None:
+        self.keys = keys
+
+    def parse(self, head: LogHead) -> RunHead:
+        """Return the typed run head a log's latest version stores."""
+        name = self.keys.entries_prefix(head.log_id)
+        return parse_head(head.state, head.kind, head.schema_version, head.log_id, name)
+
+    def document(self, state: RunHead) -> dict[str, Any]:
+        """Return what an entry stores of the head."""
+        return journal.head_document(state)
+
+
+def _revision(known: Known[RunHead]) -> int:
+    """Return the run's revision (what the index items of this head carry)."""
+    return known.state.revision_base + known.version
+
+
+def _no_run(run_id: str) -> Callable[[], RunHead]:
+    def missing() -> RunHead:
+        raise RunNotFound("no run with this id", object_name=run_id)
+
+    return missing
 
 
 class RunOperations(Generic[DurableT]):
@@ -206,9 +221,15 @@ class RunOperations(Generic[DurableT]):
         self.driver = execute
         """Runs this object's requests: what its operations' steps are driven with."""
         self._retry = retry
-        # The last head this process wrote or read per run: a single writer then appends
-        # with one PUT and no read. A stale entry only costs a conflict and a re-read.
-        self._latest: Lru[str, _Known] = Lru(cache_size)
+        # The one log-backed state: the last head this process wrote or read per run lets
+        # a single writer append with one PUT and no read (a stale one costs a conflict).
+        self._runs = LoggedState(
+            logs,
+            _RunForm(logs.keys),
+            retry=retry,
+            max_attempts=retry.max_attempts,
+            cache_size=cache_size,
+        )
         # The owner epoch this store holds per run (from create_run or takeover): its writes
         # to that run are refused with `Fenced` once another store takes the run over.
         self._epochs: Lru[str, int] = Lru(_HELD_RUNS)
@@ -249,7 +270,7 @@ class RunOperations(Generic[DurableT]):
         # Appending after no head creates the log with one create-only PUT: of two
         # creators exactly one succeeds, and the other learns the run exists.
         try:
-            yield from self._append(_Known(head, None), Change(head))
+            yield from self._append(Known(head, None), Change(head))
         except CheckpointConflict:
             raise CheckpointConflict(
                 run_id, expected_revision=None, message="a run with this id exists"
@@ -625,8 +646,8 @@ class RunOperations(Generic[DurableT]):
         """Return the run's running attempts with their leases (one read: its head)."""
         known = yield from self._read(run_id)
         return [
-            journal.lease_row(known.head, attempt_id, held)
-            for attempt_id, held in known.head.running.items()
+            journal.lease_row(known.state, attempt_id, held)
+            for attempt_id, held in known.state.running.items()
         ]
 
     @operation
@@ -641,10 +662,10 @@ class RunOperations(Generic[DurableT]):
             return None
         known, state = read
         running = [
-            journal.lease_row(known.head, attempt_id, held)
-            for attempt_id, held in known.head.running.items()
+            journal.lease_row(known.state, attempt_id, held)
+            for attempt_id, held in known.state.running.items()
         ]
-        return RunRead((yield from self._resolve(state)), known.revision, running)
+        return RunRead((yield from self._resolve(state)), _revision(known), running)
 
     @operation
     def summarize_run(self, run_id: str) -> Steps[RunSummary | None]:
@@ -808,8 +829,8 @@ class RunOperations(Generic[DurableT]):
         if read is None:
             return 0
         known, state = read
-        rows = journal.rows_of(known.head, state)
-        yield from index.repair(known.head, rows, known.revision, self._revision_now(run_id))
+        rows = journal.rows_of(known.state, state)
+        yield from index.repair(known.state, rows, _revision(known), self._revision_now(run_id))
         return 1
 
     def _revision_now(self, run_id: str) -> Callable[[], Steps[int | None]]:
@@ -820,7 +841,7 @@ class RunOperations(Generic[DurableT]):
                 known = yield from self._read(run_id)
             except RunNotFound:
                 return None
-            return known.revision
+            return _revision(known)
 
         return read
 
@@ -835,35 +856,23 @@ class RunOperations(Generic[DurableT]):
     def _name(self, run_id: str) -> str:
         return self._logs.keys.entries_prefix(run_id)
 
-    def _known_of(self, log: LogHead) -> _Known:
-        head = parse_head(
-            log.state, log.kind, log.schema_version, log.log_id, self._name(log.log_id)
-        )
-        return _Known(head, log)
-
-    def _read(self, run_id: str) -> Steps[_Known]:
-        """Read the run's latest head (its log's)."""
+    def _read(self, run_id: str) -> Steps[Known[RunHead]]:
+        """Read the run's latest head (its log's); `RunNotFound` if there is none."""
         validate_id(run_id, what="run id")
-        try:
-            log = yield from self._logs.head(run_id)
-        except CheckpointNotFound:
-            raise RunNotFound("no run with this id", object_name=run_id) from None
-        known = self._known_of(log)
-        self._remember(run_id, known)
-        return known
+        return (yield from self._runs.read(run_id, _no_run(run_id)))
 
-    def _read_all(self, run_id: str) -> Steps[tuple[_Known, RunState] | None]:
+    def _read_all(self, run_id: str) -> Steps[tuple[Known[RunHead], RunState] | None]:
         """Read the whole run (every attempt): its log folded (None: no such run)."""
         validate_id(run_id, what="run id")
         try:
             entries = yield from self._logs.entries(run_id)
         except CheckpointNotFound:
             return None
-        known = self._known_of(LogHead.of(entries[-1]))
+        known = self._runs.known_of(LogHead.of(entries[-1]))
         state = journal.fold(
-            known.head, (r for e in entries for r in e.records), self._name(run_id)
+            known.state, (r for e in entries for r in e.records), self._name(run_id)
         )
-        self._remember(run_id, known)
+        self._runs.remember(run_id, known)
         return known, state
 
     def _load_run(
@@ -882,10 +891,10 @@ class RunOperations(Generic[DurableT]):
             raise GraphDriftError(run_id, stored_hash=state.graph_hash, current_hash=graph_hash)
         if self._index is not None:
             # The index is derived: a failed repair must not fail a read.
-            rows = journal.rows_of(known.head, state)
+            rows = journal.rows_of(known.state, state)
             with contextlib.suppress(StashpointError):
                 yield from self._index.repair(
-                    known.head, rows, known.revision, self._revision_now(run_id)
+                    known.state, rows, _revision(known), self._revision_now(run_id)
                 )
         if resolve_blobs:
             state = yield from self._resolve(state)
@@ -918,13 +927,13 @@ class RunOperations(Generic[DurableT]):
         """
         epoch = None if claim else self._epochs.get(run_id)
 
-        def change(known: _Known, fresh: bool) -> Steps[Change]:
+        def change(known: Known[RunHead], fresh: bool) -> Steps[Change]:
             if seen is not None:
-                seen.append(known.revision)
-            transitions.check_owner(known.head, epoch)
+                seen.append(_revision(known))
+            transitions.check_owner(known.state, epoch)
             now = yield from ask(Now())
             try:
-                return transition(known.head, now)
+                return transition(known.state, now)
             except AttemptNotFound as exc:
                 read = (yield from self._read_all(run_id)) if fresh else None
                 if read is None:
@@ -933,42 +942,23 @@ class RunOperations(Generic[DurableT]):
             except pydantic.ValidationError as exc:
                 raise InvalidArgument(f"invalid run data: {exc}", object_name=run_id) from None
 
-        def write(known: _Known, change: Change) -> Steps[RunHead]:
+        def write(known: Known[RunHead], change: Change) -> Steps[RunHead]:
             yield from self._append(known, change)
             if claim:
                 self._hold(run_id, change.head.epoch)
             return change.head
 
-        return (
-            yield from optimistic_update(
-                lambda: self._read(run_id),
-                change,
-                write,
-                retry=self._retry,
-                max_attempts=self._retry.max_attempts,
-                known=self._cached(run_id),
-                forget=lambda: self._forget(run_id),
-            )
-        )
+        validate_id(run_id, what="run id")
+        return (yield from self._runs.update(run_id, change, write, initial=_no_run(run_id)))
 
-    def _append(self, known: _Known, change: Change) -> Steps[None]:
-        """Append a change after `known` (None: create the run's log), then index it."""
-        records = list(change.records)
-        touched = change.touched
+    def _append(self, known: Known[RunHead], change: Change) -> Steps[None]:
+        """Append a change after `known` (no log: create the run's), then index it."""
         run_id = change.head.run_id
-        log = yield from self._logs.append(
-            run_id,
-            records,
-            after=known.log,
-            state=journal.head_document(change.head),
-            kind=RUN_LOG_KIND,
-            schema_version=RUN_LOG_SCHEMA_VERSION,
-            handed_over=True,  # a document made for this append alone
-        )
-        saved = _Known(change.head, log)
-        self._remember(run_id, saved)
+        saved = yield from self._runs.append(run_id, known, list(change.records), change.head)
         if self._index is not None:
-            yield from self._index.record(change.head, touched, saved.revision, before=known.head)
+            yield from self._index.record(
+                change.head, change.touched, _revision(saved), before=known.state
+            )
 
     def _resolve(self, state: RunState) -> Steps[RunState]:
         attempts = []
@@ -982,18 +972,6 @@ class RunOperations(Generic[DurableT]):
         for key, value in state.state_snapshot.items():
             snapshot[key] = yield from self._blobs.resolve(value)
         return state.model_copy(update={"attempts": tuple(attempts), "state_snapshot": snapshot})
-
-    def _cached(self, run_id: str) -> _Known | None:
-        return self._latest.get(run_id)
-
-    def _remember(self, run_id: str, known: _Known) -> None:
-        def newer(current: _Known | None) -> _Known:
-            return current if current is not None and current.revision > known.revision else known
-
-        self._latest.update(run_id, newer)
-
-    def _forget(self, run_id: str) -> None:
-        self._latest.pop(run_id)
 
 
 def summary_of(state: RunState) -> RunSummary:
