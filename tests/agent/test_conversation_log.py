@@ -216,3 +216,31 @@ def test_a_writer_killed_mid_commit_loses_no_acknowledged_message(tmp_path: Any)
         assert texts == [f"m{n}" for n in range(len(texts))]  # in order, no gap, none twice
         assert len(texts) in (max(acked) + 1, max(acked) + 2)  # at most the one in flight
         assert version == len(texts)
+
+
+def test_a_commit_by_its_only_writer_is_one_request_and_a_stale_head_is_judged_afresh(
+    stash: Any,
+) -> None:
+    """Conversations are the one log-backed state: the head a store wrote is where its next
+    commit starts (one PUT, no read); another store's commit meanwhile costs a fresh read."""
+    mine, other = ConversationStore(stash.checkpoints), ConversationStore(stash.checkpoints)
+    transcript = _turn(0)
+    assert mine.commit("t", "solo", 0, transcript) == 1
+    requests: list[str] = []
+
+    def counting(request: Any, proceed: Callable[[], Any]) -> Any:
+        requests.append(type(request).__name__)
+        return proceed()
+
+    with stash.intercept(counting):
+        transcript = [*transcript, *_turn(1)]
+        assert mine.commit("t", "solo", 1, transcript) == 2
+    assert requests == ["PutObject"]
+    transcript = [*transcript, *_turn(2)]
+    assert other.commit("t", "solo", 2, transcript) == 3  # unknown to `mine`'s head
+    with pytest.raises(CheckpointConflict, match="moved to version 3"):
+        mine.commit("t", "solo", 2, [*transcript[:4], *_turn(9)])
+    transcript = [*transcript, *_turn(3)]
+    assert mine.commit("t", "solo", 3, transcript) == 4
+    assert mine.commit("t", "solo", 3, transcript) == 4  # the same commit again: made
+    assert ConversationStore(stash.checkpoints).load("t", "solo") == (4, transcript)

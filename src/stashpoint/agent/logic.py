@@ -10,6 +10,7 @@ store and a driver.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -55,6 +56,7 @@ from stashpoint.errors import (
 from stashpoint.ids import new_id, validate_id
 from stashpoint.logs.format import LogKeys
 from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.logs.state import Known, LoggedState
 from stashpoint.steps import Call, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import AGENTS, CONVERSATIONS
@@ -171,6 +173,8 @@ class AgentStorage:
     """Agent checkpoint logs (one per checkpoint id)."""
     conversations: LogSteps
     """Durable conversation logs (one per conversation key)."""
+    conversation_states: LoggedState[ConversationState]
+    """The conversations' states: the one log-backed state, with its cached heads."""
 
     @classmethod
     def of(cls, cas: CompareAndSwap, logs: Callable[[str], LogSteps] | None = None) -> AgentStorage:
@@ -182,7 +186,9 @@ class AgentStorage:
             logs = lambda namespace: LogSteps(  # noqa: E731 - the default, as one expression
                 LogKeys(cas.layout, namespace), cas.codec, cas.retry
             )
-        return cls(logs(AGENTS), logs(CONVERSATIONS))
+        conversations = logs(CONVERSATIONS)
+        states = LoggedState(conversations, _ConversationForm(conversations))
+        return cls(logs(AGENTS), conversations, states)
 
 
 @dataclass(frozen=True)
@@ -698,38 +704,56 @@ def _transcript_digest(messages: Sequence[Any]) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class _Conversation:
-    """A conversation's latest commit, and where its transcript is (`head` None: none)."""
+@dataclass(frozen=True, slots=True)
+class ConversationState:
+    """A durable conversation's latest commit, as its log's newest entry says."""
 
-    head: LogHead | None
     version: int
+    """Commits so far (0: none)."""
+    version_base: int
+    """Commits made before the log's current versions began (its version 0 is commit
+    `version_base + 1`)."""
     start: int
+    """Record position where the transcript starts among the log's records."""
     length: int
+    """Messages in the transcript."""
     digest: str
+    """Digest of the transcript's messages (`_transcript_digest`)."""
 
 
-def _conversation(storage: AgentStorage, key: str) -> Steps[_Conversation]:
-    """Read a conversation's latest commit (a listing and the newest objects, no messages)."""
-    try:
-        head = yield from storage.conversations.head(key)
-    except CheckpointNotFound:
-        return _Conversation(None, 0, 0, 0, _transcript_digest([]))
-    return _parsed(storage, key, head)
+_NO_CONVERSATION = ConversationState(0, 0, 0, 0, _transcript_digest([]))
 
 
-def _parsed(storage: AgentStorage, key: str, head: LogHead) -> _Conversation:
-    """Return the commit a conversation log's head describes, or a typed error."""
-    state = head.state if isinstance(head.state, dict) else {}
-    name = storage.conversations.keys.entry(key, head.version)
-    try:
-        base, start, length = int(state["version_base"]), int(state["start"]), int(state["length"])
-        digest = str(state["digest"])
-    except (KeyError, TypeError, ValueError):
-        raise InvalidPayload("not a conversation log state", object_name=name) from None
-    if head.kind != CONVERSATION_KIND or start < 0 or start + length != head.next_record:
-        raise InvalidPayload("not a conversation log, or a broken one", object_name=name)
-    return _Conversation(head, base + head.version + 1, start, length, digest)
+class _ConversationForm:
+    """How a conversation's state is kept in its log (`logs.state.StateForm`)."""
+
+    kind = CONVERSATION_KIND
+    schema_version = 1
+
+    def __init__(self, logs: LogSteps) -> None:
+        self.logs = logs
+
+    def parse(self, head: LogHead) -> ConversationState:
+        """Return the commit a conversation log's head describes, or a typed error."""
+        state = head.state if isinstance(head.state, dict) else {}
+        name = self.logs.keys.entry(head.log_id, head.version)
+        try:
+            base, start = int(state["version_base"]), int(state["start"])
+            length, digest = int(state["length"]), str(state["digest"])
+        except (KeyError, TypeError, ValueError):
+            raise InvalidPayload("not a conversation log state", object_name=name) from None
+        if head.kind != CONVERSATION_KIND or start < 0 or start + length != head.next_record:
+            raise InvalidPayload("not a conversation log, or a broken one", object_name=name)
+        return ConversationState(base + head.version + 1, base, start, length, digest)
+
+    def document(self, state: ConversationState) -> dict[str, Any]:
+        """Return what an entry stores of the state."""
+        return {
+            "version_base": state.version_base,
+            "start": state.start,
+            "length": state.length,
+            "digest": state.digest,
+        }
 
 
 def load_conversation(
@@ -737,13 +761,14 @@ def load_conversation(
 ) -> Steps[tuple[int, list[Message]]]:
     """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
     key = conversation_key(namespace, conversation_id)
+    form = storage.conversation_states.form
     try:
         head, entries = yield from storage.conversations.tail(
-            key, _ALL, since=lambda h: _parsed(storage, key, h).start
+            key, _ALL, since=lambda h: form.parse(h).start
         )
     except CheckpointNotFound:
         return 0, []
-    found = _parsed(storage, key, head)
+    found = form.parse(head)
     records = [r for e in entries for r in e.records[max(0, found.start - e.first_record) :]]
     if len(records) != found.length or _transcript_digest(records) != found.digest:
         raise InvalidPayload(
@@ -795,39 +820,40 @@ def commit_conversation(
     whole(expected_version, "expected_version", object_name=key)
     dumped = [_message(m, key) for m in _sequence(messages, key)]
     digest = _transcript_digest(dumped)
-    found = yield from _conversation(storage, key)
-    if found.version != expected_version:
-        if found.version == expected_version + 1 and found.digest == digest:
-            return found.version  # our own commit, made before a crash: nothing to do
-        raise CheckpointConflict(
-            key,
-            expected_revision=expected_version - 1 if expected_version else None,
-            actual_revision=found.version - 1 if found.version else None,
-            message=f"conversation moved to version {found.version}; this turn loaded "
-            f"version {expected_version}",
+    states = storage.conversation_states
+    Planned = tuple[list[Any], ConversationState]
+
+    def change(known: Known[ConversationState], fresh: bool) -> Steps[Planned | None]:
+        found = known.state
+        if found.version != expected_version:
+            if found.version == expected_version + 1 and found.digest == digest:
+                return None  # our own commit (made before a crash, or resent): nothing to do
+            raise CheckpointConflict(
+                key,
+                expected_revision=expected_version - 1 if expected_version else None,
+                actual_revision=found.version - 1 if found.version else None,
+                message=f"conversation moved to version {found.version}; this turn loaded "
+                f"version {expected_version}",
+            )
+        new = ConversationState(
+            expected_version + 1, found.version_base, found.start, len(dumped), digest
         )
-    extends = found.head is not None and (
-        len(dumped) >= found.length and _transcript_digest(dumped[: found.length]) == found.digest
-    )
-    if found.head is None:
-        records, start, base = dumped, 0, 0
-    elif extends:
-        records, start, base = (
-            dumped[found.length :],
-            found.start,
-            found.version - found.head.version - 1,
+        if known.log is None:
+            return dumped, new
+        extends = len(dumped) >= found.length and (
+            _transcript_digest(dumped[: found.length]) == found.digest
         )
-    else:
-        records, start = dumped, found.head.next_record
-        base = found.version - found.head.version - 1
-    state = {"version_base": base, "start": start, "length": len(dumped), "digest": digest}
-    try:
-        yield from storage.conversations.append(
-            key, records, after=found.head, state=state, kind=CONVERSATION_KIND
-        )
-    except CheckpointConflict:
-        again = yield from _conversation(storage, key)
-        if again.version == expected_version + 1 and again.digest == digest:
-            return again.version  # a concurrent identical commit, or our own resent one
-        raise
-    return expected_version + 1
+        if extends:
+            return dumped[found.length :], new
+        # Not an extension (summarised, edited): the whole transcript again, after the rest.
+        return dumped, dataclasses.replace(new, start=known.log.next_record)
+        yield  # a generator, like every change
+
+    def write(known: Known[ConversationState], planned: Planned | None) -> Steps[int]:
+        if planned is None:
+            return known.state.version
+        records, new = planned
+        yield from states.append(key, known, records, new)
+        return new.version
+
+    return (yield from states.update(key, change, write, initial=lambda: _NO_CONVERSATION))
