@@ -486,13 +486,7 @@ class RunOperations(Generic[DurableT]):
         retry. Take over a run whose worker is gone (`list_attempts(abandoned=True)`,
         `stashpoint runs stuck`), or at the start of every Lambda invocation of a run.
         """
-        _text(reason, "reason")
-        head = yield from self._apply(
-            run_id,
-            lambda head, now: transitions.takeover(head, now=now, reason=reason),
-            claim=True,
-        )
-        return head.epoch
+        return (yield from self._take_over(run_id, reason, None)).epoch
 
     @operation
     def take_over_read(self, read: RunRead, *, reason: str) -> Steps[TakenOver]:
@@ -502,15 +496,20 @@ class RunOperations(Generic[DurableT]):
         takeover, so the read plus the takeover's own change (running attempts ended with
         `reason`) is the run now, and the caller need not read it again.
         """
-        _text(reason, "reason")
         seen: list[int] = []
-        head = yield from self._apply(
-            read.state.run_id,
-            lambda head, now: transitions.takeover(head, now=now, reason=reason),
-            claim=True,
-            seen=seen,
-        )
+        head = yield from self._take_over(read.state.run_id, reason, seen)
         return TakenOver(head.epoch, head.updated_at, bool(seen) and seen[-1] == read.revision)
+
+    def _take_over(self, run_id: str, reason: str, seen: list[int] | None) -> Steps[RunHead]:
+        _text(reason, "reason")
+        return (
+            yield from self._apply(
+                run_id,
+                lambda head, now: transitions.takeover(head, now=now, reason=reason),
+                claim=True,
+                seen=seen,
+            )
+        )
 
     @operation
     def complete_attempt(
