@@ -19,7 +19,7 @@ from stashpoint.logs.repair import first_gap
 from stashpoint.stores.objects import DeleteObject, GetObject, PutObject
 
 
-@pytest.fixture(params=["memory_url", "local_url"])
+@pytest.fixture(params=["memory_url", "local_url", "s3_seaweed_url"])
 def stash(request: pytest.FixtureRequest) -> Iterator[stashpoint.Stash]:
     url, options = request.getfixturevalue(request.param)
     with stashpoint.open(url, **options) as opened:
@@ -34,7 +34,7 @@ def _copy(stash: stashpoint.Stash, source: str, target: str) -> bytes:
 
 
 def _entry_key(stash: stashpoint.Stash, namespace: str, log_id: str, version: int) -> str:
-    return f"{namespace}/{log_id}/{version:020d}"
+    return stash.layout.key(namespace, f"{log_id}/{version:020d}")
 
 
 def test_a_planted_future_entry_is_named_and_repaired(stash: stashpoint.Stash) -> None:
@@ -58,7 +58,8 @@ def test_a_planted_future_entry_is_named_and_repaired(stash: stashpoint.Stash) -
     report = stash.repair_log("logs", "job", dry_run=False)
     assert report.gap == 11 and report.above == (planted,) and report.kept == ()
     (moved,) = report.moved
-    assert moved.startswith(f"quarantine/{planted}.")
+    assert moved.startswith(stash.layout.namespace_prefix("quarantine"))
+    assert f"logs/job/{50:020d}." in moved  # named by the original key and its ETag
     assert stash.driver(GetObject(moved)).body == body  # kept, byte for byte
     assert stash.driver(GetObject(planted)) is None
 

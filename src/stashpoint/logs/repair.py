@@ -24,11 +24,11 @@ from stashpoint.stores.objects import (
     Create,
     DeleteObject,
     GetObject,
-    Match,
+    ObjectInfo,
     PutObject,
     WriteOutcome,
 )
-from stashpoint.stores.writes import Landed, NotLanded, Rewrite, Verdict, WriteTracker
+from stashpoint.stores.writes import Found
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,13 @@ def repair_log(
                 continue  # gone since listed: nothing to move
             target = f"{quarantine_prefix}{key[len(store_prefix) :]}.{info.etag}"
             body = info.body
-            yield from writes.put(
+            yield from writes.create_named(
                 PutObject(target, body, Create(), content_encoding=None),
-                _copy_read_back(target, body),
+                _same_bytes(body),
                 logs.retry,
                 what="quarantine copy",
+                limit=len(body) + 1,
+                refresh=False,
             )
             result = yield from ask(DeleteObject(key, info.etag))
             if result.outcome is WriteOutcome.STORED:
@@ -120,15 +122,15 @@ def repair_log(
     )
 
 
-def _copy_read_back(key: str, body: bytes) -> writes.ReadBack:
-    """Judge a quarantine copy by its content: the same bytes are this copy."""
+def _same_bytes(body: bytes) -> writes.Judge:
+    """Judge a quarantine copy by its content: the same bytes are this copy.
 
-    def read_back(tracker: WriteTracker) -> Steps[Verdict]:
-        info = yield from ask(GetObject(key))
-        if info is None:
-            return NotLanded()
-        if info.body == body:
-            return Landed(info.etag)
-        return Rewrite(Match(info.etag))  # a damaged copy under our name: write ours
+    The copy is named by the original key and ETag; anything else under that name is
+    written over with ours.
+    """
 
-    return read_back
+    def judge(info: ObjectInfo) -> Steps[Found]:
+        return Found.SAME if info.body == body else Found.OTHER
+        yield  # a generator, like every judge
+
+    return judge
