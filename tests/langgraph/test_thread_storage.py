@@ -685,3 +685,33 @@ def test_a_put_landing_in_a_copys_target_while_it_is_copied_is_kept(
         assert landed
         latest = StashpointSaver(copying).get_tuple(target)  # type: ignore[arg-type]
         assert latest is not None and latest.checkpoint["channel_values"] == {"v": "theirs"}
+
+
+@pytest.mark.parametrize(
+    "slot",
+    [
+        {"latest": "c", "complete": True, "at": "x", "pending": [], "values": {}},
+        {"latest": "c", "complete": True, "at": 0, "pending": 3, "values": {}},
+        {"latest": "c", "complete": True, "at": 0, "pending": [], "values": {"v": "where"}},
+        {"latest": "c", "complete": True, "at": 0, "values": {"v": ["1", 0, [0], "s-x"]}},
+        {"latest": 7, "at": 0},
+        {"early": {"c": "soon"}},
+        "not a slot",
+    ],
+)
+def test_a_hostile_thread_state_is_a_typed_error(stash: Any, slot: Any) -> None:
+    """The thread state is a typed model: a state no writer of ours makes is refused naming
+    the log (on main one raised AttributeError and six were read as if they were valid)."""
+    saver = StashpointSaver(stash)
+    config = _put(saver, "hostile", {"v": 1})
+    logs = stash.log_steps("langgraph")
+    from stashpoint.steps import run_sync
+
+    current = run_sync(logs.head("hostile"), stash.driver)
+    state = {**current.state, "ns": {"": slot}}
+    run_sync(logs.append("hostile", [{"op": "delete"}], after=current, state=state), stash.driver)
+    with pytest.raises(InvalidPayload, match="thread log state") as raised:
+        StashpointSaver(stash).get_tuple(config)
+    assert raised.value.object_name == "hostile"
+    with pytest.raises(InvalidPayload):
+        _put(StashpointSaver(stash), "hostile", {"v": 2}, parent="c")

@@ -31,8 +31,10 @@ from stashpoint.langgraph.thread import (
     THREAD_SCHEMA,
     ListMemory,
     Serializer,
+    Slot,
     StoredCheckpoint,
     ThreadModel,
+    ThreadState,
     check_config,
     check_put,
     check_state,
@@ -82,7 +84,7 @@ Config = dict[str, Any]
 class _Thread:
     """A thread's state as its log's head stores it, and what this saver learned beside it."""
 
-    state: dict[str, Any]
+    state: ThreadState
     """The checked thread state (`thread.check_state`)."""
     lists: dict[tuple[str, str], ListMemory] = field(default_factory=dict)
     """List values this saver wrote, by `(namespace, channel)`: a later put extends them."""
@@ -100,7 +102,7 @@ class _ThreadForm:
 
     def document(self, state: _Thread) -> dict[str, Any]:
         """Return the state an entry stores."""
-        return state.state
+        return state.state.document()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,7 @@ class SaverSteps:
 
     def _read(
         self, key: str, ns: str | None, checkpoint_id: str | None
-    ) -> Steps[tuple[dict[str, Any], ThreadModel, LogHead] | None]:
+    ) -> Steps[tuple[ThreadState, ThreadModel, LogHead] | None]:
         """Read what rebuilds `ns`'s checkpoint (its latest when no id); None: no thread.
 
         Returns the head's state, the model folded and the head it was folded at.
@@ -144,15 +146,15 @@ class SaverSteps:
 
         def wanted(head: LogHead) -> list[int]:
             state = check_state(head.state, key)
-            if state.get("deleted"):
+            if state.deleted:
                 return []
             if ns is not None:
-                slot = state["ns"].get(ns)
-                if slot is not None and checkpoint_id in (None, slot.get("latest")):
+                slot = state.ns.get(ns)
+                if slot is not None and checkpoint_id in (None, slot.latest):
                     quick = versions_for_latest(state, ns)
                     if quick is not None:
                         return quick
-            return list(range(state["base"], head.version + 1))
+            return list(range(state.base, head.version + 1))
 
         asked: list[list[int]] = []
 
@@ -165,8 +167,8 @@ class SaverSteps:
         except CheckpointNotFound:
             return None
         state = check_state(head.state, key)
-        versions = sorted(v for v in found if v >= state["base"])
-        if not state.get("deleted"):
+        versions = sorted(v for v in found if v >= state.base)
+        if not state.deleted:
             needed = asked[-1]
             missing = [v for v in needed if v not in found]
             if missing:
@@ -175,10 +177,8 @@ class SaverSteps:
                 )
             versions = needed
         model = fold(((v, found[v].records) for v in versions), key)
-        model.thread_id = state.get("thread_id")
-        model.partial = not state.get("deleted") and versions != list(
-            range(state["base"], head.version + 1)
-        )
+        model.thread_id = state.thread_id
+        model.partial = not state.deleted and versions != list(range(state.base, head.version + 1))
         return state, model, head
 
     def get_tuple(self, config: Config, serde: Serializer) -> Steps[TupleParts | None]:
@@ -189,7 +189,7 @@ class SaverSteps:
         if read is None:
             return None
         state, model, _ = read
-        if state.get("deleted"):
+        if state.deleted:
             return None
         snapshots: dict[str, Any] | None = {}
         if model.partial:
@@ -240,10 +240,10 @@ class SaverSteps:
         out: list[TupleParts] = []
         for index, key in enumerate(keys):
             read = yield from self._read(key, None, None)
-            if read is None or read[0].get("deleted"):
+            if read is None or read[0].deleted:
                 continue
             state, model, _ = read
-            thread_id = thread_ids[index] if thread_ids else str(state.get("thread_id", key))
+            thread_id = thread_ids[index] if thread_ids else str(state.thread_id or key)
             for ns, checkpoints in model.checkpoints.items():
                 if want_ns is not None and ns != want_ns:
                     continue
@@ -275,7 +275,7 @@ class SaverSteps:
         key = thread_key(thread_id)
         result: dict[str, dict[str, Any]] = {c: {"writes": []} for c in channels}
         read = yield from self._read(key, None, None)
-        if read is None or read[0].get("deleted"):
+        if read is None or read[0].deleted:
             return result
         model = read[1]
         checkpoints = model.checkpoints.get(ns, {})
@@ -405,7 +405,7 @@ class SaverSteps:
     def _lists(self, key: str, base: int) -> dict[tuple[str, str], ListMemory]:
         """Return the list values this saver wrote in the thread's life starting at `base`."""
         known = self.threads.cached(key)
-        if known is None or known.state.state["base"] != base:
+        if known is None or known.state.state.base != base:
             return {}
         return dict(known.state.lists)
 
@@ -455,9 +455,9 @@ class SaverSteps:
             latest: str | None = None
             if (
                 (extends_latest or fresh_start)
-                and state.get("evicted")
-                and state["ns"].get(ns, {}).get("latest") is None
-                and not state.get("deleted")
+                and state.evicted
+                and (state.ns[ns].latest if ns in state.ns else None) is None
+                and not state.deleted
             ):
                 # The thread has had more namespaces than its state names: this one's
                 # latest checkpoint is found in the thread itself.
@@ -477,11 +477,11 @@ class SaverSteps:
             remembered.clear()
             replaced.clear()
             large.clear()
-            base = version if state.get("deleted") else state["base"]
+            base = version if state.deleted else state.base
             memories = self._lists(key, base)
-            slot = state["ns"].get(ns) or {}
+            slot = state.ns.get(ns) or Slot()
             values: dict[str, Any] = {}
-            locations: dict[str, tuple[int, tuple[int, ...], Any]] = {}
+            locations: dict[str, tuple[int, tuple[int, ...], tuple[str, int] | None]] = {}
             snapshots: dict[str, bytes] = {}
             for channel, channel_version in new_versions.items():
                 if channel not in serialized:
@@ -492,12 +492,12 @@ class SaverSteps:
                 if isinstance(ser, list):
                     items = [item_key(t, d) for t, d in ser]
                     memory = memories.get((ns, channel))
-                    known_slot = slot.get("values", {}).get(channel)
+                    known_slot = slot.values.get(channel)
                     at_parent = (
-                        slot.get("latest") == parent_id
+                        slot.latest == parent_id
                         and known_slot is not None
                         and memory is not None
-                        and known_slot[0] == memory.version
+                        and known_slot.channel_version == memory.version
                     )
                     snapshot: tuple[str, int] | None = None
                     since = 0
@@ -531,9 +531,7 @@ class SaverSteps:
                     remembered[(ns, channel)] = ListMemory(
                         channel_version, tuple(items), first, chain, since, snapshot
                     )
-                    locations[channel] = (
-                        first, chain, None if snapshot is None else list(snapshot)
-                    )  # fmt: skip
+                    locations[channel] = (first, chain, snapshot)
                 else:
                     doc = _packed(ser[0], ser[1], large)
                     locations[channel] = (version, (version,), None)
@@ -558,7 +556,7 @@ class SaverSteps:
                 value_versions=locations,
                 version=version,
             )
-            new_state["thread_id"] = thread_id
+            new_state = new_state.model_copy(update={"thread_id": thread_id})
             return record, _Thread(new_state, {**memories, **remembered})
 
         yield from self._place(key, thread_id, plan)
@@ -725,7 +723,7 @@ class SaverSteps:
 
         def plan(known: Known[_Thread]) -> Steps[tuple[dict[str, Any], _Thread]]:
             state, version = known.state.state, known.next_version
-            if state.get("deleted"):
+            if state.deleted:
                 raise CheckpointConflict(
                     thread_id,
                     expected_revision=None,
@@ -733,12 +731,12 @@ class SaverSteps:
                     message=f"thread {thread_id!r} was deleted; writes after its deletion are "
                     "refused",
                 )
-            yield from self._store_large(key, large, state["base"], stored)
+            yield from self._store_large(key, large, state.base, stored)
             new_state = state_after_writes(
                 state, ns=ns, checkpoint_id=checkpoint_id, version=version
             )
-            lists = self._lists(key, state["base"])
-            return record, _Thread({**new_state, "thread_id": thread_id}, lists)
+            lists = self._lists(key, state.base)
+            return record, _Thread(new_state.model_copy(update={"thread_id": thread_id}), lists)
 
         yield from self._place(key, thread_id, plan)
 
@@ -751,8 +749,7 @@ class SaverSteps:
         def tombstone(known: Known[_Thread], fresh: bool) -> Steps[_Thread | None]:
             if known.log is None:
                 return None  # no thread: nothing to delete
-            deleted = {**empty_state(thread_id), "base": known.next_version, "deleted": True}
-            return _Thread(deleted)
+            return _Thread(empty_state(thread_id, known.next_version, deleted=True))
             yield  # a generator, like every change
 
         def write(known: Known[_Thread], deleted: _Thread | None) -> Steps[Known[_Thread] | None]:
@@ -766,7 +763,7 @@ class SaverSteps:
         )
         if head is not None:
             yield from self.logs.vacate_below(key, head.version, reason="deleted")
-            yield from self._drop_values(key, head.state.state["base"])
+            yield from self._drop_values(key, head.state.state.base)
         self.threads.forget(key)
 
     def _drop_values(self, key: str, below: int) -> Steps[None]:
@@ -824,7 +821,7 @@ class SaverSteps:
             read = yield from self._read(source_key, None, None)
             if source is None and read is not None:
                 after = self.threads.known_of(read[2])
-            model = ThreadModel() if read is None or read[0].get("deleted") else read[1]
+            model = ThreadModel() if read is None or read[0].deleted else read[1]
             if not change(model):
                 return None
             state = state_of_model(model, thread_id, after.next_version)
@@ -869,9 +866,9 @@ class SaverSteps:
         keys = yield from self.logs.list_ids()
         for key in keys:
             read = yield from self._read(key, None, None)
-            if read is None or read[0].get("deleted"):
+            if read is None or read[0].deleted:
                 continue
-            thread_id = str(read[0].get("thread_id", key))
+            thread_id = str(read[0].thread_id or key)
 
             def without_runs(model: ThreadModel, key: str = key) -> bool:
                 return model.keep(
@@ -883,7 +880,7 @@ class SaverSteps:
     def copy_thread(self, source_id: str, target_id: str, serde: Serializer) -> Steps[None]:
         """Copy every checkpoint and write of a thread to another (refused if it has any)."""
         target = yield from self._read(thread_key(target_id), None, None)
-        if target is not None and not target[0].get("deleted") and target[1].checkpoints:
+        if target is not None and not target[0].deleted and target[1].checkpoints:
             raise CheckpointConflict(
                 target_id,
                 expected_revision=None,
@@ -894,13 +891,11 @@ class SaverSteps:
         )
 
 
-def _has_checkpoints(state: Mapping[str, Any]) -> bool:
+def _has_checkpoints(state: ThreadState) -> bool:
     """Whether a thread state has (or may have: more namespaces than it names) checkpoints."""
-    if state.get("deleted"):
+    if state.deleted:
         return False
-    return bool(state.get("evicted")) or any(
-        slot.get("latest") is not None for slot in state["ns"].values()
-    )
+    return state.evicted or any(slot.latest is not None for slot in state.ns.values())
 
 
 def _target(config: Config) -> tuple[str, str, str | None]:

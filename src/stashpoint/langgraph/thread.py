@@ -37,7 +37,10 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
 
 from stashpoint.codec import CheckedJson, check_json
 from stashpoint.errors import (
@@ -430,42 +433,104 @@ def fold(entries: Iterable[tuple[int, list[Any]]], name: str) -> ThreadModel:
 # -- the state: what a reader of the latest checkpoint needs ---------------------------------
 
 
-def empty_state(thread_id: str) -> dict[str, Any]:
-    """Return the state of a thread with no checkpoint."""
-    return {"thread_id": thread_id, "base": 0, "deleted": False, "ns": {}}
+ChannelVersion = str | int | float
+"""A LangGraph channel version (the saver's are strings; others use numbers)."""
 
 
-def check_state(state: Any, name: str) -> dict[str, Any]:
-    """Return a thread log's state, or refuse one that is not."""
-    if (
-        not isinstance(state, dict)
-        or not isinstance(state.get("ns"), dict)
-        or not isinstance(state.get("base"), int)
-    ):
-        raise InvalidPayload(
-            "not a LangGraph thread log (its state has no ns/base)", object_name=name
+class ValueLocation(NamedTuple):
+    """Where one channel's value of a namespace's latest checkpoint lives."""
+
+    channel_version: ChannelVersion
+    """The channel version the value is at."""
+    first: int
+    """The log version of the value's first part."""
+    links: list[int]
+    """The versions of the parts a reader fetches one by one (not yet sealed)."""
+    snapshot: tuple[str, int] | None
+    """The latest whole list snapshot: its name and the version it was taken at."""
+
+
+class Slot(BaseModel):
+    """What a thread's state says of one checkpoint namespace."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    latest: str | None = None
+    """Its latest checkpoint's id (None: only writes that came before their checkpoint)."""
+    at: int = 0
+    """The log version of that checkpoint's put."""
+    pending: tuple[int, ...] = ()
+    """The log versions of its pending writes."""
+    values: dict[str, ValueLocation] = Field(default_factory=dict)
+    """Where each channel value lives (`complete`: every channel of the checkpoint)."""
+    complete: bool = False
+    """Whether `values` names every channel: the latest checkpoint reads without a fold."""
+    touched: int = 0
+    """The log version that last changed this namespace (the least recent are evicted)."""
+    early: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    """Writes that landed before their checkpoint's put, by checkpoint id."""
+
+
+class ThreadState(BaseModel):
+    """A LangGraph thread log's state: what a reader of the latest checkpoint needs.
+
+    Every entry stores it whole (small: at most `STATE_NAMESPACES` namespaces).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    thread_id: str | None = None
+    """The thread's id (its key escapes it)."""
+    base: int = Field(ge=0)
+    """The first version of the thread's current life (a deletion or rebase starts one)."""
+    deleted: bool = False
+    """Whether the latest version is the tombstone of `delete_thread`."""
+    evicted: bool = False
+    """Whether the thread has had more namespaces than the state names."""
+    ns: dict[str, Slot] = Field(default_factory=dict)
+    """The most recently written namespaces."""
+
+    def document(self) -> dict[str, Any]:
+        """Return the JSON an entry stores (defaults left out)."""
+        return self.model_dump(mode="json", exclude_defaults=True) | {"base": self.base}
+
+
+def empty_state(thread_id: str, base: int = 0, *, deleted: bool = False) -> ThreadState:
+    """Return the state of a thread with no checkpoint (a tombstone with `deleted`)."""
+    return ThreadState(thread_id=thread_id, base=base, deleted=deleted)
+
+
+def check_state(state: Any, name: str) -> ThreadState:
+    """Return a thread log's typed state, or refuse one that is not."""
+    if isinstance(state, ThreadState):
+        return state
+    try:
+        return ThreadState.model_validate(state)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'state'}: {error['type']}"
+            for error in exc.errors(include_input=False)[:3]
         )
-    return state
+        raise InvalidPayload(
+            f"not a LangGraph thread log state ({problems})", object_name=name
+        ) from None
 
 
-def _touched(state: dict[str, Any], ns: str, slot: dict[str, Any]) -> dict[str, Any]:
+def _touched(state: ThreadState, ns: str, slot: Slot) -> ThreadState:
     """Return `state` with `ns`'s slot replaced, keeping the most recent namespaces only."""
-    namespaces = {k: v for k, v in state["ns"].items() if k != ns}
+    namespaces = {k: v for k, v in state.ns.items() if k != ns}
     namespaces[ns] = slot
-    evicted = bool(state.get("evicted"))
+    evicted = state.evicted
     if len(namespaces) > STATE_NAMESPACES:
-        order = sorted((v.get("touched", 0), k) for k, v in namespaces.items() if k not in ("", ns))
+        order = sorted((v.touched, k) for k, v in namespaces.items() if k not in ("", ns))
         for _, k in order[: len(namespaces) - STATE_NAMESPACES]:
             del namespaces[k]
         evicted = True
-    touched = {**state, "deleted": False, "ns": namespaces}
-    if evicted:
-        touched["evicted"] = True
-    return touched
+    return state.model_copy(update={"deleted": False, "ns": namespaces, "evicted": evicted})
 
 
 def check_put(
-    state: dict[str, Any],
+    state: ThreadState,
     *,
     ns: str,
     parent_id: str | None,
@@ -483,10 +548,10 @@ def check_put(
     first. Raises `CheckpointConflict` naming the thread. `latest`: the namespace's latest
     checkpoint when the state no longer names it (read from the thread).
     """
-    slot = state["ns"].get(ns)
+    slot = state.ns.get(ns)
     if latest is None and slot is not None:
-        latest = slot.get("latest")
-    if state.get("deleted") and parent_id is not None:
+        latest = slot.latest
+    if state.deleted and parent_id is not None:
         raise CheckpointConflict(
             thread_id,
             expected_revision=None,
@@ -494,7 +559,7 @@ def check_put(
             message=f"thread {thread_id!r} was deleted; this write comes after its deletion "
             "and is refused (start the thread again without a checkpoint_id)",
         )
-    if state.get("deleted"):
+    if state.deleted:
         return
     if fresh_start and parent_id is None and latest is not None:
         raise CheckpointConflict(
@@ -517,20 +582,20 @@ def check_put(
 
 
 def state_after_put(
-    state: dict[str, Any],
+    state: ThreadState,
     *,
     ns: str,
     checkpoint_id: str,
     parent_id: str | None,
     channel_versions: Mapping[str, Any],
-    value_versions: Mapping[str, tuple[int, Sequence[int], Any]],
+    value_versions: Mapping[str, tuple[int, Sequence[int], tuple[str, int] | None]],
     version: int,
-) -> dict[str, Any]:
+) -> ThreadState:
     """Return the state after a put at `version`.
 
     `value_versions`: for each channel this put stored, where its value lives: `(first,
     links, snapshot)`, the version of the value's first part, the versions of every part (a
-    list extension's chain) and its latest whole snapshot (`[sha256, version]`, or None).
+    list extension's chain) and its latest whole snapshot (`(sha256, version)`, or None).
     Channels it did not store keep the locations the previous latest checkpoint had, when
     that is its parent at the same channel version.
 
@@ -539,35 +604,36 @@ def state_after_put(
     `first`): sealed ones as whole segments, one GET per 64 versions, the listed recent
     links one by one. The state stays small however long a list's chain grows.
     """
-    if state.get("deleted"):
-        state = {**empty_state(state["thread_id"]), "base": version}
-    slot = state["ns"].get(ns)
-    early = dict((slot or {}).get("early", {}))
-    pending = early.pop(checkpoint_id, [])  # its writes that landed before it
-    known: dict[str, Any] = {}
-    if slot is not None and slot.get("latest") == parent_id and parent_id is not None:
-        known = slot.get("values", {})
-    values: dict[str, Any] = {}
+    if state.deleted:
+        state = empty_state(state.thread_id or "", version)
+    slot = state.ns.get(ns)
+    early = dict(slot.early) if slot is not None else {}
+    pending = early.pop(checkpoint_id, ())  # its writes that landed before it
+    known: dict[str, ValueLocation] = {}
+    if slot is not None and slot.latest == parent_id and parent_id is not None:
+        known = slot.values
+    values: dict[str, ValueLocation] = {}
     complete = True
     for channel, channel_version in channel_versions.items():
         if channel in value_versions:
             first, links, snapshot = value_versions[channel]
-            values[channel] = [channel_version, first, _recent(links, version), snapshot]
-        elif channel in known and known[channel][0] == channel_version:
+            values[channel] = ValueLocation(
+                channel_version, first, _recent(links, version), snapshot
+            )
+        elif channel in known and known[channel].channel_version == channel_version:
             kept = known[channel]
-            values[channel] = [kept[0], kept[1], _recent(kept[2], version), kept[3]]
+            values[channel] = kept._replace(links=_recent(kept.links, version))
         else:
             complete = False
-    new_slot = {
-        "latest": checkpoint_id,
-        "at": version,
-        "pending": pending,
-        "values": values,
-        "complete": complete,
-        "touched": version,
-    }
-    if early:
-        new_slot["early"] = early
+    new_slot = Slot(
+        latest=checkpoint_id,
+        at=version,
+        pending=tuple(pending),
+        values=values,
+        complete=complete,
+        touched=version,
+        early=early,
+    )
     return _touched(state, ns, new_slot)
 
 
@@ -578,8 +644,8 @@ def _recent(links: Iterable[int], version: int) -> list[int]:
 
 
 def state_after_writes(
-    state: dict[str, Any], *, ns: str, checkpoint_id: str, version: int
-) -> dict[str, Any]:
+    state: ThreadState, *, ns: str, checkpoint_id: str, version: int
+) -> ThreadState:
     """Return the state after pending writes against `checkpoint_id` at `version`.
 
     Writes against the latest checkpoint join its pending writes. Writes against another
@@ -587,55 +653,52 @@ def state_after_writes(
     does, they become its pending writes (writes against an older checkpoint are never
     needed there, and the full fold reads them anyway).
     """
-    slot = state["ns"].get(ns)
-    if slot is not None and slot.get("latest") == checkpoint_id:
-        return _touched(state, ns, {**slot, "pending": [*slot["pending"], version]})
-    early = dict((slot or {}).get("early", {}))
-    early[checkpoint_id] = [*early.get(checkpoint_id, []), version]
+    slot = state.ns.get(ns)
+    if slot is not None and slot.latest == checkpoint_id:
+        return _touched(state, ns, slot.model_copy(update={"pending": (*slot.pending, version)}))
+    early = dict(slot.early) if slot is not None else {}
+    early[checkpoint_id] = (*early.get(checkpoint_id, ()), version)
     while len(early) > EARLY_CHECKPOINTS:
         del early[min(early, key=lambda k: early[k][0])]  # the longest waiting
     if slot is None:
         # A namespace whose first checkpoint has not landed: it has no latest yet.
-        return _touched(state, ns, {"early": early, "touched": version})
-    return _touched(state, ns, {**slot, "early": early, "touched": version})
+        return _touched(state, ns, Slot(early=early, touched=version))
+    return _touched(state, ns, slot.model_copy(update={"early": early, "touched": version}))
 
 
-def state_of_model(model: ThreadModel, thread_id: str, version: int) -> dict[str, Any]:
+def state_of_model(model: ThreadModel, thread_id: str, version: int) -> ThreadState:
     """Return the state of a thread rewritten whole at `version` (a rebase)."""
-    state = {**empty_state(thread_id), "base": version}
+    namespaces = {}
     for ns in model.checkpoints:
         latest = model.latest(ns)
         assert latest is not None
-        state["ns"][ns] = {
-            "latest": latest.checkpoint_id,
-            "at": version,
-            "pending": [],
-            "values": {},
-            "complete": False,  # the whole rebase entry is read anyway
-            "touched": version,
-        }
-    return state
+        # Not `complete`: the whole rebase entry is read anyway.
+        namespaces[ns] = Slot(latest=latest.checkpoint_id, at=version, touched=version)
+    return ThreadState(thread_id=thread_id, base=version, ns=namespaces)
 
 
-def versions_for_latest(state: dict[str, Any], ns: str) -> list[int] | None:
+def versions_for_latest(state: ThreadState, ns: str) -> list[int] | None:
     """Return the log versions that rebuild `ns`'s latest checkpoint; None: read all."""
-    slot = state["ns"].get(ns)
-    if slot is None or not slot.get("complete"):
+    slot = state.ns.get(ns)
+    if slot is None or not slot.complete:
         return None
-    wanted = {slot["at"], *slot["pending"]}
-    cut = slot["at"] - slot["at"] % SEGMENT_SPAN
-    for _, first, links, snapshot in slot["values"].values():
-        start = first if snapshot is None else snapshot[1]
+    wanted = {slot.at, *slot.pending}
+    cut = slot.at - slot.at % SEGMENT_SPAN
+    for location in slot.values.values():
+        snapshot = location.snapshot
+        start = location.first if snapshot is None else snapshot[1]
         wanted.update(range(start, cut))  # sealed: whole segments, read once each
         wanted.add(start)
-        wanted.update(link for link in links if link >= start)
+        wanted.update(link for link in location.links if link >= start)
     return sorted(wanted)
 
 
-def snapshots_for_latest(state: dict[str, Any], ns: str) -> list[str]:
+def snapshots_for_latest(state: ThreadState, ns: str) -> list[str]:
     """Return the list snapshots (sha256 names) a reader of `ns`'s latest fetches."""
-    slot = state["ns"].get(ns) or {}
-    return sorted({v[3][0] for v in slot.get("values", {}).values() if v[3] is not None})
+    slot = state.ns.get(ns)
+    if slot is None:
+        return []
+    return sorted({v.snapshot[0] for v in slot.values.values() if v.snapshot is not None})
 
 
 # -- lists stored by item --------------------------------------------------------------------
