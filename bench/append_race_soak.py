@@ -19,11 +19,30 @@ import uuid
 
 import stashpoint
 
+ROUND = 30.0
+"""Seconds of one round on one fresh stash (bounds the memory the objects take)."""
+
 
 def soak(seconds: float, threads: int = 8) -> dict[str, object]:
-    """Run the race for `seconds`; return what happened."""
-    deadline = time.monotonic() + seconds
+    """Run the race for `seconds`, in rounds of `ROUND` on fresh stashes."""
+    end = time.monotonic() + seconds
+    appends = sampled = rounds = 0
     failures: list[str] = []
+    while time.monotonic() < end and not failures:
+        done, checked = _round(min(ROUND, end - time.monotonic()), threads, failures)
+        appends, sampled, rounds = appends + done, sampled + checked, rounds + 1
+    return {
+        "seconds": seconds,
+        "appends": appends,
+        "sampled": sampled,
+        "rounds": rounds,
+        "failures": failures,
+    }
+
+
+def _round(seconds: float, threads: int, failures: list[str]) -> tuple[int, int]:
+    """One round of the race on a fresh stash; returns (appends, logs checked)."""
+    deadline = time.monotonic() + seconds
     counts = [0] * threads
     lock = threading.Lock()
     start = threading.Barrier(threads)
@@ -59,7 +78,7 @@ def soak(seconds: float, threads: int = 8) -> dict[str, object]:
                 if stash.logs.records(f"w{n}-{i}") != [i]:
                     failures.append(f"w{n}-{i}: records differ")
                 sampled += 1
-    return {"seconds": seconds, "appends": sum(counts), "sampled": sampled, "failures": failures}
+    return sum(counts), sampled
 
 
 def main() -> None:
