@@ -175,6 +175,8 @@ class AgentStorage:
     """Durable conversation logs (one per conversation key)."""
     conversation_states: LoggedState[ConversationState]
     """The conversations' states: the one log-backed state, with its cached heads."""
+    agent_states: LoggedState[AgentHead]
+    """The agent checkpoints' states (appended after the head a cursor holds)."""
 
     @classmethod
     def of(cls, cas: CompareAndSwap, logs: Callable[[str], LogSteps] | None = None) -> AgentStorage:
@@ -186,9 +188,11 @@ class AgentStorage:
             logs = lambda namespace: LogSteps(  # noqa: E731 - the default, as one expression
                 LogKeys(cas.layout, namespace), cas.codec, cas.retry
             )
-        conversations = logs(CONVERSATIONS)
+        agents, conversations = logs(AGENTS), logs(CONVERSATIONS)
         states = LoggedState(conversations, _ConversationForm(conversations))
-        return cls(logs(AGENTS), conversations, states)
+        # A cursor holds the head an agent save appends after: the cache is never read.
+        agent_states = LoggedState(agents, _AgentForm(agents), cache_size=64)
+        return cls(agents, conversations, states, agent_states)
 
 
 @dataclass(frozen=True)
@@ -273,45 +277,89 @@ class Saved:
         return cls(envelope.id, head, state, start, envelope.run_id)
 
 
-def _log_state(state: AgentCheckpointState, start: int) -> dict[str, Any]:
-    """Return what an entry stores of `state`: everything but the transcript's messages."""
-    stored = state.to_payload(transcript=False)
-    stored["transcript_start"] = start
-    stored["transcript_length"] = len(state.transcript)
-    return stored
+@dataclass(frozen=True, slots=True)
+class AgentHead:
+    """What an agent checkpoint log's newest entry stores: the state but its messages."""
+
+    fields: dict[str, Any]
+    """`AgentCheckpointState` without its transcript (`to_payload(transcript=False)`)."""
+    transcript_start: int
+    """Record position where the transcript starts among the log's records."""
+    transcript_length: int
+    """Messages in the transcript (the log's last records)."""
+
+    @classmethod
+    def of(cls, state: AgentCheckpointState, start: int) -> AgentHead:
+        """Return what an entry stores of `state`, whose transcript starts at `start`."""
+        return cls(state.to_payload(transcript=False), start, len(state.transcript))
+
+
+class _AgentForm:
+    """How an agent checkpoint's state is kept in its log (`logs.state.StateForm`)."""
+
+    kind = AGENT_KIND
+    schema_version = AGENT_SCHEMA_VERSION
+
+    def __init__(self, logs: LogSteps) -> None:
+        self.logs = logs
+
+    def parse(self, head: LogHead) -> AgentHead:
+        """Return the typed head of an agent checkpoint log, or a typed error."""
+        name = self.logs.keys.entry(head.log_id, head.version)
+        if head.kind not in (AGENT_KIND, SEED_AGENT_KIND):
+            raise InvalidPayload(
+                f"not an agent checkpoint: kind is {head.kind!r}", object_name=name
+            )
+        if head.schema_version != AGENT_SCHEMA_VERSION:
+            raise UnsupportedFormat(
+                f"agent checkpoint schema version {head.schema_version} is not the one this "
+                f"library reads ({AGENT_SCHEMA_VERSION})",
+                object_name=name,
+            )
+        stored = head.state
+        if not isinstance(stored, dict):
+            raise InvalidPayload("agent checkpoint state is not an object", object_name=name)
+        fields = dict(stored)
+        start = fields.pop("transcript_start", None)
+        length = fields.pop("transcript_length", None)
+        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+            raise InvalidPayload(
+                "agent checkpoint has no valid transcript position", object_name=name
+            )
+        if start + length != head.next_record:
+            raise InvalidPayload(
+                f"transcript of {length} messages from record {start} does not end at the "
+                f"log's {head.next_record} records",
+                object_name=name,
+            )
+        return AgentHead(fields, start, length)
+
+    def document(self, state: AgentHead) -> dict[str, Any]:
+        """Return what an entry stores of the head."""
+        return {
+            **state.fields,
+            "transcript_start": state.transcript_start,
+            "transcript_length": state.transcript_length,
+        }
 
 
 def _state_from_log(
-    checkpoint_id: str, head: LogHead, records: list[Any], name: str, *, tail: bool = False
+    storage: AgentStorage, head: LogHead, records: list[Any], *, tail: bool = False
 ) -> tuple[AgentCheckpointState, int]:
     """Return the typed state of a log head and the transcript records read for it.
 
     `tail`: `records` are only the end of the transcript, which then holds just them.
     """
-    if head.kind not in (AGENT_KIND, SEED_AGENT_KIND):
-        raise InvalidPayload(f"not an agent checkpoint: kind is {head.kind!r}", object_name=name)
-    if head.schema_version != AGENT_SCHEMA_VERSION:
-        raise UnsupportedFormat(
-            f"agent checkpoint schema version {head.schema_version} is not the one this "
-            f"library reads ({AGENT_SCHEMA_VERSION})",
-            object_name=name,
-        )
-    stored = head.state
-    if not isinstance(stored, dict):
-        raise InvalidPayload("agent checkpoint state is not an object", object_name=name)
-    fields = dict(stored)
-    start = fields.pop("transcript_start", None)
-    length = fields.pop("transcript_length", None)
-    if type(start) is not int or type(length) is not int or start < 0 or length < 0:
-        raise InvalidPayload("agent checkpoint has no valid transcript position", object_name=name)
-    if start + length != head.next_record or (
-        not tail and len(records) < min(length, head.next_record)
-    ):
+    stored = storage.agent_states.form.parse(head)
+    name = storage.logs.keys.entry(head.log_id, head.version)
+    length = stored.transcript_length
+    if not tail and len(records) < min(length, head.next_record):
         raise InvalidPayload(
-            f"transcript of {length} messages from record {start} does not end at the log's "
-            f"{head.next_record} records",
+            f"transcript of {length} messages from record {stored.transcript_start} does "
+            f"not end at the log's {head.next_record} records",
             object_name=name,
         )
+    fields = dict(stored.fields)
     if tail:
         fields["transcript"] = records[max(0, len(records) - length) :]
     else:
@@ -320,7 +368,7 @@ def _state_from_log(
         state = AgentCheckpointState.model_validate(fields)
     except pydantic.ValidationError as exc:
         raise InvalidPayload(f"agent checkpoint state is invalid: {exc}", object_name=name) from exc
-    return state, start
+    return state, stored.transcript_start
 
 
 def _read(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[Saved | None]:
@@ -337,9 +385,8 @@ def _read(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[Saved 
     records: list[Any] = []
     for entry in entries:
         records.extend(entry.records[max(0, floor - entry.first_record) :])
-    name = logs.keys.entry(checkpoint_id, head.version)
     run_id = entries[-1].extra.get("run_id")
-    state, start = _state_from_log(checkpoint_id, head, records, name, tail=count < _ALL)
+    state, start = _state_from_log(storage, head, records, tail=count < _ALL)
     return Saved(checkpoint_id, head, state, start, run_id if isinstance(run_id, str) else None)
 
 
@@ -401,11 +448,10 @@ def save_saved(storage: AgentStorage, saved: Saved, state: AgentCheckpointState)
         start = 0 if saved.head is None else saved.head.next_record
     records = [m.model_dump(mode="json") for m in new_messages]
     extra = {"run_id": saved.run_id} if saved.run_id is not None else None
-    head = yield from storage.logs.append(
-        saved.checkpoint_id, records, after=saved.head, state=_log_state(state, start),
-        kind=AGENT_KIND, schema_version=AGENT_SCHEMA_VERSION, extra=extra,
-    )  # fmt: skip
-    return Saved(saved.checkpoint_id, head, state, start, saved.run_id)
+    known = yield from storage.agent_states.append(
+        saved.checkpoint_id, saved.head, records, AgentHead.of(state, start), extra=extra
+    )
+    return Saved(saved.checkpoint_id, known.log, state, start, saved.run_id)
 
 
 # -- steps -----------------------------------------------------------------------------------
@@ -438,8 +484,7 @@ def _read_version(storage: AgentStorage, checkpoint_id: str, version: int) -> St
     head = LogHead.of(entries[-1])
     start = _transcript_start(head)
     records = [r for e in entries for r in e.records][start : head.next_record]
-    name = storage.logs.keys.entry(checkpoint_id, version)
-    state, start = _state_from_log(checkpoint_id, head, records, name)
+    state, start = _state_from_log(storage, head, records)
     run_id = entries[-1].extra.get("run_id")
     return Saved(checkpoint_id, head, state, start, run_id if isinstance(run_id, str) else None)
 
@@ -853,7 +898,7 @@ def commit_conversation(
         if planned is None:
             return known.state.version
         records, new = planned
-        yield from states.append(key, known, records, new)
+        yield from states.append(key, known.log, records, new)
         return new.version
 
     return (yield from states.update(key, change, write, initial=lambda: _NO_CONVERSATION))

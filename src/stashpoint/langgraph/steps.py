@@ -586,7 +586,7 @@ class SaverSteps:
 
         def write(known: Known[_Thread], planned: tuple[Any, _Thread]) -> Steps[Known[_Thread]]:
             record, thread = planned
-            return (yield from self.threads.append(key, known, [record], thread))
+            return (yield from self.threads.append(key, known.log, [record], thread))
 
         return (
             yield from self.threads.update(
@@ -755,7 +755,7 @@ class SaverSteps:
         def write(known: Known[_Thread], deleted: _Thread | None) -> Steps[Known[_Thread] | None]:
             if deleted is None:
                 return None
-            return (yield from self.threads.append(key, known, [{"op": "delete"}], deleted))
+            return (yield from self.threads.append(key, known.log, [{"op": "delete"}], deleted))
 
         self.threads.forget(key)
         head = yield from self.threads.update(
@@ -831,7 +831,7 @@ class SaverSteps:
             if planned is None:
                 return None
             after, record, thread = planned
-            return (yield from self.threads.append(key, after, [record], thread))
+            return (yield from self.threads.append(key, after.log, [record], thread))
 
         self.threads.forget(key)
         head = yield from self.threads.update(

@@ -150,20 +150,21 @@ class LoggedState(Generic[S]):
     def append(
         self,
         log_id: str,
-        after: Known[S],
+        after: LogHead | None,
         records: list[Any],
         state: S,
         *,
         extra: dict[str, Any] | None = None,
     ) -> Steps[Known[S]]:
-        """Append `records` and the new `state` after `after` (one create-only PUT).
+        """Append `records` and the new `state` after the head `after` (None: create the log).
 
-        `CheckpointConflict` if another writer appended first. The new head is remembered.
+        One create-only PUT; `CheckpointConflict` if another writer appended first. The new
+        head is remembered.
         """
         head = yield from self.logs.append(
             log_id,
             records,
-            after=after.log,
+            after=after,
             state=self.form.document(state),
             kind=self.form.kind,
             schema_version=self.form.schema_version,
