@@ -118,6 +118,19 @@ def test_invalid_ids_raise_invalid_id(store: Any, bad_id: str) -> None:
         store.load(bad_id)
 
 
+@pytest.mark.parametrize(
+    ("envelope", "expected"), [({"id": "x"}, None), (None, None), ("initial", "0"), ("initial", True)]
+)
+def test_compare_and_swap_of_a_wrong_argument_is_invalid_argument(
+    store: Any, envelope: Any, expected: Any
+) -> None:
+    """Issue 25 #13: a dict given as the envelope raised AttributeError."""
+    if envelope == "initial":
+        envelope = initial().next({"count": 1})
+    with pytest.raises(stashpoint.InvalidArgument):
+        store.compare_and_swap(envelope, expected)
+
+
 def test_delete_removes_head(store: Any) -> None:
     env = initial()
     store.compare_and_swap(env, None)

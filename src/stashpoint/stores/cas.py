@@ -24,9 +24,12 @@ from stashpoint.errors import (
     ArchivedObject,
     CheckpointConflict,
     CheckpointNotFound,
+    InvalidArgument,
     InvalidPayload,
     StashpointError,
     StorageUnavailable,
+    described,
+    whole,
 )
 from stashpoint.ids import validate_id, validate_prefix
 from stashpoint.retry import RetryPolicy
@@ -362,6 +365,13 @@ class CompareAndSwap:
 
     def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Steps[None]:
         """Store `envelope` if the head is at `expected_revision` (None: if there is none)."""
+        if not isinstance(envelope, Envelope):
+            raise InvalidArgument(
+                f"compare_and_swap takes an Envelope (Envelope.initial(...) or .next(...)), "
+                f"not {described(envelope)}"
+            )
+        if expected_revision is not None:
+            whole(expected_revision, "expected_revision", object_name=envelope.id)
         if expected_revision is not None and envelope.revision != expected_revision + 1:
             raise InvalidPayload(
                 f"next revision must be expected_revision + 1 = {expected_revision + 1}, "
