@@ -66,20 +66,33 @@ def test_interrupt_pauses_run_and_a_new_attempt_resumes_it(runs: Any) -> None:
     assert state.status is RunStatus.RUNNING and state.interrupted is None
 
 
-def test_run_finishes_only_from_running(runs: Any) -> None:
+def test_run_finishes_only_from_running_and_a_repeated_finish_is_idempotent(runs: Any) -> None:
     done = runs.create_run("g")
     runs.complete_run(done)
-    assert runs.load_run(done).status is RunStatus.COMPLETED
+    finished = runs.load_run(done)
+    assert finished.status is RunStatus.COMPLETED
     assert runs.summarize_run(done).finished_at is not None
-    with pytest.raises(TerminalStateConflict):
-        runs.complete_run(done)
+    runs.complete_run(done)  # a retried invocation: the same outcome, nothing written
+    assert runs.load_run(done).updated_at == finished.updated_at
     with pytest.raises(TerminalStateConflict):
         runs.fail_run(done, "late")
+    with pytest.raises(TerminalStateConflict):
+        runs.cancel_run(done)
     with pytest.raises(TerminalStateConflict):
         runs.record_attempt(done, "n", 1, None)
     failed = runs.create_run("g")
     runs.fail_run(failed, "out of memory")
+    runs.fail_run(failed, "out of memory")
     assert runs.load_run(failed).error == "out of memory"
+    with pytest.raises(TerminalStateConflict):
+        runs.fail_run(failed, "another reason")
+    with pytest.raises(TerminalStateConflict):
+        runs.complete_run(failed)
+    cancelled = runs.create_run("g")
+    runs.cancel_run(cancelled)
+    runs.cancel_run(cancelled)
+    with pytest.raises(TerminalStateConflict):
+        runs.complete_run(cancelled)
 
 
 def test_cancel_cancels_running_attempts(runs: Any) -> None:

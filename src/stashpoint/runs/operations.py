@@ -584,18 +584,29 @@ class RunOperations(Generic[DurableT]):
 
     @operation
     def complete_run(self, run_id: str) -> Steps[None]:
-        """Mark a running run completed (only from running: else `TerminalStateConflict`)."""
+        """Mark a running run completed.
+
+        A completed run is left as it is (a retried call returns); a run that ended
+        otherwise, or waits, raises `TerminalStateConflict`.
+        """
         return self._finish_run(run_id, RunStatus.COMPLETED, None)
 
     @operation
     def fail_run(self, run_id: str, error: str) -> Steps[None]:
-        """Mark a running run failed, keeping the error."""
+        """Mark a running run failed, keeping the error.
+
+        A run that failed with this error is left as it is; any other end raises
+        `TerminalStateConflict`.
+        """
         _text(error, "error")
         return self._finish_run(run_id, RunStatus.FAILED, error)
 
     @operation
     def cancel_run(self, run_id: str) -> Steps[None]:
-        """Cancel a running or interrupted run and its running attempts."""
+        """Cancel a running or interrupted run and its running attempts.
+
+        A cancelled run is left as it is; a finished one raises `TerminalStateConflict`.
+        """
         yield from self._apply(run_id, lambda head, now: transitions.cancel_run(head, now=now))
 
     @operation
@@ -942,6 +953,8 @@ class RunOperations(Generic[DurableT]):
                 raise InvalidArgument(f"invalid run data: {exc}", object_name=run_id) from None
 
         def write(known: Known[RunHead], change: Change) -> Steps[RunHead]:
+            if change.unchanged:
+                return change.head  # already so: nothing to write
             yield from self._append(known, change)
             if claim:
                 self._hold(run_id, change.head.epoch)

@@ -43,6 +43,9 @@ class Change:
     """Log records of the transition (attempts recorded or ended)."""
     touched: tuple[AttemptRow, ...] = ()
     """Index rows of the attempts the transition recorded or ended."""
+    unchanged: bool = False
+    """Nothing to write: the run already is what the transition makes it (a repeated
+    `complete_run`, say, after a retried Lambda invocation)."""
 
 
 def compose(head: RunHead, parts: Sequence[Callable[[RunHead], Change]]) -> Change:
@@ -236,7 +239,13 @@ def save_state_snapshot(
 def finish_run(
     head: RunHead, status: RunStatus, *, error: str | None = None, now: datetime
 ) -> Change:
-    """Move a running run to a final status (seed: only from Running)."""
+    """Move a running run to a final status (seed: only from Running).
+
+    Repeating it with the same outcome changes nothing (a retry after a lost answer or a
+    crash); another final outcome is a `TerminalStateConflict`.
+    """
+    if head.status is status and head.error == error:
+        return Change(head, unchanged=True)
     if head.status is not RunStatus.RUNNING:
         raise TerminalStateConflict(
             f"cannot mark run {status.value}: it is {head.status.value}",
@@ -246,7 +255,12 @@ def finish_run(
 
 
 def cancel_run(head: RunHead, *, now: datetime) -> Change:
-    """Cancel a running or interrupted run; its running attempts are cancelled too."""
+    """Cancel a running or interrupted run; its running attempts are cancelled too.
+
+    Cancelling a cancelled run changes nothing.
+    """
+    if head.status is RunStatus.CANCELLED:
+        return Change(head, unchanged=True)
     _require_open(head, "cancel")
     records: list[dict[str, Any]] = []
     rows: list[AttemptRow] = []
