@@ -37,7 +37,15 @@ def test_every_turn_is_an_attempt_of_the_checkpoints_run(local_url: Any) -> None
         )  # fmt: skip
         assert outcome.turns == fake_model.FINAL_TURN
         state = stash.runs.load_run(run_id)
-    assert state is not None
+        # Issue 25 #7: the agent completed, so did its run (it stayed running on main);
+        # running the completed checkpoint again returns its outcome and writes nothing.
+        assert state is not None and state.status is stashpoint.RunStatus.COMPLETED
+        again = runner.run(
+            fake_model.turn, agent="researcher", model=fake_model.MODEL,
+            transcript=fake_model.opening(), run_id=run_id,
+        )  # fmt: skip
+        assert again == outcome
+        assert stash.runs.load_run(run_id).updated_at == state.updated_at  # type: ignore[union-attr]
     turns = [(a.node_id, a.status) for a in state.attempts]
     assert turns == [(f"turn-{n}", AttemptStatus.COMPLETED) for n in range(1, 5)]
     assert state.attempts[0].output["tool_calls"] == 1

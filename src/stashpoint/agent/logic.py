@@ -549,6 +549,8 @@ class TurnSteps:
     """(run id, turn number) -> the attempt id of the turn, recorded running."""
     end: Callable[[str, Any, str | None], Steps[None]]
     """(attempt id, output, error): the turn ended; with an error, it failed."""
+    finish: Callable[[str], Steps[None]]
+    """(run id): the agent completed, so its run completes (a completed run stays so)."""
 
 
 def _turn_summary(number: int, result: TurnResult) -> dict[str, Any]:
@@ -705,6 +707,10 @@ def run(
         if state.outcome() is None and not marked and shortfall:
             left, needed = shortfall[-1]
             return Suspended(turns=state.turns, remaining_seconds=left, needed_seconds=needed)
+    if steps is not None and saved.run_id is not None:
+        # The agent's outcome is stored: its run is done too (repeated when a completed
+        # checkpoint is run again, which writes nothing; a run ended otherwise conflicts).
+        yield from steps.finish(saved.run_id)
     return outcome
 
 

@@ -56,6 +56,10 @@ class TurnAttempts(Protocol):
         """Fail a running attempt."""
         ...
 
+    def complete_run(self, run_id: str) -> Steps[None]:
+        """Complete a run (a completed run is left as it is)."""
+        ...
+
 
 class RunRecorder(Protocol):
     """A run store (`stash.runs`), as far as a runner needs it."""
@@ -108,7 +112,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
                 return attempts.fail_attempt(attempt_id, error)
             return attempts.complete_attempt(attempt_id, output)
 
-        return logic.TurnSteps(begin, end)
+        return logic.TurnSteps(begin, end, attempts.complete_run)
 
     @operation
     def start(
