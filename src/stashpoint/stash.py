@@ -168,13 +168,16 @@ def _index_factories(
         if not table:
             raise ConfigurationError("dynamodb:// index needs a table name")
         import stashpoint._backends.dynamodb as ddb  # boto3 loads only for DynamoDB indexes
+        from stashpoint._backends.aws import as_config
 
         config = ddb.DEFAULT_CLIENT_CONFIG
-        if own.get("index_client_config") is not None:
-            config = config.merge(own["index_client_config"])
+        user_config = as_config(own.get("index_client_config"), "index_client_config")
+        if user_config is not None:
+            config = config.merge(user_config)
         settings = ddb.DynamoDBSettings(
             table=table,
             client_config=config,
+            default_retries=ddb.DEFAULT_RETRIES,
             endpoint_url=own.get("index_endpoint_url"),
             region_name=own.get("index_region_name"),
         )

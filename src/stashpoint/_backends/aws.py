@@ -43,12 +43,53 @@ def _refused(call: AwsCall, exc: Exception) -> bool:
     )
 
 
+def as_config(value: Any, option: str) -> Any:
+    """Return a botocore `Config` from a `Config` or a dict of its keyword arguments."""
+    import botocore.config
+
+    if value is None or isinstance(value, botocore.config.Config):
+        return value
+    if isinstance(value, dict):
+        try:
+            return botocore.config.Config(**value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"{option} is not a valid botocore Config: {exc}") from None
+    raise ConfigurationError(
+        f"{option} must be a botocore.config.Config or a dict of its arguments, "
+        f"not {type(value).__name__}"
+    )
+
+
+def retries_configured(profile: str | None) -> bool:
+    """Whether the AWS environment says how to retry.
+
+    `AWS_MAX_ATTEMPTS` or `AWS_RETRY_MODE` set, or `max_attempts` / `retry_mode` in the
+    profile's section of the AWS config file.
+    """
+    import os
+
+    if os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE"):
+        return True
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        scoped = botocore.session.Session(profile=profile).get_scoped_config()
+    except botocore.exceptions.BotoCoreError:
+        return False  # no such profile: the client's creation says so
+    return bool(scoped.get("max_attempts") or scoped.get("retry_mode"))
+
+
 @dataclass(frozen=True, kw_only=True)
 class AwsClientSettings:
     """How to make an AWS client; what the standard AWS environment says, unless given."""
 
     client_config: Any = None
-    """botocore client settings: timeouts, retries, pool size, addressing style."""
+    """botocore client settings: timeouts, pool size, addressing style, and retries when
+    the caller set them."""
+    default_retries: dict[str, Any] | None = None
+    """Retries used only where neither `client_config`, the environment
+    (`AWS_MAX_ATTEMPTS`, `AWS_RETRY_MODE`) nor the profile says how to retry."""
     endpoint_url: str | None = None
     """Explicit endpoint; None lets the AWS environment decide."""
     region_name: str | None = None
@@ -58,7 +99,17 @@ class AwsClientSettings:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Return the keyword arguments for creating the client."""
-        kwargs: dict[str, Any] = {"config": self.client_config}
+        config = self.client_config
+        if (
+            self.default_retries is not None
+            and (config is None or config.retries is None)
+            and not retries_configured(self.profile_name)
+        ):
+            import botocore.config
+
+            ours = botocore.config.Config(retries=self.default_retries)  # type: ignore[arg-type]
+            config = ours if config is None else config.merge(ours)
+        kwargs: dict[str, Any] = {"config": config}
         if self.endpoint_url:
             kwargs["endpoint_url"] = self.endpoint_url
         if self.region_name:

@@ -56,10 +56,12 @@ from stashpoint.steps import Parallel, Sleep, Steps, ask
 DEFAULT_CLIENT_CONFIG = botocore.config.Config(
     connect_timeout=5,
     read_timeout=10,
-    retries={"mode": "standard", "max_attempts": 5},
     max_pool_connections=64,
 )
 """Client settings used unless the caller's `index_client_config` says otherwise."""
+DEFAULT_RETRIES = {"mode": "standard", "max_attempts": 5}
+"""Retries unless `index_client_config`, `AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE` or the
+profile say otherwise."""
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()

@@ -25,6 +25,7 @@ from stashpoint._backends.aws import (
     AwsCall,
     AwsClientSettings,
     AwsTransport,
+    as_config,
     setup_error,
 )
 from stashpoint.errors import (
@@ -58,11 +59,13 @@ from stashpoint.stores.objects import (
 DEFAULT_CLIENT_CONFIG = botocore.config.Config(
     connect_timeout=5,
     read_timeout=30,
-    retries={"mode": "standard", "max_attempts": 4},
     max_pool_connections=64,
     tcp_keepalive=True,
 )
 """Client settings used unless the caller's `client_config` says otherwise."""
+DEFAULT_RETRIES = {"mode": "standard", "max_attempts": 4}
+"""Retries unless `client_config`, `AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE` or the profile
+say otherwise."""
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchVersion"})
 _CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "OperationAborted"})
@@ -102,7 +105,7 @@ class S3Settings(AwsClientSettings):
         """Build settings from URL query parameters and keyword options (keywords win)."""
         merged: dict[str, Any] = {**params, **options}
         config = DEFAULT_CLIENT_CONFIG
-        user_config = merged.pop("client_config", None)
+        user_config = as_config(merged.pop("client_config", None), "client_config")
         if user_config is not None:
             config = config.merge(user_config)
         style = merged.pop("addressing_style", None)
@@ -126,7 +129,7 @@ class S3Settings(AwsClientSettings):
             raise ConfigurationError(f"unknown S3 options: {', '.join(sorted(unknown))}")
         if merged.get("kms_key_id") and merged.get("sse") in (None, "aws:kms"):
             merged["sse"] = "aws:kms"
-        return cls(bucket=bucket, client_config=config, **merged)
+        return cls(bucket=bucket, client_config=config, default_retries=DEFAULT_RETRIES, **merged)
 
 
 def _error_code(exc: botocore.exceptions.ClientError) -> tuple[str, int]:

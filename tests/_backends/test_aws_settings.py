@@ -1,0 +1,109 @@
+"""AWS conventions (issue 25 #6): stashpoint sets retries only where the user set nothing
+(`client_config`, `AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE`, the profile), and takes a dict for
+`client_config`. On main, its own retries overrode all of them, and a dict raised
+AttributeError."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import botocore.config
+import pytest
+
+import stashpoint
+from stashpoint import ConfigurationError, StorageUnavailable
+from stashpoint._backends.s3 import DEFAULT_RETRIES, S3Settings
+
+
+@pytest.fixture
+def no_aws_retry_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An environment that says nothing of retries; returns its (empty) AWS config file."""
+    config = tmp_path / "aws-config"
+    config.write_text("[default]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    monkeypatch.delenv("AWS_RETRY_MODE", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return config
+
+
+def _retries(options: dict[str, object]) -> object:
+    settings = S3Settings.from_options("bucket", {}, options)
+    return settings.client_kwargs()["config"].retries
+
+
+def test_stashpoints_retries_apply_only_where_nothing_else_says(
+    no_aws_retry_settings: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _retries({}) == DEFAULT_RETRIES
+    mine = {"mode": "adaptive", "max_attempts": 9}
+    assert _retries({"client_config": botocore.config.Config(retries=mine)}) == mine
+    assert _retries({"client_config": {"retries": mine}}) == mine  # a dict is a Config
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+    assert _retries({}) is None  # botocore reads the environment
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS")
+    monkeypatch.setenv("AWS_RETRY_MODE", "legacy")
+    assert _retries({}) is None
+    monkeypatch.delenv("AWS_RETRY_MODE")
+    no_aws_retry_settings.write_text("[profile slow]\nmax_attempts = 7\n")
+    assert _retries({"profile_name": "slow"}) is None  # the profile's say
+    assert _retries({}) == DEFAULT_RETRIES  # the default profile says nothing
+
+
+@pytest.mark.parametrize("bad", [{"no_such_option": 1}, "retries=3", 42])
+def test_a_client_config_that_is_not_one_is_a_configuration_error(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="client_config"):
+        stashpoint.open("s3://bucket/prefix", client_config=bad)
+
+
+@pytest.fixture
+def resetting_endpoint() -> Iterator[tuple[str, list[int]]]:
+    """An endpoint on 127.0.0.1 that accepts each connection and resets it at once."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    accepted: list[int] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            conn.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+
+
+@pytest.mark.parametrize(("env", "attempts"), [("1", 1), ("2", 2)])
+def test_a_dead_endpoint_fails_within_the_attempts_the_environment_sets(
+    no_aws_retry_settings: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    resetting_endpoint: tuple[str, list[int]],
+    env: str,
+    attempts: int,
+) -> None:
+    endpoint, accepted = resetting_endpoint
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", env)
+    with (
+        stashpoint.open(f"s3://bucket/p?endpoint_url={endpoint}&region_name=us-east-1") as stash,
+        pytest.raises(StorageUnavailable),
+    ):
+        stash.checkpoints.load("x")
+    assert len(accepted) == attempts
