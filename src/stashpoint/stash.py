@@ -55,7 +55,7 @@ RunsT = TypeVar("RunsT", "RunStore", "AsyncRunStore")
 _shared_memory: dict[str, tuple[MemoryTransport, Any]] = {}
 _shared_memory_lock = threading.Lock()
 
-_INDEX_OPTIONS = ("index_endpoint_url", "index_region_name", "index_client_config")
+_INDEX_OPTIONS = ("index_endpoint_url", "index_region_name", "index_client_config", "index_client")
 _STASH_OPTIONS = ("ttl_days", "blob_threshold", "nested_prefix")
 
 
@@ -142,6 +142,8 @@ def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str
     """Split URL parameters and keyword options into (object-store, stash/index) settings."""
     merged: dict[str, Any] = {**parsed.params, **options.backend}
     own = {k: merged.pop(k) for k in (*_INDEX_OPTIONS, *_STASH_OPTIONS, "index") if k in merged}
+    if "session" in merged:
+        own["session"] = merged["session"]  # one boto3 session for S3 and the index
     return merged, own
 
 
@@ -180,6 +182,8 @@ def _index_factories(
             default_retries=ddb.DEFAULT_RETRIES,
             endpoint_url=own.get("index_endpoint_url"),
             region_name=own.get("index_region_name"),
+            session=own.get("session"),
+            client=own.get("index_client"),
         )
         return (
             lambda: ddb.dynamodb_transport(settings),

@@ -5,10 +5,12 @@ AttributeError."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import botocore.config
 import pytest
@@ -107,3 +109,36 @@ def test_a_dead_endpoint_fails_within_the_attempts_the_environment_sets(
     ):
         stash.checkpoints.load("x")
     assert len(accepted) == attempts
+
+
+def test_a_boto3_session_and_a_ready_client_are_used_as_given(
+    s3_moto_url: tuple[str, dict[str, Any]],
+) -> None:
+    """Issue 25 #6: there was no way to pass a `boto3.Session` or a client."""
+    import boto3
+
+    url = s3_moto_url[0]
+    made: list[str] = []
+
+    class Session(boto3.session.Session):
+        def client(self, service: str, **kwargs: Any) -> Any:  # type: ignore[override]
+            made.append(service)
+            return super().client(service, **kwargs)
+
+    with stashpoint.open(url, session=Session(region_name="us-east-1")) as stash:
+        stash.checkpoints.compare_and_swap(stashpoint.Envelope.initial("s", None, "k", 1, {}), None)
+    assert made == ["s3"]
+
+    client = boto3.client("s3", region_name="us-east-1")
+    with stashpoint.open(url, client=client) as stash:
+        assert stash.checkpoints.load("s").id == "s"
+    # The caller's client is the caller's: still usable after the stash closed.
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    assert client.head_object(Bucket=bucket, Key=f"{prefix}/checkpoints/s")["ETag"]
+
+    async def async_with_a_session() -> None:
+        async with stashpoint.open_async(url, session=Session()):
+            pass
+
+    with pytest.raises(ConfigurationError, match="blocking"):
+        asyncio.run(async_with_a_session())

@@ -83,17 +83,36 @@ class FaultyClient:
         raise AssertionError(fault)
 
 
+class _Switch:
+    """The stash's S3 client (given as `client=`): forwards to `inner`, which a test swaps."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 @pytest.fixture
-def moto_stash(s3_moto_url: tuple[str, dict[str, Any]]) -> Iterator[stashpoint.Stash]:
+def switch(s3_moto_url: tuple[str, dict[str, Any]]) -> _Switch:
+    import boto3
+
+    return _Switch(boto3.client("s3", region_name="us-east-1"))
+
+
+@pytest.fixture
+def moto_stash(
+    s3_moto_url: tuple[str, dict[str, Any]], switch: _Switch
+) -> Iterator[stashpoint.Stash]:
     url, _ = s3_moto_url
-    with stashpoint.open(url, retry=RetryPolicy(max_attempts=4, base_delay=0.001)) as stash:
+    retry = RetryPolicy(max_attempts=4, base_delay=0.001)
+    with stashpoint.open(url, retry=retry, client=switch) as stash:
         yield stash
 
 
-def _faulty(stash: stashpoint.Stash, script: list[str], **kw: Any) -> FaultyClient:
-    transport: Any = stash._transport.objects
-    faulty = FaultyClient(transport.client.get(), script, **kw)
-    transport.client.instance = faulty
+def _faulty(switch: _Switch, script: list[str], **kw: Any) -> FaultyClient:
+    faulty = FaultyClient(switch.inner, script, **kw)
+    switch.inner = faulty
     return faulty
 
 
@@ -118,11 +137,11 @@ def _created(stash: stashpoint.Stash) -> Envelope:
     ],
 )
 def test_update_fault_ends_in_exactly_one_landed_revision(
-    moto_stash: stashpoint.Stash, script: list[str]
+    moto_stash: stashpoint.Stash, switch: _Switch, script: list[str]
 ) -> None:
     env = _created(moto_stash)
     nxt = env.next({"count": 1})
-    faulty = _faulty(moto_stash, list(script))
+    faulty = _faulty(switch, list(script))
     moto_stash.checkpoints.compare_and_swap(nxt, 0)
     head = moto_stash.checkpoints.load(env.id)
     assert (head.revision, head.write_id) == (1, nxt.write_id)
@@ -132,16 +151,16 @@ def test_update_fault_ends_in_exactly_one_landed_revision(
 
 @pytest.mark.parametrize("script", [["timeout_after_apply"], ["own_retry_412"], ["reset_before"]])
 def test_create_fault_ends_in_the_created_object(
-    moto_stash: stashpoint.Stash, script: list[str]
+    moto_stash: stashpoint.Stash, switch: _Switch, script: list[str]
 ) -> None:
     env = Envelope.initial(stashpoint.new_id(), None, "k", 1, {"count": 0})
-    _faulty(moto_stash, list(script))
+    _faulty(switch, list(script))
     moto_stash.checkpoints.compare_and_swap(env, None)
     assert moto_stash.checkpoints.load(env.id).write_id == env.write_id
 
 
 def test_landed_write_already_built_on_is_our_success_not_a_conflict(
-    moto_stash: stashpoint.Stash, s3_moto_url: tuple[str, dict[str, Any]]
+    moto_stash: stashpoint.Stash, switch: _Switch, s3_moto_url: tuple[str, dict[str, Any]]
 ) -> None:
     env = _created(moto_stash)
     ours = env.next({"count": 1})
@@ -151,7 +170,7 @@ def test_landed_write_already_built_on_is_our_success_not_a_conflict(
             head = other.checkpoints.load(env.id)
             other.checkpoints.compare_and_swap(head.next({"count": 2}), head.revision)
 
-    _faulty(moto_stash, ["competitor_then_timeout"], competitor=competitor)
+    _faulty(switch, ["competitor_then_timeout"], competitor=competitor)
     moto_stash.checkpoints.compare_and_swap(ours, 0)  # must not raise, must not resend
     head = moto_stash.checkpoints.load(env.id)
     assert head.revision == 2 and head.payload == {"count": 2}
@@ -160,7 +179,10 @@ def test_landed_write_already_built_on_is_our_success_not_a_conflict(
 
 @pytest.mark.parametrize("competing_saves", [1, 40])
 def test_landed_write_is_found_even_past_the_lineage_window(
-    moto_stash: stashpoint.Stash, s3_moto_url: tuple[str, dict[str, Any]], competing_saves: int
+    moto_stash: stashpoint.Stash,
+    switch: _Switch,
+    s3_moto_url: tuple[str, dict[str, Any]],
+    competing_saves: int,
 ) -> None:
     env = _created(moto_stash)
     ours = env.next({"count": 1})
@@ -173,14 +195,17 @@ def test_landed_write_is_found_even_past_the_lineage_window(
                 other.checkpoints.compare_and_swap(nxt, head.revision)
                 head = nxt
 
-    _faulty(moto_stash, ["competitor_then_timeout"], competitor=competitor)
+    _faulty(switch, ["competitor_then_timeout"], competitor=competitor)
     moto_stash.checkpoints.compare_and_swap(ours, 0)
     assert moto_stash.checkpoints.load(env.id).revision == 1 + competing_saves
 
 
 @pytest.mark.parametrize("competing_saves", [1, 40])
 def test_write_that_never_landed_is_a_conflict_even_past_the_lineage_window(
-    moto_stash: stashpoint.Stash, s3_moto_url: tuple[str, dict[str, Any]], competing_saves: int
+    moto_stash: stashpoint.Stash,
+    switch: _Switch,
+    s3_moto_url: tuple[str, dict[str, Any]],
+    competing_saves: int,
 ) -> None:
     env = _created(moto_stash)
 
@@ -197,8 +222,7 @@ def test_write_that_never_landed_is_a_conflict_even_past_the_lineage_window(
             self.competitor()  # type: ignore[misc]
             raise _client_error(412, "PreconditionFailed")
 
-    transport: Any = moto_stash._transport.objects
-    transport.client.instance = NotApplied(transport.client.get(), [], competitor)
+    switch.inner = NotApplied(switch.inner, [], competitor)
     with pytest.raises(CheckpointConflict) as info:
         moto_stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)
     assert info.value.actual_revision == competing_saves
@@ -206,18 +230,21 @@ def test_write_that_never_landed_is_a_conflict_even_past_the_lineage_window(
 
 def test_unreadable_head_after_ambiguous_write_is_unavailable_with_write_id(
     moto_stash: stashpoint.Stash,
+    switch: _Switch,
 ) -> None:
     env = _created(moto_stash)
     nxt = env.next({"count": 1})
-    _faulty(moto_stash, ["timeout_then_reads_fail"])
+    _faulty(switch, ["timeout_then_reads_fail"])
     with pytest.raises(StorageUnavailable) as info:
         moto_stash.checkpoints.compare_and_swap(nxt, 0)
     assert info.value.write_id == nxt.write_id
 
 
-def test_persistent_409_gives_up_with_unavailable(moto_stash: stashpoint.Stash) -> None:
+def test_persistent_409_gives_up_with_unavailable(
+    moto_stash: stashpoint.Stash, switch: _Switch
+) -> None:
     env = _created(moto_stash)
-    faulty = _faulty(moto_stash, ["409"] * 10)
+    faulty = _faulty(switch, ["409"] * 10)
     with pytest.raises(StorageUnavailable):
         moto_stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)
     assert faulty.puts == 4  # bounded by the retry policy (max_attempts=4)
@@ -244,10 +271,12 @@ def test_history_on_unversioned_bucket_says_versioning_is_off(seaweedfs: servers
 
 
 def test_encryption_and_storage_class_pass_through(s3_moto_url: tuple[str, Any]) -> None:
+    import boto3
+
     url = s3_moto_url[0]
-    with stashpoint.open(url, sse="AES256", storage_class="STANDARD_IA") as stash:
+    client = boto3.client("s3", region_name="us-east-1")
+    with stashpoint.open(url, sse="AES256", storage_class="STANDARD_IA", client=client) as stash:
         env = _created(stash)
-        client: Any = stash._transport.objects.client.get()  # type: ignore[attr-defined]
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         head = client.head_object(Bucket=bucket, Key=f"{prefix}/checkpoints/{env.id}")
     assert head["ServerSideEncryption"] == "AES256"
@@ -262,9 +291,9 @@ def test_kms_key_id_selects_sse_kms(s3_moto_url: tuple[str, Any]) -> None:
 
     key_id = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]["KeyId"]
     url = s3_moto_url[0]
-    with stashpoint.open(url, kms_key_id=key_id) as stash:
+    client = boto3.client("s3", region_name="us-east-1")
+    with stashpoint.open(url, kms_key_id=key_id, client=client) as stash:
         env = _created(stash)
-        client: Any = stash._transport.objects.client.get()  # type: ignore[attr-defined]
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         head = client.head_object(Bucket=bucket, Key=f"{prefix}/checkpoints/{env.id}")
         assert stash.checkpoints.load(env.id) == env
@@ -286,21 +315,28 @@ def test_opening_touches_no_network() -> None:
 # --- request counts on a real server ----------------------------------------------------------
 
 
-def _count_requests(stash: stashpoint.Stash) -> Counter[str]:
+def _counted_client(seaweedfs: servers.S3Server) -> tuple[Any, Counter[str]]:
+    """An S3 client for SeaweedFS (given to a stash as `client=`) counting HTTP requests."""
+    import boto3
+    import botocore.config
+
+    config = botocore.config.Config(s3={"addressing_style": "path"})
+    client = boto3.client(
+        "s3", endpoint_url=seaweedfs.endpoint, region_name="us-east-1", config=config
+    )
     counts: Counter[str] = Counter()
-    client: Any = stash._transport.objects.client.get()  # type: ignore[attr-defined]
 
     def on_send(request: Any, **_: Any) -> None:
         counts[request.method] += 1
 
     client.meta.events.register("before-send.s3", on_send)
-    return counts
+    return client, counts
 
 
 def test_request_counts(seaweedfs: servers.S3Server) -> None:
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
-    with stashpoint.open(url) as stash, stashpoint.open(url) as rival:
-        counts = _count_requests(stash)
+    client, counts = _counted_client(seaweedfs)
+    with stashpoint.open(url, client=client) as stash, stashpoint.open(url) as rival:
         env = Envelope.initial(stashpoint.new_id(), None, "k", 1, {"n": 0})
         stash.checkpoints.compare_and_swap(env, None)
         assert counts == {"PUT": 1}, "create = 1 PUT"

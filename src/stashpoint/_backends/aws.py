@@ -96,6 +96,10 @@ class AwsClientSettings:
     """Explicit region; None lets the AWS environment decide."""
     profile_name: str | None = None
     """Named AWS profile; None uses the default credential chain."""
+    session: Any = None
+    """A `boto3.Session` the client is made from (blocking stashes); None: a new one."""
+    client: Any = None
+    """A ready boto3 client, used as it is and never closed by stashpoint (blocking)."""
 
     def client_kwargs(self) -> dict[str, Any]:
         """Return the keyword arguments for creating the client."""
@@ -120,15 +124,16 @@ class AwsClientSettings:
 class LazyClient:
     """A boto3 client made on first use, shared by every thread (they are thread-safe).
 
-    `instance` may be set to a caller's own client.
+    Made from the settings' `session` (else a new session of their profile), or the
+    settings' own ready `client`.
     """
 
-    def __init__(self, service: str, profile: str | None, kwargs: Callable[[], dict[str, Any]]):
-        self.instance: Any = None
+    def __init__(self, service: str, settings: AwsClientSettings) -> None:
+        self.instance: Any = settings.client
         """The client, once made (or as given)."""
         self._service = service
-        self._profile = profile
-        self._kwargs = kwargs
+        self._settings = settings
+        self._owned = settings.client is None  # a caller's client is the caller's to close
         self._lock = threading.Lock()
 
     def get(self) -> Any:
@@ -136,15 +141,18 @@ class LazyClient:
         if self.instance is None:
             with self._lock:
                 if self.instance is None:
-                    import boto3
+                    session = self._settings.session
+                    if session is None:
+                        import boto3
 
-                    session = boto3.session.Session(profile_name=self._profile)
-                    self.instance = session.client(self._service, **self._kwargs())  # type: ignore[call-overload]
+                        session = boto3.session.Session(profile_name=self._settings.profile_name)
+                    kwargs = self._settings.client_kwargs()
+                    self.instance = session.client(self._service, **kwargs)
         return self.instance
 
     def close(self) -> None:
-        """Close the client's connection pool."""
-        if self.instance is not None:
+        """Close the client's connection pool (unless the client was the caller's)."""
+        if self.instance is not None and self._owned:
             self.instance.close()
             self.instance = None
 
@@ -152,12 +160,17 @@ class LazyClient:
 class AsyncLazyClient:
     """An aiobotocore client made on first use inside the running event loop."""
 
-    def __init__(self, service: str, profile: str | None, kwargs: Callable[[], dict[str, Any]]):
+    def __init__(self, service: str, settings: AwsClientSettings) -> None:
+        if settings.session is not None or settings.client is not None:
+            raise ConfigurationError(
+                "session= and client= give boto3 objects, for blocking stashes "
+                "(stashpoint.open); an asyncio stash makes its own aiobotocore clients from "
+                "the AWS environment, profile_name and client_config"
+            )
         self.instance: Any = None
         """The client, once made."""
         self._service = service
-        self._profile = profile
-        self._kwargs = kwargs
+        self._settings = settings
         self._context: Any = None
         self._lock: Any = None  # an asyncio.Lock, made inside the running loop
 
@@ -172,8 +185,9 @@ class AsyncLazyClient:
                 if self.instance is None:
                     from aiobotocore.session import AioSession
 
-                    session = AioSession(profile=self._profile)
-                    self._context = session.create_client(self._service, **self._kwargs())  # type: ignore[call-overload]
+                    session = AioSession(profile=self._settings.profile_name)
+                    kwargs = self._settings.client_kwargs()
+                    self._context = session.create_client(self._service, **kwargs)  # type: ignore[call-overload]
                     self.instance = await self._context.__aenter__()
         return self.instance
 
@@ -217,13 +231,9 @@ class _AwsTransportBase:
     """A service's call mapping and its lazily made client, shared by both transports."""
 
     def __init__(
-        self,
-        service: str,
-        calls: Callable[[Any], Steps[Any]],
-        profile: str | None,
-        kwargs: Callable[[], dict[str, Any]],
+        self, service: str, calls: Callable[[Any], Steps[Any]], settings: AwsClientSettings
     ) -> None:
-        self.client = self._client_type(service, profile, kwargs)
+        self.client = self._client_type(service, settings)
         """The client, made on first use (or set `client.instance` to your own)."""
         self._calls = calls
 

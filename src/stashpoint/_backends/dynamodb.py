@@ -308,16 +308,14 @@ def _get_items(keys: tuple[tuple[str, str], ...], table: str) -> Steps[list[Any]
 def dynamodb_transport(settings: DynamoDBSettings) -> AwsTransport:
     """Return a blocking (boto3) transport for index requests."""
     return AwsTransport(
-        "dynamodb", partial(dynamodb_calls, table=settings.table), settings.profile_name,
-        settings.client_kwargs,
+        "dynamodb", partial(dynamodb_calls, table=settings.table), settings
     )  # fmt: skip
 
 
 def async_dynamodb_transport(settings: DynamoDBSettings) -> AsyncAwsTransport:
     """Return an asyncio (aiobotocore) transport for index requests."""
     return AsyncAwsTransport(
-        "dynamodb", partial(dynamodb_calls, table=settings.table), settings.profile_name,
-        settings.client_kwargs,
+        "dynamodb", partial(dynamodb_calls, table=settings.table), settings
     )  # fmt: skip
 
 

@@ -119,6 +119,8 @@ class S3Settings(AwsClientSettings):
             "endpoint_url",
             "region_name",
             "profile_name",
+            "session",
+            "client",
             "sse",
             "kms_key_id",
             "storage_class",
@@ -400,14 +402,12 @@ def _list_versions(key: str, bucket: str) -> Steps[list[VersionRef]]:
 def s3_transport(settings: S3Settings) -> AwsTransport:
     """Return a blocking (boto3) transport for S3 object requests."""
     return AwsTransport(
-        "s3", partial(s3_calls, settings=settings), settings.profile_name,
-        settings.client_kwargs,
+        "s3", partial(s3_calls, settings=settings), settings
     )  # fmt: skip
 
 
 def async_s3_transport(settings: S3Settings) -> AsyncAwsTransport:
     """Return an asyncio (aiobotocore) transport for S3 object requests."""
     return AsyncAwsTransport(
-        "s3", partial(s3_calls, settings=settings), settings.profile_name,
-        settings.client_kwargs,
+        "s3", partial(s3_calls, settings=settings), settings
     )  # fmt: skip
