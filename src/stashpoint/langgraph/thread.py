@@ -622,7 +622,9 @@ def state_after_put(
             )
         elif channel in known and known[channel].channel_version == channel_version:
             kept = known[channel]
-            values[channel] = kept._replace(links=_recent(kept.links, version))
+            values[channel] = ValueLocation(
+                kept.channel_version, kept.first, _recent(kept.links, version), kept.snapshot
+            )
         else:
             complete = False
     new_slot = Slot(
