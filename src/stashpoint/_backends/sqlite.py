@@ -99,6 +99,25 @@ def _refuse_other_layout(db: sqlite3.Connection, path: str) -> None:
         )
 
 
+def _writable_dir(folder: Path) -> bool:
+    """Whether files can be made in `folder` (a read-only mount says no even to root)."""
+    try:
+        probe = folder / f".stashpoint-probe-{os.getpid()}"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def _empty_index() -> sqlite3.Connection:
+    """Return an empty index database in memory (what a read of no file answers from)."""
+    connection = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    for statement in sqlite_schema():
+        connection.execute(statement)
+    return connection
+
+
 class SqliteIndexTransport:
     """Executes index requests against one SQLite file (or a private in-memory database)."""
 
@@ -110,13 +129,24 @@ class SqliteIndexTransport:
         self._memory_lock = threading.Lock()
         self._closed = False
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self, *, writing: bool = True) -> sqlite3.Connection:
+        """Return this thread's connection; a read of an index not made yet makes nothing.
+
+        Reading a file that does not exist answers from an empty database in memory (so a
+        typo'd URL, or a read command in another folder, creates no file); the first write
+        creates the file.
+        """
         if self.path == ":memory:":
             # One shared connection: an in-memory database is private to its connection.
             if self._memory is None:
                 self._memory = self._open()
             return self._memory
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None and not writing and not Path(self.path).exists():
+            empty: sqlite3.Connection | None = getattr(self._local, "empty", None)
+            if empty is None:
+                empty = self._local.empty = _empty_index()
+            return empty
         if connection is None:
             path = Path(self.path)
             if not path.parent.exists():
@@ -130,6 +160,41 @@ class SqliteIndexTransport:
         return connection
 
     def _open(self) -> sqlite3.Connection:
+        try:
+            return self._open_writable()
+        except sqlite3.OperationalError as exc:
+            if self.path == ":memory:" or (
+                os.access(self.path, os.W_OK) and _writable_dir(Path(self.path).parent)
+            ):
+                raise
+            failure = exc
+        # A file this process may not write (a read-only mount, another user's stash):
+        # opened read-only, so listings still work; a write then fails as storage's refusal.
+        try:
+            return self._open_read_only()
+        except sqlite3.OperationalError:
+            raise failure from None
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        uri = Path(self.path).resolve().as_uri()
+        for mode in ("mode=ro", "mode=ro&immutable=1"):  # immutable: no -shm to write either
+            connection = sqlite3.connect(
+                f"{uri}?{mode}", uri=True, timeout=30, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+            try:
+                _refuse_other_layout(connection, self.path)
+                connection.execute("SELECT 1 FROM items LIMIT 1").fetchall()
+            except sqlite3.OperationalError:
+                connection.close()
+                continue
+            except BaseException:
+                connection.close()
+                raise
+            return connection
+        raise sqlite3.OperationalError(f"cannot open {self.path} even read-only")
+
+    def _open_writable(self) -> sqlite3.Connection:
         connection = sqlite3.connect(
             self.path, timeout=30, isolation_level=None, check_same_thread=False
         )
@@ -159,7 +224,7 @@ class SqliteIndexTransport:
             raise StorageUnavailable(f"SQLite index error: {exc}", object_name=self.path) from exc
 
     def _execute(self, request: IndexRequest) -> Any:
-        db = self._connection()
+        db = self._connection(writing=isinstance(request, PutItems | ReplaceItems | DeleteItem))
         match request:
             case PutItems(items):
                 return _in_transaction(
@@ -254,6 +319,10 @@ class SqliteIndexTransport:
         if connection is not None:
             connection.close()
             self._local.connection = None
+        empty = getattr(self._local, "empty", None)
+        if empty is not None:
+            empty.close()
+            self._local.empty = None
         if self._memory is not None:
             self._memory.close()
             self._memory = None
