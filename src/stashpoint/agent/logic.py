@@ -67,12 +67,21 @@ CONVERSATION_KIND = "stashpoint.conversation"
 
 @dataclass
 class TurnResult:
-    """What one model-and-tools turn produced."""
+    """What one model-and-tools turn produced: the turn contract.
+
+    A turn function gets the stable state (its transcript holds every message so far)
+    and the one-based turn number, calls the model and runs the tools, and returns this.
+    `messages` are appended to the transcript. **`response` ends the agent**: a turn that
+    returns a response is the last one (the outcome is stored and `run()` returns it,
+    completing the checkpoint's run when there is one); a turn that needs another model
+    call leaves it None, and the runner calls the next turn.
+    """
 
     messages: list[Message]
     """Messages the turn appended (assistant message, tool results)."""
     response: ModelResponse | None = None
-    """The final response, if the agent is done; None to continue."""
+    """The final response: set it only when the agent is done (no further turn runs);
+    None to continue with another turn."""
     usage: Usage = field(default_factory=Usage)
     """Usage of the turn."""
     tool_calls: int = 0
@@ -82,7 +91,9 @@ class TurnResult:
 
 
 Turn = Callable[[AgentCheckpointState, int], TurnResult]
-"""A turn: given the stable state and the one-based turn number, call the model and tools."""
+"""A turn: given the stable state and the one-based turn number, call the model and tools,
+and return a `TurnResult` (with `response` only on the last turn). It may raise: the turn
+is then not saved, and the next `run()` meets the in-flight marker (`ResumePolicy`)."""
 AsyncTurn = Callable[[AgentCheckpointState, int], Awaitable[TurnResult] | TurnResult]
 """A turn for the asyncio API: a coroutine function (or a plain function)."""
 

@@ -223,7 +223,16 @@ class _RunnerApi(Generic[HandleT, CursorT]):
 
 
 class AgentRunner(Blocking, _RunnerApi[AgentCheckpoint, CheckpointCursor]):
-    """Runs an agent's turns against one checkpoint, saving each boundary with CAS."""
+    """Runs an agent's turns against one checkpoint, saving each boundary with CAS.
+
+    Make one from a checkpoint (`AgentCheckpoint.new(stash.checkpoints)`, or
+    `AgentCheckpoint(checkpoint_id, stash.checkpoints)` to resume one) and call
+    `run(turn, agent=..., model=...)`: each turn is marked in flight before the model
+    runs and saved after; the agent ends at the first turn whose `TurnResult` has a
+    `response`. A completed checkpoint returns its stored outcome without calling the
+    model again. With `runs=` (`stash.runs`) and `run_id=`, every turn is an attempt of
+    that run and the run completes with the agent.
+    """
 
     _cursor = CheckpointCursor
 
