@@ -206,8 +206,9 @@ def test_running_and_failed_attempts_are_listed_from_the_index(runs: Any) -> Non
     assert (row.attempts, row.failed_attempts, row.running_attempts) == (2, 1, 1)
 
 
-def test_bad_cursor_is_a_configuration_error(runs: Any) -> None:
-    with pytest.raises(stashpoint.ConfigurationError):
+def test_bad_cursor_is_an_invalid_argument(runs: Any) -> None:
+    """Issue 25 #11: it was a ConfigurationError, whose hint sent users to the AWS setup."""
+    with pytest.raises(stashpoint.InvalidArgument, match="cursor"):
         runs.list_runs(cursor="%%%not-a-cursor")
 
 

@@ -117,7 +117,7 @@ def test_a_cursor_of_another_listing_and_completed_attempts_are_refused(
             stash.runs.create_run("g")
         page = stash.runs.list_runs(limit=1)
         assert page.cursor is not None
-        with pytest.raises(stashpoint.ConfigurationError, match="another listing"):
+        with pytest.raises(stashpoint.InvalidArgument, match="another listing"):
             stash.runs.list_runs(graph_name="g", limit=1, cursor=page.cursor)
         with pytest.raises(stashpoint.InvalidArgument, match="not indexed"):
             stash.runs.list_attempts(AttemptStatus.COMPLETED)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from stashpoint.errors import ConfigurationError
+from stashpoint.errors import InvalidArgument
 from stashpoint.index.requests import MALFORMED, Malformed
 from stashpoint.index.schema import (
     ATTEMPTS_BY_STATUS,
@@ -299,7 +299,7 @@ def encode_cursor(query: str, below: str, done: Iterable[int]) -> str:
 def decode_cursor(cursor: str | None, query: str) -> tuple[str | None, set[int]]:
     """Return where a cursor of this listing continues: below a key, without some shards.
 
-    A malformed cursor, or one made by another listing, is a `ConfigurationError`.
+    A malformed cursor, or one made by another listing, is an `InvalidArgument`.
     """
     if not cursor:
         return None, set()
@@ -307,14 +307,25 @@ def decode_cursor(cursor: str | None, query: str) -> tuple[str | None, set[int]]
         padded = cursor + "=" * (-len(cursor) % 4)
         decoded = json.loads(base64.urlsafe_b64decode(padded))
     except (ValueError, TypeError) as exc:
-        raise ConfigurationError(f"malformed listing cursor {cursor!r}") from exc
+        raise InvalidArgument(
+            f"malformed listing cursor {cursor[:40]!r}: pass the cursor a listing returned"
+        ) from exc
     if not isinstance(decoded, dict):
-        raise ConfigurationError(f"malformed listing cursor {cursor!r}")
+        raise InvalidArgument(
+            f"malformed listing cursor {cursor[:40]!r}: pass the cursor a listing returned"
+        )
     below, done = decoded.get("below"), decoded.get("done")
     if not isinstance(below, str) or not isinstance(done, list):
-        raise ConfigurationError(f"malformed listing cursor {cursor!r}")
+        raise InvalidArgument(
+            f"malformed listing cursor {cursor[:40]!r}: pass the cursor a listing returned"
+        )
     if not all(type(n) is int for n in done):
-        raise ConfigurationError(f"malformed listing cursor {cursor!r}")
+        raise InvalidArgument(
+            f"malformed listing cursor {cursor[:40]!r}: pass the cursor a listing returned"
+        )
     if decoded.get("q") != query:
-        raise ConfigurationError("this cursor belongs to another listing (other filters)")
+        raise InvalidArgument(
+            "this cursor belongs to another listing (other filters): pass the cursor the same "
+            "listing returned"
+        )
     return below, set(done)
