@@ -497,3 +497,12 @@ def test_fault_proxy_loses_and_duplicates_nothing(seaweedfs: servers.S3Server) -
     assert all(
         plan.injected[f] > 0 for f in ("drop_response", "drop_request", "slowdown", "conflict")
     )
+
+
+def test_a_missing_bucket_is_named(s3_moto_url: tuple[str, Any]) -> None:
+    """Issue 25 #11: the message omitted the bucket's name."""
+    with (
+        stashpoint.open("s3://no-such-bucket-here/p") as stash,
+        pytest.raises(stashpoint.ConfigurationError, match="'no-such-bucket-here' does not exist"),
+    ):
+        stash.checkpoints.compare_and_swap(Envelope.initial("x", None, "k", 1, {}), None)

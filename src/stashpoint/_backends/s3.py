@@ -143,7 +143,12 @@ def _error_code(exc: botocore.exceptions.ClientError) -> tuple[str, int]:
 def _definite_error(exc: botocore.exceptions.ClientError, key: str) -> StashpointError:
     code, status = _error_code(exc)
     if code == "NoSuchBucket":
-        return ConfigurationError(f"bucket does not exist: {exc}", object_name=key)
+        bucket = exc.response.get("Error", {}).get("BucketName")
+        named = f"bucket {bucket!r}" if bucket else "the bucket"
+        return ConfigurationError(
+            f"{named} does not exist (check the URL s3://BUCKET/PREFIX and the region): {exc}",
+            object_name=key,
+        )
     if code in _DENIED_CODES or status == 403:
         return ConfigurationError(
             f"S3 refused the credentials or the permission ({code or status}): check the AWS "
