@@ -221,6 +221,7 @@ def test_doctor_fails_on_a_server_that_ignores_conditions() -> None:
 
 
 def test_errors_are_one_line_with_a_kind_and_an_exit_code(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()  # an empty stash (a missing one is its own not_found)
     url = f"local://{tmp_path / 'empty'}"
     missing = cli("show", "nope", url=url, check=False)
     assert missing.returncode == 3

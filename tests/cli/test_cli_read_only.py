@@ -25,11 +25,13 @@ def _stashpoint(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_read_commands_on_a_typod_url_create_nothing(tmp_path: Path) -> None:
+def test_read_commands_on_a_typod_url_create_nothing_and_say_so(tmp_path: Path) -> None:
     typo = tmp_path / "no-such-stash"
     for command in (["runs", "list"], ["list"], ["runs", "due"], ["threads", "list"]):
         result = _stashpoint(*command, "--url", f"local://{typo}", "--json")
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 3, (command, result.stdout, result.stderr)  # not_found
+        error = json.loads(result.stdout or result.stderr)["error"]
+        assert error["kind"] == "not_found" and str(typo) in error["message"]
         assert not typo.exists(), command
     with stashpoint.open(f"local://{typo}") as stash:
         assert stash.runs.list_runs().items == []

@@ -27,6 +27,7 @@ from stashpoint.cli.tables import runs_table, when
 from stashpoint.codec import FORMAT
 from stashpoint.errors import ErrorKind
 from stashpoint.runs.store import summary_of
+from stashpoint.url import parse_url, resolve_url
 
 app = typer.Typer(
     name="stashpoint",
@@ -115,8 +116,21 @@ def _emit(data: Any) -> None:
     out.print_json(pydantic_core.to_json(data).decode(), indent=2)
 
 
-def _open(url: str | None) -> stashpoint.Stash:
-    return stashpoint.open(url or _state["url"])
+def _open(url: str | None, *, existing: bool = False) -> stashpoint.Stash:
+    """Open the stash named by `url` (else `--url` / `STASHPOINT_URL` / the default).
+
+    `existing` (read commands): a local stash whose folder is missing is `not_found`
+    naming the URL, rather than an empty stash (a typo, or another folder).
+    """
+    resolved = resolve_url(url or _state["url"])
+    if existing:
+        parsed = parse_url(resolved)
+        if parsed.scheme == "local" and not Path(parsed.location).expanduser().exists():
+            raise stashpoint.CheckpointNotFound(
+                f"no stash at {resolved}: its folder does not exist (check --url or "
+                "STASHPOINT_URL; the default is ./.stashpoint in the current folder)"
+            )
+    return stashpoint.open(resolved)
 
 
 def _since(value: str | None) -> datetime | None:
@@ -197,7 +211,7 @@ def show(
     no_redact: NoRedact = False,
 ) -> None:
     """Show a checkpoint's envelope, decoded, as pretty JSON (secret fields hidden)."""
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         if _has_log(_agent_logs(stash), checkpoint_id):
             from stashpoint.agent import AgentCheckpoint
 
@@ -225,7 +239,7 @@ def list_checkpoints(
 
     A checkpoint that cannot be read is listed apart (and the rest still are).
     """
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         logs = _agent_logs(stash)
         in_logs = set(logs.list_ids(prefix))
         ids = sorted(in_logs | set(stash.checkpoints.list_ids(prefix)))
@@ -284,7 +298,7 @@ def history(
     as_json: AsJson = False,
 ) -> None:
     """List a checkpoint's revisions, newest first (older ones even if the head is damaged)."""
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         logs = _agent_logs(stash)
         if _has_log(logs, checkpoint_id):
             _log_history(logs, checkpoint_id, limit, as_json)
@@ -361,7 +375,7 @@ def diff(
     from deepdiff import DeepDiff
 
     names = parse(hide, defaults=not no_redact)
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         a = stash.checkpoints.load(checkpoint_id, rev_a)
         b = stash.checkpoints.load(checkpoint_id, rev_b)
     changes = DeepDiff(redact(a.payload, names), redact(b.payload, names), verbose_level=2)
@@ -439,7 +453,7 @@ def export(
     target = out_file.expanduser()
     sink = Sink(target)
     try:
-        with _open(url) as stash:
+        with _open(url, existing=True) as stash:
             agent_logs = _agent_logs(stash)
             logs_by_namespace: list[tuple[str, stashpoint.LogStore, list[str]]] = []
             envelope_ids: list[str] = []
@@ -721,7 +735,7 @@ def runs_list(
     as_json: AsJson = False,
 ) -> None:
     """List runs, newest first, from the index."""
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         page = stash.runs.list_runs(
             graph_name=graph, status=status, since=_since(since), namespace=namespace,
             limit=limit, cursor=cursor,
@@ -792,7 +806,7 @@ def runs_due(
             raise typer.BadParameter(f"not an ISO time: {at!r}") from exc
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         page = stash.runs.list_due(moment, namespace=namespace, limit=limit, cursor=cursor)
     if as_json:
         _emit(page.model_dump(mode="json"))
@@ -860,7 +874,7 @@ def runs_stuck(
     Take the run over (`stashpoint runs takeover RUN_ID`, or `takeover()` in the library)
     to fence those workers and end their attempts as failed, then retry them.
     """
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         stash.runs.clock_skew = timedelta(seconds=clock_skew)
         page = stash.runs.list_attempts(
             abandoned=True, namespace=namespace, limit=limit, cursor=cursor
@@ -906,7 +920,7 @@ def runs_show(
     no_redact: NoRedact = False,
 ) -> None:
     """Show a run: attempt timeline, errors, interrupts, snapshot size (secrets hidden)."""
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         state = stash.runs.load_run(run_id, resolve_blobs=False)
     if state is None:
         raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
@@ -959,7 +973,7 @@ def threads_list(
     """List LangGraph threads (ascending by key), a page at a time, from the bucket listing."""
     from stashpoint.langgraph.thread import thread_id_of
 
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         keys, next_cursor = _thread_logs(stash).list_page(prefix, limit, cursor)
     rows = [{"thread_id": thread_id_of(k), "key": k} for k in keys]
     if as_json:
@@ -993,7 +1007,7 @@ def threads_show(
     configurable = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     if checkpoint:
         configurable["checkpoint_id"] = checkpoint
-    with _open(url) as stash:
+    with _open(url, existing=True) as stash:
         found = StashpointSaver(stash).get_tuple({"configurable": configurable})
     if found is None:
         raise stashpoint.CheckpointNotFound("no such LangGraph checkpoint", object_name=thread_id)
