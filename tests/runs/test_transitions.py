@@ -127,15 +127,23 @@ class RunMachine(RuleBasedStateMachine):
 
     @rule(target_status=st.sampled_from([RunStatus.COMPLETED, RunStatus.FAILED]))
     def finish_run(self, target_status: RunStatus) -> None:
-        ok = self.model_status is RunStatus.RUNNING
+        again = self.model_status is target_status  # a repeated end: changes nothing
+        ok = self.model_status is RunStatus.RUNNING or again
+        before = self.head
         self._expect(ok, lambda: transitions.finish_run(self.head, target_status, now=self._now()))
+        if again:
+            assert self.head == before
         if ok:
             self.model_status = target_status
 
     @rule()
     def cancel(self) -> None:
-        ok = not self.model_status.is_terminal
+        again = self.model_status is RunStatus.CANCELLED  # a repeated cancel: changes nothing
+        ok = not self.model_status.is_terminal or again
+        before = self.head
         self._expect(ok, lambda: transitions.cancel_run(self.head, now=self._now()))
+        if again:
+            assert self.head == before
         if ok:
             self.model_status = RunStatus.CANCELLED
             for k, v in self.model_attempts.items():
