@@ -79,3 +79,23 @@ def real_servers(prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
         finally:
             servers.stop(dynamo)
             servers.stop(s3)
+
+
+def measure_in_fresh_process(script: str, *args: str, source: str | None = None) -> Any:
+    """Run `script` (which prints one JSON object) in a fresh interpreter; return the JSON.
+
+    `source`: a source tree to import stashpoint from instead (a worktree of the code
+    before), so both trees are measured in the same run, each in a process of its own.
+    """
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = source
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True, text=True, check=True, env=env, timeout=1800,
+    )  # fmt: skip
+    return json.loads(done.stdout)

@@ -13,10 +13,8 @@ the source tree at PATH (a worktree of the code before), each in a fresh process
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
+
+from bench.common import measure_in_fresh_process
 
 MEASURE = """
 import json, sys, time
@@ -49,14 +47,7 @@ print(json.dumps({
 
 
 def _measure(steps: int, source: str | None) -> dict[str, float]:
-    env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = source
-    done = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(steps)],
-        capture_output=True, text=True, check=True, env=env,
-    )  # fmt: skip
-    result: dict[str, float] = json.loads(done.stdout)
+    result: dict[str, float] = measure_in_fresh_process(MEASURE, str(steps), source=source)
     return result
 
 

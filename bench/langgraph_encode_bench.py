@@ -13,10 +13,9 @@ worktree of the code before), each in a fresh process.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
+
+from bench.common import measure_in_fresh_process
 
 MEASURE = """
 import json, sys, time
@@ -57,14 +56,8 @@ print(json.dumps({
 
 
 def _measure(source: str | None) -> dict[str, float]:
-    env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = source
     text = os.path.join(os.path.dirname(__file__), "..", "src", "stashpoint", "logs", "log.py")
-    done = subprocess.run(
-        [sys.executable, "-c", MEASURE, text], capture_output=True, text=True, check=True, env=env
-    )
-    result: dict[str, float] = json.loads(done.stdout)
+    result: dict[str, float] = measure_in_fresh_process(MEASURE, text, source=source)
     return result
 
 

@@ -12,10 +12,8 @@ before), each in a fresh process.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
+
+from bench.common import measure_in_fresh_process
 
 MEASURE = """
 import json, sys, time
@@ -47,18 +45,8 @@ print(json.dumps({"put_ms": 1000 * sum(late) / len(late)}))
 
 
 def _measure(steps: int, source: str | None) -> dict[str, float]:
-    env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = source
-    done = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(steps)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    result: dict[str, float] = measure_in_fresh_process(MEASURE, str(steps), source=source)
+    return result
 
 
 def main() -> None:
