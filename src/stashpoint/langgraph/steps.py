@@ -144,8 +144,10 @@ class SaverSteps:
         entry and one parallel round; anything else reads the thread from its base.
         """
 
+        checked: dict[int, ThreadState] = {}  # by head version: a state is validated once
+
         def wanted(head: LogHead) -> list[int]:
-            state = check_state(head.state, key)
+            state = checked[head.version] = check_state(head.state, key)
             if state.deleted:
                 return []
             if ns is not None:
@@ -166,7 +168,7 @@ class SaverSteps:
             head, found = yield from self.logs.head_with(key, remembered)
         except CheckpointNotFound:
             return None
-        state = check_state(head.state, key)
+        state = checked.get(head.version) or check_state(head.state, key)
         versions = sorted(v for v in found if v >= state.base)
         if not state.deleted:
             needed = asked[-1]
