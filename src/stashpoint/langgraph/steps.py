@@ -143,7 +143,6 @@ class SaverSteps:
         The latest checkpoint of a recently written namespace costs a listing, the newest
         entry and one parallel round; anything else reads the thread from its base.
         """
-
         checked: dict[int, ThreadState] = {}  # by head version: a state is validated once
 
         def wanted(head: LogHead) -> list[int]:
