@@ -48,17 +48,16 @@ if TYPE_CHECKING:
     from stashpoint.retry import RetryPolicy
     from stashpoint.runs import (
         AsyncRunStore,
-        AttemptStatus,
         CheckpointMetadata,
         Interrupt,
         RunState,
-        RunStatus,
         RunStore,
         RunSummary,
         TraceContext,
     )
     from stashpoint.runs.durable import Retry, Semantics
     from stashpoint.stash import AsyncStash, Options, Stash, open, open_async
+    from stashpoint.status import AttemptStatus, RunStatus
     from stashpoint.stores import AsyncStore, Store
 
 _LAZY = {
@@ -66,6 +65,7 @@ _LAZY = {
     **dict.fromkeys(("CheckpointInfo", "Envelope"), "stashpoint.envelope"),
     **dict.fromkeys(("new_id", "validate_id"), "stashpoint.ids"),
     "RetryPolicy": "stashpoint.retry",
+    **dict.fromkeys(("AttemptStatus", "RunStatus"), "stashpoint.status"),
     "Deadline": "stashpoint.deadline",
     **dict.fromkeys(("Retry", "Semantics"), "stashpoint.runs.durable"),
     **dict.fromkeys(("AsyncLogStore", "LogEntry", "LogHead", "LogStore"), "stashpoint.logs"),
@@ -74,11 +74,9 @@ _LAZY = {
     **dict.fromkeys(
         (
             "AsyncRunStore",
-            "AttemptStatus",
             "CheckpointMetadata",
             "Interrupt",
             "RunState",
-            "RunStatus",
             "RunStore",
             "RunSummary",
             "TraceContext",

@@ -25,6 +25,7 @@ from stashpoint.errors import (
 )
 from stashpoint.ids import new_write_id
 from stashpoint.logs.log import LogSteps
+from stashpoint.progress import OnProgress, Progress, silent
 from stashpoint.steps import Steps, ask
 from stashpoint.stores.blobs import REF_KEY, is_ref
 from stashpoint.stores.layout import BLOBS, CLOCK, Layout
@@ -89,6 +90,7 @@ def collect_garbage(
     history: bool = False,
     logs: tuple[LogSteps, ...] = (),
     blob_logs: tuple[str, ...] = (),
+    on_progress: OnProgress = silent,
 ) -> Steps[GcReport]:
     """Delete blobs that no head in `namespaces` references and that are older than `min_age`.
 
@@ -101,56 +103,67 @@ def collect_garbage(
     append left a complete range unsealed (unless `dry_run`); those of the namespaces in
     `blob_logs` are read whole for references: records and the latest state count (every
     state, with `history`).
+
+    `on_progress` hears the count of each phase: `heads` read, `logs` looked at, `blobs`
+    judged.
     """
     blob_prefix = layout.namespace_prefix(BLOBS)
     blobs = yield from _all_keys(blob_prefix)
     referenced: set[str] = set()
     unreadable: list[str] = []
+    heads: list[str] = []
     for namespace in namespaces:
-        for key in (yield from _all_keys(layout.namespace_prefix(namespace))):
-            versions: list[str | None] = [None]
-            if history:
-                versions += yield from _older_versions(key)
-            for version_id in versions:
-                info = yield from ask(GetObject(key, version_id, codec.limits.max_compressed_bytes))
-                if info is None or info.body is None:
-                    continue  # deleted since it was listed
-                try:
-                    envelope = yield from codec.decoding(info.body, name=key)
-                except StashpointError:
-                    unreadable.append(key if version_id is None else f"{key}@{version_id}")
-                    continue
-                _refs(envelope.payload, referenced)
-    log_count = sealed = 0
-    for steps in logs:
-        for log_id in (yield from steps.list_ids()):
-            log_count += 1
-            if not dry_run:
-                try:
-                    sealed += yield from steps.seal(log_id)
-                except CheckpointNotFound:
-                    pass  # a deleted log: nothing to seal
-                except StashpointError as exc:
-                    unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc.kind.value}")
-                    continue
-            if steps.keys.namespace not in blob_logs:
-                continue
-            try:
-                entries = yield from steps.entries(log_id)
-            except CheckpointNotFound:
+        heads += yield from _all_keys(layout.namespace_prefix(namespace))
+    for done, key in enumerate(heads):
+        on_progress(Progress("heads", done, len(heads)))
+        versions: list[str | None] = [None]
+        if history:
+            versions += yield from _older_versions(key)
+        for version_id in versions:
+            info = yield from ask(GetObject(key, version_id, codec.limits.max_compressed_bytes))
+            if info is None or info.body is None:
                 continue  # deleted since it was listed
-            except StashpointError as exc:
-                unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc}")
+            try:
+                envelope = yield from codec.decoding(info.body, name=key)
+            except StashpointError:
+                unreadable.append(key if version_id is None else f"{key}@{version_id}")
                 continue
-            for entry in entries:
-                _refs(entry.records, referenced)
-                if history or entry is entries[-1]:
-                    _refs(entry.state, referenced)
+            _refs(envelope.payload, referenced)
+    log_count = sealed = 0
+    listed: list[tuple[LogSteps, str]] = []
+    for steps in logs:
+        ids = yield from steps.list_ids()
+        listed += [(steps, log_id) for log_id in ids]
+    for steps, log_id in listed:
+        on_progress(Progress("logs", log_count, len(listed)))
+        log_count += 1
+        if not dry_run:
+            try:
+                sealed += yield from steps.seal(log_id)
+            except CheckpointNotFound:
+                pass  # a deleted log: nothing to seal
+            except StashpointError as exc:
+                unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc.kind.value}")
+                continue
+        if steps.keys.namespace not in blob_logs:
+            continue
+        try:
+            entries = yield from steps.entries(log_id)
+        except CheckpointNotFound:
+            continue  # deleted since it was listed
+        except StashpointError as exc:
+            unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc}")
+            continue
+        for entry in entries:
+            _refs(entry.records, referenced)
+            if history or entry is entries[-1]:
+                _refs(entry.state, referenced)
     # A dry run writes nothing, not even the clock probe: its report judges on this clock.
     now = datetime.now(UTC) if dry_run else (yield from storage_now(layout))
     doomed: list[tuple[str, str]] = []
     young = 0
-    for key in blobs:
+    for done, key in enumerate(blobs):
+        on_progress(Progress("blobs", done, len(blobs)))
         digest = key[len(blob_prefix) :]
         if digest in referenced:
             continue

@@ -22,6 +22,7 @@ from stashpoint._backends.threaded import ThreadedAsyncTransport
 from stashpoint.clock import REAL, Clock
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
 from stashpoint.errors import ConfigurationError, InvalidArgument, described
+from stashpoint.progress import OnProgress, silent
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.steps import Steps
 from stashpoint.stores.cas import CompareAndSwap, EtagCache
@@ -306,7 +307,9 @@ class _Parts:
             vacate_sealed=self.vacate_sealed,
         )
 
-    def gc(self, dry_run: bool, min_age: timedelta, history: bool) -> Steps[GcReport]:
+    def gc(
+        self, dry_run: bool, min_age: timedelta, history: bool, on_progress: OnProgress
+    ) -> Steps[GcReport]:
         from stashpoint.garbage import collect_garbage
 
         return collect_garbage(
@@ -318,6 +321,7 @@ class _Parts:
             history=history,
             logs=tuple(self.logs(namespace.name) for namespace in of_shape(Shape.LOGS)),
             blob_logs=tuple(n.name for n in of_shape(Shape.LOGS) if n.references_blobs),
+            on_progress=on_progress,
         )
 
     def repair_log(self, namespace: str, log_id: str, dry_run: bool) -> Steps[LogRepair]:
@@ -414,13 +418,15 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         dry_run: bool = True,
         min_age: timedelta = timedelta(hours=1),
         history: bool = False,
+        on_progress: OnProgress = silent,
     ) -> Steps[GcReport]:
         """Find (and unless `dry_run`, delete) blobs no checkpoint or run head references.
 
         With `history`, a blob any older revision references stays too (every revision is
         read). Nothing is deleted while some head cannot be decoded (`GcReport.unreadable`).
+        `on_progress` is told how far each phase has come (`stashpoint.progress`).
         """
-        return self._parts.gc(dry_run, min_age, history)
+        return self._parts.gc(dry_run, min_age, history, on_progress)
 
     @operation
     def repair_log(self, namespace: str, log_id: str, *, dry_run: bool = True) -> Steps[LogRepair]:

@@ -39,9 +39,14 @@ class StashUrl:
 _USERINFO = re.compile(r"(?<=://)[^/@?#]*@")
 
 
+def without_credentials(url: str) -> str:
+    """Return a URL as output may show it: any `user:password@` replaced by `***@`."""
+    return _USERINFO.sub("***@", url)
+
+
 def shown(url: object) -> str:
-    """Return a URL as errors may show it: without credentials (`user:password@`)."""
-    return repr(_USERINFO.sub("***@", url)) if isinstance(url, str) else described(url)
+    """Return a URL as errors may show it: quoted, without credentials (`user:password@`)."""
+    return repr(without_credentials(url)) if isinstance(url, str) else described(url)
 
 
 def resolve_url(url: str | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -18,16 +19,23 @@ from stashpoint.stores.objects import PutObject
 from tests.cli.fake_s3 import FakeS3
 
 
-def cli(*args: str, url: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, url: str | None = None, check: bool = True, columns: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the command; with `columns`, as on a terminal that wide (else stdout is a pipe)."""
     env = dict(os.environ)
     if url is not None:
         env["STASHPOINT_URL"] = url
+    if columns is not None:
+        env.update(TTY_COMPATIBLE="1", COLUMNS=str(columns), NO_COLOR="1")
     result = subprocess.run(
         [sys.executable, "-m", "stashpoint", *args], capture_output=True, text=True, env=env,
         timeout=180, check=False,
     )  # fmt: skip
     if check:
         assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
+    if columns is not None:  # what the terminal shows, without its styles
+        result.stdout = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
     return result
 
 
@@ -66,13 +74,18 @@ def test_show_history_and_diff(populated: dict[str, Any]) -> None:
     assert shown["payload"] == {"cursor": 9, "tags": ["b"], "done": True}
     assert "job-1" in cli("show", "job-1", url=url).stdout
     history = json.loads(cli("history", "job-1", "--json", url=url).stdout)
-    assert [h["revision"] for h in history] == [2, 1, 0]
-    assert "history of job-1" in cli("history", "job-1", url=url).stdout
+    assert [h["revision"] for h in history["items"]] == [2, 1, 0] and history["cursor"] is None
+    first = json.loads(cli("history", "job-1", "--limit", "2", "--json", url=url).stdout)
+    assert [h["revision"] for h in first["items"]] == [2, 1] and first["cursor"] == "1"
+    rest = json.loads(cli("history", "job-1", "--cursor", "1", "--json", url=url).stdout)
+    assert [h["revision"] for h in rest["items"]] == [0]
+    assert "history of job-1" in cli("history", "job-1", url=url, columns=80).stdout
     changes = json.loads(cli("diff", "job-1", "0", "2", "--json", url=url).stdout)["changes"]
     ops = {(c["op"], c["path"]) for c in changes}
-    assert ("~", "payload['cursor']") in ops and ("+", "payload['done']") in ops
+    assert ("~", "/payload/cursor") in ops and ("+", "/payload/done") in ops
+    assert ("-", "/payload/tags/0") in ops or ("~", "/payload/tags/0") in ops
     text = cli("diff", "job-1", "0", "2", url=url).stdout
-    assert "payload['cursor']: 0 -> 9" in text
+    assert "/payload/cursor: 0 -> 9" in text
 
 
 def test_list_describes_checkpoints(populated: dict[str, Any]) -> None:
@@ -83,16 +96,23 @@ def test_list_describes_checkpoints(populated: dict[str, Any]) -> None:
                 Envelope.initial(f"agent-{n}", f"run-{n}", "stashpoint.agent", 1, {"n": n}), None
             )
     listed = json.loads(cli("list", "--json", url=url).stdout)
-    rows = {c["id"]: c for c in listed["checkpoints"]}
-    assert listed["total"] == len(rows) == 4
+    rows = {c["id"]: c for c in listed["items"]}
+    assert len(rows) == 4 and listed["cursor"] is None and listed["unreadable"] == []
     assert (rows["job-1"]["kind"], rows["job-1"]["revision"]) == ("stashpoint.job", 2)
+    assert rows["job-1"]["where"] == "checkpoint"
     assert rows["agent-2"]["run_id"] == "run-2" and rows["agent-2"]["stored_bytes"] > 0
     limited = json.loads(cli("list", "agent-", "--limit", "2", "--json", url=url).stdout)
-    assert limited["total"] == 3
-    assert [c["id"] for c in limited["checkpoints"]] == ["agent-0", "agent-1"]
-    table = cli("list", "agent-", "--limit", "2", url=url).stdout
+    assert [c["id"] for c in limited["items"]] == ["agent-0", "agent-1"]
+    assert limited["cursor"] == "agent-1"
+    rest = json.loads(cli("list", "agent-", "--cursor", "agent-1", "--json", url=url).stdout)
+    assert [c["id"] for c in rest["items"]] == ["agent-2"] and rest["cursor"] is None
+    table = cli("list", "agent-", "--limit", "2", url=url, columns=100).stdout
     assert "checkpoints (2 of 3)" in table and "stashpoint.agent" in table
-    assert "agent-2" not in table
+    assert "agent-2" not in table and "more: --cursor agent-1" in table
+    assert f"stash {url.split('?')[0]}" in table  # the table names the stash it read
+    piped = cli("list", "agent-", url=url).stdout.splitlines()  # a pipe: TSV
+    assert piped[0].split("\t") == ["id", "kind", "rev", "where", "run", "bytes", "updated"]
+    assert [line.split("\t")[0] for line in piped[1:]] == ["agent-0", "agent-1", "agent-2"]
 
 
 def test_runs_list_and_show(populated: dict[str, Any]) -> None:
@@ -108,11 +128,11 @@ def test_runs_list_and_show(populated: dict[str, Any]) -> None:
     )
     assert [r["run_id"] for r in rest["items"]] == [populated["ok"]]
     assert json.loads(cli("runs", "list", "--since", "1m", "--json", url=url).stdout)["items"]
-    table = cli("runs", "list", "--graph", "etl", url=url).stdout
-    assert populated["ok"][:8] in table and "failed" in table
+    table = cli("runs", "list", "--graph", "etl", url=url, columns=80).stdout
+    assert populated["ok"] in table and "failed" in table  # ids whole at 80 columns
     shown = json.loads(cli("runs", "show", populated["bad"], "--json", url=url).stdout)
     assert shown["run"]["error"] == "disk full" and shown["summary"]["failed_attempts"] == 1
-    text = cli("runs", "show", populated["ok"], url=url).stdout
+    text = cli("runs", "show", populated["ok"], url=url, columns=80).stdout
     assert "extract" in text and "completed" in text
 
 
@@ -217,7 +237,7 @@ def test_doctor_fails_on_a_server_that_ignores_conditions() -> None:
         assert "ignores If-None-Match" in failed["second create refused (412)"]
         assert "ignores If-Match" in failed["stale ETag refused (412)"]
         assert fake.objects == {}  # the probe was removed
-        assert "FAIL" in cli("doctor", url=url, check=False).stdout
+        assert "FAIL" in cli("doctor", url=url, check=False, columns=80).stdout
 
 
 def test_errors_are_one_line_with_a_kind_and_an_exit_code(tmp_path: Path) -> None:
@@ -228,7 +248,15 @@ def test_errors_are_one_line_with_a_kind_and_an_exit_code(tmp_path: Path) -> Non
     assert missing.stderr.strip().count("\n") == 0 and "not_found" in missing.stderr
     assert "Traceback" not in missing.stderr and "[nope]" in missing.stderr
     debug = cli("--debug", "show", "nope", url=url, check=False)
-    assert debug.returncode != 0 and "Traceback" in debug.stderr
+    assert debug.returncode == 3 and "Traceback" in debug.stderr  # the same status
+    after = cli("show", "nope", "--debug", url=url, check=False)  # --debug anywhere
+    assert after.returncode == 3 and "Traceback" in after.stderr
+    as_json = cli("show", "nope", "--json", url=url, check=False)
+    assert as_json.returncode == 3
+    assert json.loads(as_json.stdout)["error"] == {
+        "kind": "not_found", "message": "no checkpoint with this id", "object": "nope",
+        "hint": "check the id (stashpoint list, stashpoint runs list)",
+    }  # fmt: skip
     bad_url = cli("runs", "list", url="ftp://nowhere", check=False)
     assert bad_url.returncode == 6 and "unknown scheme" in bad_url.stderr
     usage = cli("diff", "job-1", check=False)

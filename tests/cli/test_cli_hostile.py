@@ -68,7 +68,7 @@ def test_export_and_list_skip_and_report_an_unreadable_head(tmp_path: Path) -> N
         stash.driver(PutObject("checkpoints/broken", b"\x28\xb5\x2f\xfd junk", None))
     listed = cli("list", "--json", url=url)
     body = json.loads(listed.stdout)
-    assert [c["id"] for c in body["checkpoints"]] == ["job"]
+    assert [c["id"] for c in body["items"]] == ["job"]
     assert [u["id"] for u in body["unreadable"]] == ["broken"]
     target = tmp_path / "all.jsonl"
     exported = cli("export", "--prefix", "", "--out", str(target), url=url, check=False)
@@ -78,7 +78,7 @@ def test_export_and_list_skip_and_report_an_unreadable_head(tmp_path: Path) -> N
 
 def test_limits_count_what_is_shown(tmp_path: Path) -> None:
     url = _stash(tmp_path)
-    rows = json.loads(cli("history", "job", "--limit", "1", "--json", url=url).stdout)
+    rows = json.loads(cli("history", "job", "--limit", "1", "--json", url=url).stdout)["items"]
     assert [r["revision"] for r in rows] == [1]
     assert cli("list", "--limit", "-1", url=url, check=False).returncode == 2
     assert cli("list", "--limit", "0", url=url, check=False).returncode == 2

@@ -37,20 +37,21 @@ def test_list_show_and_history_read_an_agent_log(tmp_path: Path) -> None:
     url = f"local://{tmp_path / 'stash'}"
     transcript = _agent(url, "agent-1", 3)
     listed = json.loads(cli("list", "--json", url=url).stdout)
-    assert [(c["id"], c["kind"], c["revision"]) for c in listed["checkpoints"]] == [
-        ("agent-1", "stashpoint.agent", 6)
+    assert [(c["id"], c["kind"], c["revision"], c["where"]) for c in listed["items"]] == [
+        ("agent-1", "stashpoint.agent", 6, "agent")
     ]
     shown = json.loads(cli("show", "agent-1", "--json", url=url).stdout)
     assert shown["revision"] == 6 and len(shown["payload"]["transcript"]) == len(transcript)
     assert shown["payload"]["transcript"][0]["api_key"] == "[redacted]"
     older = json.loads(cli("show", "agent-1", "--revision", "2", "--json", url=url).stdout)
     assert [m["content"] for m in older["payload"]["transcript"]] == ["hi", "r1"]
-    rows = json.loads(cli("history", "agent-1", "--json", url=url).stdout)
+    rows = json.loads(cli("history", "agent-1", "--json", url=url).stdout)["items"]
     assert [r["revision"] for r in rows] == [6, 5, 4, 3, 2, 1, 0]
     assert [r["records"] for r in rows] == [1, 0, 1, 0, 1, 0, 1]
-    assert [r["revision"] for r in json.loads(
-        cli("history", "agent-1", "--limit", "2", "--json", url=url).stdout
-    )] == [6, 5]  # fmt: skip
+    first = json.loads(cli("history", "agent-1", "--limit", "2", "--json", url=url).stdout)
+    assert [r["revision"] for r in first["items"]] == [6, 5] and first["cursor"] == "5"
+    rest = json.loads(cli("history", "agent-1", "--cursor", "5", "--json", url=url).stdout)
+    assert [r["revision"] for r in rest["items"]] == [4, 3, 2, 1, 0]
 
 
 def test_export_streams_a_log_to_zstd_jsonl_one_line_per_version(tmp_path: Path) -> None:

@@ -259,11 +259,11 @@ def test_threads_list_show_and_export(tmp_path: Any) -> None:
         for thread_id in ids:
             _put(saver, thread_id, {"messages": ["hi", thread_id]})
     first = json_.loads(cli("threads", "list", "--limit", "3", "--json", url=url).stdout)
-    assert len(first["threads"]) == 3 and first["cursor"]
+    assert len(first["items"]) == 3 and first["cursor"]
     rest = json_.loads(
         cli("threads", "list", "--cursor", first["cursor"], "--json", url=url).stdout
     )
-    listed = [t["thread_id"] for t in first["threads"] + rest["threads"]]
+    listed = [t["thread_id"] for t in first["items"] + rest["items"]]
     assert sorted(listed) == sorted(ids) and rest["cursor"] is None
     shown = json_.loads(cli("threads", "show", ids[2], url=url).stdout)
     assert shown["checkpoint"]["channel_values"] == {"messages": ["hi", ids[2]]}
@@ -274,6 +274,16 @@ def test_threads_list_show_and_export(tmp_path: Any) -> None:
     threads = [line for line in lines if line.get("namespace") == "langgraph"]
     assert len(threads) == 5
     assert {line["state"]["thread_id"] for line in threads} == set(ids)
+    with stashpoint.open(url) as stash:
+        StashpointSaver(stash).delete_thread(ids[0])
+    live = json_.loads(cli("threads", "list", "--json", url=url).stdout)["items"]
+    assert sorted(t["thread_id"] for t in live) == sorted(ids[1:])  # a deleted thread is gone
+    every = json_.loads(cli("threads", "list", "--deleted", "--json", url=url).stdout)["items"]
+    assert [t["deleted"] for t in every if t["thread_id"] == ids[0]] == [True]
+    garbage = cli("threads", "list", "--cursor", "garbage!", "--json", url=url, check=False)
+    assert garbage.returncode != 0 and json_.loads(garbage.stdout)["error"]["kind"] == (
+        "invalid_argument"
+    )
 
 
 def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> None:

@@ -153,26 +153,28 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
         )
         stash.runs.complete_run(run_id) if ok else stash.runs.fail_run(run_id, "demo check failed")
         page = stash.runs.list_runs(graph_name=GRAPH, limit=5)
+        where = stash.url
     print(
         f"\ncheckpoint revision {final.revision}: {len(results)}/{items} items, {batches} batch "
         f"commits, {len(history)} older revisions kept\nrun attempts: {len(completed)} "
         f"completed, {len(killed)} killed mid-batch and retried"
     )
-    _print_runs(page.items)
+    _print_runs(page.items, where)
     print("every item processed exactly once: " + ("YES" if ok else "NO"))
     return 0 if ok else 1
 
 
-def _print_runs(rows: list[stashpoint.runs.RunRow]) -> None:
+def _print_runs(rows: list[stashpoint.runs.RunRow], where: str) -> None:
     try:
-        from rich.console import Console
-
-        from stashpoint.cli.tables import runs_table
+        from stashpoint.cli.output import Output
+        from stashpoint.cli.runs import show_runs
     except ImportError:
         for r in rows:
             print(f"{r.run_id}  {r.graph_name}  {r.status.value}  attempts={r.attempts}")
         return
-    Console(highlight=False, width=None if sys.stdout.isatty() else 140).print(runs_table(rows))
+    from stashpoint.url import without_credentials
+
+    show_runs(Output(), "runs", rows, stash=without_credentials(where))
 
 
 def main(argv: list[str] | None = None) -> int:

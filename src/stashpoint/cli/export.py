@@ -129,3 +129,95 @@ def _kept_from(head: stashpoint.LogHead) -> int:
     state = head.state
     base = state.get("base", 0) if isinstance(state, dict) else 0
     return base if isinstance(base, int) and 0 <= base <= head.version else 0
+
+
+def run_export(
+    stash: stashpoint.Stash,
+    target: Path,
+    *,
+    prefix: str | None,
+    runs: list[str],
+    with_history: bool,
+    hide: str | None,
+    as_json: bool,
+    document: Callable[[stashpoint.Envelope, tuple[str, ...]], dict[str, Any]],
+) -> int:
+    """Export what `prefix` and `runs` name from `stash` to `target`; return the exit status.
+
+    `document` turns an envelope into its line (redacted by the names given).
+    """
+    from stashpoint.cli.output import Output
+    from stashpoint.cli.progress import counting
+    from stashpoint.cli.redact import parse
+    from stashpoint.cli.safe import safe
+    from stashpoint.stores.layout import AGENTS, CONVERSATIONS, LANGGRAPH
+
+    output = Output(as_json=as_json)
+    names = parse(hide, defaults=False)
+    tally = Tally()
+    sink = Sink(target)
+    try:
+        logs_by_namespace: list[tuple[str, stashpoint.LogStore, list[str]]] = []
+        envelope_ids: list[str] = []
+        total = len(runs)
+        if prefix is not None:
+            namespaces = (
+                ("agents", stash.logs_in(AGENTS)), ("conversations", stash.logs_in(CONVERSATIONS)),
+                ("logs", stash.logs), ("langgraph", stash.logs_in(LANGGRAPH)),
+            )  # fmt: skip
+            for namespace, logs in namespaces:
+                ids = logs.list_ids(prefix)
+                logs_by_namespace.append((namespace, logs, ids))
+                total += sum(_versions(logs, i) for i in ids)
+            in_logs = set(logs_by_namespace[0][2])
+            envelope_ids = [i for i in stash.checkpoints.list_ids(prefix) if i not in in_logs]
+            total += len(envelope_ids)
+        with counting("exporting", quiet=as_json, total=total) as tick:
+
+            def advance(count: int) -> None:
+                for _ in range(count):
+                    tick()
+
+            for namespace, logs, ids in logs_by_namespace:
+                export_logs(sink, logs, namespace, ids, names, tally, advance)
+            for checkpoint_id in envelope_ids:
+                try:
+                    envelopes = [stash.checkpoints.load(checkpoint_id)]
+                    if with_history:
+                        envelopes += stash.checkpoints.history(checkpoint_id)
+                except stashpoint.CheckpointNotFound:
+                    envelopes = []  # deleted since it was listed
+                except StashpointError as exc:
+                    tally.unreadable.append(f"{checkpoint_id}: {exc}")
+                    envelopes = []
+                for envelope in envelopes:
+                    sink.write(document(envelope, names))
+                    tally.lines += 1
+                tick()
+            for run_id in runs:
+                state = stash.runs.load_run(run_id)
+                if state is None:
+                    raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
+                dumped = redact(state.model_dump(mode="json"), names)
+                sink.write({"format": RUN_EXPORT_FORMAT, **dumped})
+                tally.lines += 1
+                tick()
+        if tally.lines == 0 and target.exists():
+            raise stashpoint.InvalidArgument(f"nothing matched: {target} is left as it was")
+        sink.commit()
+    finally:
+        sink.close()
+    if as_json:
+        output.emit({"file": str(target), "records": tally.lines, "unreadable": tally.unreadable})
+    else:
+        output.say(f"wrote {tally.lines} records to {safe(str(target))}")
+        for problem in tally.unreadable:
+            output.warn(f"[yellow]skipped, unreadable:[/] {safe(problem)}")
+    return 1 if tally.unreadable else 0
+
+
+def _versions(logs: stashpoint.LogStore, log_id: str) -> int:
+    try:
+        return logs.head(log_id).version + 1
+    except StashpointError:
+        return 0  # reported when it is exported

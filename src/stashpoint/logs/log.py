@@ -47,11 +47,13 @@ from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
     InvalidArgument,
+    InvalidId,
     InvalidPayload,
     LimitExceeded,
     StashpointError,
     StorageUnavailable,
     UnsupportedFormat,
+    described,
 )
 from stashpoint.ids import new_write_id, validate_prefix
 from stashpoint.logs.format import (
@@ -1142,7 +1144,7 @@ class LogSteps:
             )
         base = self.keys.ids_prefix()
         ids: list[str] = []
-        after = None if cursor is None else f"{base}{check_log_id(cursor)}/~"
+        after = None if cursor is None else f"{base}{_cursor_id(cursor)}/~"
         while len(ids) < limit:
             page = yield from ask(ListKeys(base + prefix, start_after=after))
             for key in page.keys:
@@ -1210,3 +1212,13 @@ def _backwards(listing: LogListing, below: int, base: int) -> list[_Source]:
         version = source.first - 1
     sources.reverse()
     return sources
+
+
+def _cursor_id(cursor: str) -> str:
+    """Return the log id a listing's cursor names, or refuse one no listing gave."""
+    try:
+        return check_log_id(cursor)
+    except InvalidId:
+        raise InvalidArgument(
+            f"{described(cursor)} is not a cursor of this listing (pass the one a page returned)"
+        ) from None

@@ -3,19 +3,18 @@
 from stashpoint.runs.models import (
     AttemptRecord,
     AttemptRow,
-    AttemptStatus,
     CheckpointMetadata,
     Interrupt,
     Page,
     ReindexReport,
     RunRow,
     RunState,
-    RunStatus,
     RunSummary,
     TraceContext,
 )
 from stashpoint.runs.operations import RunRead, TakenOver
 from stashpoint.runs.store import AsyncRunStore, RunStore
+from stashpoint.status import AttemptStatus, RunStatus
 
 __all__ = [
     "AsyncRunStore",

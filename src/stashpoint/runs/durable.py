@@ -50,8 +50,8 @@ from stashpoint.errors import (
     TerminalStateConflict,
     described,
 )
-from stashpoint.runs.models import AttemptStatus, RunStatus
 from stashpoint.runs.operations import RunOperations, RunRead
+from stashpoint.status import AttemptStatus, RunStatus
 from stashpoint.steps import Call, Now, Parallel, Sleep, Steps, ask
 from stashpoint.twins import Awaiting, Blocking, operation
 

@@ -35,7 +35,13 @@ from stashpoint.index.schema import (
     SHARDS,
 )
 from stashpoint.runs import indexing as mapping
-from stashpoint.runs.models import AttemptRow, AttemptStatus, Page, RunHead, RunRow, RunStatus
+from stashpoint.runs.models import (
+    AttemptRow,
+    Page,
+    RunHead,
+    RunRow,
+)
+from stashpoint.status import AttemptStatus, RunStatus
 from stashpoint.steps import Parallel, Steps, ask
 
 log = logging.getLogger("stashpoint.index")

@@ -28,11 +28,10 @@ from stashpoint.index.schema import (
 )
 from stashpoint.runs.models import (
     AttemptRow,
-    AttemptStatus,
     RunHead,
     RunRow,
-    RunStatus,
 )
+from stashpoint.status import AttemptStatus, RunStatus
 
 RUN_SORT = "run"
 """Sort key of a run's own item."""

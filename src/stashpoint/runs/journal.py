@@ -34,12 +34,12 @@ from stashpoint.runs.models import (
     RUN_LOG_SCHEMA_VERSION,
     AttemptRecord,
     AttemptRow,
-    AttemptStatus,
     RunHead,
     RunningAttempt,
     RunState,
     _Model,
 )
+from stashpoint.status import AttemptStatus
 
 _HEAD_ONLY = ("running", "attempt_count", "failed_count", "revision_base")
 """`RunHead` fields a `RunState` does not have (it has the attempts themselves)."""

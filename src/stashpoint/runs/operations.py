@@ -44,6 +44,7 @@ from stashpoint.ids import new_id, validate_id
 from stashpoint.logs.format import LogKeys
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.logs.state import Known, LoggedState
+from stashpoint.progress import OnProgress, Progress, silent
 from stashpoint.retry import RetryPolicy
 from stashpoint.runs import journal, transitions
 from stashpoint.runs.index import RunIndex
@@ -52,7 +53,6 @@ from stashpoint.runs.models import (
     RUN_LOG_KIND,
     RUN_LOG_SCHEMA_VERSION,
     AttemptRow,
-    AttemptStatus,
     CheckpointMetadata,
     Interrupt,
     Page,
@@ -60,11 +60,11 @@ from stashpoint.runs.models import (
     RunHead,
     RunRow,
     RunState,
-    RunStatus,
     RunSummary,
     TraceContext,
 )
 from stashpoint.runs.transitions import Change
+from stashpoint.status import AttemptStatus, RunStatus
 from stashpoint.steps import Now, Steps, ask
 from stashpoint.stores.blobs import Blobs
 from stashpoint.twins import operation
@@ -745,7 +745,9 @@ class RunOperations(Generic[DurableT]):
         )
 
     @operation
-    def reindex(self, *, resume: bool = True) -> Steps[ReindexReport]:
+    def reindex(
+        self, *, resume: bool = True, on_progress: OnProgress = silent
+    ) -> Steps[ReindexReport]:
         """Make the index equal to storage (idempotent, resumable); say what it did.
 
         Every run's items are compared with its head: stale, wrong (a status that storage
@@ -753,10 +755,11 @@ class RunOperations(Generic[DurableT]):
         storage does not know are deleted. Progress is kept in the index after every page,
         and a new call continues after it unless `resume=False`. A run that cannot be read
         is skipped and reported (`ReindexReport.unreadable`), never an end to the rebuild.
+        `on_progress` hears the count of runs looked at (`runs`; the total is not known).
         """
         index = self._require_index()
         where = self._logs.keys.layout.prefix or "-"
-        indexed = 0
+        indexed = seen = 0
         unreadable: list[str] = []
         marker = f"run-logs:{where}"
         cursor = (yield from index.read_marker(marker)) if resume else None
@@ -764,6 +767,8 @@ class RunOperations(Generic[DurableT]):
             ids, cursor = yield from self._logs.list_page("", 100, cursor)
             for run_id in ids:
                 indexed += yield from self._reindex_skipping(run_id, unreadable)
+                seen += 1
+                on_progress(Progress("runs", seen))
             if cursor is None:
                 break
             yield from index.write_marker(marker, cursor)

@@ -23,14 +23,13 @@ from stashpoint.runs.journal import AttemptEnd, attempt_record, end_record, leas
 from stashpoint.runs.models import (
     AttemptRecord,
     AttemptRow,
-    AttemptStatus,
     CheckpointMetadata,
     Interrupt,
     RunHead,
     RunningAttempt,
-    RunStatus,
     TraceContext,
 )
+from stashpoint.status import AttemptStatus, RunStatus
 
 
 @dataclass(frozen=True)

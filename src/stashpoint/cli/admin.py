@@ -1,0 +1,196 @@
+"""Stash-wide commands: reindex, gc, repair, doctor, and the demo."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+
+from stashpoint.cli.options import AsJson, Url, Wide, open_stash
+
+app = typer.Typer()
+"""The stash-wide commands (registered at the top level)."""
+
+
+def _ticker(tick: Any) -> Any:
+    """Return an `on_progress` callback that moves a `counting` bar."""
+    from stashpoint.progress import Progress
+
+    def on_progress(progress: Progress) -> None:
+        tick(done=progress.done + 1, total=progress.total, what=progress.phase)
+
+    return on_progress
+
+
+@app.command()
+def demo(
+    url: Url = None,
+    items: Annotated[int, typer.Option(help="Items in the batch.", min=11)] = 300,
+    kill_after: Annotated[int, typer.Option(help="Checkpoints before the SIGKILL.")] = 8,
+) -> None:
+    """Run the main job: a batch killed with SIGKILL partway, resumed, checked exactly-once."""
+    from stashpoint.cli import demo as demo_module
+
+    raise typer.Exit(demo_module.run_demo(url, items=items, kill_after=kill_after))
+
+
+@app.command()
+def reindex(
+    restart: Annotated[bool, typer.Option(help="Start over instead of resuming.")] = False,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Rebuild the run index from storage (idempotent; resumes an interrupted rebuild).
+
+    The index is derived from storage: a table or file of an earlier pre-release layout,
+    or a damaged SQLite index (delete the file first), is rebuilt this way.
+    """
+    from stashpoint.cli.output import Output
+    from stashpoint.cli.progress import counting
+
+    output = Output(as_json=as_json)
+    with open_stash(url) as stash, counting("reindexing runs", quiet=as_json) as tick:
+        report = stash.runs.reindex(resume=not restart, on_progress=_ticker(tick))
+    if as_json:
+        output.emit({"runs_indexed": report.indexed, "unreadable": report.unreadable})
+    else:
+        output.say(f"indexed {report.indexed} runs")
+    if report.unreadable:
+        output.warn(
+            f"error: {len(report.unreadable)} run(s) could not be read and were skipped: "
+            f"{', '.join(report.unreadable[:5])}"
+        )
+        raise typer.Exit(1)
+
+
+@app.command()
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
+    min_age_hours: Annotated[
+        float, typer.Option(metavar="HOURS", help="Keep blobs younger than this.")
+    ] = 1.0,
+    with_history: Annotated[
+        bool, typer.Option("--history", help="Also keep blobs older revisions reference.")
+    ] = False,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Delete unreferenced blobs (--history: no revision references); tidy up logs.
+
+    Every log (agent transcripts, conversations, graph runs, LangGraph threads,
+    `stash.logs`) gets any segment an interrupted append left unsealed (not with
+    --dry-run).
+    """
+    import dataclasses
+
+    from stashpoint.cli.output import Output
+    from stashpoint.cli.progress import counting
+
+    output = Output(as_json=as_json)
+    with open_stash(url) as stash, counting("collecting", quiet=as_json) as tick:
+        report = stash.collect_garbage(
+            dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history,
+            on_progress=_ticker(tick),
+        )  # fmt: skip
+    if as_json:
+        output.emit({"dry_run": dry_run, **dataclasses.asdict(report)})
+    else:
+        output.say(f"{report.logs} logs; {report.segments_sealed} segments sealed")
+        done = (
+            f"would delete {len(report.unreferenced)}" if dry_run else f"deleted {report.deleted}"
+        )
+        output.say(
+            f"{report.blobs} blobs, {report.referenced} referenced, {report.too_young} too "
+            f"young; {done}"
+        )
+        for digest in report.unreferenced:
+            output.say(f"  {digest}")
+    if report.unreadable:
+        output.warn(
+            f"error: nothing deleted: {len(report.unreadable)} object(s) could not be read, "
+            f"so their blob references are unknown: {', '.join(report.unreadable[:5])}; "
+            "repair or delete them (stashpoint show ID says why), then run gc again"
+        )
+        raise typer.Exit(1)
+
+
+@app.command()
+def repair(
+    namespace: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAMESPACE", help="Log namespace the error names (agents, run-logs, ...)."
+        ),
+    ],
+    log_id: Annotated[
+        str, typer.Argument(metavar="ID", help="Log, run, conversation or thread id.")
+    ],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report.")] = False,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Move the objects above a log's first missing version to quarantine.
+
+    For a log whose reads stop at a missing version below objects planted or left by
+    another tool (the error names both). The objects are copied to `quarantine/` under
+    the stash's prefix, then deleted, so writers go on from below the gap; nothing is
+    deleted for good. If the missing version was lost instead, restore it from the
+    bucket's versions rather than repairing.
+    """
+    import dataclasses
+
+    from stashpoint.cli.output import Output
+    from stashpoint.cli.safe import safe
+
+    output = Output(as_json=as_json)
+    with open_stash(url) as stash:
+        report = stash.repair_log(namespace, log_id, dry_run=dry_run)
+    if as_json:
+        output.emit(dataclasses.asdict(report))
+        return
+    if report.gap is None:
+        output.say(f"log {safe(log_id)} in {safe(namespace)} has no gap: nothing to repair")
+        return
+    verb = "would move" if dry_run else "moved"
+    count = len(report.above) if dry_run else len(report.moved)
+    output.say(
+        f"log {safe(log_id)} in {safe(namespace)}: version {report.gap} is missing; {verb} "
+        f"{count} object(s) above it to quarantine"
+    )
+    for key in report.above if dry_run else report.moved:
+        output.say(f"  {safe(key)}")
+    if report.kept:
+        output.warn(
+            f"error: {len(report.kept)} object(s) changed while being moved and were left in "
+            "place; run repair again"
+        )
+        raise typer.Exit(1)
+
+
+@app.command()
+def doctor(url: Url = None, as_json: AsJson = False, wide: Wide = False) -> None:
+    """Probe the bucket and index: conditional writes, versioning, GSIs, TTL, latency.
+
+    Writes a probe object (and deletes it): on a read-only stash the write checks fail
+    and say so.
+    """
+    from stashpoint.cli.output import Cell, Column, Output, Row
+    from stashpoint.url import without_credentials
+
+    output = Output(as_json=as_json, wide=wide)
+    with open_stash(url) as stash:
+        checks = stash.doctor()
+        where = without_credentials(stash.url)
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        output.emit({"url": where, "ok": not failed, "checks": [c.__dict__ for c in checks]})
+    else:
+        colours = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+        columns = [Column("check"), Column("result"), Column("detail", wrap=True)]
+        rows: list[Row] = [
+            [c.name, Cell(c.status.upper(), colours[c.status]), c.detail] for c in checks
+        ]
+        output.table("stashpoint doctor", columns, rows, stash=where)
+    if failed:
+        raise typer.Exit(1)
