@@ -418,6 +418,14 @@ class CheckedJson(dict[str, Any]):
         """At most how deep it nests, its root at 1 (the bound it was checked within)."""
 
 
+def pointer_token(key: object) -> str:
+    """Return `key` as one reference token of a JSON Pointer (`~` and `/` escaped).
+
+    Any key is named (a non-str one is what a save is refused for, and must be shown).
+    """
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
 def check_json(
     value: object,
     max_depth: int,
@@ -432,8 +440,9 @@ def check_json(
     bool, None (exact types, so an Enum, a tuple, a set, a datetime or a Decimal is refused
     instead of coming back as something else; a dict subclass counts as a dict, and a
     `CheckedJson` is counted whole). Raises `InvalidPayload` (or `LimitExceeded` for
-    depth) naming the path. Returns the number of values inside containers (what
-    `jsontext.write` sizes its engine by).
+    depth) naming the path as a JSON Pointer (RFC 6901) under `root`: `/payload/items/3`.
+    Returns the number of values inside containers (what `jsontext.write` sizes its engine
+    by).
     """
     stack: list[tuple[Any, int]] = [(value, start_depth)]
     nodes = 0
@@ -475,6 +484,7 @@ def check_json(
 
 def _first_problem(value: object, max_depth: int, start_depth: int, root: str) -> tuple[str, str]:
     """Find (path, reason) of the first value `check_json` refuses (only on failure)."""
+    root = root if root.startswith("/") else f"/{root}"
     stack: list[tuple[Any, int, str]] = [(value, start_depth, root)]
     while stack:
         item, depth, path = stack.pop()
@@ -488,9 +498,9 @@ def _first_problem(value: object, max_depth: int, start_depth: int, root: str) -
             for key, child in item.items():
                 if type(key) is not str:
                     return path, f"key {key!r} is a {type(key).__name__}; JSON keys are strings"
-                stack.append((child, depth + 1, f"{path}.{key}"))
+                stack.append((child, depth + 1, f"{path}/{pointer_token(key)}"))
         elif kind is list:
-            stack.extend((c, depth + 1, f"{path}[{i}]") for i, c in enumerate(item))
+            stack.extend((c, depth + 1, f"{path}/{i}") for i, c in enumerate(item))
         elif kind is float and not math.isfinite(item):
             return path, f"{item} (NaN/Infinity) cannot be stored in JSON"
         elif kind is int and not -_INT_BOUND < item < _INT_BOUND:

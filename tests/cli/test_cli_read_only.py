@@ -60,7 +60,7 @@ def readable_only(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
     if os.geteuid() == 0:
         if shutil.which("unshare") is None or not _read_only_mounts():
             pytest.skip("root here cannot make a read-only mount to read through")
-        mount = f"mount --bind -o ro {root} {root} && exec \"$0\" \"$@\""
+        mount = f'mount --bind -o ro {root} {root} && exec "$0" "$@"'
         yield root, ["unshare", "-m", "sh", "-c", mount, sys.executable]
         return
     for path in [root, *root.rglob("*")]:

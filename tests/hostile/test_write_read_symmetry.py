@@ -71,19 +71,20 @@ class Colour(enum.Enum):
 @pytest.mark.parametrize(
     ("payload", "where"),
     [
-        ({"a": [1, math.nan]}, "payload.a[1]"),
-        ({"a": {"b": math.inf}}, "payload.a.b"),
-        ({1: "x"}, "payload"),
-        ({None: "x"}, "payload"),
-        ({(1, 2): "x"}, "payload"),
-        ({True: "x"}, "payload"),
-        ({"s": {1, 2}}, "payload.s"),
-        ({"t": (1, 2)}, "payload.t"),
-        ({"d": datetime.datetime(2026, 1, 1)}, "payload.d"),
-        ({"d": decimal.Decimal("1.5")}, "payload.d"),
-        ({"u": uuid.uuid4()}, "payload.u"),
-        ({"e": Colour.RED}, "payload.e"),
-        ({"b": b"bytes"}, "payload.b"),
+        ({"a": [1, math.nan]}, "/payload/a/1:"),
+        ({"a": {"b": math.inf}}, "/payload/a/b:"),
+        ({1: "x"}, "/payload:"),
+        ({None: "x"}, "/payload:"),
+        ({(1, 2): "x"}, "/payload:"),
+        ({True: "x"}, "/payload:"),
+        ({"s": {1, 2}}, "/payload/s:"),
+        ({"t": (1, 2)}, "/payload/t:"),
+        ({"d": datetime.datetime(2026, 1, 1)}, "/payload/d:"),
+        ({"d": decimal.Decimal("1.5")}, "/payload/d:"),
+        ({"u": uuid.uuid4()}, "/payload/u:"),
+        ({"e": Colour.RED}, "/payload/e:"),
+        ({"b": b"bytes"}, "/payload/b:"),
+        ({"a/b": {"c~d": [math.nan]}}, "/payload/a~1b/c~0d/0:"),  # RFC 6901 escapes
     ],
 )
 def test_values_json_would_change_are_refused_naming_their_path(payload: Any, where: str) -> None:

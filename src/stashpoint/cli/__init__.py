@@ -7,6 +7,11 @@ import sys
 
 def main() -> None:
     """Run the command line; explain how to install it when typer or rich is missing."""
+    if sys.argv[1:] == ["--version"]:  # before typer loads: the quickest answer
+        from importlib.metadata import version
+
+        print(f"stashpoint {version('stashpoint')}")
+        return
     try:
         from stashpoint.cli.app import main as run
     except ImportError as exc:  # pragma: no cover - depends on the installation

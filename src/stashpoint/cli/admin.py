@@ -28,11 +28,13 @@ def demo(
     url: Url = None,
     items: Annotated[int, typer.Option(help="Items in the batch.", min=11)] = 300,
     kill_after: Annotated[int, typer.Option(help="Checkpoints before the SIGKILL.")] = 8,
+    as_json: AsJson = False,
 ) -> None:
     """Run the main job: a batch killed with SIGKILL partway, resumed, checked exactly-once."""
     from stashpoint.cli import demo as demo_module
 
-    raise typer.Exit(demo_module.run_demo(url, items=items, kill_after=kill_after))
+    code = demo_module.run_demo(url, items=items, kill_after=kill_after, as_json=as_json)
+    raise typer.Exit(code)
 
 
 @app.command()

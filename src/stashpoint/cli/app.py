@@ -13,8 +13,8 @@ line, adds the traceback.
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Annotated
 
 import typer
 
@@ -24,7 +24,6 @@ from stashpoint.cli.options import settings
 
 app = typer.Typer(
     name="stashpoint",
-    help="Durable, versioned checkpoints for batch jobs and AI agents.",
     epilog=HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -39,42 +38,51 @@ app.add_typer(threads.app, name="threads")
 app.add_typer(agents.app, name="agent")
 
 
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import version
-
-        print(f"stashpoint {version('stashpoint')}")
-        raise typer.Exit()
-
-
 @app.callback()
-def _main(
-    debug: Annotated[
-        bool, typer.Option("--debug", help="Show tracebacks on errors (anywhere on the line).")
-    ] = False,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url", envvar="STASHPOINT_URL", metavar="URL", help="Stash URL for every command."
-        ),
-    ] = None,
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
-    ] = False,
-) -> None:
-    settings.debug = settings.debug or debug
-    settings.url = url
+def _root() -> None:
+    """Durable, versioned checkpoints for batch jobs and AI agents.
+
+    \b
+    Options before the command:
+      --url URL   stash URL for every command (else STASHPOINT_URL, else ./.stashpoint)
+      --debug     show tracebacks on errors (also anywhere after the command)
+      --version   print the version
+    """
+
+
+def _global_options(args: list[str]) -> list[str]:
+    """Take the root options out of `args` (they are read here, not by typer).
+
+    Typer would build a validator for each (it imports pydantic to do so), which would cost
+    every command, `--help` included, a fifth of a second.
+    """
+    rest: list[str] = []
+    words = iter(args)
+    for word in words:
+        if word == "--debug":
+            settings.debug = True  # wherever it is given
+        elif rest and not rest[0].startswith("-"):
+            rest.append(word)  # after the command: the command's own
+        elif word == "--version":
+            from importlib.metadata import version
+
+            print(f"stashpoint {version('stashpoint')}")
+            sys.exit(0)
+        elif word == "--url":
+            settings.url = next(words, None)
+        elif word.startswith("--url="):
+            settings.url = word.removeprefix("--url=")
+        else:
+            rest.append(word)
+    settings.url = settings.url or os.environ.get("STASHPOINT_URL") or None
+    return rest
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `stashpoint` console script."""
     from stashpoint.errors import StashpointError
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--debug" in args:  # a global flag, wherever it is given
-        args.remove("--debug")
-        settings.debug = True
+    args = _global_options(list(sys.argv[1:] if argv is None else argv))
     as_json = "--json" in args
     try:
         # Without standalone mode click hands back typer.Exit codes instead of exiting.

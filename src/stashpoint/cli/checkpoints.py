@@ -73,11 +73,15 @@ def locate(stash: stashpoint.Stash, checkpoint_id: str) -> Located:
 
 
 def _document(envelope: stashpoint.Envelope, hide: tuple[str, ...] = ()) -> dict[str, Any]:
+    from stashpoint.cli.output import rfc3339
     from stashpoint.cli.redact import redact
     from stashpoint.codec import FORMAT
 
     document = {"format": FORMAT, **envelope.fields()}
     document["payload"] = redact(document["payload"], hide)
+    # Output's times are RFC 3339 with `Z` (the stored form says `+00:00`).
+    document["created_at"] = rfc3339(envelope.created_at)
+    document["updated_at"] = rfc3339(envelope.updated_at)
     return document
 
 

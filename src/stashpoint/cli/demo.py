@@ -82,8 +82,13 @@ def worker(url: str, run_id: str, items: int, delay: float) -> None:
             print(f"checkpoint revision={current.revision} cursor={batch.stop}", flush=True)
 
 
-def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
-    """Run the demo; return 0 when every item was processed exactly once."""
+def run_demo(
+    url: str | None, *, items: int = 300, kill_after: int = 8, as_json: bool = False
+) -> int:
+    """Run the demo; return 0 when every item was processed exactly once.
+
+    `as_json`: no narration; one JSON object at the end says what was checked.
+    """
     url = resolve_url(url)
     if url.startswith("memory:"):
         raise ConfigurationError(
@@ -96,7 +101,8 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
     kill_after = max(1, min(kill_after, batches - 1))  # always some batches left to resume
     with stashpoint.open(url) as stash:
         run_id = stash.runs.create_run(GRAPH)
-    print(f"stash: {url}\nrun: {run_id}\nitems: {items}")
+    say = (lambda *parts, **kw: None) if as_json else print
+    say(f"stash: {url}\nrun: {run_id}\nitems: {items}")
     command = [sys.executable, "-m", "stashpoint.cli.demo", "--url", url, "--items", str(items)]
 
     first = subprocess.Popen(
@@ -110,17 +116,17 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
             break
         if line.startswith("checkpoint"):
             checkpoints += 1
-            print("  worker 1:", line)
+            say("  worker 1:", line)
         elif checkpoints >= kill_after:
-            print("  worker 1:", line)
+            say("  worker 1:", line)
             break
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    print(f"  worker 1: killed with SIGKILL (exit {first.returncode}), like a reclaimed spot VM")
+    say(f"  worker 1: killed with SIGKILL (exit {first.returncode}), like a reclaimed spot VM")
 
     with stashpoint.open(url) as stash:
         at_kill = stash.checkpoints.load(run_id)
-    print(f"  resuming from revision {at_kill.revision}, cursor {at_kill.payload['cursor']}")
+    say(f"  resuming from revision {at_kill.revision}, cursor {at_kill.payload['cursor']}")
     second = subprocess.Popen(
         [*command, "--worker", run_id, "0"], stdout=subprocess.PIPE, text=True
     )
@@ -131,10 +137,10 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
         if line.startswith("checkpoint"):
             lines.append(line.strip())
             if len(lines) % step == 0:
-                print(f"  worker 2: {line.strip()}", flush=True)
+                say(f"  worker 2: {line.strip()}", flush=True)
     if second.wait() != 0:
         return 1
-    print(f"  worker 2: {len(lines)} checkpoints, last: {lines[-1] if lines else '-'}")
+    say(f"  worker 2: {len(lines)} checkpoints, last: {lines[-1] if lines else '-'}")
 
     with stashpoint.open(url) as stash:
         final = stash.checkpoints.load(run_id)
@@ -154,6 +160,15 @@ def run_demo(url: str | None, *, items: int = 300, kill_after: int = 8) -> int:
         stash.runs.complete_run(run_id) if ok else stash.runs.fail_run(run_id, "demo check failed")
         page = stash.runs.list_runs(graph_name=GRAPH, limit=5)
         where = stash.url
+    if as_json:
+        from stashpoint.cli.output import to_json
+
+        print(to_json({
+            "ok": ok, "run_id": run_id, "items": items, "processed": len(results),
+            "revision": final.revision, "batches": batches, "older_revisions": len(history),
+            "attempts_completed": len(completed), "attempts_killed": len(killed),
+        }))  # fmt: skip
+        return 0 if ok else 1
     print(
         f"\ncheckpoint revision {final.revision}: {len(results)}/{items} items, {batches} batch "
         f"commits, {len(history)} older revisions kept\nrun attempts: {len(completed)} "

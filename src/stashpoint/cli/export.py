@@ -44,6 +44,8 @@ def log_lines(
 
     `first`: the oldest version kept (a LangGraph thread rewritten by `prune` starts later).
     """
+    from stashpoint.cli.output import rfc3339
+
     for start in range(first, top + 1, WINDOW):
         entries: list[LogEntry] = logs.entries(log_id, start, min(top, start + WINDOW - 1))
         for entry in entries:
@@ -52,6 +54,7 @@ def log_lines(
                 "namespace": namespace,
                 "log": log_id,
                 **entry.fields(whole=True),
+                "written_at": rfc3339(entry.written_at),
             }
         del entries
 

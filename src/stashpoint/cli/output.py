@@ -29,7 +29,7 @@ from rich.text import Text
 
 from stashpoint.cli.safe import printable, safe
 
-_WRAPPED_WIDTH = 24
+_WRAPPED_WIDTH = 16
 """Width a free-text column is counted at when choosing columns (it folds beyond)."""
 
 
@@ -74,8 +74,9 @@ def rfc3339(value: datetime) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    # Datetimes anywhere (models, dataclasses, dicts) come out as RFC 3339 `Z`; pydantic
-    # does the rest (models, dataclasses, enums); what JSON cannot carry is shown as repr.
+    # Datetimes in plain containers come out as RFC 3339 `Z`; pydantic does the rest
+    # (models and dataclasses, whose times are UTC and so `Z` too; enums); what JSON
+    # cannot carry is shown as its repr.
     if isinstance(value, datetime):
         return rfc3339(value)
     if isinstance(value, dict):
@@ -87,16 +88,23 @@ def _jsonable(value: Any) -> Any:
 
 def to_json(value: Any) -> str:
     """Return `value` as the JSON a command prints (indented, times in `Z`)."""
-    plain = pydantic_core.to_jsonable_python(value, fallback=repr)
-    return pydantic_core.to_json(_jsonable(plain), indent=2, fallback=repr).decode()
+    return pydantic_core.to_json(_jsonable(value), indent=2, fallback=repr).decode()
+
+
+def _natural(columns: Sequence[Column], rows: Sequence[Row]) -> list[int]:
+    """Return each column's width with nothing folded."""
+    return [
+        max([cell_len(column.header)] + [cell_len(_text(row[i])) for row in rows])
+        for i, column in enumerate(columns)
+    ]
 
 
 def _fits(columns: Sequence[Column], rows: Sequence[Row], width: int) -> list[int]:
     """Return the indexes of the columns shown at `width`, in their order."""
-    natural = []
-    for i, column in enumerate(columns):
-        size = max([cell_len(column.header)] + [cell_len(_text(row[i])) for row in rows])
-        natural.append(min(size, _WRAPPED_WIDTH) if column.wrap else size)
+    natural = [
+        min(size, _WRAPPED_WIDTH) if column.wrap else size
+        for column, size in zip(columns, _natural(columns, rows), strict=True)
+    ]
     chosen: list[int] = []
     used = 0
     for i in sorted(range(len(columns)), key=lambda i: (columns[i].priority, i)):
@@ -173,14 +181,20 @@ class Output:
             cells = [row[i] for i in shown]
             table.add_row(*(Text(_text(c), style=getattr(c, "style", None) or "") for c in cells))
         if rows:
-            self.out.print(table)
+            # --wide: as wide as every column needs, the terminal wrapping what it must.
+            needed = sum(_natural(columns, rows)) + 2 * (len(columns) - 1)
+            console = self.out
+            if self.wide and needed > console.width:
+                console = Console(highlight=False, width=needed, force_terminal=True)
+            console.print(table)
         else:
             self.out.print(Text(f"{printable(title)}: {empty}", style="bold"))
-        footer = f"stash {printable(stash)}"
+        self.out.print(Text(f"stash {printable(stash)}", style="dim"), soft_wrap=True)
         hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
         if hidden:
-            footer += f"; not shown at this width: {', '.join(hidden)} (--wide shows them)"
-        self.out.print(Text(footer, style="dim"), soft_wrap=True)  # a URL stays one line
+            self.out.print(
+                Text(f"not shown at this width: {', '.join(hidden)} (--wide shows them)", "dim")
+            )
         if cursor:
             self.out.print(f"more: --cursor {safe(cursor)}")
 

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import pydantic
 
 from stashpoint.cache import Lru
-from stashpoint.codec import check_json
+from stashpoint.codec import check_json, pointer_token
 from stashpoint.deadline import Deadline
 from stashpoint.errors import (
     AttemptNotFound,
@@ -558,7 +558,7 @@ class RunOperations(Generic[DurableT]):
         _of(metadata, CheckpointMetadata, "metadata")
         stored: dict[str, Any] = {}
         for key, value in state.items():
-            stored[key] = yield from self._blobs.offload(value, f"state.{key}")
+            stored[key] = yield from self._blobs.offload(value, f"state/{pointer_token(key)}")
         yield from self._apply(
             run_id,
             lambda head, now: transitions.save_state_snapshot(
