@@ -86,3 +86,27 @@ def test_a_collector_whose_clock_runs_ahead_keeps_a_blob_written_a_moment_ago(
         monkeypatch.setattr(garbage, "datetime", Ahead)
         report = stash.collect_garbage(dry_run=False, min_age=timedelta(hours=1))
         assert report.deleted == 0 and report.too_young == 1
+
+
+def test_gc_and_reindex_report_progress_with_counts() -> None:
+    from stashpoint.progress import Progress
+
+    with stashpoint.open(f"memory://progress-{uuid.uuid4().hex}?blob_threshold=1024") as stash:
+        for n in range(3):
+            env = stashpoint.Envelope.initial(f"c{n}", None, "k", 1, {"n": n})
+            stash.checkpoints.compare_and_swap(env, None)
+        for n in range(4):
+            stash.runs.record_attempt(stash.runs.create_run("g"), "n", 1, {**BIG, "n": n})
+        heard: list[Progress] = []
+        report = stash.collect_garbage(dry_run=True, min_age=timedelta(0), on_progress=heard.append)
+        phases = {p.phase for p in heard}
+        assert {"heads", "logs", "blobs"} <= phases
+        heads = [p for p in heard if p.phase == "heads"]
+        assert [p.done for p in heads] == [0, 1, 2, 3] and {p.total for p in heads} == {3}
+        blobs = [p.done for p in heard if p.phase == "blobs"]
+        assert blobs == list(range(report.blobs + 1)) and report.blobs == 4
+        logs = [p.done for p in heard if p.phase == "logs"]
+        assert logs == [0, 1, 2, 3, 4] and report.logs == 4
+        runs: list[Progress] = []
+        assert stash.runs.reindex(on_progress=runs.append).indexed >= 0
+        assert [p.done for p in runs] == [1, 2, 3, 4] and {p.phase for p in runs} == {"runs"}

@@ -89,7 +89,8 @@ def diagnose(layout: Layout, has_index: bool) -> Steps[list[Check]]:
         checks.append((yield from _versioning(key)))
     except StashpointError as exc:
         checks.append(Check("storage", Status.FAIL, f"unreachable or refusing: {exc}"))
-    checks.append((yield from _cleanup(key)))
+    written = any(c.name.startswith("create") and c.status is Status.PASS for c in checks)
+    checks.append((yield from _cleanup(key, written)))
     checks.append((yield from _lifecycle(layout)))
     if has_index:
         checks += yield from _index()
@@ -150,12 +151,19 @@ def _versioning(key: str) -> Steps[Check]:
     return Check("versioning", Status.WARN, "on, but older probe versions were not listed")
 
 
-def _cleanup(key: str) -> Steps[Check]:
+def _cleanup(key: str, written: bool) -> Steps[Check]:
+    """Remove the probe; `written`: whether its create was acknowledged.
+
+    A create whose answer never came may still have landed, so the probe is looked for
+    either way; only what was found is reported as removed.
+    """
     versioned = True
     try:
         versions = yield from ask(ListVersions(key))
     except StashpointError:
         versioned, versions = False, []
+    if not written and not versions and (yield from ask(GetObject(key))) is None:
+        return Check("cleanup", Status.PASS, "no probe was written: nothing to remove")
     for version in versions:  # every version and delete marker, for good
         yield from ask(DeleteObject(key, version_id=version.version_id))
     if not versioned:

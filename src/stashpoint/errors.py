@@ -125,6 +125,14 @@ class InvalidPayload(StashpointError):
     kind = ErrorKind.INVALID_PAYLOAD
 
 
+class IndexDamaged(InvalidPayload):
+    """The run index's SQLite file is damaged (not a database, or malformed).
+
+    The index is derived from storage, so nothing stored is lost: `stashpoint reindex`
+    sets the damaged file aside and rebuilds it (`object_name` is the file).
+    """
+
+
 class UnsupportedFormat(StashpointError):
     """A format name, format version or schema version this library does not support."""
 

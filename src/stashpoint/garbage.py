@@ -129,6 +129,7 @@ def collect_garbage(
                 unreadable.append(key if version_id is None else f"{key}@{version_id}")
                 continue
             _refs(envelope.payload, referenced)
+    on_progress(Progress("heads", len(heads), len(heads)))
     log_count = sealed = 0
     listed: list[tuple[LogSteps, str]] = []
     for steps in logs:
@@ -158,6 +159,7 @@ def collect_garbage(
             _refs(entry.records, referenced)
             if history or entry is entries[-1]:
                 _refs(entry.state, referenced)
+    on_progress(Progress("logs", log_count, len(listed)))
     # A dry run writes nothing, not even the clock probe: its report judges on this clock.
     now = datetime.now(UTC) if dry_run else (yield from storage_now(layout))
     doomed: list[tuple[str, str]] = []
@@ -174,6 +176,7 @@ def collect_garbage(
             young += 1
             continue
         doomed.append((digest, head.etag))
+    on_progress(Progress("blobs", len(blobs), len(blobs)))
     deleted = 0
     if not dry_run and not unreadable:
         for digest, etag in doomed:

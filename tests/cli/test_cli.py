@@ -352,3 +352,17 @@ def test_runs_show_says_when_a_waiting_run_is_due(tmp_path: Path) -> None:
     assert "waiting" in shown and "due at 2030-01-01 12:00:00" in shown
     listed = cli("runs", "list", "--status", "waiting", url=url).stdout
     assert run_id[:8] in listed
+
+
+def test_long_commands_show_progress_with_counts_on_a_terminal_only(url: str) -> None:
+    with stashpoint.open(url) as stash:
+        for _ in range(3):
+            stash.runs.create_run("etl")
+    on_terminal = cli("gc", "--dry-run", url=url, columns=80)
+    assert re.search(r"logs .*\b3/3\b", on_terminal.stderr), on_terminal.stderr
+    piped = cli("gc", "--dry-run", url=url)
+    assert piped.stderr == ""  # a pipe or a CI log sees no bar
+    as_json = cli("gc", "--dry-run", "--json", url=url, columns=80)
+    assert as_json.stderr == "" and json.loads(as_json.stdout)["logs"] == 3
+    counted = cli("reindex", url=url, columns=80).stderr
+    assert re.search(r"runs .*\b3/\?", counted), counted

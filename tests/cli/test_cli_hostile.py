@@ -158,3 +158,27 @@ def test_redaction_hides_secrets_in_values_and_keeps_token_counts(tmp_path: Path
         assert secret not in text, secret
     assert shown["usage"] == payload["usage"]  # counts of tokens are not secrets
     assert "HOME=/root" in shown["env"] and "bob:" in shown["note"]
+
+
+def test_a_damaged_sqlite_index_says_reindex_and_reindex_rebuilds_it(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run("etl")
+    index = tmp_path / "stash" / "index.sqlite3"
+    index.write_bytes(b"this is not a database" * 200)
+    broken = cli("runs", "list", url=url, check=False)
+    assert broken.returncode == 1 and "invalid_payload" in broken.stderr
+    assert "stashpoint reindex" in broken.stderr and "endpoint" not in broken.stderr
+    rebuilt = json.loads(cli("reindex", "--json", url=url).stdout)
+    assert rebuilt["runs_indexed"] == 1
+    kept = Path(rebuilt["damaged_index_kept_as"])
+    assert kept.read_bytes().startswith(b"this is not a database")  # kept, not deleted
+    listed = json.loads(cli("runs", "list", "--json", url=url).stdout)
+    assert [r["run_id"] for r in listed["items"]] == [run_id]
+
+
+def test_a_bad_id_is_an_invalid_id_whatever_it_names(tmp_path: Path) -> None:
+    url = _stash(tmp_path)
+    for command in (("show", "bad/id"), ("history", "bad/id")):
+        result = cli(*command, url=url, check=False)
+        assert "invalid id 'bad/id'" in result.stderr and "log" not in result.stderr

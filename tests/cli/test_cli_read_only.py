@@ -91,3 +91,8 @@ def test_listings_work_on_a_stash_this_user_may_only_read(
     assert checkpoints.returncode == 0, checkpoints.stderr
     written = reader("runs", "takeover", "nope")
     assert written.returncode != 0 and "Traceback" not in written.stderr
+    doctor = reader("doctor", "--json")
+    assert doctor.returncode == 1  # it cannot write its probe: a failed check, said so
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["storage"]["status"] == "fail" and "not writable" in checks["storage"]["detail"]
+    assert checks["cleanup"]["detail"] == "no probe was written: nothing to remove"

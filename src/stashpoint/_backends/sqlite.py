@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stashpoint.errors import StorageUnavailable, UnsupportedFormat
+from stashpoint.errors import IndexDamaged, StorageUnavailable, UnsupportedFormat
 from stashpoint.index.requests import (
     DeleteItem,
     DescribeIndex,
@@ -221,6 +221,12 @@ class SqliteIndexTransport:
                     return self._execute(request)
             return self._execute(request)
         except sqlite3.Error as exc:
+            if type(exc) is sqlite3.DatabaseError:  # not busy or locked: the file is damaged
+                raise IndexDamaged(
+                    f"the SQLite run index is damaged ({exc}); it is derived from storage: "
+                    "`stashpoint reindex` sets it aside and rebuilds it",
+                    object_name=self.path,
+                ) from None
             raise StorageUnavailable(f"SQLite index error: {exc}", object_name=self.path) from exc
 
     def _execute(self, request: IndexRequest) -> Any:

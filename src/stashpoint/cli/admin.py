@@ -18,7 +18,7 @@ def _ticker(tick: Any) -> Any:
     from stashpoint.progress import Progress
 
     def on_progress(progress: Progress) -> None:
-        tick(done=progress.done + 1, total=progress.total, what=progress.phase)
+        tick(done=progress.done, total=progress.total, what=progress.phase)
 
     return on_progress
 
@@ -48,15 +48,26 @@ def reindex(
     The index is derived from storage: a table or file of an earlier pre-release layout,
     or a damaged SQLite index (delete the file first), is rebuilt this way.
     """
+    import stashpoint
     from stashpoint.cli.output import Output
     from stashpoint.cli.progress import counting
 
     output = Output(as_json=as_json)
-    with open_stash(url) as stash, counting("reindexing runs", quiet=as_json) as tick:
-        report = stash.runs.reindex(resume=not restart, on_progress=_ticker(tick))
+    set_aside = None
+    try:
+        with open_stash(url) as stash, counting("reindexing runs", quiet=as_json) as tick:
+            report = stash.runs.reindex(resume=not restart, on_progress=_ticker(tick))
+    except stashpoint.IndexDamaged as exc:
+        # Derived data: the damaged file is kept beside (for a post-mortem), then rebuilt.
+        set_aside = _set_aside(exc.object_name)
+        with open_stash(url) as stash, counting("reindexing runs", quiet=as_json) as tick:
+            report = stash.runs.reindex(resume=False, on_progress=_ticker(tick))
     if as_json:
-        output.emit({"runs_indexed": report.indexed, "unreadable": report.unreadable})
+        output.emit({"runs_indexed": report.indexed, "unreadable": report.unreadable,
+                     "damaged_index_kept_as": set_aside})  # fmt: skip
     else:
+        if set_aside:
+            output.warn(f"the index was damaged: kept as {set_aside}, rebuilt from storage")
         output.say(f"indexed {report.indexed} runs")
     if report.unreadable:
         output.warn(
@@ -64,6 +75,22 @@ def reindex(
             f"{', '.join(report.unreadable[:5])}"
         )
         raise typer.Exit(1)
+
+
+def _set_aside(path: str | None) -> str:
+    """Rename a damaged SQLite index (and its -wal, -shm) to `<path>.damaged-<time>`."""
+    import os
+    from datetime import UTC, datetime
+
+    import stashpoint
+
+    if not path or path == ":memory:" or not os.path.exists(path):
+        raise stashpoint.IndexDamaged("the run index is damaged and not a file", object_name=path)
+    kept = f"{path}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, kept + suffix)
+    return kept
 
 
 @app.command()

@@ -65,6 +65,9 @@ def locate(stash: stashpoint.Stash, checkpoint_id: str) -> Located:
 
     An id that is none of the three is left to the envelope read to report (`not_found`).
     """
+    from stashpoint.ids import validate_id
+
+    validate_id(checkpoint_id)  # "invalid id", whichever of the three it was meant for
     head = _head(_agent_logs(stash), checkpoint_id)
     if head is not None:
         return Located("agent", head)

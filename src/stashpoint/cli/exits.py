@@ -51,7 +51,10 @@ HINTS = {
 def fail(exc: StashpointError, *, as_json: bool, debug: bool, hint: str | None = None) -> NoReturn:
     """Report `exc` in the one error shape and exit with its kind's status."""
     from stashpoint.cli.safe import safe
+    from stashpoint.errors import IndexDamaged
 
+    if isinstance(exc, IndexDamaged):
+        hint = hint or "run `stashpoint reindex` (nothing stored is lost)"
     hint = hint or HINTS.get(exc.kind)
     if debug:
         traceback.print_exception(exc)

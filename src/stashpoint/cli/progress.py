@@ -35,7 +35,9 @@ def counting(what: str, *, quiet: bool, total: int | None = None) -> Iterator[Ca
         def tick(
             done: int | None = None, total: int | None = None, what: str | None = None
         ) -> None:
-            if what is not None:
+            current = bar.tasks[0]
+            new_phase = what is not None and what != current.description
+            if new_phase:
                 bar.update(task, description=what)
             if total is not None:
                 bar.update(task, total=total)
@@ -43,5 +45,7 @@ def counting(what: str, *, quiet: bool, total: int | None = None) -> Iterator[Ca
                 bar.advance(task, 1)
             else:
                 bar.update(task, completed=done)
+            if new_phase or (current.total is not None and current.completed >= current.total):
+                bar.refresh()  # each phase's start and end are drawn, however quick
 
         yield tick
