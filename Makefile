@@ -55,6 +55,9 @@ lint: $(STAMP) $(CHECKOV)
 	$(VENV)/bin/cfn-lint infra/*.yaml
 	$(PY) infra/branches.py .servers/branches
 	BC_SKIP_MAPPING=TRUE $(CHECKOV) -d .servers/branches --framework cloudformation --compact --quiet --skip-download
+	rm -rf .servers/dist
+	$(PY) -m build --no-isolation --outdir .servers/dist . > .servers/build.log
+	$(VENV)/bin/twine check --strict .servers/dist/*
 
 typecheck: lint
 

@@ -1,10 +1,12 @@
 """A pytest plugin: a ready stashpoint stack on moto, bucket and index table included.
 
-    pytest_plugins = ["moto_fixtures.plugin"]
+    # Installed with `stashpoint[test]`, the plugin loads itself (a pytest11 entry
+    # point); otherwise list it in conftest.py: pytest_plugins = ["moto_fixtures.plugin"]
 
     def test_my_agent(stashpoint_moto):            # sync, moto in-process
         stashpoint_moto.runs.create_run("my-graph")
 
+    @pytest.mark.asyncio
     async def test_my_lambda(stashpoint_moto_async):   # async, moto's server on 127.0.0.1
         await stashpoint_moto_async.runs.create_run("my-graph")
 
@@ -21,6 +23,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+
+try:  # async fixtures need pytest-asyncio (in its default strict mode, its own decorator)
+    from pytest_asyncio import fixture as async_fixture
+except ImportError:  # pragma: no cover - the test extra installs it
+    async_fixture = pytest.fixture
 
 BUCKET = "stashpoint-moto"
 """The bucket the fixtures create."""
@@ -104,7 +111,7 @@ def stashpoint_moto_url(stashpoint_moto_server: str) -> str:
     return stack_url(f"t-{uuid.uuid4().hex[:8]}", stashpoint_moto_server)
 
 
-@pytest.fixture
+@async_fixture
 async def stashpoint_moto_async(stashpoint_moto_url: str) -> AsyncIterator[Any]:
     """An `AsyncStash` on the moto server (aiobotocore needs a real HTTP endpoint)."""
     import stashpoint

@@ -73,12 +73,13 @@ def test_aws_block_runs_against_local_servers(
 
 
 def test_file_blocks_run_as_a_pytest_project(tmp_path: Path) -> None:
+    """As a user's project: no conftest, pytest-asyncio in its default (strict) mode."""
+    assert not [b for b in FILES if b.startswith("# conftest.py")]
     for block in FILES:
         name = block.split("\n", 1)[0].removeprefix("# ").strip()
         (tmp_path / name).write_text(block)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
-         "asyncio_mode=auto", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

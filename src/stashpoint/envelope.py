@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 MAX_REVISION = 2**63 - 1
-"""The largest revision an envelope can carry (a signed 64-bit integer, as in the seed)."""
+"""The largest revision an envelope can carry (a signed 64-bit integer, as in the Rust format)."""
 
 LINEAGE_DEPTH = 32
 """How many `(revision, write_id)` pairs a head remembers, its own included."""
@@ -275,7 +275,7 @@ def typed_payload(
 ) -> ModelT:
     """Return the payload of `envelope` validated as `model`; never a half-parsed one.
 
-    The typed layers' one check (seed 000's `load`): another `kind` is `InvalidPayload`,
+    The typed layers' one check (as the Rust format's `load`): another `kind` is `InvalidPayload`,
     another `schema_version` `UnsupportedFormat`, a payload that does not validate
     `InvalidPayload`. `what` names the state in messages ("agent checkpoint", "run").
     """

@@ -12,11 +12,11 @@ from typing import Any
 
 
 class _Status(StrEnum):
-    """A status, read in this library's spelling or in seed 004's serde one."""
+    """A status, read in this library's spelling or in the Rust run format's serde one."""
 
     @classmethod
     def _missing_(cls, value: object) -> Any:
-        # Seed 004's serde spelling ("Running") reads as ours ("running"); ours is written.
+        # The Rust run format spells "Running"; it reads as ours ("running"), ours is written.
         if isinstance(value, str):
             return next((m for m in cls if m.value == value.lower()), None)
         return None

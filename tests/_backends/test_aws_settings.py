@@ -142,3 +142,13 @@ def test_a_boto3_session_and_a_ready_client_are_used_as_given(
 
     with pytest.raises(ConfigurationError, match="blocking"):
         asyncio.run(async_with_a_session())
+
+
+def test_an_async_stash_on_s3_without_the_async_extra_says_which_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "aiobotocore", None)  # as if not installed
+    with pytest.raises(stashpoint.ConfigurationError, match=r"stashpoint\[async\]"):
+        stashpoint.open_async("s3://bucket/prefix?index=dynamodb://t")

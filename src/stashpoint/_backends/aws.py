@@ -167,6 +167,14 @@ class AsyncLazyClient:
                 "(stashpoint.open); an asyncio stash makes its own aiobotocore clients from "
                 "the AWS environment, profile_name and client_config"
             )
+        import importlib.util
+
+        if importlib.util.find_spec("aiobotocore") is None:
+            # Refused where the stash is opened, not at its first request in the loop.
+            raise ConfigurationError(
+                f"an asyncio stash on AWS ({service}) needs aiobotocore: "
+                "pip install 'stashpoint[async]'"
+            )
         self.instance: Any = None
         """The client, once made."""
         self._service = service

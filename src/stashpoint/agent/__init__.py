@@ -1,4 +1,4 @@
-"""Typed agent checkpoints (seed 000): state, turn phases, resume policy, conversations.
+"""Typed agent checkpoints: state, turn phases, resume policy, conversations.
 
 Blocking handles work on `stash.checkpoints` (a `Store`), the `Async` ones on an
 `AsyncStash`'s; both are made from one definition of the steps in `agent.logic`.

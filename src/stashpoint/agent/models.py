@@ -1,6 +1,6 @@
-"""Typed agent state (seed `000`): transcript, phases, usage, durable conversation metadata.
+"""Typed agent state: transcript, phases, usage, durable conversation metadata.
 
-Field names and the phase tags match the seed's serde output, so a saved state reads the
+Field names and the phase tags match the Rust format's serde output, so a saved state reads the
 same in either ecosystem: `{"state": "turn_in_flight", "turn": 3}`. Message, model and usage
 types are typed where providers agree and open to provider-specific extra fields, so any
 provider's transcript round-trips unchanged.
@@ -22,7 +22,7 @@ from pydantic import (
 AGENT_KIND = "stashpoint.agent"
 """Envelope kind of an agent checkpoint."""
 SEED_AGENT_KIND = "runifold.agent"
-"""The kind seed 000 writes; read as `AGENT_KIND` (this library writes its own)."""
+"""The kind the Rust implementation writes; read as `AGENT_KIND` (this library writes its own)."""
 AGENT_SCHEMA_VERSION = 1
 """Schema version of `AgentCheckpointState` this library writes and reads."""
 
@@ -241,7 +241,7 @@ class AgentCheckpointState(BaseModel):
         )
 
     def to_payload(self, *, transcript: bool = True) -> dict[str, Any]:
-        """Return the JSON payload as the seed serialises it (no `durable_conversation`).
+        """Return the JSON payload as the Rust format serialises it (no `durable_conversation`).
 
         `transcript=False` leaves the transcript out (a log stores it as records).
         """
@@ -250,7 +250,7 @@ class AgentCheckpointState(BaseModel):
         )
         if self.durable_conversation is None:
             payload.pop("durable_conversation")
-        for added in ("turn_seconds", "abandoned_turns"):  # not the seed's: only when used
+        for added in ("turn_seconds", "abandoned_turns"):  # not the Rust format's: only when used
             if not payload[added]:
                 payload.pop(added)
         return payload

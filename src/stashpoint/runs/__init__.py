@@ -1,4 +1,4 @@
-"""Graph runs: per-attempt recording (seed 004), durable, indexed."""
+"""Graph runs: per-attempt recording , durable, indexed."""
 
 from stashpoint.runs.models import (
     AttemptRecord,

@@ -1,4 +1,4 @@
-"""Graph-run records (seed `004`): runs, attempts, interrupts, summaries.
+"""Graph-run records: runs, attempts, interrupts, summaries.
 
 Status enums may gain variants in later versions: keep a default branch when matching.
 """

@@ -1,4 +1,4 @@
-"""The graph-run operations (seed 004), defined once as steps: `RunOperations`.
+"""The graph-run operations, defined once as steps: `RunOperations`.
 
 A run is an append-only log (`runs.journal`): every transition applies a pure transition
 (`runs.transitions`) to the small run head and appends the head and the transition's
@@ -236,7 +236,7 @@ class RunOperations(Generic[DurableT]):
         self.clock_skew = CLOCK_SKEW
         """How long after its expiry a lease counts as run out (`CLOCK_SKEW`)."""
 
-    # -- the seed's operations -------------------------------------------------------------
+    # -- the core run operations -------------------------------------------------------------
 
     @operation
     def create_run(

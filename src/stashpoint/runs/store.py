@@ -1,4 +1,4 @@
-"""`RunStore` (blocking) and `AsyncRunStore` (asyncio): the graph-run API of seed 004.
+"""`RunStore` (blocking) and `AsyncRunStore` (asyncio): the graph-run API.
 
 Both are `RunOperations` (`runs.operations`, where every operation is defined once as
 steps) with a driver (`stashpoint.twins`).

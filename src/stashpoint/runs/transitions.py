@@ -3,7 +3,7 @@
 A run is a log (`runs.journal`): a transition returns the new head and the records it
 appends, never the run's earlier attempts, so its cost does not grow with them. No I/O and
 no clock of their own (`now` is passed in), so the store can apply them inside a
-compare-and-swap retry loop and tests can check every rule directly. Where the seed's
+compare-and-swap retry loop and tests can check every rule directly. Where the Rust format's
 in-memory store silently ignores unknown ids, these raise.
 
 Ending an attempt the head does not have running raises `AttemptNotFound`: the head does
@@ -238,7 +238,7 @@ def save_state_snapshot(
 def finish_run(
     head: RunHead, status: RunStatus, *, error: str | None = None, now: datetime
 ) -> Change:
-    """Move a running run to a final status (seed: only from Running).
+    """Move a running run to a final status (as in the Rust format: only from Running).
 
     Repeating it with the same outcome changes nothing (a retry after a lost answer or a
     crash); another final outcome is a `TerminalStateConflict`.
