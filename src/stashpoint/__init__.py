@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         TraceContext,
     )
     from stashpoint.runs.durable import Retry, Semantics
-    from stashpoint.stash import AsyncStash, Options, Stash, open, open_async
+    from stashpoint.stash import AsyncStash, OpenOptions, Options, Stash, open, open_async
     from stashpoint.status import AttemptStatus, RunStatus
     from stashpoint.stores import AsyncStore, Store
 
@@ -70,7 +70,9 @@ _LAZY = {
     "Deadline": "stashpoint.deadline",
     **dict.fromkeys(("Retry", "Semantics"), "stashpoint.runs.durable"),
     **dict.fromkeys(("AsyncLogStore", "LogEntry", "LogHead", "LogStore"), "stashpoint.logs"),
-    **dict.fromkeys(("AsyncStash", "Options", "Stash", "open", "open_async"), "stashpoint.stash"),
+    **dict.fromkeys(
+        ("AsyncStash", "OpenOptions", "Options", "Stash", "open", "open_async"), "stashpoint.stash"
+    ),
     **dict.fromkeys(("AsyncStore", "Store"), "stashpoint.stores"),
     **dict.fromkeys(
         (
@@ -133,6 +135,7 @@ __all__ = [
     "LogEntry",
     "LogHead",
     "LogStore",
+    "OpenOptions",
     "Options",
     "Retry",
     "RetryPolicy",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, Unpack
 
 from stashpoint._backends.local import LocalTransport, nested_stash
 from stashpoint._backends.memory import MemoryTransport
@@ -563,17 +563,79 @@ def _number(value: object, name: str, kind: type[int] | type[float]) -> float | 
     return number
 
 
-def open(url: str | None = None, **options: Any) -> Stash:
+class OpenOptions(TypedDict, total=False):
+    """The keyword options of `open` and `open_async`; backend ones may be URL parameters.
+
+    The fields of `Options` first, then the backends' (an option a backend does not know
+    is a `ConfigurationError` naming it).
+    """
+
+    limits: Limits
+    """Size and depth bounds for envelopes."""
+    retry: RetryPolicy
+    """Retry policy for conflicts on the wire and resends."""
+    compression_level: int
+    """zstd level for new envelopes (-7 to 22)."""
+    log_delete_after: timedelta
+    """Deprecated, without effect."""
+    vacate_sealed_entries: bool
+    """Replace sealed log entries by small markers (`Options.vacate_sealed_entries`)."""
+    clock: Clock
+    """The clock leases, waits and retries read (a `FakeClock` in tests)."""
+    endpoint_url: str
+    """S3: the endpoint of an S3-compatible store."""
+    region_name: str
+    """S3: the bucket's region."""
+    profile_name: str
+    """S3 and DynamoDB: the AWS profile to make clients from."""
+    session: Any
+    """S3 and DynamoDB: a `boto3.Session` to make clients from (blocking stashes)."""
+    client: Any
+    """S3: a ready boto3 S3 client, used as given and never closed (blocking stashes)."""
+    client_config: Any
+    """S3: a `botocore.config.Config` or a dict of its fields (timeouts, retries, pool)."""
+    addressing_style: Literal["auto", "virtual", "path"]
+    """S3: how buckets are addressed."""
+    sse: Literal["AES256", "aws:kms"]
+    """S3: server-side encryption."""
+    kms_key_id: str
+    """S3: the KMS key of SSE-KMS (implies `sse="aws:kms"`)."""
+    storage_class: str
+    """S3: the storage class of new objects (for example `STANDARD_IA`)."""
+    extra_put: Mapping[str, Any]
+    """S3: further PutObject parameters, passed through unchanged."""
+    index: str
+    """The run index: `dynamodb://TABLE`, `sqlite://PATH` or `none`."""
+    index_endpoint_url: str
+    """DynamoDB: the endpoint (DynamoDB Local)."""
+    index_region_name: str
+    """DynamoDB: the table's region."""
+    index_client_config: Any
+    """DynamoDB: a `botocore.config.Config` or a dict of its fields."""
+    index_client: Any
+    """DynamoDB: a ready boto3 DynamoDB client, used as given (blocking stashes)."""
+    ttl_days: int
+    """Days index items of finished runs live (DynamoDB TTL)."""
+    blob_threshold: int
+    """Bytes of JSON above which a run value is stored as a blob."""
+    nested_prefix: Literal["allow"]
+    """Open an S3 prefix with a segment named after a namespace."""
+    fsync: bool | str
+    """Local: fsync files and folders (default true)."""
+
+
+def open(url: str | None = None, **options: Unpack[OpenOptions]) -> Stash:
     """Open the stash at `url` (else `$STASHPOINT_URL`, else `local://./.stashpoint`).
 
-    Keyword options are the fields of `Options`; anything else goes to the backend.
+    Keyword options are those of `OpenOptions`: the fields of `Options`, then the
+    backends'.
     """
-    return Stash(url, _options(options))
+    return Stash(url, _options(dict(options)))
 
 
-def open_async(url: str | None = None, **options: Any) -> AsyncStash:
+def open_async(url: str | None = None, **options: Unpack[OpenOptions]) -> AsyncStash:
     """Open the stash at `url` for asyncio use; see `open`."""
-    return AsyncStash(url, _options(options))
+    return AsyncStash(url, _options(dict(options)))
 
 
 def _options(options: dict[str, Any]) -> Options:

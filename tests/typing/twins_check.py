@@ -48,3 +48,34 @@ async def awaiting(
 def _durable_runs_are_typed(stash: Stash, async_stash: AsyncStash) -> None:
     assert_type(stash.runs.durable("r"), DurableRun)
     assert_type(async_stash.runs.durable("r"), AsyncDurableRun)
+
+
+def _steps_keep_their_function_types(run: DurableRun) -> None:
+    def charge(amount: int, currency: str) -> dict[str, int]:
+        return {currency: amount}
+
+    assert_type(run.step("charge", charge, 5, "eur"), dict[str, int])
+    run.step("charge", charge, "5", "eur")  # type: ignore[arg-type]
+    run.step("charge", charge, 5)  # type: ignore[arg-type]
+    assert_type(run.map("double", [1, 2], lambda n: n * 2.0), list[float])
+
+
+async def _async_steps_keep_their_function_types(run: AsyncDurableRun) -> None:
+    async def fetch(url: str) -> bytes:
+        return url.encode()
+
+    def parse(data: bytes) -> int:
+        return len(data)
+
+    assert_type(await run.step("fetch", fetch, "https://x"), bytes)
+    assert_type(await run.step("parse", parse, b"x"), int)
+    assert_type(await run.map("fetch-all", ["a", "b"], fetch), list[bytes])
+
+
+def _open_knows_its_options() -> None:
+    import stashpoint
+
+    assert_type(stashpoint.open("memory://", compression_level=5, blob_threshold=1024), Stash)
+    stashpoint.open("memory://", compression_level="high")  # type: ignore[arg-type]
+    stashpoint.open("memory://", sse="rot13")  # type: ignore[arg-type]
+    stashpoint.open("memory://", no_such_option=1)  # type: ignore[call-arg]

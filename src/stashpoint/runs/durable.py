@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, overload
 
 from stashpoint.deadline import Deadline
 from stashpoint.errors import (
@@ -679,9 +679,84 @@ class _DurableApi:
             yield from self._ops.complete_run(self.run_id)
 
 
+_R = TypeVar("_R")
+_Item = TypeVar("_Item")
+_Args = TypeVarTuple("_Args")
+
+
 class DurableRun(Blocking, _DurableApi):
     """A run whose steps replay: `step(name, fn, *args)` runs `fn` once per claim."""
+
+    if TYPE_CHECKING:
+        # What mypy and editors see (the operation above runs): `step` and `map` keep the
+        # types of the function they run, its arguments checked and its result kept.
+        def step(
+            self,
+            name: str,
+            fn: Callable[[*_Args], _R],
+            *args: *_Args,
+            semantics: Semantics = ...,
+            retry: Retry | None = ...,
+        ) -> _R:
+            """Return the step's stored result, or run `fn(*args)` and store its result."""
+
+        def map(
+            self,
+            name: str,
+            items: Iterable[_Item],
+            fn: Callable[[_Item], _R],
+            *,
+            max_concurrency: int = ...,
+        ) -> list[_R]:
+            """Run `fn(item)` for every item as step `name[i]`; return the results in order."""
 
 
 class AsyncDurableRun(Awaiting, _DurableApi):
     """The asyncio twin of `DurableRun`; `fn` may be a coroutine function."""
+
+    if TYPE_CHECKING:
+
+        @overload
+        async def step(
+            self,
+            name: str,
+            fn: Callable[[*_Args], Awaitable[_R]],
+            *args: *_Args,
+            semantics: Semantics = ...,
+            retry: Retry | None = ...,
+        ) -> _R: ...
+        @overload
+        async def step(
+            self,
+            name: str,
+            fn: Callable[[*_Args], _R],
+            *args: *_Args,
+            semantics: Semantics = ...,
+            retry: Retry | None = ...,
+        ) -> _R: ...
+        async def step(
+            self,
+            name: str,
+            fn: Callable[[*_Args], Any],
+            *args: *_Args,
+            semantics: Semantics = ...,
+            retry: Retry | None = ...,
+        ) -> Any:
+            """Return the step's stored result, or run (and await) `fn(*args)`, store it."""
+
+        @overload
+        async def map(
+            self,
+            name: str,
+            items: Iterable[_Item],
+            fn: Callable[[_Item], Awaitable[_R]],
+            *,
+            max_concurrency: int = ...,
+        ) -> list[_R]: ...
+        @overload
+        async def map(
+            self, name: str, items: Iterable[_Item], fn: Callable[[_Item], _R], *,
+            max_concurrency: int = ...,
+        ) -> list[_R]: ...  # fmt: skip
+        async def map(self, name: str, items: Any, fn: Any, *, max_concurrency: int = ...) -> Any:
+            """Run (and await) `fn(item)` for every item as step `name[i]`, in order."""
