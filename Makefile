@@ -47,7 +47,7 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/stashpoint demo
 
 lint: $(STAMP) $(CHECKOV)
-	$(PY) -m ruff check src tests bench examples moto_fixtures infra
+	$(PY) -m ruff check src tests bench examples moto_fixtures infra docs/hooks
 	$(PY) -m ruff format --check src
 	$(PY) -m mypy src
 	$(PY) -m mypy --strict tests/typing
@@ -58,6 +58,7 @@ lint: $(STAMP) $(CHECKOV)
 	rm -rf .servers/dist
 	$(PY) -m build --no-isolation --outdir .servers/dist . > .servers/build.log
 	$(VENV)/bin/twine check --strict .servers/dist/*
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 typecheck: lint
 

@@ -3,7 +3,7 @@
 The DynamoDB table, the SQLite table and the infra template all come from these constants,
 so they cannot drift apart.
 
-Layout 2 (sharded, keys only; `runs/indexing.py` builds the items, `docs/index.md` explains):
+Layout 2 (sharded, keys only; `runs/indexing.py` builds the items, `docs/run-index.md` explains):
 
     pk = run#{run_id}   sk = run                  one item per run
     pk = run#{run_id}   sk = attempt#{attempt_id} one item per attempt
