@@ -69,6 +69,7 @@ prerequisites:
 	@PYTHON=$(PYTHON) bash tests/prerequisites.sh
 
 test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
+	bash tests/browser/install.sh
 	$(MAKE) lint
 	$(PY) -m pytest -q -n 2
 

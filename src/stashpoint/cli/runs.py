@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -117,13 +118,32 @@ def show_runs(
 @app.command("show")
 def runs_show(
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="Run id.")],
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Write the run as one self-contained HTML page (a timeline of its attempts).",
+        ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ID", help="With --html: the agent checkpoint whose transcript to add."
+        ),
+    ] = None,
     url: Url = None,
     as_json: AsJson = False,
     wide: Wide = False,
     hide: Redact = None,
     no_redact: NoRedact = False,
 ) -> None:
-    """Show a run: its attempts, errors, interrupts and snapshot size (secrets hidden)."""
+    """Show a run: its attempts, errors, interrupts and snapshot size (secrets hidden).
+
+    `--html FILE` writes a page that needs no network: the attempts as a timeline (steps,
+    map items, retries, waits, takeovers), a filterable table, the snapshot, and with
+    `--agent ID` the agent's transcript with its tool calls.
+    """
     import pydantic_core
 
     import stashpoint
@@ -140,6 +160,15 @@ def runs_show(
         raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
     summary = summary_of(state)  # from the one read of every attempt
     snapshot_bytes = len(pydantic_core.to_json(state.state_snapshot))
+    if html is not None:
+        _write_html(html.expanduser(), state, url, name, agent, parse(hide, defaults=not no_redact))
+        if as_json:
+            output.emit({"file": str(html), "attempts": len(state.attempts)})
+        else:
+            output.say(
+                f"wrote {len(state.attempts)} attempts of {safe(run_id)} to {safe(str(html))}"
+            )
+        return
     if as_json:
         run = redact(state.model_dump(mode="json"), parse(hide, defaults=not no_redact))
         output.emit({"run": run, "summary": summary, "snapshot_bytes": snapshot_bytes})
@@ -172,6 +201,29 @@ def runs_show(
         rows.append([when(a.started_at), a.node_id, str(a.attempt), _status(a.status.value),
                      took, a.error or ""])  # fmt: skip
     output.table(f"attempts of {run_id}", columns, rows, stash=name, empty="no attempts")
+
+
+def _write_html(
+    target: Path,
+    state: Any,
+    url: str | None,
+    name: str,
+    agent: str | None,
+    names: tuple[str, ...],
+) -> None:
+    """Write the run's page; with `agent`, add that agent checkpoint's transcript."""
+    from stashpoint.cli.redact import redact
+    from stashpoint.cli.report import report_data, write_report
+
+    transcript = None
+    if agent is not None:
+        from stashpoint.agent import AgentCheckpoint
+
+        with open_stash(url, existing=True) as stash:
+            _, agent_state = AgentCheckpoint.existing(agent, stash.checkpoints).load()
+        transcript = redact([m.model_dump(mode="json") for m in agent_state.transcript], names)
+    redacted = redact(state.model_dump(mode="json"), names)
+    write_report(target, report_data(state, stash=name, redacted=redacted, transcript=transcript))
 
 
 @app.command("due")
