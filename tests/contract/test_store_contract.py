@@ -32,7 +32,7 @@ def initial(payload: Any = None, **kw: Any) -> Envelope:
 
 def test_created_envelope_loads_back_equal(store: Any) -> None:
     env = initial({"transcript": ["hello", {"role": "user"}], "n": 1.5, "none": None})
-    store.compare_and_swap(env, None)
+    assert store.compare_and_swap(env, None) == env  # it returns what it saved, as update does
     assert store.load(env.id) == env
 
 

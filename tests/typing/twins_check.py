@@ -79,3 +79,7 @@ def _open_knows_its_options() -> None:
     stashpoint.open("memory://", compression_level="high")  # type: ignore[arg-type]
     stashpoint.open("memory://", sse="rot13")  # type: ignore[arg-type]
     stashpoint.open("memory://", no_such_option=1)  # type: ignore[call-arg]
+
+
+def _compare_and_swap_returns_what_it_saved(stash: Stash, envelope: Envelope) -> None:
+    assert_type(stash.checkpoints.compare_and_swap(envelope, None), Envelope)

@@ -43,14 +43,16 @@ class _StoreApi:
         return self.steps.load(checkpoint_id, revision)
 
     @operation
-    def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> Steps[None]:
-        """Save `next` only if the stored head is at `expected_revision`.
+    def compare_and_swap(self, next: Envelope, expected_revision: int | None) -> Steps[Envelope]:
+        """Save `next` only if the stored head is at `expected_revision`; return it, saved.
 
         `None` creates: it fails if the id exists. Otherwise `next.revision` must be
         `expected_revision + 1`. A lost race raises `CheckpointConflict`; an outcome that
         storage would not confirm raises `StorageUnavailable` carrying the write id.
+        Returns `next` (what `update` returns too: the envelope now stored).
         """
-        return self.steps.compare_and_swap(next, expected_revision)
+        yield from self.steps.compare_and_swap(next, expected_revision)
+        return next
 
     @operation
     def update(
