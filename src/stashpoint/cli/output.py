@@ -5,8 +5,10 @@
   object itself. Times are RFC 3339 in UTC with `Z`. An error is `{"error": {...}}` on
   stdout (`stashpoint.cli.exits`), with a non-zero exit status.
 - A terminal gets a table that fits its width: columns are chosen by importance until the
-  width is used, each shown whole (ids are never cut; free text folds onto more lines),
-  and the footer names the stash read and the columns left out (`--wide` shows all).
+  width is used, each shown whole (ids are never cut; free text folds onto more lines);
+  the columns that do not fit go on a second line of each row (`name value`), so every
+  column is shown at 80 columns too, and `--wide` puts each row on one line. The footer
+  names the stash read.
 - A pipe gets tab-separated values: a header row of every column, one row per item, each
   cell on one line with controls escaped; "more" goes to stderr, so `cut` and `sort`
   see only rows.
@@ -24,6 +26,7 @@ from typing import Any, Literal
 import pydantic_core
 from rich.cells import cell_len
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -119,6 +122,10 @@ def _text(cell: str | Cell) -> str:
     return printable(cell.text if isinstance(cell, Cell) else cell)
 
 
+def _cell(cell: str | Cell) -> Text:
+    return Text(_text(cell), style=(cell.style if isinstance(cell, Cell) else None) or "")
+
+
 class Output:
     """Prints one command's results: JSON, a table fitted to the terminal, or TSV."""
 
@@ -168,35 +175,75 @@ class Output:
             self._tsv(columns, rows, cursor)
             return
         shown = list(range(len(columns))) if self.wide else _fits(columns, rows, self.out.width)
-        table = Table(
-            title=Text(printable(title), style="bold"), title_justify="left", box=None,
-            padding=(0, 1), pad_edge=False, header_style="bold underline",
-        )  # fmt: skip
-        for i in shown:
-            column = columns[i]
-            table.add_column(
-                column.header, justify=column.justify, no_wrap=not column.wrap, overflow="fold"
-            )
-        for row in rows:
-            cells = [row[i] for i in shown]
-            table.add_row(*(Text(_text(c), style=getattr(c, "style", None) or "") for c in cells))
-        if rows:
+        hidden = [i for i in range(len(columns)) if i not in shown]
+        if not rows:
+            self.out.print(Text(f"{printable(title)}: {empty}", style="bold"))
+        elif hidden:
+            self._stacked(title, columns, rows, shown, hidden)
+        else:
+            table = self._table(columns, shown, title=title)
+            for row in rows:
+                table.add_row(*(_cell(row[i]) for i in shown))
             # --wide: as wide as every column needs, the terminal wrapping what it must.
             needed = sum(_natural(columns, rows)) + 2 * (len(columns) - 1)
             console = self.out
             if self.wide and needed > console.width:
                 console = Console(highlight=False, width=needed, force_terminal=True)
             console.print(table)
-        else:
-            self.out.print(Text(f"{printable(title)}: {empty}", style="bold"))
         self.out.print(Text(f"stash {printable(stash)}", style="dim"), soft_wrap=True)
-        hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
-        if hidden:
-            self.out.print(
-                Text(f"not shown at this width: {', '.join(hidden)} (--wide shows them)", "dim")
-            )
+        if hidden and rows:
+            names = ", ".join(columns[i].header for i in hidden)
+            self.out.print(Text(f"second line of each row: {names} (--wide: one line)", "dim"))
         if cursor:
             self.out.print(f"more: --cursor {safe(cursor)}")
+
+    def _table(
+        self, columns: Sequence[Column], shown: Sequence[int], *, title: str | None = None,
+        widths: Sequence[int] | None = None, header: bool = True,
+    ) -> Table:  # fmt: skip
+        table = Table(
+            title=None if title is None else Text(printable(title), style="bold"),
+            title_justify="left", box=None, padding=(0, 1), pad_edge=False,
+            header_style="bold underline", show_header=header,
+        )  # fmt: skip
+        for n, i in enumerate(shown):
+            column = columns[i]
+            table.add_column(
+                column.header, justify=column.justify, no_wrap=not column.wrap, overflow="fold",
+                width=None if widths is None else widths[n],
+            )  # fmt: skip
+        return table
+
+    def _stacked(
+        self, title: str, columns: Sequence[Column], rows: Sequence[Row], shown: list[int],
+        hidden: list[int],
+    ) -> None:  # fmt: skip
+        """Print each row on two lines: the columns that fit, then the rest as `name value`.
+
+        Every column is shown, whole, at any width (an 80-column terminal included); the
+        first lines align because every row's table has the same fixed widths.
+        """
+        natural = _natural(columns, rows)
+        fixed = [natural[i] for i in shown if not columns[i].wrap]
+        wrapped = [i for i in shown if columns[i].wrap]
+        room = self.out.width - sum(fixed) - 2 * (len(shown) - 1)
+        share = max(_WRAPPED_WIDTH, room // len(wrapped)) if wrapped else 0
+        widths = [min(natural[i], share) if columns[i].wrap else natural[i] for i in shown]
+        self.out.print(self._table(columns, shown, title=title, widths=widths))
+        for row in rows:
+            table = self._table(columns, shown, widths=widths, header=False)
+            table.add_row(*(_cell(row[i]) for i in shown))
+            self.out.print(table)
+            # Packed pair by pair, so no line breaks inside a value (a time's date and hour).
+            pairs = [f"{columns[i].header} {_text(row[i])}" for i in hidden]
+            lines = [pairs[0]]
+            for pair in pairs[1:]:
+                if cell_len(lines[-1]) + 3 + cell_len(pair) <= self.out.width - 2:
+                    lines[-1] += f" · {pair}"
+                else:
+                    lines.append(pair)
+            for line in lines:
+                self.out.print(Padding(Text(line, style="dim"), (0, 0, 0, 2)))
 
     def _tsv(self, columns: Sequence[Column], rows: Sequence[Row], cursor: str | None) -> None:
         lines = ["\t".join(c.header for c in columns)]
