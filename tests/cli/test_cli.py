@@ -155,6 +155,7 @@ def test_reindex_and_gc(populated: dict[str, Any]) -> None:
     assert json.loads(cli("reindex", "--json", url=url).stdout) == {
         "runs_indexed": 2,
         "unreadable": [],
+        "damaged_index_kept_as": None,
     }
     assert "indexed 2 runs" in cli("reindex", url=url).stdout
     report = json.loads(cli("gc", "--dry-run", "--min-age-hours", "0", "--json", url=url).stdout)
