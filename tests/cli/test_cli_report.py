@@ -120,3 +120,31 @@ def test_chromium_draws_every_attempt_and_the_table_filters(report: Path) -> Non
         assert severe == []  # no script error, no refused fetch
     finally:
         browser.quit()
+
+
+def test_an_agents_page_carries_its_transcript_with_tool_calls_redacted(tmp_path: Path) -> None:
+    from examples import fake_model
+    from stashpoint.agent import AgentCheckpoint, AgentRunner, Message
+
+    url = f"local://{tmp_path / 'stash'}?fsync=false"
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run("agent")
+        runner = AgentRunner(
+            AgentCheckpoint.existing("agent-1", stash.checkpoints), runs=stash.runs
+        )
+        transcript = [*fake_model.opening(), Message(role="user", content="hi", api_key="sk-1")]
+        runner.run(fake_model.turn, agent="a", model=fake_model.MODEL, transcript=transcript,
+                   run_id=run_id)  # fmt: skip
+    target = tmp_path / "agent.html"
+    cli("runs", "show", run_id, "--html", str(target), "--agent", "agent-1", url=url)
+    page = target.read_text()
+    data = page.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0]
+    import json
+
+    shown = json.loads(data)
+    assert [a["node"] for a in shown["attempts"]] == [f"turn-{n}" for n in range(1, 5)]
+    messages = shown["transcript"]
+    assert any(m.get("tool_calls") for m in messages)  # the tool calls are on the page
+    assert any(m.get("tool_call_id") for m in messages)  # and their results
+    assert [m.get("api_key") for m in messages if m["role"] == "user"][-1] == "[redacted]"
+    assert "sk-1" not in page
