@@ -83,3 +83,16 @@ def _open_knows_its_options() -> None:
 
 def _compare_and_swap_returns_what_it_saved(stash: Stash, envelope: Envelope) -> None:
     assert_type(stash.checkpoints.compare_and_swap(envelope, None), Envelope)
+
+
+def _a_blocking_runner_takes_plain_turns(runner: AgentRunner, model: ModelRef) -> None:
+    from stashpoint.agent import AgentOutcome, TurnResult
+
+    def turn(state: AgentCheckpointState, number: int) -> TurnResult:
+        return TurnResult(messages=[])
+
+    async def coroutine_turn(state: AgentCheckpointState, number: int) -> TurnResult:
+        return TurnResult(messages=[])
+
+    assert_type(runner.run(turn, agent="a", model=model), AgentOutcome)
+    runner.run(coroutine_turn, agent="a", model=model)  # type: ignore[arg-type]

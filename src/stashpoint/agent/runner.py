@@ -9,7 +9,7 @@ may run that turn again is the `ResumePolicy`'s call, never a guess. The steps l
 
 from __future__ import annotations
 
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from stashpoint.agent import logic
 from stashpoint.agent.checkpoint import (
@@ -19,7 +19,7 @@ from stashpoint.agent.checkpoint import (
     CheckpointCursor,
     _CursorApi,
 )
-from stashpoint.agent.logic import AsyncTurn
+from stashpoint.agent.logic import AsyncTurn, Turn
 from stashpoint.agent.models import (
     AgentCheckpointState,
     AgentOutcome,
@@ -235,6 +235,41 @@ class AgentRunner(Blocking, _RunnerApi[AgentCheckpoint, CheckpointCursor]):
     """
 
     _cursor = CheckpointCursor
+
+    if TYPE_CHECKING:
+        # What mypy and editors see (the operations above run): a blocking runner takes
+        # plain turn functions (`Turn`); the asyncio runner's `AsyncTurn` may be awaited.
+        def run_turn(  # type: ignore[override]
+            self, cursor: CheckpointCursor, state: AgentCheckpointState, turn: Turn
+        ) -> AgentCheckpointState:
+            """Run one turn durably; return the state saved after it."""
+
+        def run(  # type: ignore[override]
+            self,
+            turn: Turn,
+            *,
+            agent: str,
+            model: ModelRef,
+            transcript: list[Message] | None = None,
+            max_turns: int = 100,
+            durable: DurableConversationCheckpoint | None = None,
+            run_id: str | None = None,
+        ) -> AgentOutcome:
+            """Resume the checkpoint (or start it) and run turns until the agent completes."""
+
+        def run_until(  # type: ignore[override]
+            self,
+            deadline: Deadline,
+            turn: Turn,
+            *,
+            agent: str,
+            model: ModelRef,
+            transcript: list[Message] | None = None,
+            max_turns: int = 100,
+            durable: DurableConversationCheckpoint | None = None,
+            run_id: str | None = None,
+        ) -> AgentOutcome | Suspended:
+            """Run turns like `run`, but start one only if it is likely to end before `deadline`."""
 
 
 class AsyncAgentRunner(Awaiting, _RunnerApi[AsyncAgentCheckpoint, AsyncCheckpointCursor]):
