@@ -137,11 +137,14 @@ def test_reports_of_changes_validate(stash_url: dict[str, str], tmp_path: Path) 
 def test_errors_validate_and_times_are_rfc3339_z(stash_url: dict[str, str]) -> None:
     url = stash_url["url"]
     expected = {("show", "nope"): 3, ("runs", "show", "nope"): 3,
-                ("history", "job-1", "--cursor", "abc"): 1}  # fmt: skip
+                ("history", "job-1", "--cursor", "abc"): 1, ("list", "--limit", "0"): 2,
+                ("runs", "list", "--status", "sleeping"): 2}  # fmt: skip
     for command, status in expected.items():
         result = cli(*command, "--json", url=url, check=False)
         assert result.returncode == status, result
-        assert _valid("error", result.stdout)["error"]["kind"] in ("not_found", "invalid_argument")
+        kind = _valid("error", result.stdout)["error"]["kind"]
+        assert kind in ("not_found", "invalid_argument", "usage"), (command, kind)
+        assert (kind == "usage") == (status == 2)
     shown = json.loads(cli("runs", "show", stash_url["done"], "--json", url=url).stdout)
     times = [shown["run"]["created_at"], shown["run"]["attempts"][0]["started_at"]]
     history = json.loads(cli("history", "job-1", "--json", url=url).stdout)["items"]

@@ -13,6 +13,7 @@ line, adds the traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -97,7 +98,13 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # usage errors (typer's own click) and the unexpected
         show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if callable(show) and isinstance(exit_code, int):
-            show()
+            message = getattr(exc, "format_message", None)
+            if as_json and callable(message):  # the one error shape, usage errors too
+                error = {"kind": "usage", "message": message(), "object": None,
+                         "hint": "check the command's arguments (--help)"}  # fmt: skip
+                print(json.dumps({"error": error}))
+            else:
+                show()
             sys.exit(exit_code or USAGE)
         if settings.debug:
             raise
