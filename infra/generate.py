@@ -66,8 +66,12 @@ def _worker_policy(*, with_kms: bool) -> dict[str, Any]:
         {
             "Sid": "ReadVersioningAndLifecycle",
             "Effect": "Allow",
-            # `stashpoint doctor` reports both.
-            "Action": ["s3:GetBucketVersioning", "s3:GetLifecycleConfiguration"],
+            # `stashpoint doctor` reports all three.
+            "Action": [
+                "s3:GetBucketVersioning",
+                "s3:GetLifecycleConfiguration",
+                "s3:GetBucketObjectLockConfiguration",
+            ],
             "Resource": _bucket_arn(),
         },
         {

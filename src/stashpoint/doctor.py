@@ -24,6 +24,7 @@ from stashpoint.stores.objects import (
     DeleteObject,
     GetLifecycle,
     GetObject,
+    GetObjectLock,
     ListVersions,
     Match,
     PutObject,
@@ -92,6 +93,7 @@ def diagnose(layout: Layout, has_index: bool) -> Steps[list[Check]]:
     written = any(c.name.startswith("create") and c.status is Status.PASS for c in checks)
     checks.append((yield from _cleanup(key, written)))
     checks.append((yield from _lifecycle(layout)))
+    checks.append((yield from _object_lock()))
     if has_index:
         checks += yield from _index()
     else:
@@ -164,10 +166,14 @@ def _cleanup(key: str, written: bool) -> Steps[Check]:
         versioned, versions = False, []
     if not written and not versions and (yield from ask(GetObject(key))) is None:
         return Check("cleanup", Status.PASS, "no probe was written: nothing to remove")
-    for version in versions:  # every version and delete marker, for good
-        yield from ask(DeleteObject(key, version_id=version.version_id))
-    if not versioned:
-        yield from ask(DeleteObject(key))
+    try:
+        for version in versions:  # every version and delete marker, for good
+            yield from ask(DeleteObject(key, version_id=version.version_id))
+        if not versioned:
+            yield from ask(DeleteObject(key))
+    except StashpointError as exc:
+        # An Object Lock retention (or a policy) may keep it: said, never raised.
+        return Check("cleanup", Status.WARN, f"probe {key} could not be removed: {exc.message}")
     remaining: list[VersionRef] = []
     if versioned:
         remaining = yield from ask(ListVersions(key))
@@ -175,6 +181,33 @@ def _cleanup(key: str, written: bool) -> Steps[Check]:
     if remaining or left is not None:
         return Check("cleanup", Status.WARN, f"probe {key} could not be fully removed")
     return Check("cleanup", Status.PASS, "probe and all its versions removed")
+
+
+def _object_lock() -> Steps[Check]:
+    """Report the bucket's Object Lock: whether objects can be deleted before a date."""
+    try:
+        lock = yield from ask(GetObjectLock())
+    except StashpointError as exc:
+        return Check("object lock", Status.WARN, f"could not be read: {exc}")
+    if lock is None:
+        return Check("object lock", Status.PASS, "none here: a delete removes what it names")
+    if not lock.enabled:
+        return Check("object lock", Status.PASS, "off: nothing is retained past a delete")
+    if lock.mode is None:
+        return Check(
+            "object lock",
+            Status.PASS,
+            "on, no default retention: an object is locked only when its write asks, and "
+            "stashpoint's writes do not ask (yet)",
+        )
+    span = f"{lock.years} years" if lock.years else f"{lock.days} days"
+    return Check(
+        "object lock",
+        Status.WARN,
+        f"on: every new object is retained {span} in {lock.mode} mode by default, so no "
+        "version can be deleted before then (gc, repair, the doctor's probe and purges of "
+        "old versions are refused; a plain delete only adds a marker)",
+    )
 
 
 _MUST_RESTORE = frozenset({"GLACIER", "DEEP_ARCHIVE"})

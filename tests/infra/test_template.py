@@ -160,3 +160,4 @@ def test_sealed_segments_archive_by_prefix_and_workers_may_restore_them() -> Non
     }
     assert "s3:RestoreObject" in statements["StashObjects"]["Action"]
     assert "s3:GetLifecycleConfiguration" in statements["ReadVersioningAndLifecycle"]["Action"]
+    assert "s3:GetBucketObjectLockConfiguration" in statements["ReadVersioningAndLifecycle"]["Action"]

@@ -46,6 +46,7 @@ S3_BUCKET = {
     "ListObjectVersions": "s3:ListBucketVersions",
     "GetBucketVersioning": "s3:GetBucketVersioning",
     "GetBucketLifecycleConfiguration": "s3:GetLifecycleConfiguration",
+    "GetObjectLockConfiguration": "s3:GetBucketObjectLockConfiguration",
 }
 DYNAMODB = {
     "GetItem": "dynamodb:GetItem",

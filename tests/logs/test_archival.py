@@ -142,3 +142,38 @@ def test_doctor_reports_the_lifecycle_and_fails_one_that_archives_hot_objects(
     assert check.status == verdict, check.detail
     if verdict == "pass":
         assert storage_class in check.detail
+
+
+def test_doctor_reports_object_lock_on_s3_and_its_absence_locally(
+    s3_moto_url: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    from stashpoint.stores.objects import GetObjectLock, ObjectLock
+
+    url, options = s3_moto_url
+    client = boto3.client("s3", region_name="us-east-1")
+    client.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True)
+    with stashpoint.open("s3://locked/p?index=none", **options) as stash:
+        assert stash.driver(GetObjectLock()) == ObjectLock(enabled=True)
+        [check] = [c for c in stash.doctor() if c.name == "object lock"]
+        assert check.status == "pass" and "no default retention" in check.detail
+    client.put_object_lock_configuration(
+        Bucket="locked",
+        ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 30}},
+        },
+    )
+    with stashpoint.open("s3://locked/p?index=none", **options) as stash:
+        assert stash.driver(GetObjectLock()) == ObjectLock(True, "GOVERNANCE", 30, None)
+        checks = {c.name: c for c in stash.doctor()}  # reports, never raises
+        check = checks["object lock"]
+        assert check.status == "warn" and "30 days in GOVERNANCE mode" in check.detail
+        assert (
+            checks["cleanup"].status == "warn"
+            and "could not be removed" in checks["cleanup"].detail
+        )
+    with stashpoint.open(url, **options) as stash:  # versioned, not locked
+        [check] = [c for c in stash.doctor() if c.name == "object lock"]
+        assert (check.status, check.detail) == ("pass", "off: nothing is retained past a delete")
+    with stashpoint.open(f"local://{tmp_path}") as local:
+        assert local.driver(GetObjectLock()) is None

@@ -59,6 +59,7 @@ from stashpoint.stores.objects import (
     DeleteObject,
     GetLifecycle,
     GetObject,
+    GetObjectLock,
     HeadObject,
     KeyPage,
     ListKeys,
@@ -202,8 +203,8 @@ class LocalTransport:
                         return self._versions(lock_fd, key)
                 case RestoreObject():
                     return RestoreState.NOT_ARCHIVED  # no archive tier here
-                case GetLifecycle():
-                    return None
+                case GetLifecycle() | GetObjectLock():
+                    return None  # no lifecycle, no Object Lock here
                 case ListKeys(prefix, token, page_size, start_after):
                     return self._list(prefix, max(token or "", start_after or ""), page_size)
         except OSError as exc:

@@ -18,6 +18,7 @@ from stashpoint.stores.objects import (
     DeleteObject,
     GetLifecycle,
     GetObject,
+    GetObjectLock,
     HeadObject,
     KeyPage,
     ListKeys,
@@ -81,8 +82,8 @@ class MemoryTransport:
                     ]
                 case RestoreObject():
                     return RestoreState.NOT_ARCHIVED  # no archive tier here
-                case GetLifecycle():
-                    return None
+                case GetLifecycle() | GetObjectLock():
+                    return None  # no lifecycle, no Object Lock here
                 case ListKeys(prefix, token, page_size, start_after):
                     after = max(token or "", start_after or "")
                     keys = sorted(

@@ -40,6 +40,7 @@ from stashpoint.stores.objects import (
     DeleteObject,
     GetLifecycle,
     GetObject,
+    GetObjectLock,
     HeadObject,
     KeyPage,
     LifecycleRule,
@@ -47,6 +48,7 @@ from stashpoint.stores.objects import (
     ListVersions,
     Match,
     ObjectInfo,
+    ObjectLock,
     ObjectRequest,
     PutObject,
     RestoreObject,
@@ -279,6 +281,8 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             return (yield from _restore(request, bucket))
         case GetLifecycle():
             return (yield from _lifecycle(bucket))
+        case GetObjectLock():
+            return (yield from _object_lock(bucket))
     raise TypeError(f"S3 storage cannot execute {request!r}")
 
 
@@ -339,6 +343,25 @@ def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
             )
         )
     return rules
+
+
+def _object_lock(bucket: str) -> Steps[ObjectLock]:
+    try:
+        response = yield from ask(AwsCall("get_object_lock_configuration", {"Bucket": bucket}))
+    except Exception as exc:
+        if isinstance(exc, botocore.exceptions.ClientError):
+            code, _ = _error_code(exc)
+            if code == "ObjectLockConfigurationNotFoundError":
+                return ObjectLock(enabled=False)
+        raise _read_failed(exc, bucket) from exc
+    config = response.get("ObjectLockConfiguration") or {}
+    default = (config.get("Rule") or {}).get("DefaultRetention") or {}
+    return ObjectLock(
+        enabled=config.get("ObjectLockEnabled") == "Enabled",
+        mode=default.get("Mode"),
+        days=default.get("Days") or None,  # moto says 0 for the one not given
+        years=default.get("Years") or None,
+    )
 
 
 def _put_params(request: PutObject, settings: S3Settings) -> dict[str, Any]:

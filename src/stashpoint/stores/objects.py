@@ -295,9 +295,32 @@ class GetLifecycle(Request["list[LifecycleRule] | None"]):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectLock:
+    """A bucket's S3 Object Lock configuration, as far as stashpoint cares."""
+
+    enabled: bool
+    """Whether the bucket has Object Lock (set when the bucket is created, never undone)."""
+    mode: str | None = None
+    """The default retention's mode, `GOVERNANCE` or `COMPLIANCE` (None: no default)."""
+    days: int | None = None
+    """The default retention in days (or `years`)."""
+    years: int | None = None
+    """The default retention in years (or `days`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetObjectLock(Request["ObjectLock | None"]):
+    """Request: the bucket's Object Lock configuration.
+
+    Result: it (`enabled=False` for a bucket without), None where the backend has no
+    Object Lock (memory, local folder).
+    """
+
+
 ObjectRequest = (
     GetObject | HeadObject | PutObject | DeleteObject | ListVersions | ListKeys | RestoreObject
-    | GetLifecycle
+    | GetLifecycle | GetObjectLock
 )  # fmt: skip
 """Every request an object transport executes."""
 
