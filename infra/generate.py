@@ -168,8 +168,31 @@ def template() -> dict[str, Any]:
                 "Description": "Storage class of archived sealed segments (GLACIER and "
                 "DEEP_ARCHIVE must be restored before reading: stashpoint restore ID).",
             },
+            "ObjectLockMode": {
+                "Type": "String",
+                "Default": "NONE",
+                "AllowedValues": ["NONE", "GOVERNANCE", "COMPLIANCE"],
+                "Description": "S3 Object Lock for the bucket (only at creation, never undone): "
+                "NONE; or the mode of the default retention ObjectLockDays sets. Locked "
+                "versions cannot be deleted before their date, by stashpoint or anyone "
+                "(COMPLIANCE: not even by the root user). stashpoint doctor reports it.",
+            },
+            "ObjectLockDays": {
+                "Type": "Number",
+                "Default": 0,
+                "MinValue": 0,
+                "Description": "Days every new object version is retained by default when "
+                "ObjectLockMode is set; 0 enables Object Lock without a default retention.",
+            },
         },
         "Conditions": {
+            "UsesObjectLock": {"Fn::Not": [{"Fn::Equals": [{"Ref": "ObjectLockMode"}, "NONE"]}]},
+            "HasDefaultRetention": {
+                "Fn::And": [
+                    {"Condition": "UsesObjectLock"},
+                    {"Fn::Not": [{"Fn::Equals": [{"Ref": "ObjectLockDays"}, 0]}]},
+                ]
+            },
             "HasBucketName": {"Fn::Not": [{"Fn::Equals": [{"Ref": "BucketName"}, ""]}]},
             "HasTableName": {"Fn::Not": [{"Fn::Equals": [{"Ref": "TableName"}, ""]}]},
             "UseKms": {"Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]},
@@ -188,6 +211,24 @@ def template() -> dict[str, Any]:
                 "Properties": {
                     "BucketName": _if("HasBucketName", {"Ref": "BucketName"}, NO_VALUE),
                     "VersioningConfiguration": {"Status": "Enabled"},
+                    "ObjectLockEnabled": _if("UsesObjectLock", True, NO_VALUE),
+                    "ObjectLockConfiguration": _if(
+                        "UsesObjectLock",
+                        {
+                            "ObjectLockEnabled": "Enabled",
+                            "Rule": _if(
+                                "HasDefaultRetention",
+                                {
+                                    "DefaultRetention": {
+                                        "Mode": {"Ref": "ObjectLockMode"},
+                                        "Days": {"Ref": "ObjectLockDays"},
+                                    }
+                                },
+                                NO_VALUE,
+                            ),
+                        },
+                        NO_VALUE,
+                    ),
                     "LoggingConfiguration": _if(
                         "HasAccessLogs",
                         {

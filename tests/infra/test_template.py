@@ -160,4 +160,30 @@ def test_sealed_segments_archive_by_prefix_and_workers_may_restore_them() -> Non
     }
     assert "s3:RestoreObject" in statements["StashObjects"]["Action"]
     assert "s3:GetLifecycleConfiguration" in statements["ReadVersioningAndLifecycle"]["Action"]
-    assert "s3:GetBucketObjectLockConfiguration" in statements["ReadVersioningAndLifecycle"]["Action"]
+    assert (
+        "s3:GetBucketObjectLockConfiguration" in statements["ReadVersioningAndLifecycle"]["Action"]
+    )
+
+
+def test_object_lock_is_a_parameter_off_by_default() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("infra_branches", INFRA / "branches.py")
+    assert spec is not None and spec.loader is not None
+    branches = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(branches)
+    template = _generator().template()
+    assert template["Parameters"]["ObjectLockMode"]["Default"] == "NONE"
+    assert template["Parameters"]["ObjectLockMode"]["AllowedValues"] == [
+        "NONE", "GOVERNANCE", "COMPLIANCE",
+    ]  # fmt: skip
+    locked = branches.resolve(template, True)["Resources"]["CheckpointBucket"]["Properties"]
+    assert locked["ObjectLockEnabled"] is True
+    assert locked["ObjectLockConfiguration"] == {
+        "ObjectLockEnabled": "Enabled",
+        "Rule": {"DefaultRetention": {"Mode": {"Ref": "ObjectLockMode"},
+                                      "Days": {"Ref": "ObjectLockDays"}}},
+    }  # fmt: skip
+    plain = branches.resolve(template, False)["Resources"]["CheckpointBucket"]["Properties"]
+    assert "ObjectLockEnabled" not in plain and "ObjectLockConfiguration" not in plain
+    assert plain["VersioningConfiguration"] == {"Status": "Enabled"}  # Object Lock needs it
