@@ -314,15 +314,23 @@ def _restore(request: RestoreObject, bucket: str) -> Steps[RestoreState]:
     return RestoreState.STARTED
 
 
-def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
+def _bucket_setting(method: str, bucket: str, missing: str) -> Steps[dict[str, Any] | None]:
+    """Return a bucket configuration `method` reads, or None where S3 says it has none."""
     try:
-        response = yield from ask(AwsCall("get_bucket_lifecycle_configuration", {"Bucket": bucket}))
+        response: dict[str, Any] = yield from ask(AwsCall(method, {"Bucket": bucket}))
     except Exception as exc:
-        if isinstance(exc, botocore.exceptions.ClientError):
-            code, _ = _error_code(exc)
-            if code == "NoSuchLifecycleConfiguration":
-                return []
+        if isinstance(exc, botocore.exceptions.ClientError) and _error_code(exc)[0] == missing:
+            return None
         raise _read_failed(exc, bucket) from exc
+    return response
+
+
+def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
+    response = yield from _bucket_setting(
+        "get_bucket_lifecycle_configuration", bucket, "NoSuchLifecycleConfiguration"
+    )
+    if response is None:
+        return []
     rules = []
     for rule in response.get("Rules", []):
         found = rule.get("Filter") or {}
@@ -346,14 +354,11 @@ def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
 
 
 def _object_lock(bucket: str) -> Steps[ObjectLock]:
-    try:
-        response = yield from ask(AwsCall("get_object_lock_configuration", {"Bucket": bucket}))
-    except Exception as exc:
-        if isinstance(exc, botocore.exceptions.ClientError):
-            code, _ = _error_code(exc)
-            if code == "ObjectLockConfigurationNotFoundError":
-                return ObjectLock(enabled=False)
-        raise _read_failed(exc, bucket) from exc
+    response = yield from _bucket_setting(
+        "get_object_lock_configuration", bucket, "ObjectLockConfigurationNotFoundError"
+    )
+    if response is None:
+        return ObjectLock(enabled=False)
     config = response.get("ObjectLockConfiguration") or {}
     default = (config.get("Rule") or {}).get("DefaultRetention") or {}
     return ObjectLock(

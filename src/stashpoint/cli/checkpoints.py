@@ -177,7 +177,8 @@ def list_checkpoints(
 
     output = Output(as_json=as_json, wide=wide)
     with open_stash(url, existing=True) as stash:
-        agents = set(_agent_logs(stash).list_ids(prefix))
+        agent_logs = _agent_logs(stash)  # one store for the listing and every head
+        agents = set(agent_logs.list_ids(prefix))
         plain_logs = set(stash.logs.list_ids(prefix)) - agents
         envelopes = set(stash.checkpoints.list_ids(prefix)) - agents - plain_logs
         ids = sorted(agents | envelopes | plain_logs)
@@ -189,7 +190,7 @@ def list_checkpoints(
         for checkpoint_id in chosen:
             try:
                 if checkpoint_id in agents:
-                    item = _log_item(_agent_logs(stash).head(checkpoint_id), "agent")
+                    item = _log_item(agent_logs.head(checkpoint_id), "agent")
                 elif checkpoint_id in plain_logs:
                     item = _log_item(stash.logs.head(checkpoint_id), "log")
                 else:
