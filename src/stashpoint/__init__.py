@@ -28,6 +28,8 @@ from stashpoint.errors import (
     InvalidPayload,
     LimitExceeded,
     NondeterministicReplay,
+    Purged,
+    RetentionLocked,
     RunClaimed,
     RunNotFound,
     RunSuspended,
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from stashpoint.envelope import CheckpointInfo, Envelope
     from stashpoint.ids import new_id, validate_id
     from stashpoint.logs import AsyncLogStore, LogEntry, LogHead, LogStore
+    from stashpoint.purge import PurgeReceipt
     from stashpoint.retry import RetryPolicy
     from stashpoint.runs import (
         AsyncRunStore,
@@ -66,6 +69,7 @@ _LAZY = {
     **dict.fromkeys(("CheckpointInfo", "Envelope"), "stashpoint.envelope"),
     **dict.fromkeys(("new_id", "validate_id"), "stashpoint.ids"),
     "RetryPolicy": "stashpoint.retry",
+    "PurgeReceipt": "stashpoint.purge",
     **dict.fromkeys(("AttemptStatus", "RunStatus"), "stashpoint.status"),
     "Deadline": "stashpoint.deadline",
     **dict.fromkeys(("Retry", "Semantics"), "stashpoint.runs.durable"),
@@ -137,7 +141,10 @@ __all__ = [
     "LogStore",
     "OpenOptions",
     "Options",
+    "PurgeReceipt",
+    "Purged",
     "Retry",
+    "RetentionLocked",
     "RetryPolicy",
     "RunClaimed",
     "RunNotFound",

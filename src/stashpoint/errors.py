@@ -56,6 +56,10 @@ class ErrorKind(StrEnum):
     """A step failed as many times as its retry policy allows."""
     CLAIMED = "claimed"
     """Another live worker holds the run (its lease has not run out): leave it, or wait."""
+    PURGED = "purged"
+    """The object was purged: erased for good, its id refused to writers."""
+    RETENTION_LOCKED = "retention_locked"
+    """S3 Object Lock keeps an object (a retention or a legal hold): it cannot be erased."""
 
 
 def described(value: object) -> str:
@@ -90,6 +94,50 @@ class CheckpointNotFound(StashpointError):
     """No checkpoint (or revision) exists under the given id."""
 
     kind = ErrorKind.NOT_FOUND
+
+
+class Purged(CheckpointNotFound):
+    """The id was purged (`Stash.purge`): nothing of it can be read, and writes are refused.
+
+    A not-found (it subclasses `CheckpointNotFound`), with its own kind, so a reader that
+    treats a missing id as absent goes on working; `purge_id` names the erasure receipt.
+    Writes after a purge are refused so that nothing a writer that did not see the purge
+    sends survives unnoticed.
+    """
+
+    kind = ErrorKind.PURGED
+
+    def __init__(self, object_name: str, *, purge_id: str) -> None:
+        self.purge_id = purge_id
+        """The purge that erased it (`stashpoint receipts show PURGE_ID`)."""
+        super().__init__(
+            f"purged by {purge_id}: erased for good; writes to this id are refused",
+            object_name=object_name,
+        )
+
+
+class RetentionLocked(StashpointError):
+    """A purge found versions S3 Object Lock keeps; nothing was erased.
+
+    `locked` names each kept version with its retain-until date (None when a legal hold
+    alone keeps it).
+    """
+
+    kind = ErrorKind.RETENTION_LOCKED
+
+    def __init__(self, locked: list[tuple[str, str, datetime | None, bool]]) -> None:
+        self.locked = locked
+        """(key, version id, retain until, legal hold) of each kept version."""
+        shown = "; ".join(
+            f"{key} until {until.isoformat() if until else '-'}{' (legal hold)' if hold else ''}"
+            for key, _, until, hold in locked[:5]
+        )
+        more = f" and {len(locked) - 5} more" if len(locked) > 5 else ""
+        super().__init__(
+            f"refused: Object Lock keeps {len(locked)} version(s) ({shown}{more}); nothing "
+            "was erased",
+            object_name=locked[0][0] if locked else None,
+        )
 
 
 class CheckpointConflict(StashpointError):

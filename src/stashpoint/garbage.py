@@ -65,9 +65,14 @@ class GcReport:
     segments_sealed: int = 0
     """Segments written for complete ranges an interrupted append left unsealed (none in a
     dry run)."""
+    purges_resumed: int = 0
+    """Purges a crash had left open that this collection finished (none in a dry run)."""
+    open_purges: list[str] = field(default_factory=list)
+    """Purges still open afterwards (one under way elsewhere, or a dry run's)."""
 
 
-def _refs(value: Any, found: set[str]) -> None:
+def references(value: Any, found: set[str]) -> None:
+    """Add the digest of every blob `value` references (anywhere in it) to `found`."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -128,7 +133,7 @@ def collect_garbage(
             except StashpointError:
                 unreadable.append(key if version_id is None else f"{key}@{version_id}")
                 continue
-            _refs(envelope.payload, referenced)
+            references(envelope.payload, referenced)
     on_progress(Progress("heads", len(heads), len(heads)))
     log_count = sealed = 0
     listed: list[tuple[LogSteps, str]] = []
@@ -156,9 +161,9 @@ def collect_garbage(
             unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc}")
             continue
         for entry in entries:
-            _refs(entry.records, referenced)
+            references(entry.records, referenced)
             if history or entry is entries[-1]:
-                _refs(entry.state, referenced)
+                references(entry.state, referenced)
     on_progress(Progress("logs", log_count, len(listed)))
     # A dry run writes nothing, not even the clock probe: its report judges on this clock.
     now = datetime.now(UTC) if dry_run else (yield from storage_now(layout))

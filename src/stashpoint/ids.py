@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import re
 import threading
 import time
 
-from stashpoint.errors import InvalidId
+from stashpoint.errors import InvalidId, InvalidPayload, described
 
 MAX_ID_LENGTH = 255
 """Longest id: the longest file name common file systems allow (the local backend)."""
@@ -73,3 +74,36 @@ def new_id() -> str:
 def new_write_id() -> str:
     """Return a fresh random write id: 128 bits, 22 URL-safe characters."""
     return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+
+
+_SAFE_THREAD = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def thread_key(thread_id: str) -> str:
+    """Return the log id of a thread: the id itself when safe, else an escaped form.
+
+    Safe ids (letters, digits, `._-`) stay readable; anything else (a `/`, spaces, unicode,
+    a colon) becomes `:` + base32 of its UTF-8, and a very long one `:sha256-` + its hash.
+    `:` never appears in a safe id, so two thread ids never share a key (`t` vs `t/x`).
+    """
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidPayload(f"thread_id must be a non-empty str, not {described(thread_id)}")
+    if _SAFE_THREAD.fullmatch(thread_id) and thread_id not in (".", ".."):
+        return thread_id
+    encoded = base64.b32encode(thread_id.encode()).decode().rstrip("=").lower()
+    if len(encoded) <= 250:
+        return ":" + encoded
+    return ":sha256-" + hashlib.sha256(thread_id.encode()).hexdigest()
+
+
+def thread_id_of(key: str) -> str | None:
+    """Return the thread id a log id stands for; None for a hashed (very long) one."""
+    if not key.startswith(":"):
+        return key
+    if key.startswith(":sha256-"):
+        return None
+    encoded = key[1:].upper()
+    try:
+        return base64.b32decode(encoded + "=" * (-len(encoded) % 8)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None

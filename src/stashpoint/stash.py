@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold 
     from stashpoint.logs.log import LogSteps
     from stashpoint.logs.repair import LogRepair
     from stashpoint.logs.store import AsyncLogStore, LogStore
+    from stashpoint.purge import Purger, PurgeReceipt
     from stashpoint.runs.store import AsyncRunStore, RunStore
 
 StoreT = TypeVar("StoreT", Store, AsyncStore)
@@ -137,6 +138,8 @@ class _Backend:
     async_objects: Factory
     index: Factory | None
     async_index: Factory | None
+    identity: Callable[[], str | None] = lambda: None
+    """The caller's cloud identity for receipts (None: name the local user)."""
 
 
 def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -261,12 +264,15 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
 
         settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
         index, async_index = _index_factories(own.get("index"), None, own)
+        from stashpoint._backends.aws import caller_identity
+
         return _Backend(
             Layout(check_prefix(parsed.prefix, nested=own.get("nested_prefix") == "allow")),
             lambda: s3.s3_transport(settings),
             lambda: s3.async_s3_transport(settings),
             index,
             async_index,
+            lambda: caller_identity(settings),
         )
     raise ConfigurationError(f"unsupported scheme {parsed.scheme!r}")
 
@@ -310,6 +316,20 @@ class _Parts:
     def gc(
         self, dry_run: bool, min_age: timedelta, history: bool, on_progress: OnProgress
     ) -> Steps[GcReport]:
+        """Finish the purges a crash left open (idle past `min_age`), then collect."""
+        import dataclasses
+
+        purger = self.purger()
+        resumed = 0
+        if not dry_run:
+            resumed = len((yield from purger.resume_open(min_age)))
+        report = yield from self.collect(dry_run, min_age, history, on_progress)
+        still_open = [purge_id for purge_id, _ in (yield from purger.open_purges())]
+        return dataclasses.replace(report, purges_resumed=resumed, open_purges=still_open)
+
+    def collect(
+        self, dry_run: bool, min_age: timedelta, history: bool, on_progress: OnProgress
+    ) -> Steps[GcReport]:
         from stashpoint.garbage import collect_garbage
 
         return collect_garbage(
@@ -323,6 +343,35 @@ class _Parts:
             blob_logs=tuple(n.name for n in of_shape(Shape.LOGS) if n.references_blobs),
             on_progress=on_progress,
         )
+
+    def purger(self, blob_min_age: timedelta = timedelta(hours=1)) -> Purger:
+        from stashpoint.purge import Purger
+
+        def garbage() -> Steps[GcReport]:
+            return self.collect(True, blob_min_age, False, silent)
+
+        return Purger(
+            self.backend.layout,
+            self.codec,
+            self.logs,
+            self.cas,
+            garbage,
+            has_index=self.backend.index is not None,
+        )
+
+    def actor(self) -> str:
+        """Who the caller is, for receipts: the cloud identity, else `user@host`."""
+        import getpass
+        import socket
+
+        identity = self.backend.identity()
+        if identity:
+            return identity
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "unknown"
+        return f"{user}@{socket.gethostname()}"
 
     def repair_log(self, namespace: str, log_id: str, dry_run: bool) -> Steps[LogRepair]:
         from stashpoint.logs.repair import repair_log
@@ -438,6 +487,96 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         names (`agents`, `conversations`, `run-logs`, `logs`, `langgraph`).
         """
         return self._parts.repair_log(namespace, log_id, dry_run)
+
+    @operation
+    def purge(
+        self,
+        *,
+        checkpoint: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        thread: str | None = None,
+        conversation: tuple[str, str] | None = None,
+        log: str | None = None,
+        prefix: str | None = None,
+        namespace: str | None = None,
+        older_than: timedelta | None = None,
+        all_of_namespace: bool = False,
+        reusable: bool = False,
+        dry_run: bool = False,
+        actor: str | None = None,
+        blob_min_age: timedelta = timedelta(hours=1),
+    ) -> Steps[PurgeReceipt]:
+        """Erase for good every stored version of one id, or of every id a prefix selects.
+
+        One of: `checkpoint`, `agent` (an agent checkpoint), `run`, `thread` (a LangGraph
+        thread), `conversation` (its namespace and id), `log` (of `stash.logs`), or a
+        `prefix` of ids (in every namespace, or in `namespace`: `checkpoints`, `agents`,
+        `conversations`, `runs`, `threads`, `logs`), with `older_than` to take only ids
+        last written longer ago (a retention policy). An empty prefix needs
+        `all_of_namespace=True`.
+
+        Every version, delete marker, log entry, sealed segment, large value, index item
+        and the blobs only it referenced are removed; a tombstone and one payload-free
+        marker per log version stay, so the ids cannot be written again unnoticed (writes
+        get `Purged`; with `reusable`, a create starts the id afresh). Returns the erasure
+        receipt (`PurgeReceipt`), also stored under `purges/`: what was removed, by whom
+        (`actor`, default: the caller's STS identity or `user@host`), verified by a
+        listing. `dry_run` lists the plan and writes nothing. A blob only it referenced
+        that is younger than `blob_min_age` stays (a writer may be about to reference the
+        same content; `gc` takes it later). Raises `RetentionLocked`,
+        naming every version Object Lock keeps, before erasing anything; a crash leaves an
+        open purge that `resume_purges` (or `gc`) finishes.
+        """
+        from stashpoint.purge import selection
+
+        chosen = selection(
+            checkpoint=checkpoint, agent=agent, run=run, thread=thread,
+            conversation=conversation, log=log, prefix=prefix, namespace=namespace,
+            older_than=older_than, all_of_namespace=all_of_namespace,
+        )  # fmt: skip
+        return self._parts.purger(blob_min_age).purge(
+            chosen, actor=actor or self._parts.actor(), reusable=reusable, dry_run=dry_run
+        )
+
+    @operation
+    def purge_receipt(self, purge_id: str) -> Steps[PurgeReceipt]:
+        """Return the erasure receipt of a purge (`PurgeReceipt.purge_id`)."""
+        return self._parts.purger().receipt(purge_id)
+
+    @operation
+    def resume_purges(self, *, idle: timedelta = timedelta(0)) -> Steps[list[PurgeReceipt]]:
+        """Finish every purge a crash left open (its receipt idle for at least `idle`)."""
+        return self._parts.purger().resume_open(idle)
+
+    @operation
+    def legal_hold(
+        self,
+        on: bool,
+        *,
+        checkpoint: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        thread: str | None = None,
+        conversation: tuple[str, str] | None = None,
+        log: str | None = None,
+        prefix: str | None = None,
+        namespace: str | None = None,
+    ) -> Steps[int]:
+        """Set (`on`) or clear an S3 Object Lock legal hold on every version of an id.
+
+        The same ids as `purge`. A held version cannot be deleted until the hold is
+        cleared, so a purge of it is refused (`RetentionLocked`). Returns how many
+        versions were held or released. `ConfigurationError` without Object Lock.
+        """
+        from stashpoint.purge import selection
+
+        chosen = selection(
+            checkpoint=checkpoint, agent=agent, run=run, thread=thread,
+            conversation=conversation, log=log, prefix=prefix, namespace=namespace,
+            all_of_namespace=prefix == "",
+        )  # fmt: skip
+        return self._parts.purger().hold(chosen, on=on)
 
     @operation
     def doctor(self) -> Steps[list[Check]]:

@@ -15,8 +15,8 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 import stashpoint
 from stashpoint import CheckpointConflict, InvalidPayload
+from stashpoint.ids import thread_key
 from stashpoint.langgraph import LATEST_MARKER, StashpointSaver
-from stashpoint.langgraph.thread import thread_key
 from stashpoint.stores.objects import GetObject, ListKeys
 
 

@@ -309,3 +309,24 @@ class AsyncAwsTransport(_AwsTransportBase):
     async def close(self) -> None:
         """Close the client and its connection pool."""
         await self.client.close()
+
+
+def caller_identity(settings: AwsClientSettings) -> str | None:
+    """Return the caller's AWS identity (its ARN, from STS), None where it cannot be asked.
+
+    Not asked of a custom endpoint (MinIO, SeaweedFS, a test server): it has no STS, and
+    its credentials name no AWS principal. Any failure is None: the caller then names
+    the local user.
+    """
+    if settings.endpoint_url:
+        return None
+    try:
+        session = settings.session
+        if session is None:
+            import boto3
+
+            session = boto3.session.Session(profile_name=settings.profile_name)
+        kwargs = {"region_name": settings.region_name} if settings.region_name else {}
+        return str(session.client("sts", **kwargs).get_caller_identity()["Arn"])
+    except Exception:
+        return None

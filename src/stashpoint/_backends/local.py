@@ -56,13 +56,16 @@ from stashpoint.errors import (
 from stashpoint.stores.layout import NAMESPACES, is_namespace_name
 from stashpoint.stores.objects import (
     Create,
+    DeleteFailure,
     DeleteObject,
+    DeleteVersions,
     GetLifecycle,
     GetObject,
     GetObjectLock,
     HeadObject,
     KeyPage,
     ListKeys,
+    ListVersionPage,
     ListVersions,
     Match,
     ObjectInfo,
@@ -70,6 +73,9 @@ from stashpoint.stores.objects import (
     PutObject,
     RestoreObject,
     RestoreState,
+    SetLegalHold,
+    StoredVersion,
+    VersionPage,
     VersionRef,
     WriteOutcome,
     WriteResult,
@@ -201,6 +207,12 @@ class LocalTransport:
                         if lock_fd is not None:
                             self._settle_pending(lock_fd, key)
                         return self._versions(lock_fd, key)
+                case ListVersionPage(prefix, marker, page_size):
+                    return self._version_page(prefix, marker, page_size)
+                case DeleteVersions(targets):
+                    return self._delete_versions(targets)
+                case SetLegalHold():
+                    raise ConfigurationError("a local folder has no Object Lock")
                 case RestoreObject():
                     return RestoreState.NOT_ARCHIVED  # no archive tier here
                 case GetLifecycle() | GetObjectLock():
@@ -560,6 +572,67 @@ class LocalTransport:
                     _fsync_dir(head.parent)
             self._purge_if_gone(key)
         return WriteResult(WriteOutcome.STORED)
+
+    def _version_page(
+        self, prefix: str, marker: tuple[str, str] | None, page_size: int
+    ) -> VersionPage:
+        """List the versions of every key under `prefix`, a page of whole keys at a time.
+
+        Keys are found among the heads and among the versions folders (a key whose head is
+        deleted keeps its versions there). The marker names the last key listed.
+        """
+        keys: set[str] = set()
+        after = ""
+        while True:
+            heads = self._list(prefix, after, 100_000)
+            keys.update(heads.keys)
+            if heads.next_token is None:
+                break
+            after = heads.next_token
+        folder = prefix.rpartition("/")[0]
+        versions_root = self._safe(self.root / _VERSIONS)
+        start = self._safe(versions_root / folder) if folder else versions_root
+        for path, _, names in os.walk(start):  # never follows a symlinked folder
+            if any(n != _PENDING for n in names):
+                key = os.path.relpath(path, versions_root)
+                if key.startswith(prefix):
+                    keys.add(key)
+        listed: list[StoredVersion] = []
+        ordered = sorted(k for k in keys if marker is None or k > marker[0])
+        for index, key in enumerate(ordered):
+            if len(listed) >= page_size:
+                return VersionPage(listed, (ordered[index - 1], ""))
+            with self._locked(key, reading=True) as lock_fd:
+                if lock_fd is not None:
+                    self._settle_pending(lock_fd, key)
+                refs = self._versions(lock_fd, key)
+            for ref in refs:
+                size = 0
+                written = None
+                if not ref.is_delete_marker:
+                    with contextlib.suppress(OSError):
+                        size = os.stat(self._versions_dir(key) / ref.version_id).st_size
+                with contextlib.suppress(ValueError):
+                    written = datetime.fromtimestamp(
+                        int(ref.version_id.partition("-")[0]) / 1e9, UTC
+                    )
+                etag = None if ref.is_delete_marker else ref.version_id.partition("-")[2]
+                listed.append(
+                    StoredVersion(
+                        key, ref.version_id, ref.is_latest, ref.is_delete_marker, size, etag,
+                        written,
+                    )
+                )  # fmt: skip
+        return VersionPage(listed, None)
+
+    def _delete_versions(self, targets: tuple[tuple[str, str], ...]) -> list[DeleteFailure]:
+        failures: list[DeleteFailure] = []
+        for key, version_id in targets:
+            if "/" in version_id or version_id in ("", ".", "..", _PENDING):
+                failures.append(DeleteFailure(key, version_id, "InvalidVersionId"))
+                continue
+            self._delete_version(key, version_id)
+        return failures
 
     def _purge_if_gone(self, key: str) -> bool:
         """After the last version of a key is deleted for good, remove what was left for it.

@@ -12,16 +12,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stashpoint.errors import LimitExceeded
+from stashpoint.errors import ConfigurationError, LimitExceeded
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
+    DeleteVersions,
     GetLifecycle,
     GetObject,
     GetObjectLock,
     HeadObject,
     KeyPage,
     ListKeys,
+    ListVersionPage,
     ListVersions,
     Match,
     ObjectInfo,
@@ -29,6 +31,9 @@ from stashpoint.stores.objects import (
     PutObject,
     RestoreObject,
     RestoreState,
+    SetLegalHold,
+    StoredVersion,
+    VersionPage,
     VersionRef,
     WriteOutcome,
     WriteResult,
@@ -80,6 +85,17 @@ class MemoryTransport:
                         VersionRef(v.version_id, i == 0, v.body is None)
                         for i, v in enumerate(reversed(self._objects.get(key, [])))
                     ]
+                case ListVersionPage(prefix, marker, page_size):
+                    return self._version_page(prefix, marker, page_size)
+                case DeleteVersions(targets):
+                    for key, version_id in targets:
+                        versions = self._objects.get(key, [])
+                        self._objects[key] = [v for v in versions if v.version_id != version_id]
+                        if not self._objects[key]:
+                            del self._objects[key]
+                    return []
+                case SetLegalHold():
+                    raise ConfigurationError("memory storage has no Object Lock")
                 case RestoreObject():
                     return RestoreState.NOT_ARCHIVED  # no archive tier here
                 case GetLifecycle() | GetObjectLock():
@@ -105,6 +121,30 @@ class MemoryTransport:
 
     def close(self) -> None:
         """Nothing to release."""
+
+    def _version_page(
+        self, prefix: str, marker: tuple[str, str] | None, page_size: int
+    ) -> VersionPage:
+        listed = [
+            StoredVersion(
+                key,
+                v.version_id,
+                i == 0,
+                v.body is None,
+                len(v.body or b""),
+                v.etag or None,
+                v.written_at,
+            )
+            for key in sorted(k for k in self._objects if k.startswith(prefix))
+            for i, v in enumerate(reversed(self._objects[key]))
+        ]
+        if marker is not None:
+            at = next((i for i, v in enumerate(listed) if (v.key, v.version_id) == marker), None)
+            after = [v for v in listed if v.key > marker[0]]
+            listed = after if at is None else listed[at + 1 :]
+        page = listed[:page_size]
+        more = len(listed) > page_size
+        return VersionPage(page, (page[-1].key, page[-1].version_id) if more else None)
 
     def _current(self, key: str) -> _Version | None:
         versions = self._objects.get(key)

@@ -37,7 +37,9 @@ from stashpoint.errors import (
 from stashpoint.steps import Steps, ask
 from stashpoint.stores.objects import (
     Create,
+    DeleteFailure,
     DeleteObject,
+    DeleteVersions,
     GetLifecycle,
     GetObject,
     GetObjectLock,
@@ -45,6 +47,7 @@ from stashpoint.stores.objects import (
     KeyPage,
     LifecycleRule,
     ListKeys,
+    ListVersionPage,
     ListVersions,
     Match,
     ObjectInfo,
@@ -53,6 +56,9 @@ from stashpoint.stores.objects import (
     PutObject,
     RestoreObject,
     RestoreState,
+    SetLegalHold,
+    StoredVersion,
+    VersionPage,
     VersionRef,
     WriteOutcome,
     WriteResult,
@@ -240,6 +246,9 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
                 version_id=response.get("VersionId"),
                 last_modified=response.get("LastModified"),
                 size=response.get("ContentLength"),
+                retain_until=response.get("ObjectLockRetainUntilDate"),
+                lock_mode=response.get("ObjectLockMode"),
+                legal_hold=response.get("ObjectLockLegalHoldStatus") == "ON",
             )
         case PutObject():
             try:
@@ -277,6 +286,19 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             return KeyPage(keys, more or None, modified, sizes, etags)
         case ListVersions(key):
             return (yield from _list_versions(key, bucket))
+        case ListVersionPage(prefix, marker, page_size):
+            return (yield from _version_page(bucket, prefix, marker, page_size))
+        case DeleteVersions(targets):
+            return (yield from _delete_versions(bucket, targets))
+        case SetLegalHold(key, version_id, on):
+            params = {"Bucket": bucket, "Key": key, "LegalHold": {"Status": "ON" if on else "OFF"}}
+            if version_id is not None:
+                params["VersionId"] = version_id
+            try:
+                yield from ask(AwsCall("put_object_legal_hold", params))
+            except Exception as exc:
+                raise _read_failed(exc, key) from exc
+            return None
         case RestoreObject():
             return (yield from _restore(request, bucket))
         case GetLifecycle():
@@ -430,6 +452,66 @@ def _list_versions(key: str, bucket: str) -> Steps[list[VersionRef]]:
     order = {id(ref): i for i, (_, ref) in enumerate(entries)}
     entries.sort(key=lambda e: (e[0], -order[id(e[1])]), reverse=True)
     return [ref for _, ref in entries]
+
+
+def _version_page(
+    bucket: str, prefix: str, marker: tuple[str, str] | None, page_size: int
+) -> Steps[VersionPage]:
+    params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
+    if marker is not None:
+        params["KeyMarker"] = marker[0]
+        if marker[1]:
+            params["VersionIdMarker"] = marker[1]
+    try:
+        page = yield from ask(AwsCall("list_object_versions", params))
+    except Exception as exc:
+        raise _read_failed(exc, prefix) from exc
+    listed = [
+        StoredVersion(
+            str(item["Key"]),
+            str(item.get("VersionId") or "null"),
+            bool(item.get("IsLatest")),
+            False,
+            int(item.get("Size", 0)),
+            item.get("ETag"),
+            item.get("LastModified"),
+        )
+        for item in page.get("Versions", [])
+    ] + [
+        StoredVersion(
+            str(item["Key"]),
+            str(item.get("VersionId") or "null"),
+            bool(item.get("IsLatest")),
+            True,
+            0,
+            None,
+            item.get("LastModified"),
+        )
+        for item in page.get("DeleteMarkers", [])
+    ]
+    # Each kind comes newest first within a key: merge them by key, the latest first.
+    listed.sort(key=lambda v: (v.key, not v.is_latest))
+    if not page.get("IsTruncated") or not page.get("NextKeyMarker"):
+        return VersionPage(listed, None)
+    return VersionPage(
+        listed, (str(page["NextKeyMarker"]), str(page.get("NextVersionIdMarker") or ""))
+    )
+
+
+def _delete_versions(
+    bucket: str, targets: tuple[tuple[str, str], ...]
+) -> Steps[list[DeleteFailure]]:
+    objects = [{"Key": key, "VersionId": version_id} for key, version_id in targets]
+    params = {"Bucket": bucket, "Delete": {"Objects": objects, "Quiet": True}}
+    try:
+        response = yield from ask(AwsCall("delete_objects", params))
+    except Exception as exc:
+        raise _read_failed(exc, targets[0][0] if targets else bucket) from exc
+    return [
+        DeleteFailure(str(e.get("Key")), str(e.get("VersionId")), str(e.get("Code")))
+        for e in response.get("Errors", [])
+        if e.get("Code") not in ("NoSuchVersion", "NoSuchKey")  # gone already: deleted
+    ]
 
 
 def s3_transport(settings: S3Settings) -> AwsTransport:

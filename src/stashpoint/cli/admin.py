@@ -126,6 +126,11 @@ def gc(
         output.emit({"dry_run": dry_run, **dataclasses.asdict(report)})
     else:
         output.say(f"{report.logs} logs; {report.segments_sealed} segments sealed")
+        if report.purges_resumed or report.open_purges:
+            output.say(
+                f"{report.purges_resumed} open purge(s) finished; "
+                f"{len(report.open_purges)} still open"
+            )
         done = (
             f"would delete {len(report.unreferenced)}" if dry_run else f"deleted {report.deleted}"
         )

@@ -1,7 +1,8 @@
 """The `stashpoint` command: look around a stash, repair its index, check a deployment.
 
 The commands live by group: `checkpoints` (list, show, history, diff, export, restore),
-`runs`, `threads`, `agents` and `admin` (reindex, gc, repair, doctor, demo). Modules load
+`runs`, `threads`, `agents`, `admin` (reindex, gc, repair, doctor, demo) and `purges`
+(purge, receipts, hold). Modules load
 typer alone when they are imported; each command imports the library when it runs, so
 `--help` and `--version` stay quick (`bench/cli_startup_bench.py`).
 
@@ -19,7 +20,7 @@ import sys
 
 import typer
 
-from stashpoint.cli import admin, agents, checkpoints, runs, threads
+from stashpoint.cli import admin, agents, checkpoints, purges, runs, threads
 from stashpoint.cli.exits import HELP, USAGE, fail
 from stashpoint.cli.options import settings
 
@@ -37,6 +38,9 @@ app.registered_commands += admin.app.registered_commands
 app.add_typer(runs.app, name="runs")
 app.add_typer(threads.app, name="threads")
 app.add_typer(agents.app, name="agent")
+app.registered_commands += purges.app.registered_commands
+app.add_typer(purges.receipts, name="receipts")
+app.add_typer(purges.holds, name="hold")
 
 
 @app.callback()

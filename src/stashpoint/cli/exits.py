@@ -19,6 +19,7 @@ USAGE = 2
 
 EXIT_CODES = {
     ErrorKind.NOT_FOUND: 3,
+    ErrorKind.PURGED: 3,
     ErrorKind.CONFLICT: 4,
     ErrorKind.STORAGE_UNAVAILABLE: 5,
     ErrorKind.CONFIGURATION: 6,
@@ -44,6 +45,10 @@ HINTS = {
     ErrorKind.UNSAFE_STORAGE: "remove the symlink from the store folder",
     ErrorKind.INVALID_ARGUMENT: "check the command's arguments (--help)",
     ErrorKind.ARCHIVED: "restore it first: stashpoint restore ID (then run this again)",
+    ErrorKind.PURGED: "it was erased on purpose: stashpoint receipts show PURGE_ID says what "
+    "and by whom",
+    ErrorKind.RETENTION_LOCKED: "wait until the retain-until date, or clear the legal hold "
+    "(stashpoint hold clear ...); nothing was erased",
 }
 """What to do next, per error kind (an error may carry a better hint of its own)."""
 

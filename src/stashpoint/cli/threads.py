@@ -47,6 +47,7 @@ def threads_list(
     """
     import stashpoint
     from stashpoint.cli.output import Column, Output, when
+    from stashpoint.ids import thread_id_of
     from stashpoint.stores.layout import LANGGRAPH
     from stashpoint.url import without_credentials
 
@@ -70,7 +71,7 @@ def threads_list(
                 continue
             root = state.ns.get("")
             items.append({
-                "thread_id": thread.thread_id_of(key), "key": key, "deleted": state.deleted,
+                "thread_id": thread_id_of(key), "key": key, "deleted": state.deleted,
                 "latest_checkpoint_id": None if root is None else root.latest,
                 "namespaces": len(state.ns), "version": head.version,
                 "updated_at": head.written_at,

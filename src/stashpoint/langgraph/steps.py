@@ -19,10 +19,12 @@ from stashpoint.errors import (
     CheckpointNotFound,
     InvalidArgument,
     InvalidPayload,
+    Purged,
     StashpointError,
     described,
     whole,
 )
+from stashpoint.ids import thread_key
 from stashpoint.langgraph.thread import (
     LARGE_VALUE,
     LATEST_MARKER,
@@ -48,7 +50,6 @@ from stashpoint.langgraph.thread import (
     state_after_put,
     state_after_writes,
     state_of_model,
-    thread_key,
     unpack_bytes,
     versions_for_latest,
 )
@@ -759,9 +760,12 @@ class SaverSteps:
             return (yield from self.threads.append(key, known.log, [{"op": "delete"}], deleted))
 
         self.threads.forget(key)
-        head = yield from self.threads.update(
-            key, tombstone, write, initial=self._empty(thread_id), trust_cached=False
-        )
+        try:
+            head = yield from self.threads.update(
+                key, tombstone, write, initial=self._empty(thread_id), trust_cached=False
+            )
+        except Purged:
+            return  # erased already, more thoroughly than a deletion would
         if head is not None:
             yield from self.logs.vacate_below(key, head.version, reason="deleted")
             yield from self._drop_values(key, head.state.state.base)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -79,7 +78,6 @@ EARLY_CHECKPOINTS = 8
 """Checkpoints per namespace whose pending writes the state holds before their put lands
 (LangGraph's default `durability="async"` does not order a checkpoint's writes after it)."""
 _READABLE_DEPTH = 24
-_SAFE_THREAD = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 Serializer = Any
 """LangGraph's `SerializerProtocol` (`dumps_typed`, `loads_typed`)."""
@@ -111,36 +109,6 @@ def check_config(config: object, *, optional: bool = False, need_id: bool = Fals
             raise InvalidArgument(f"config's {name} must be a str, not {described(value)}")
     if need_id and not configurable.get("checkpoint_id"):
         raise InvalidArgument("config names no checkpoint_id: pending writes belong to one")
-
-
-def thread_key(thread_id: str) -> str:
-    """Return the log id of a thread: the id itself when safe, else an escaped form.
-
-    Safe ids (letters, digits, `._-`) stay readable; anything else (a `/`, spaces, unicode,
-    a colon) becomes `:` + base32 of its UTF-8, and a very long one `:sha256-` + its hash.
-    `:` never appears in a safe id, so two thread ids never share a key (`t` vs `t/x`).
-    """
-    if not isinstance(thread_id, str) or not thread_id:
-        raise InvalidPayload(f"thread_id must be a non-empty str, not {described(thread_id)}")
-    if _SAFE_THREAD.fullmatch(thread_id) and thread_id not in (".", ".."):
-        return thread_id
-    encoded = base64.b32encode(thread_id.encode()).decode().rstrip("=").lower()
-    if len(encoded) <= 250:
-        return ":" + encoded
-    return ":sha256-" + hashlib.sha256(thread_id.encode()).hexdigest()
-
-
-def thread_id_of(key: str) -> str | None:
-    """Return the thread id a log id stands for; None for a hashed (very long) one."""
-    if not key.startswith(":"):
-        return key
-    if key.startswith(":sha256-"):
-        return None
-    encoded = key[1:].upper()
-    try:
-        return base64.b32decode(encoded + "=" * (-len(encoded) % 8)).decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 # -- values ------------------------------------------------------------------------------------

@@ -66,8 +66,9 @@ _ENTRY_FIELDS = frozenset(
     {"version", "first_record", "write_id", "written_at", "kind", "schema_version", "state",
      "patch", "unset", "records", "prev", "base", "ended"}
 )  # fmt: skip
-REASONS = ("sealed", "rebased", "deleted")
-"""Why a version was vacated: a segment holds it, or it fell below a rebase or a deletion."""
+REASONS = ("sealed", "rebased", "deleted", "purged")
+"""Why a version was vacated: a segment holds it, or it fell below a rebase, a deletion or
+a purge (whose marker is all that is left of it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from stashpoint.errors import (
     InvalidId,
     InvalidPayload,
     LimitExceeded,
+    Purged,
     StashpointError,
     StorageUnavailable,
     UnsupportedFormat,
@@ -171,6 +172,16 @@ class LogHead:
     """A private copy of `state` as stored, which the next append patches against: the
     caller may change `state` in place before passing this head as `after`."""
 
+    @property
+    def purge_id(self) -> str | None:
+        """The purge whose tombstone this version is (None: not a purge's)."""
+        return purge_of(self.ended, self.extra)
+
+    @property
+    def refuses_writes(self) -> bool:
+        """Whether this version is a purge's tombstone that refuses every later write."""
+        return self.purge_id is not None and not self.extra.get(REUSABLE)
+
     @classmethod
     def of(cls, entry: LogEntry, *, handed_over: bool = False) -> LogHead:
         """Return the head whose latest version is `entry`.
@@ -192,6 +203,30 @@ class LogHead:
             ended=entry.ended,
             snapshot=entry.state if handed_over else copy.deepcopy(entry.state),
         )
+
+
+PURGED = "purged"
+"""Extra field of the version that ends a log for a purge: the purge's id."""
+REUSABLE = "reusable"
+"""Extra field of a purge's tombstone: whether the id may start a new life after it."""
+
+
+def purge_of(ended: bool, extra: dict[str, Any]) -> str | None:
+    """Return the purge id an ending version carries, None if it is not a purge's."""
+    purge_id = extra.get(PURGED) if ended else None
+    return purge_id if isinstance(purge_id, str) else None
+
+
+def ended_error(log_id: str, ended: LogEntry | LogHead) -> CheckpointNotFound:
+    """Return what reading a log whose latest version ended it raises.
+
+    A purge's tombstone (unless the purge let the id be reused) is `Purged`; a deletion
+    is a plain not-found.
+    """
+    purge_id = purge_of(ended.ended, ended.extra)
+    if purge_id is not None and not ended.extra.get(REUSABLE):
+        return Purged(log_id, purge_id=purge_id)
+    return CheckpointNotFound("the log was deleted", object_name=log_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,7 +515,7 @@ class LogSteps:
                 )
             if newest.ended:
                 if not ended:
-                    raise CheckpointNotFound("the log was deleted", object_name=log_id)
+                    raise ended_error(log_id, newest)
                 return [newest]
             base = newest.base
         entries: list[LogEntry] = []
@@ -538,7 +573,7 @@ class LogSteps:
         """
         head = yield from self.top(log_id)
         if head.ended:
-            raise CheckpointNotFound("the log was deleted", object_name=log_id)
+            raise ended_error(log_id, head)
         return head
 
     def top(self, log_id: str) -> Steps[LogHead]:
@@ -613,7 +648,7 @@ class LogSteps:
             base = None
             if isinstance(newest, LogEntry):
                 if newest.ended:
-                    raise CheckpointNotFound("the log was deleted", object_name=log_id)
+                    raise ended_error(log_id, newest)
                 base = newest.base
             last = listing.top if stop is None else stop
             if last is not None and start > last:
@@ -655,7 +690,7 @@ class LogSteps:
             newest = resolve(newest, UNKNOWN_STATE, name)
             head = LogHead.of(newest[-1])
             if head.ended:
-                raise CheckpointNotFound("the log was deleted", object_name=log_id)
+                raise ended_error(log_id, head)
             floor = max(0, head.next_record - records)
             if since is not None:
                 floor = max(floor, since(head))
@@ -738,6 +773,8 @@ class LogSteps:
             top = yield from self.top(log_id)
             if not top.ended:
                 raise
+            if top.refuses_writes:
+                raise ended_error(log_id, top) from None
         return (
             yield from self._append(
                 log_id, records, top, state, kind, schema_version, extra, handed_over=handed_over
@@ -757,6 +794,8 @@ class LogSteps:
         ends: bool = False,
         handed_over: bool = False,
     ) -> Steps[LogHead]:
+        if after is not None and after.refuses_writes:
+            raise ended_error(log_id, after)
         version = 0 if after is None else after.version + 1
         if version > MAX_REVISION:
             raise LimitExceeded("log version overflow", object_name=log_id)
@@ -768,6 +807,7 @@ class LogSteps:
             inherited is not None
             and inherited.snapshot is not _NO_SNAPSHOT
             and version % self.full_state_every
+            and not ends  # an ending version stores no patch: nothing of the state it ends
         ):
             change = make_patch(inherited.snapshot, state)
         now = yield from ask(Now())
@@ -847,11 +887,20 @@ class LogSteps:
             self._written.put(key, (entry, etag))
         return etag
 
-    def _conflict(self, log_id: str, version: int) -> Steps[CheckpointConflict]:
-        """Return the conflict of a lost append at `version`, naming the winner's head."""
+    def _conflict(self, log_id: str, version: int) -> Steps[StashpointError]:
+        """Return the conflict of a lost append at `version`, naming the winner's head.
+
+        A log a purge ended answers `Purged` instead: the writer is told it was erased.
+        """
         try:
             listing = yield from self.listing(log_id)
             top = listing.top
+            if top is not None and top >= version:
+                newest = yield from self.read_version(log_id, top)
+                if isinstance(newest, LogEntry) and newest.ended:
+                    ended = ended_error(log_id, newest)
+                    if isinstance(ended, Purged):
+                        return ended
         except StashpointError:
             top = None
         return CheckpointConflict(
@@ -976,7 +1025,7 @@ class LogSteps:
     def _vacate(
         self,
         log_id: str,
-        targets: Sequence[tuple[LogEntry | int, str]],
+        targets: Sequence[tuple[LogEntry | int, str | None]],
         *,
         reason: str,
         by: int,
@@ -993,13 +1042,14 @@ class LogSteps:
             key = self.keys.entry(log_id, version)
             marker = Vacated(log_id, version, write_id, reason, by)
             body = yield from self.codec.document_encoding(vacated_document(marker), name=key)
+            condition = Create() if etag is None else Match(etag)
             requests.append(
-                (PutObject(key, body, Match(etag)), self._vacate_read_back(log_id, key, etag))
+                (PutObject(key, body, condition), self._vacate_read_back(log_id, key, etag))
             )
         yield from writes.put_all(requests, self.retry, what="vacate")
         return len(requests)
 
-    def _vacate_read_back(self, log_id: str, key: str, etag: str) -> writes.ReadBack:
+    def _vacate_read_back(self, log_id: str, key: str, etag: str | None) -> writes.ReadBack:
         def read_back(tracker: WriteTracker) -> Steps[Verdict]:
             info = yield from ask(self._get(key))
             if info is None:
@@ -1111,6 +1161,59 @@ class LogSteps:
                     raise
                 yield Sleep(self.retry.delay(attempt))
         return (yield from self.vacate_below(log_id, head.version, reason="deleted"))
+
+    def end_for_purge(
+        self, log_id: str, purge_id: str, *, reusable: bool = False
+    ) -> Steps[LogHead | None]:
+        """Append the version that ends a log for a purge: its tombstone; return it.
+
+        Once there, every read of the log raises `Purged` and every append is refused
+        (unless `reusable`: then a create starts a new life, as after a deletion). A log
+        already ended by a purge keeps that tombstone. None: there is no log. A top that
+        cannot be read (damaged, or planted) is ended all the same, after its version:
+        a purge never depends on what it erases being readable.
+        """
+        log_id = check_log_id(log_id)
+        extra = {PURGED: purge_id, REUSABLE: reusable}
+        for attempt in range(1, self.retry.max_attempts + 1):
+            try:
+                head = yield from self.top(log_id)
+            except CheckpointNotFound:
+                return None
+            except (InvalidPayload, UnsupportedFormat):
+                listing = yield from self.listing(log_id, complete=True)
+                if listing.top is None:
+                    return None
+                now = yield from ask(Now())
+                head = LogHead(
+                    log_id, listing.top, 0, None, "stashpoint.log", 1, "unreadable", now,
+                    ended=True,
+                )  # fmt: skip
+            if head.purge_id is not None:
+                return head
+            try:
+                return (
+                    yield from self._append(
+                        log_id, [], head, None, head.kind, head.schema_version, extra,
+                        ends=True,
+                    )
+                )  # fmt: skip
+            except CheckpointConflict:
+                if attempt == self.retry.max_attempts:
+                    raise
+                yield Sleep(self.retry.delay(attempt))
+        raise AssertionError("unreachable")
+
+    def vacate(
+        self, log_id: str, targets: Sequence[tuple[int, str | None]], *, reason: str, by: int
+    ) -> Steps[int]:
+        """Write a vacated marker over each `(version, ETag)` judged; return how many.
+
+        Each marker is conditional on the ETag, so nothing but the object judged is ever
+        replaced; a key found empty is occupied again (keys are never freed). An ETag of
+        None creates the marker where no object is (a gap).
+        """
+        return (yield from self._vacate(log_id, list(targets), reason=reason, by=by))
 
     def restore(self, log_id: str, days: int, tier: str) -> Steps[RestoreReport]:
         """Ask for every archived sealed segment of a log to be restored for `days`.

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from stashpoint.cache import Lru
-from stashpoint.errors import CheckpointNotFound
+from stashpoint.errors import CheckpointNotFound, Purged
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Steps
@@ -137,10 +137,12 @@ class LoggedState(Generic[S]):
         """Read the log's head (never the cached one) and remember it.
 
         A log that does not exist (or was deleted) is `Known(initial(), None)`; `initial`
-        may raise instead (a run that must exist).
+        may raise instead (a run that must exist). A purged log raises `Purged`.
         """
         try:
             head = yield from self.logs.head(log_id)
+        except Purged:
+            raise  # erased: neither read as absent nor written again
         except CheckpointNotFound:
             return Known(initial(), None)
         known = self.known_of(head)

@@ -19,19 +19,21 @@ from typing import Any, TypeVar
 
 from stashpoint.cache import Lru
 from stashpoint.codec import Codec
-from stashpoint.envelope import LINEAGE_DEPTH, CheckpointInfo, Envelope
+from stashpoint.envelope import LINEAGE_DEPTH, MAX_REVISION, CheckpointInfo, Envelope, utc_now
 from stashpoint.errors import (
     ArchivedObject,
     CheckpointConflict,
     CheckpointNotFound,
     InvalidArgument,
     InvalidPayload,
+    Purged,
     StashpointError,
     StorageUnavailable,
+    UnsupportedFormat,
     described,
     whole,
 )
-from stashpoint.ids import validate_id, validate_prefix
+from stashpoint.ids import new_write_id, validate_id, validate_prefix
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
@@ -52,7 +54,7 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     check_restore,
 )
-from stashpoint.stores.writes import Landed, NotLanded, Refused, Verdict, WriteTracker
+from stashpoint.stores.writes import Landed, NotLanded, Refused, Rewrite, Verdict, WriteTracker
 
 META_KIND = "stashpoint-kind"
 """Object metadata: the envelope's kind."""
@@ -64,6 +66,21 @@ META_RUN_ID = "stashpoint-run-id"
 """Object metadata: the envelope's run id (absent when it has none)."""
 META_LINEAGE = "stashpoint-lineage"
 """Object metadata: write ids of the preceding revisions, newest first, joined by '.'."""
+META_PURGE = "stashpoint-purge"
+"""Object metadata of a purge's tombstone: the purge id (`;reusable` when the id may be
+created again)."""
+PURGED_KIND = "stashpoint.purged"
+"""Kind of the envelope a purge leaves in place of a head: it holds the purge id alone."""
+
+
+def purge_mark(envelope: Envelope) -> tuple[str, bool] | None:
+    """Return (purge id, reusable) of a purge's tombstone, None for any other envelope."""
+    if envelope.kind != PURGED_KIND or not isinstance(envelope.payload, dict):
+        return None
+    purge_id = envelope.payload.get("purge_id")
+    if not isinstance(purge_id, str):
+        return None
+    return purge_id, envelope.payload.get("reusable") is True
 
 
 def head_metadata(envelope: Envelope) -> dict[str, str]:
@@ -76,6 +93,9 @@ def head_metadata(envelope: Envelope) -> dict[str, str]:
     }
     if envelope.run_id is not None:
         metadata[META_RUN_ID] = envelope.run_id
+    mark = purge_mark(envelope)
+    if mark is not None:
+        metadata[META_PURGE] = mark[0] + (";reusable" if mark[1] else "")
     return metadata
 
 
@@ -99,6 +119,19 @@ class HeadFacts:
     """When the object was written, where the storage says."""
     envelope: Envelope | None = None
     """The decoded envelope, when the read returned the body."""
+    purge: tuple[str, bool] | None = None
+    """(purge id, reusable) when the head is a purge's tombstone."""
+
+    def purged_error(self, object_id: str) -> CheckpointNotFound | None:
+        """Return what reading (or writing) a tombstone raises; None for a live head.
+
+        A purge that let the id be reused reads as a plain deletion.
+        """
+        if self.purge is None:
+            return None
+        if self.purge[1]:
+            return CheckpointNotFound("no checkpoint with this id", object_name=object_id)
+        return Purged(object_id, purge_id=self.purge[0])
 
     def info(self, object_id: str) -> CheckpointInfo:
         """Return these facts as the public `CheckpointInfo` of `object_id`."""
@@ -131,6 +164,10 @@ def facts_from_metadata(info: ObjectInfo) -> HeadFacts | None:
     lineage = [w for w in metadata.get(META_LINEAGE, "").split(".") if w]
     pairs = {(revision, write_id)}
     pairs.update((revision - 1 - i, w) for i, w in enumerate(lineage))
+    purge = None
+    if kind == PURGED_KIND:
+        purge_id, _, reuse = metadata.get(META_PURGE, "unknown").partition(";")
+        purge = (purge_id, reuse == "reusable")
     return HeadFacts(
         etag=info.etag,
         revision=revision,
@@ -139,6 +176,7 @@ def facts_from_metadata(info: ObjectInfo) -> HeadFacts | None:
         run_id=metadata.get(META_RUN_ID) or None,
         stored_bytes=info.size,
         written_at=info.last_modified,
+        purge=purge,
     )
 
 
@@ -153,6 +191,7 @@ def facts_from_envelope(info: ObjectInfo, envelope: Envelope) -> HeadFacts:
         stored_bytes=info.size if info.size is not None else len(info.body or b""),
         written_at=info.last_modified,
         envelope=envelope,
+        purge=purge_mark(envelope),
     )
 
 
@@ -337,6 +376,9 @@ class CompareAndSwap:
                 raise
             envelope = None
         if envelope is not None:
+            purged = facts_from_envelope(info, envelope).purged_error(object_id)
+            if purged is not None:
+                raise purged  # erased: no revision of it is read, not even one left behind
             self.cache.remember(key, envelope.revision, info.etag)
             if revision is None or envelope.revision == revision:
                 return envelope
@@ -389,6 +431,9 @@ class CompareAndSwap:
             if etag is None:
                 facts = yield from self.read_head(key)
                 actual = None if facts is None else facts.revision
+                purged = None if facts is None else facts.purged_error(envelope.id)
+                if purged is not None:
+                    raise purged
                 if facts is None or facts.revision != expected_revision:
                     raise CheckpointConflict(
                         envelope.id, expected_revision=expected_revision, actual_revision=actual
@@ -400,6 +445,21 @@ class CompareAndSwap:
 
         def read_back(tracker: WriteTracker) -> Steps[Verdict]:
             facts = yield from self.read_head(key)
+            if facts is not None and facts.purge is not None and not facts.remembers(envelope):
+                self.cache.forget(key)
+                if facts.purge[1] and expected_revision is None:
+                    return Rewrite(Match(facts.etag))  # a reusable id: created again
+                purged = facts.purged_error(envelope.id)
+                assert purged is not None
+                return Refused(
+                    purged
+                    if not facts.purge[1]
+                    else CheckpointConflict(
+                        envelope.id,
+                        expected_revision=expected_revision,
+                        actual_revision=facts.revision,
+                    )
+                )
             verdict = judge_write(
                 facts, envelope, expected_revision, sent_etag, tracker.refused_for_sure
             )
@@ -530,6 +590,9 @@ class CompareAndSwap:
         facts = yield from self.read_head(key)
         if facts is None:
             raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
+        purged = facts.purged_error(object_id)
+        if purged is not None:
+            raise purged
         if facts.envelope is not None:
             _check_home(facts.envelope, key, object_id)
         return facts.info(object_id)
@@ -538,10 +601,26 @@ class CompareAndSwap:
         """Delete the head; with `expected_revision`, only if the head is still at it."""
         key = self.key(object_id)
         etag: str | None = None
-        if expected_revision is not None:
+        if expected_revision is None:
+            # A purge's tombstone keeps its key occupied (a freed key could be created
+            # again by a writer that never saw the purge): deleting it does nothing, and
+            # the delete is conditional on the head judged, so a purge's tombstone that
+            # lands meanwhile fails it.
+            try:
+                facts = yield from self.read_head(key)
+            except (InvalidPayload, UnsupportedFormat):
+                facts = None  # unreadable: deleted as it is (unconditionally)
+            if facts is not None and facts.purge is not None:
+                return
+            etag = None if facts is None else facts.etag
+        else:
             etag = self.cache.get(key, expected_revision)
             if etag is None:
                 facts = yield from self.read_head(key)
+                if facts is not None and facts.purge is not None:
+                    raise facts.purged_error(object_id) or CheckpointNotFound(
+                        "no checkpoint with this id", object_name=object_id
+                    )
                 if facts is None or facts.revision != expected_revision:
                     raise CheckpointConflict(
                         object_id,
@@ -560,12 +639,84 @@ class CompareAndSwap:
             facts = yield from self.read_head(key)
             if facts is None:
                 return  # gone: ours landed, or someone else's delete did the same
+            if facts.purge is not None:
+                return  # purged meanwhile: erased already, and its tombstone stays
+            if etag is not None and facts.etag != etag and expected_revision is None:
+                etag = facts.etag  # saved meanwhile: an unconditional delete takes the new head
+                continue
             if etag is not None and facts.etag != etag:
                 raise CheckpointConflict(
                     object_id, expected_revision=expected_revision, actual_revision=facts.revision
                 )
             yield Sleep(self.retry.delay(attempt))
         raise StorageUnavailable("delete did not complete", object_name=object_id)
+
+    def end_for_purge(
+        self, object_id: str, purge_id: str, *, reusable: bool = False
+    ) -> Steps[None]:
+        """Put a purge's tombstone in place of the head; older revisions stay to be swept.
+
+        Once it is there, every load, history and describe raises `Purged`, and every
+        save (a stale If-Match, a create) is refused with it; the key stays occupied, so
+        nothing a writer that never saw the purge sends can land. A head that cannot be
+        decoded is replaced all the same (judged by its ETag alone); an id with no head
+        (deleted, its revisions kept) gets the tombstone by a create. An id already purged
+        keeps its tombstone.
+        """
+        key = self.key(object_id)
+        for attempt in range(1, self.retry.max_attempts + 1):
+            try:
+                facts = yield from self.read_head(key)
+                found = None if facts is None else facts.etag
+            except (InvalidPayload, UnsupportedFormat):
+                facts = None
+                raw = yield from ask(HeadObject(key))
+                found = None if raw is None else raw.etag
+            if facts is not None and facts.purge is not None:
+                break
+            now = utc_now()
+            tombstone = Envelope(
+                id=object_id,
+                kind=PURGED_KIND,
+                schema_version=1,
+                revision=0 if facts is None else min(facts.revision + 1, MAX_REVISION),
+                write_id=new_write_id(),
+                created_at=now,
+                updated_at=now,
+                payload={"purge_id": purge_id, "reusable": reusable},
+            )
+            body = yield from self.codec.encoding(tombstone)
+            condition: Create | Match = Create() if found is None else Match(found)
+
+            def read_back(tracker: WriteTracker, found: str | None = found) -> Steps[Verdict]:
+                now_there = yield from self.read_head(key)
+                if now_there is not None and now_there.purge is not None:
+                    return Landed(now_there.etag)  # ours, or another purge's: as good
+                if (None if now_there is None else now_there.etag) == found:
+                    return NotLanded()
+                return Refused(
+                    CheckpointConflict(
+                        object_id,
+                        expected_revision=None,
+                        actual_revision=None if now_there is None else now_there.revision,
+                        message="the head changed under the purge's tombstone",
+                    )
+                )
+
+            try:
+                yield from writes.put(
+                    PutObject(key, body, condition, head_metadata(tombstone)),
+                    read_back,
+                    self.retry,
+                    what="purge tombstone",
+                    name=object_id,
+                )
+                break
+            except CheckpointConflict:
+                if attempt == self.retry.max_attempts:
+                    raise
+                yield Sleep(self.retry.delay(attempt))
+        self.cache.forget(key)
 
     def history(self, object_id: str, limit: int | None = None) -> Steps[list[Envelope]]:
         """Return older revisions of a head, newest first (the head itself excluded).
@@ -585,6 +736,9 @@ class CompareAndSwap:
                 facts = yield from self.read_head(key)
             except StashpointError:
                 facts = None  # an unreadable head: its revision is unknown
+            purged = None if facts is None else facts.purged_error(object_id)
+            if purged is not None:
+                raise purged  # a purge under way: what it has not erased yet is not read
             later = None if facts is None else facts.revision
         envelopes: list[Envelope] = []
         for version in versions:

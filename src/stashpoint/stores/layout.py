@@ -8,6 +8,7 @@ S3 and the local folder alike:
     {prefix}/blobs/{sha256}                         content-addressed large value
     {prefix}/langgraph-values/{thread}/{name}       a LangGraph thread's large values
     {prefix}/quarantine/{key}.{etag}                what a log repair moved aside
+    {prefix}/purges/{purge_id}/{v:020d}             an erasure receipt (a log)
 
 Every namespace is declared here, once, with its shape: what kind of objects it holds and
 how they are written. Maintenance (`gc`), export and purge walk this registry, so a new
@@ -52,6 +53,11 @@ class Namespace:
     writer and reader of the namespace must agree)."""
     references_blobs: bool = False
     """Whether its objects may reference blobs (so `gc` reads them for references)."""
+    erasable: bool = True
+    """Whether it holds what users store, by id (a purge of a prefix walks it)."""
+    values: str | None = None
+    """Logs only: the namespace holding each log's large values, by log id
+    (`{values}/{log_id}/...`), erased with the log."""
 
 
 CHECKPOINTS = "checkpoints"
@@ -76,6 +82,8 @@ LANGGRAPH_VALUES = "langgraph-values"
 """Namespace of LangGraph threads' large values and list snapshots."""
 QUARANTINE = "quarantine"
 """Namespace of the objects `repair_log` moved from above a log's gap (by original key)."""
+PURGES = "purges"
+"""Log namespace of erasure receipts (one log per purge: its plan, progress and result)."""
 
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
@@ -89,9 +97,11 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(RUN_LOGS, Shape.LOGS, references_blobs=True),
         Namespace(LOGS, Shape.LOGS),
         # A thread's state is small and read on every get: every entry stands alone.
-        Namespace(LANGGRAPH, Shape.LOGS, full_state_every=1),
+        Namespace(LANGGRAPH, Shape.LOGS, full_state_every=1, values=LANGGRAPH_VALUES),
         Namespace(LANGGRAPH_VALUES, Shape.CONTENT),
         Namespace(QUARANTINE, Shape.QUARANTINE),
+        # Receipts hold ids and version ids, no payload: kept when what they name is erased.
+        Namespace(PURGES, Shape.LOGS, full_state_every=1, erasable=False),
     )
 }
 """Every namespace of the layout, by name."""

@@ -50,6 +50,13 @@ class ObjectInfo:
     """When the object was written, where the backend says."""
     size: int | None = None
     """Stored size in bytes, where the backend says without the body."""
+    retain_until: datetime | None = None
+    """S3 Object Lock: the version may not be deleted before this moment (None: no
+    retention, or the backend has no Object Lock)."""
+    lock_mode: str | None = None
+    """S3 Object Lock: the retention's mode, `GOVERNANCE` or `COMPLIANCE`."""
+    legal_hold: bool = False
+    """S3 Object Lock: whether a legal hold keeps the version (until it is cleared)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,9 +325,97 @@ class GetObjectLock(Request["ObjectLock | None"]):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class StoredVersion:
+    """One stored version of some key under a prefix (`ListVersionPage`)."""
+
+    key: str
+    """The object key."""
+    version_id: str
+    """The version's id (S3 says `null` for an object written while versioning was off)."""
+    is_latest: bool
+    """Whether it is the key's current version."""
+    is_delete_marker: bool = False
+    """Whether it records a deletion (it holds no bytes)."""
+    size: int = 0
+    """Stored bytes (0 for a delete marker)."""
+    etag: str | None = None
+    """The version's ETag, where the listing says."""
+    last_modified: datetime | None = None
+    """When it was written, where the listing says."""
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPage:
+    """One page of a versions listing."""
+
+    versions: list[StoredVersion]
+    """Versions on this page, by key ascending, each key's newest first."""
+    next_marker: tuple[str, str] | None
+    """(key, version id) to continue after, None on the last page."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListVersionPage(Request["VersionPage"]):
+    """Request: one page of every stored version (and delete marker) under a prefix.
+
+    Result: `VersionPage`. Where storage keeps no versions, each object is its one version.
+    """
+
+    prefix: str
+    """Key prefix."""
+    marker: tuple[str, str] | None = None
+    """The previous page's `next_marker`."""
+    page_size: int = 1000
+    """Largest page wanted."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteFailure:
+    """One version a `DeleteVersions` could not delete."""
+
+    key: str
+    """The object key."""
+    version_id: str
+    """The version."""
+    code: str
+    """Storage's error code (`AccessDenied` for a version a retention or legal hold keeps)."""
+
+
+MAX_DELETE_BATCH = 1000
+"""Most versions one `DeleteVersions` request names (S3 DeleteObjects' limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteVersions(Request["list[DeleteFailure]"]):
+    """Request: delete stored versions for good, up to `MAX_DELETE_BATCH` in one request.
+
+    Result: the versions that could not be deleted (empty: all gone). Deleting a version
+    that is gone already succeeds, so a repeat of the request is harmless.
+    """
+
+    targets: tuple[tuple[str, str], ...]
+    """(key, version id) of each version."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetLegalHold(Request["None"]):
+    """Request: set or clear an S3 Object Lock legal hold on one version.
+
+    Raises `ConfigurationError` where storage has no Object Lock (memory, local folder).
+    """
+
+    key: str
+    """The object key."""
+    version_id: str | None
+    """The version (None: the current one)."""
+    on: bool
+    """Set (True) or clear (False)."""
+
+
 ObjectRequest = (
     GetObject | HeadObject | PutObject | DeleteObject | ListVersions | ListKeys | RestoreObject
-    | GetLifecycle | GetObjectLock
+    | GetLifecycle | GetObjectLock | ListVersionPage | DeleteVersions | SetLegalHold
 )  # fmt: skip
 """Every request an object transport executes."""
 

@@ -1,0 +1,823 @@
+"""Purge: erase ids for good, every stored version, and write an erasure receipt.
+
+On a versioned bucket a DELETE only adds a delete marker; every version stays readable to
+anyone who asks for it by id. A purge removes every version of everything an id owns: a
+head's revisions, a log's entries, its sealed segments, its large values, what a repair
+quarantined, its index items and the blobs nothing else references. In this order, each
+step resumable because each one lists what is left:
+
+1. **Receipt opened.** A log in the `purges` namespace (one per purge: the one log-backed
+   state), created with the plan: the targets, who asked (`actor`), when.
+2. **Tombstone.** Each target gets one that every reader and writer meets: a log's last
+   version ends it with the purge's id (`LogSteps.end_for_purge`), a head is replaced by a
+   `stashpoint.purged` envelope (`CompareAndSwap.end_for_purge`). From then on a read is
+   `Purged` (a not-found with its own kind), never a shorter transcript presented as
+   whole, and a write is refused with it.
+3. **Sweep.** Every version under the target's prefixes is listed; what is doomed is first
+   written into the receipt (the intent: key, version id, bytes), then deleted in batches
+   of up to 1,000 (`DeleteVersions`). A log's entries below the tombstone keep one small
+   marker each, with no payload: a key is never freed, so a writer holding a stale head
+   (a zombie worker, a Lambda that never saw the purge) finds its version occupied and is
+   told `Purged`; nothing it sends lands where no reader looks. The sweep lists again
+   until a listing finds nothing to remove: that last listing is the verification.
+4. **Index and blobs.** A run's index items are deleted (and read again). A blob that
+   what was purged referenced goes when no other head or log references it (the garbage
+   collector's walk, `garbage.collect_garbage`) and it is older than the blob age bound.
+5. **Receipt closed**, with the counts and `verified`.
+
+A crash anywhere leaves an open receipt: `Stash.resume_purges` (and `stashpoint purge
+--resume`, and `gc`) carry it on from its last state; the intents written before each
+batch make the finished receipt list every version removed, whichever process removed it.
+
+The receipt holds ids, keys, version ids, sizes and times, never a payload.
+
+Object Lock: on a bucket with Object Lock, every version is read for its retention and
+legal hold first; anything kept refuses the whole purge (`RetentionLocked`, naming each
+version and its retain-until date) before anything is written.
+
+Free of I/O, like every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from stashpoint import tracing
+from stashpoint.agent.logic import conversation_key
+from stashpoint.codec import Codec
+from stashpoint.errors import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    ConfigurationError,
+    InvalidArgument,
+    RetentionLocked,
+    StashpointError,
+    StorageUnavailable,
+    described,
+)
+from stashpoint.garbage import GcReport, references
+from stashpoint.ids import new_id, thread_key, validate_id, validate_prefix
+from stashpoint.index.requests import DeleteItem, GetPartition
+from stashpoint.logs.format import parse_entry_name
+from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.runs.indexing import run_pk
+from stashpoint.steps import Now, Parallel, Steps, ask
+from stashpoint.stores.cas import CompareAndSwap
+from stashpoint.stores.layout import (
+    AGENTS,
+    BLOBS,
+    CHECKPOINTS,
+    CONVERSATIONS,
+    LANGGRAPH,
+    LOGS,
+    NAMESPACES,
+    PURGES,
+    QUARANTINE,
+    RUN_LOGS,
+    Layout,
+    Shape,
+)
+from stashpoint.stores.objects import (
+    MAX_DELETE_BATCH,
+    DeleteVersions,
+    GetObject,
+    GetObjectLock,
+    HeadObject,
+    ListVersionPage,
+    SetLegalHold,
+    StoredVersion,
+)
+
+NAMESPACE_NAMES = {
+    "checkpoints": CHECKPOINTS,
+    "agents": AGENTS,
+    "conversations": CONVERSATIONS,
+    "runs": RUN_LOGS,
+    "run-logs": RUN_LOGS,
+    "logs": LOGS,
+    "langgraph": LANGGRAPH,
+    "threads": LANGGRAPH,
+}
+"""The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
+RECEIPT_KIND = "stashpoint.purge"
+"""Kind of a receipt log's entries."""
+_ROUNDS = 4
+"""Listings one target's sweep makes at most before it gives up (objects kept appearing)."""
+_PARALLEL = 256
+"""Requests sent in one `Parallel` (the driver keeps 16 in flight)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One id a purge erases: a head or a log, by namespace."""
+
+    namespace: str
+    """The namespace (`checkpoints`, `agents`, `run-logs`, `langgraph`, ...)."""
+    object_id: str
+    """The id in it (a LangGraph thread's log id, a conversation's key)."""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.object_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedVersion:
+    """One stored version a purge removed (or, in a dry run, would remove)."""
+
+    key: str
+    """The object key."""
+    version_id: str
+    """The version's id (`null` where the bucket keeps no versions)."""
+    bytes: int
+    """Its stored size."""
+
+
+@dataclass(frozen=True)
+class PurgeReceipt:
+    """What a purge erased: ids, keys, version ids, sizes and times, never a payload."""
+
+    purge_id: str
+    """The purge (the receipt's id: `stashpoint receipts show PURGE_ID`)."""
+    status: str
+    """`complete`, `in_progress` (a crash or a failure left it: resume it) or `dry_run`."""
+    actor: str
+    """Who asked: the caller's identity (STS on AWS, `user@host` elsewhere)."""
+    started_at: datetime
+    """When the purge started (its receipt was opened)."""
+    finished_at: datetime | None
+    """When it finished (None until then)."""
+    selector: dict[str, Any]
+    """What the caller asked to purge (the arguments, as given)."""
+    targets: list[Target]
+    """Every id erased."""
+    removed: list[RemovedVersion]
+    """Every version removed (a dry run: every version that would be)."""
+    index_items: int = 0
+    """Index items deleted (runs)."""
+    blobs: list[str] = field(default_factory=list)
+    """Blobs removed (their digests)."""
+    kept_blobs: list[str] = field(default_factory=list)
+    """Blobs what was purged referenced that stay: another head or log references them,
+    a writer may be about to (too young), or some head cannot be read."""
+    kept: int = 0
+    """Versions left in place: one tombstone per id and one marker per log version (no
+    payload: ids and write ids alone), so no key is ever freed."""
+    verified: bool = False
+    """Whether a listing after the last deletion found nothing left to remove."""
+    reusable: bool = False
+    """Whether the ids may be created again (else writes to them are refused)."""
+    unreadable: list[str] = field(default_factory=list)
+    """Erased objects that could not be decoded, so their blob references are unknown."""
+
+    @property
+    def objects(self) -> int:
+        """How many versions were removed."""
+        return len(self.removed)
+
+    @property
+    def bytes(self) -> int:
+        """How many stored bytes were removed."""
+        return sum(v.bytes for v in self.removed)
+
+
+@dataclass
+class _State:
+    """A receipt's state as its log stores it (every entry stores it whole)."""
+
+    purge_id: str
+    actor: str
+    started_at: str
+    selector: dict[str, Any]
+    targets: list[list[str]]
+    reusable: bool
+    swept: list[int] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+    index_items: int = 0
+    blobs: list[str] = field(default_factory=list)
+    kept_blobs: list[str] = field(default_factory=list)
+    kept: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    status: str = "in_progress"
+    verified: bool = False
+    finished_at: str | None = None
+
+    def document(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def parse(cls, document: Any, name: str) -> _State:
+        try:
+            return cls(**document)
+        except TypeError as exc:
+            raise InvalidArgument(f"not a purge receipt ({exc})", object_name=name) from None
+
+    def target_list(self) -> list[Target]:
+        return [Target(ns, object_id) for ns, object_id in self.targets]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one purge erases: ids named by the caller, or every id a prefix selects."""
+
+    targets: tuple[Target, ...] = ()
+    """Ids named one by one."""
+    prefix: str | None = None
+    """Every id starting with it (in `namespaces`), when ids are not named."""
+    namespaces: tuple[str, ...] = ()
+    """The namespaces a prefix is looked for in."""
+    older_than: timedelta | None = None
+    """Only ids last written longer ago than this."""
+    asked: dict[str, Any] = field(default_factory=dict)
+    """The arguments as given, for the receipt."""
+
+
+def selection(
+    *,
+    checkpoint: str | None = None,
+    agent: str | None = None,
+    run: str | None = None,
+    thread: str | None = None,
+    conversation: tuple[str, str] | None = None,
+    log: str | None = None,
+    prefix: str | None = None,
+    namespace: str | None = None,
+    older_than: timedelta | None = None,
+    all_of_namespace: bool = False,
+) -> Selection:
+    """Check a purge's arguments and say what it erases; `InvalidArgument` before any I/O.
+
+    Exactly one id (`checkpoint`, `agent`, `run`, `thread`, `conversation` as its
+    (namespace, id), `log`) or a `prefix` (of ids: no `/`, no `..`), optionally within
+    one `namespace`. An empty prefix selects everything: refused unless `older_than`
+    bounds it or `all_of_namespace` says so, so no slip ever erases a whole stash.
+    """
+    named = {
+        name: value
+        for name, value in (
+            ("checkpoint", checkpoint), ("agent", agent), ("run", run), ("thread", thread),
+            ("conversation", conversation), ("log", log),
+        )
+        if value is not None
+    }  # fmt: skip
+    asked: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in named.items()}
+    for argument, given in (("prefix", prefix), ("namespace", namespace)):
+        if given is not None:
+            asked[argument] = given
+    if older_than is not None:
+        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+            raise InvalidArgument(
+                f"older_than must be a positive timedelta, not {described(older_than)}"
+            )
+        asked["older_than_seconds"] = older_than.total_seconds()
+    if all_of_namespace:
+        asked["all_of_namespace"] = True
+    if len(named) > 1 or (named and (prefix is not None or older_than is not None)):
+        raise InvalidArgument(
+            "purge one thing at a time: one id (checkpoint, agent, run, thread, "
+            "conversation, log) or a prefix"
+        )
+    if named:
+        if namespace is not None or all_of_namespace:
+            raise InvalidArgument("namespace and all_of_namespace go with a prefix, not an id")
+        ((which, value),) = named.items()
+        return Selection(targets=(_target(which, value),), asked=asked)
+    if prefix is None and older_than is None and not all_of_namespace:
+        raise InvalidArgument("say what to purge: an id, a prefix, or older_than")
+    prefix = validate_prefix("" if prefix is None else prefix)
+    if prefix == "" and older_than is None and not all_of_namespace:
+        raise InvalidArgument(
+            "an empty prefix selects every id: pass all_of_namespace=True "
+            "(--all-of-namespace) to purge them all, or a prefix, or older_than"
+        )
+    if namespace is None:
+        namespaces = tuple(
+            n.name for n in NAMESPACES.values()
+            if n.erasable and n.shape in (Shape.HEADS, Shape.LOGS)
+        )  # fmt: skip
+    elif namespace in NAMESPACE_NAMES:
+        namespaces = (NAMESPACE_NAMES[namespace],)
+    else:
+        raise InvalidArgument(
+            f"unknown namespace {described(namespace)}: use one of "
+            f"{', '.join(sorted(NAMESPACE_NAMES))}"
+        )
+    return Selection(prefix=prefix, namespaces=namespaces, older_than=older_than, asked=asked)
+
+
+def _target(name: str, value: Any) -> Target:
+    if name == "conversation":
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise InvalidArgument(
+                f"conversation must be its (namespace, conversation id), not {described(value)}"
+            )
+        return Target(CONVERSATIONS, conversation_key(*value))
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a str, not {described(value)}")
+    if name == "thread":
+        return Target(LANGGRAPH, thread_key(value))
+    namespace = {"checkpoint": CHECKPOINTS, "agent": AGENTS, "run": RUN_LOGS, "log": LOGS}[name]
+    return Target(namespace, validate_id(value, what=f"{name} id"))
+
+
+Garbage = Callable[[], Steps[GcReport]]
+"""Returns a dry-run garbage collection: which blobs nothing references any more."""
+
+
+class Purger:
+    """The purge engine: tombstones, sweeps and receipts, as steps."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        codec: Codec,
+        logs: Callable[[str], LogSteps],
+        heads: Callable[[str], CompareAndSwap],
+        garbage: Garbage,
+        *,
+        has_index: bool,
+    ) -> None:
+        self.layout = layout
+        """Where the stash's objects live."""
+        self.codec = codec
+        """Decodes what is erased, for the blobs it references."""
+        self.logs = logs
+        """Makes the log steps of a log namespace (with the stash's settings)."""
+        self.heads = heads
+        """Makes the compare-and-swap steps of a head namespace."""
+        self.garbage = garbage
+        """Judges which blobs nothing references any more (old enough to go)."""
+        self.has_index = has_index
+        """Whether the stash has a run index whose items a run's purge deletes."""
+        self.receipts = logs(PURGES)
+        """The receipts' logs."""
+
+    # -- choosing what to purge -----------------------------------------------------------
+
+    def select(
+        self, prefix: str, namespaces: Sequence[str], older_than: datetime | None
+    ) -> Steps[list[Target]]:
+        """Return every id starting with `prefix` in `namespaces`, namespace by namespace.
+
+        With `older_than`, only ids last written before it (a log's newest entry, a head's
+        storage time).
+        """
+        targets: list[Target] = []
+        for name in namespaces:
+            namespace = NAMESPACES[name]
+            if namespace.shape is Shape.HEADS:
+                cas = self.heads(name)
+                for object_id in (yield from cas.list_ids(prefix)):
+                    try:
+                        facts = yield from cas.read_head(cas.key(object_id))
+                    except StashpointError:
+                        facts = None  # unreadable: erased by a prefix, never by age
+                        if older_than is None:
+                            targets.append(Target(name, object_id))
+                        continue
+                    if facts is None or facts.purge is not None:
+                        continue  # gone, or purged already
+                    written = facts.written_at
+                    if older_than is not None and (written is None or written >= older_than):
+                        continue
+                    targets.append(Target(name, object_id))
+            elif namespace.shape is Shape.LOGS:
+                logs = self.logs(name)
+                for log_id in (yield from logs.list_ids(prefix)):
+                    try:
+                        top = yield from logs.top(log_id)
+                    except StashpointError:
+                        if older_than is None:
+                            targets.append(Target(name, log_id))  # unreadable: erased all the same
+                        continue  # its age is unknown: never purged by age
+                    if top.purge_id is not None:
+                        continue  # purged already
+                    if older_than is not None and top.written_at >= older_than:
+                        continue
+                    targets.append(Target(name, log_id))
+        return targets
+
+    # -- running a purge ------------------------------------------------------------------
+
+    def purge(
+        self, chosen: Selection, *, actor: str, reusable: bool, dry_run: bool
+    ) -> Steps[PurgeReceipt]:
+        """Erase what `chosen` selects (see `run`); return the receipt."""
+        targets = list(chosen.targets)
+        if chosen.prefix is not None:
+            cutoff = None
+            if chosen.older_than is not None:
+                cutoff = (yield from ask(Now())) - chosen.older_than
+            targets = yield from self.select(chosen.prefix, chosen.namespaces, cutoff)
+        return (
+            yield from self.run(
+                targets, purge_id=f"purge-{new_id()}", actor=actor, selector=chosen.asked,
+                reusable=reusable, dry_run=dry_run,
+            )
+        )  # fmt: skip
+
+    def hold(self, chosen: Selection, *, on: bool) -> Steps[int]:
+        """Set (or clear) an Object Lock legal hold on every version `chosen` owns.
+
+        Returns how many versions it was set on. `ConfigurationError` on a bucket without
+        Object Lock (a legal hold needs it).
+        """
+        lock = yield from ask(GetObjectLock())
+        if lock is None or not lock.enabled:
+            raise ConfigurationError(
+                "legal holds need a bucket with S3 Object Lock (enabled when the bucket is "
+                "created: the template's ObjectLockMode parameter)"
+            )
+        targets = list(chosen.targets)
+        if chosen.prefix is not None:
+            targets = yield from self.select(chosen.prefix, chosen.namespaces, None)
+        versions: list[StoredVersion] = []
+        for target in targets:
+            for prefix, exact in self._prefixes(target):
+                versions += [
+                    v for v in (yield from self._versions(prefix, exact)) if not v.is_delete_marker
+                ]
+        for start in range(0, len(versions), _PARALLEL):
+            batch = versions[start : start + _PARALLEL]
+            yield from ask(Parallel(tuple(SetLegalHold(v.key, v.version_id, on) for v in batch)))
+        return len(versions)
+
+    def run(
+        self,
+        targets: list[Target],
+        *,
+        purge_id: str,
+        actor: str,
+        selector: dict[str, Any],
+        reusable: bool,
+        dry_run: bool,
+    ) -> Steps[PurgeReceipt]:
+        """Purge `targets`; return the receipt (a dry run writes nothing and plans)."""
+        now = yield from ask(Now())
+        lock = yield from ask(GetObjectLock())
+        if dry_run or (lock is not None and lock.enabled):
+            planned: list[StoredVersion] = []
+            for target in targets:
+                for prefix, exact in self._prefixes(target):
+                    planned += yield from self._versions(prefix, exact)
+            if lock is not None and lock.enabled:
+                yield from self._refuse_locked(planned, now)
+            if dry_run:
+                return PurgeReceipt(
+                    purge_id, "dry_run", actor, now, None, selector, targets,
+                    [RemovedVersion(v.key, v.version_id, v.size) for v in planned],
+                    reusable=reusable,
+                )  # fmt: skip
+        state = _State(
+            purge_id, actor, now.isoformat(), selector,
+            [[t.namespace, t.object_id] for t in targets], reusable,
+        )  # fmt: skip
+        head = yield from self.receipts.append(
+            purge_id, [], after=None, state=state.document(), kind=RECEIPT_KIND
+        )
+        yield from self._carry_on(head, state)
+        return (yield from self.receipt(purge_id))
+
+    def resume(self, purge_id: str) -> Steps[PurgeReceipt]:
+        """Carry an open purge on from its receipt's last state; return the receipt."""
+        head = yield from self.receipts.head(purge_id)
+        state = _State.parse(head.state, purge_id)
+        if state.status != "complete":
+            yield from self._carry_on(head, state)
+        return (yield from self.receipt(purge_id))
+
+    def resume_open(self, idle: timedelta) -> Steps[list[PurgeReceipt]]:
+        """Resume every open purge whose receipt last moved at least `idle` ago."""
+        now = yield from ask(Now())
+        done: list[PurgeReceipt] = []
+        for purge_id, moved in (yield from self.open_purges()):
+            if now - moved >= idle:
+                done.append((yield from self.resume(purge_id)))
+        return done
+
+    def open_purges(self) -> Steps[list[tuple[str, datetime]]]:
+        """Return the purges whose receipt is still open, with when it last moved."""
+        found: list[tuple[str, datetime]] = []
+        for purge_id in (yield from self.receipts.list_ids()):
+            try:
+                head = yield from self.receipts.head(purge_id)
+            except StashpointError:
+                continue
+            if isinstance(head.state, dict) and head.state.get("status") != "complete":
+                found.append((purge_id, head.written_at))
+        return found
+
+    def receipt(self, purge_id: str) -> Steps[PurgeReceipt]:
+        """Read a purge's receipt (every version it removed, from its log's records)."""
+        entries = yield from self.receipts.entries(purge_id)
+        state = _State.parse(entries[-1].state, purge_id)
+        removed = [
+            RemovedVersion(str(r["key"]), str(r["version_id"]), int(r["bytes"]))
+            for entry in entries
+            for r in entry.records
+        ]
+        return PurgeReceipt(
+            purge_id=state.purge_id,
+            status=state.status,
+            actor=state.actor,
+            started_at=datetime.fromisoformat(state.started_at),
+            finished_at=None
+            if state.finished_at is None
+            else datetime.fromisoformat(state.finished_at),
+            selector=state.selector,
+            targets=state.target_list(),
+            removed=removed,
+            index_items=state.index_items,
+            blobs=state.blobs,
+            kept_blobs=state.kept_blobs,
+            kept=state.kept,
+            verified=state.verified,
+            reusable=state.reusable,
+            unreadable=state.unreadable,
+        )
+
+    def _carry_on(self, head: LogHead, state: _State) -> Steps[None]:
+        receipt = _Receipt(self.receipts, head, state)
+        for index, target in enumerate(state.target_list()):
+            if index in state.swept:
+                continue
+            yield from self._erase(target, receipt)
+            state.swept.append(index)  # written with the next entry
+        if state.candidates:
+            yield from self._drop_blobs(receipt)
+        now = yield from ask(Now())
+        state.status, state.verified, state.finished_at = "complete", True, now.isoformat()
+        yield from receipt.write([])
+        tracing.event("purged", targets=len(state.targets))
+
+    # -- one target -----------------------------------------------------------------------
+
+    def _erase(self, target: Target, receipt: _Receipt) -> Steps[None]:
+        state = receipt.state
+        namespace = NAMESPACES[target.namespace]
+        if namespace.shape is Shape.HEADS:
+            yield from self._erase_head(target, receipt)
+            return
+        logs = self.logs(target.namespace)
+        ended = yield from logs.end_for_purge(
+            target.object_id, state.purge_id, reusable=state.reusable
+        )
+        tombstone = None if ended is None else ended.version
+        ceiling = yield from logs.marker_ceiling(target.object_id)
+        entries = logs.keys.entries_prefix(target.object_id)
+        for _ in range(_ROUNDS):
+            doomed: list[StoredVersion] = []
+            vacate: list[tuple[int, str | None]] = []
+            kept = 0
+            seen: set[int] = set()
+            for prefix, exact in self._prefixes(target):
+                for version in (yield from self._versions(prefix, exact)):
+                    verdict, number = (
+                        _judge_entry(version, prefix, tombstone, ceiling)
+                        if prefix == entries
+                        else (_Verdict.DELETE, None)
+                    )
+                    if number is not None:
+                        seen.add(number)
+                    if verdict is _Verdict.KEEP:
+                        kept += 1
+                        continue
+                    if verdict is _Verdict.VACATE and number is not None:
+                        vacate.append((number, version.etag))
+                    doomed.append(version)
+            gaps = [] if tombstone is None else [v for v in range(tombstone) if v not in seen]
+            if not doomed and not gaps:
+                state.kept += kept
+                if target.namespace == RUN_LOGS and self.has_index:
+                    yield from self._drop_index(target, receipt)
+                return
+            if namespace.references_blobs:
+                yield from self._collect_references(doomed, state)
+            yield from receipt.intend(doomed)
+            if vacate or gaps:
+                # Markers first: a version's content is deleted only once it is no longer
+                # the key's current version, and a key found free is occupied again.
+                yield from logs.vacate(
+                    target.object_id,
+                    [*vacate, *((v, None) for v in gaps)],
+                    reason="purged",
+                    by=tombstone or 0,
+                )
+            yield from self._delete(doomed)
+        raise _unfinished(target)
+
+    def _erase_head(self, target: Target, receipt: _Receipt) -> Steps[None]:
+        state = receipt.state
+        cas = self.heads(target.namespace)
+        key = cas.key(target.object_id)
+        for _ in range(_ROUNDS):
+            versions = yield from self._versions(key, True)
+            if not versions:
+                return  # nothing was ever stored under it
+            latest = next((v for v in versions if v.is_latest), None)
+            tombstone = (
+                latest is not None
+                and not latest.is_delete_marker
+                and (yield from self._is_tombstone(target, latest))
+            )
+            if not tombstone:
+                # A tombstone first (again, if a writer got in since): the key stays occupied.
+                yield from cas.end_for_purge(
+                    target.object_id, state.purge_id, reusable=state.reusable
+                )
+                continue
+            doomed = [v for v in versions if v is not latest]
+            if not doomed:
+                state.kept += 1
+                return
+            yield from self._collect_references(doomed, state)
+            yield from receipt.intend(doomed)
+            yield from self._delete(doomed)
+        raise _unfinished(target)
+
+    def _is_tombstone(self, target: Target, version: StoredVersion) -> Steps[bool]:
+        facts = yield from self.heads(target.namespace).read_head(version.key, version.version_id)
+        return facts is not None and facts.purge is not None
+
+    def _prefixes(self, target: Target) -> Iterator[tuple[str, bool]]:
+        """Yield the key prefixes (or, `exact`, the key) of everything `target` owns."""
+        namespace = NAMESPACES[target.namespace]
+        if namespace.shape is Shape.HEADS:
+            yield self.heads(target.namespace).key(target.object_id), True
+            return
+        keys = self.logs(target.namespace).keys
+        entries = keys.entries_prefix(target.object_id)
+        yield entries, False
+        yield keys.segments_prefix(target.object_id), False
+        below_prefix = entries[len(self.layout.prefix) + 1 :] if self.layout.prefix else entries
+        yield self.layout.namespace_prefix(QUARANTINE) + below_prefix, False
+        if namespace.values is not None:
+            yield self.layout.key(namespace.values, target.object_id) + "/", False
+
+    def _versions(self, prefix: str, exact: bool) -> Steps[list[StoredVersion]]:
+        """Return every stored version under `prefix` (`exact`: of that key alone)."""
+        found: list[StoredVersion] = []
+        marker: tuple[str, str] | None = None
+        while True:
+            page = yield from ask(ListVersionPage(prefix, marker))
+            found += [v for v in page.versions if not exact or v.key == prefix]
+            marker = page.next_marker
+            if marker is None:
+                return found
+
+    def _refuse_locked(self, versions: list[StoredVersion], now: datetime) -> Steps[None]:
+        live = [v for v in versions if not v.is_delete_marker]
+        locked: list[tuple[str, str, datetime | None, bool]] = []
+        for start in range(0, len(live), _PARALLEL):
+            batch = live[start : start + _PARALLEL]
+            infos = yield from ask(Parallel(tuple(HeadObject(v.key, v.version_id) for v in batch)))
+            for version, info in zip(batch, infos, strict=True):
+                if info is None:
+                    continue
+                retained = info.retain_until is not None and info.retain_until > now
+                if retained or info.legal_hold:
+                    until = info.retain_until if retained else None
+                    locked.append((version.key, version.version_id, until, info.legal_hold))
+        if locked:
+            raise RetentionLocked(locked)
+
+    def _collect_references(self, doomed: list[StoredVersion], state: _State) -> Steps[None]:
+        """Note the blobs the doomed versions reference, before they are gone."""
+        live = [v for v in doomed if not v.is_delete_marker]
+        found: set[str] = set(state.candidates)
+        for start in range(0, len(live), _PARALLEL):
+            batch = live[start : start + _PARALLEL]
+            infos = yield from ask(Parallel(tuple(GetObject(v.key, v.version_id) for v in batch)))
+            for version, info in zip(batch, infos, strict=True):
+                if info is None or info.body is None:
+                    continue
+                try:
+                    document = self.codec.decode_document(info.body, name=version.key)
+                except StashpointError:
+                    state.unreadable.append(version.key)
+                    continue
+                references(document, found)
+        state.candidates = sorted(found)
+
+    def _delete(self, doomed: list[StoredVersion]) -> Steps[None]:
+        # A key's older versions go before its current one, so a store that keeps the
+        # current version as a copy (the local folder) never promotes an old one.
+        ordered = sorted(doomed, key=lambda v: (v.key, v.is_latest))
+        batches = [
+            DeleteVersions(tuple((v.key, v.version_id) for v in ordered[i : i + MAX_DELETE_BATCH]))
+            for i in range(0, len(ordered), MAX_DELETE_BATCH)
+        ]
+        for start in range(0, len(batches), 16):
+            results = yield from ask(Parallel(tuple(batches[start : start + 16])))
+            failures = [failure for result in results for failure in result]
+            if failures:
+                denied = [f for f in failures if f.code == "AccessDenied"]
+                if denied:
+                    raise RetentionLocked([(f.key, f.version_id, None, False) for f in denied])
+                raise StorageUnavailable(
+                    f"storage did not delete {len(failures)} version(s) ({failures[0].code}); "
+                    "resume the purge",
+                    object_name=failures[0].key,
+                )
+
+    def _drop_index(self, target: Target, receipt: _Receipt) -> Steps[None]:
+        pk = run_pk(target.object_id)
+        for _ in range(_ROUNDS):
+            items = yield from ask(GetPartition(pk))
+            if not items:
+                return
+            yield from ask(Parallel(tuple(DeleteItem(str(i["pk"]), str(i["sk"])) for i in items)))
+            receipt.state.index_items += len(items)
+
+    def _drop_blobs(self, receipt: _Receipt) -> Steps[None]:
+        state = receipt.state
+        report = yield from self.garbage()
+        unreferenced = set() if report.unreadable else set(report.unreferenced)
+        doomed: list[StoredVersion] = []
+        gone: list[str] = []
+        kept: list[str] = []
+        for digest in state.candidates:
+            if digest in state.blobs:
+                continue
+            if digest not in unreferenced:
+                kept.append(digest)
+                continue
+            key = self.layout.key(BLOBS, digest)
+            doomed += yield from self._versions(key, True)
+            gone.append(digest)
+        state.blobs = sorted({*state.blobs, *gone})
+        state.kept_blobs = sorted(set(kept) - set(state.blobs))
+        yield from receipt.intend(doomed)
+        yield from self._delete(doomed)
+
+
+class _Verdict(Enum):
+    KEEP = "keep"
+    VACATE = "vacate"
+    DELETE = "delete"
+
+
+def _judge_entry(
+    version: StoredVersion, prefix: str, tombstone: int | None, ceiling: int
+) -> tuple[_Verdict, int | None]:
+    """Judge one listed version under a log's entries; return it with the log version.
+
+    Kept: the tombstone, and the current marker of each version below it (a small object:
+    ids alone). A current entry below the tombstone that may be whole is vacated (a marker
+    is written over it) and its content deleted. Everything else goes: older versions,
+    delete markers (the key is then occupied again), anything above the tombstone or not
+    named like an entry (planted). The version is returned for a key that stays occupied.
+    """
+    try:
+        number = parse_entry_name(version.key[len(prefix) :], version.key)
+    except StashpointError:
+        return _Verdict.DELETE, None
+    if tombstone is None or number > tombstone:
+        return _Verdict.DELETE, None
+    if not version.is_latest or version.is_delete_marker:
+        return _Verdict.DELETE, None
+    if number == tombstone or version.size <= ceiling:
+        return _Verdict.KEEP, number
+    return _Verdict.VACATE, number
+
+
+def _unfinished(target: Target) -> StorageUnavailable:
+    return StorageUnavailable(
+        f"purge of {target} did not finish: objects kept appearing under it; resume it "
+        "(`stashpoint purge --resume`)",
+        object_name=str(target),
+    )
+
+
+class _Receipt:
+    """Appends a purge's progress to its receipt log."""
+
+    def __init__(self, logs: LogSteps, head: LogHead, state: _State) -> None:
+        self.logs = logs
+        self.head = head
+        self.state = state
+
+    def intend(self, doomed: list[StoredVersion]) -> Steps[None]:
+        """Write what is about to be removed (before it is), 1,000 versions an entry."""
+        for start in range(0, len(doomed), MAX_DELETE_BATCH):
+            batch = doomed[start : start + MAX_DELETE_BATCH]
+            yield from self.write(
+                [{"key": v.key, "version_id": v.version_id, "bytes": v.size} for v in batch]
+            )
+
+    def write(self, records: list[dict[str, Any]]) -> Steps[None]:
+        try:
+            self.head = yield from self.logs.append(
+                self.head.log_id, records, after=self.head, state=self.state.document()
+            )
+        except CheckpointConflict:
+            raise StorageUnavailable(
+                "another process is carrying this purge on (its receipt moved): leave it "
+                "to that one, or resume later",
+                object_name=self.head.log_id,
+            ) from None
+        except CheckpointNotFound:
+            raise
