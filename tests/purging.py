@@ -6,7 +6,9 @@ from typing import Any
 
 import zstandard
 
+from stashpoint.steps import Parallel, Steps, ask, run_sync
 from stashpoint.stores.objects import GetObject, ListVersionPage, StoredVersion
+from tests.contract.drivers import BlockingFacade
 
 
 def versions(stash: Any, prefix: str = "") -> list[StoredVersion]:
@@ -30,16 +32,29 @@ def plain(body: bytes) -> bytes:
         return body
 
 
+def bodies(stash: Any, found: list[StoredVersion]) -> list[tuple[StoredVersion, Any]]:
+    """Read every version (64 at a time), each with what a GET returned."""
+    live = [v for v in found if not v.is_delete_marker]
+
+    def read() -> Steps[list[Any]]:
+        infos: list[Any] = []
+        for start in range(0, len(live), 64):
+            batch = live[start : start + 64]
+            infos += yield from ask(Parallel(tuple(GetObject(v.key, v.version_id) for v in batch)))
+        return infos
+
+    if isinstance(stash, BlockingFacade):  # the async driver: one request at a time
+        return [(v, stash.driver(GetObject(v.key, v.version_id))) for v in live]
+    return list(zip(live, run_sync(read(), stash.driver), strict=True))
+
+
 def holding(stash: Any, needle: str, prefix: str = "") -> list[str]:
     """The `key@version` of every stored version whose bytes contain `needle`."""
-    found = []
-    for version in versions(stash, prefix):
-        if version.is_delete_marker:
-            continue
-        info = stash.driver(GetObject(version.key, version.version_id))
-        if info is not None and info.body is not None and needle.encode() in plain(info.body):
-            found.append(f"{version.key}@{version.version_id}")
-    return found
+    return [
+        f"{version.key}@{version.version_id}"
+        for version, info in bodies(stash, versions(stash, prefix))
+        if info is not None and info.body is not None and needle.encode() in plain(info.body)
+    ]
 
 
 def pairs(found: list[StoredVersion]) -> set[tuple[str, str]]:

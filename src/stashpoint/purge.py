@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from stashpoint import tracing
+from stashpoint import jsontext, tracing
 from stashpoint.agent.logic import conversation_key
 from stashpoint.codec import Codec
 from stashpoint.errors import (
@@ -288,6 +288,8 @@ def selection(
     if prefix is None and older_than is None and not all_of_namespace:
         raise InvalidArgument("say what to purge: an id, a prefix, or older_than")
     prefix = validate_prefix("" if prefix is None else prefix)
+    if prefix and not prefix.strip("."):
+        raise InvalidArgument(f"a prefix of dots ({prefix!r}) names no tenant: refused")
     if prefix == "" and older_than is None and not all_of_namespace:
         raise InvalidArgument(
             "an empty prefix selects every id: pass all_of_namespace=True "
@@ -568,11 +570,12 @@ class Purger:
         tombstone = None if ended is None else ended.version
         ceiling = yield from logs.marker_ceiling(target.object_id)
         entries = logs.keys.entries_prefix(target.object_id)
+        ours: set[str] = set()  # markers this purge wrote: known to hold no payload
         for _ in range(_ROUNDS):
             doomed: list[StoredVersion] = []
             vacate: list[tuple[int, str | None]] = []
+            unsure: list[tuple[int, StoredVersion]] = []
             kept = 0
-            seen: set[int] = set()
             for prefix, exact in self._prefixes(target):
                 for version in (yield from self._versions(prefix, exact)):
                     verdict, number = (
@@ -580,16 +583,31 @@ class Purger:
                         if prefix == entries
                         else (_Verdict.DELETE, None)
                     )
-                    if number is not None:
-                        seen.add(number)
                     if verdict is _Verdict.KEEP:
+                        if number != tombstone and version.etag not in ours and number is not None:
+                            unsure.append((number, version))
                         kept += 1
                         continue
                     if verdict is _Verdict.VACATE and number is not None:
                         vacate.append((number, version.etag))
                     doomed.append(version)
-            gaps = [] if tombstone is None else [v for v in range(tombstone) if v not in seen]
-            if not doomed and not gaps:
+            # A small object is kept only once read as a marker: one planted under the id
+            # (whatever its size) is replaced like an entry.
+            for start in range(0, len(unsure), _PARALLEL):
+                batch = unsure[start : start + _PARALLEL]
+                infos = yield from ask(
+                    Parallel(tuple(GetObject(v.key, v.version_id) for _, v in batch))
+                )
+                for (number, version), info in zip(batch, infos, strict=True):
+                    if info is None:
+                        continue
+                    if (yield from logs.holds_marker(target.object_id, number, info)):
+                        ours.add(info.etag)
+                        continue
+                    kept -= 1
+                    vacate.append((number, info.etag))
+                    doomed.append(version)
+            if not doomed:
                 state.kept += kept
                 if target.namespace == RUN_LOGS and self.has_index:
                     yield from self._drop_index(target, receipt)
@@ -597,15 +615,13 @@ class Purger:
             if namespace.references_blobs:
                 yield from self._collect_references(doomed, state)
             yield from receipt.intend(doomed)
-            if vacate or gaps:
+            if vacate:
                 # Markers first: a version's content is deleted only once it is no longer
                 # the key's current version, and a key found free is occupied again.
-                yield from logs.vacate(
-                    target.object_id,
-                    [*vacate, *((v, None) for v in gaps)],
-                    reason="purged",
-                    by=tombstone or 0,
+                written = yield from logs.vacate(
+                    target.object_id, vacate, reason="purged", by=tombstone or 0
                 )
+                ours.update(etag for etag in written if etag)
             yield from self._delete(doomed)
         raise _unfinished(target)
 
@@ -695,8 +711,9 @@ class Purger:
                 if info is None or info.body is None:
                     continue
                 try:
-                    document = self.codec.decode_document(info.body, name=version.key)
-                except StashpointError:
+                    # Any stashpoint object (an envelope, an entry, a segment): its JSON.
+                    document = jsontext.parse(self.codec.unwrap(info.body, name=version.key))
+                except (StashpointError, ValueError):
                     state.unreadable.append(version.key)
                     continue
                 references(document, found)

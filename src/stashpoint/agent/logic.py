@@ -48,6 +48,7 @@ from stashpoint.errors import (
     InvalidArgument,
     InvalidPayload,
     LimitExceeded,
+    Purged,
     TerminalStateConflict,
     UnsupportedFormat,
     described,
@@ -390,6 +391,8 @@ def _read(storage: AgentStorage, checkpoint_id: str, count: int) -> Steps[Saved 
         head, entries = yield from logs.tail(
             checkpoint_id, count, since=lambda h: _transcript_start(h)
         )
+    except Purged:
+        raise  # erased on purpose: said so, never read as a checkpoint never saved
     except CheckpointNotFound:
         return None
     floor = max(_transcript_start(head), head.next_record - count)
@@ -487,6 +490,8 @@ def _read_version(storage: AgentStorage, checkpoint_id: str, version: int) -> St
         raise InvalidArgument(f"revision must be an int >= 0, not {described(version)}")
     try:
         entries = yield from storage.logs.entries(checkpoint_id, 0, version)
+    except Purged:
+        raise
     except CheckpointNotFound as exc:
         listing = yield from storage.logs.listing(checkpoint_id)
         if listing.top is None:
@@ -828,6 +833,8 @@ def load_conversation(
         head, entries = yield from storage.conversations.tail(
             key, _ALL, since=lambda h: form.parse(h).start
         )
+    except Purged:
+        raise
     except CheckpointNotFound:
         return 0, []
     found = form.parse(head)

@@ -53,7 +53,7 @@ from stashpoint.langgraph.thread import (
     unpack_bytes,
     versions_for_latest,
 )
-from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.logs.log import LogHead, LogSteps, ended_error
 from stashpoint.logs.state import Known, LoggedState
 from stashpoint.steps import Parallel, Steps, ask
 from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
@@ -147,6 +147,8 @@ class SaverSteps:
         checked: dict[int, ThreadState] = {}  # by head version: a state is validated once
 
         def wanted(head: LogHead) -> list[int]:
+            if head.ended:
+                return []  # ended by a purge (or a log-level deletion): nothing to read
             state = checked[head.version] = check_state(head.state, key)
             if state.deleted:
                 return []
@@ -167,6 +169,11 @@ class SaverSteps:
         try:
             head, found = yield from self.logs.head_with(key, remembered)
         except CheckpointNotFound:
+            return None
+        if head.ended:
+            ended = ended_error(key, head)
+            if isinstance(ended, Purged):
+                raise ended
             return None
         state = checked.get(head.version) or check_state(head.state, key)
         versions = sorted(v for v in found if v >= state.base)

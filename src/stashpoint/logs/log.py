@@ -32,6 +32,7 @@ numbering and whose records start at 0. Readers never read below the current lif
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -129,6 +130,8 @@ _MARKER_MARGIN = 24
 """Bytes a marker may take beyond the widest one measured (zstd varies on random ids);
 the smallest entry of any log id is about 55 bytes larger than its widest marker."""
 _SEALS_PER_APPEND = 2
+_PURGE_ATTEMPTS = 32
+"""Tombstones a purge tries to append before it gives up on writers that keep racing it."""
 
 _WRITTEN_ENTRIES = 4096
 """Entries this process wrote that a `LogSteps` keeps for the seal of their range."""
@@ -1029,8 +1032,8 @@ class LogSteps:
         *,
         reason: str,
         by: int,
-    ) -> Steps[int]:
-        """Write a vacated marker over each `(entry or version, ETag)`; return how many.
+    ) -> Steps[list[str | None]]:
+        """Write a vacated marker over each `(entry or version, ETag)`; return their ETags.
 
         Each marker is conditional on the ETag judged, so nothing but that entry is ever
         replaced; a key found empty is occupied again.
@@ -1046,8 +1049,7 @@ class LogSteps:
             requests.append(
                 (PutObject(key, body, condition), self._vacate_read_back(log_id, key, etag))
             )
-        yield from writes.put_all(requests, self.retry, what="vacate")
-        return len(requests)
+        return (yield from writes.put_all(requests, self.retry, what="vacate"))
 
     def _vacate_read_back(self, log_id: str, key: str, etag: str | None) -> writes.ReadBack:
         def read_back(tracker: WriteTracker) -> Steps[Verdict]:
@@ -1106,7 +1108,7 @@ class LogSteps:
                 # Only an entry the segment holds, write for write, is vacated.
                 if isinstance(item, LogEntry) and held.write_id == item.write_id:
                     targets.append((item, info.etag))
-            vacated += yield from self._vacate(log_id, targets, reason="sealed", by=first)
+            vacated += len((yield from self._vacate(log_id, targets, reason="sealed", by=first)))
         return vacated
 
     def vacate_below(self, log_id: str, version: int, *, reason: str) -> Steps[int]:
@@ -1130,7 +1132,7 @@ class LogSteps:
             for v, info in zip(batch, infos, strict=True):
                 if info is not None:
                     targets.append((v, info.etag))
-        vacated = yield from self._vacate(log_id, targets, reason=reason, by=version)
+        vacated = len((yield from self._vacate(log_id, targets, reason=reason, by=version)))
         segments = [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
         for start in range(0, len(segments), _FETCH_BATCH):
             deletes = tuple(DeleteObject(k) for k in segments[start : start + _FETCH_BATCH])
@@ -1175,45 +1177,88 @@ class LogSteps:
         """
         log_id = check_log_id(log_id)
         extra = {PURGED: purge_id, REUSABLE: reusable}
-        for attempt in range(1, self.retry.max_attempts + 1):
+        ahead = 0
+        for attempt in range(1, _PURGE_ATTEMPTS + 1):
             try:
                 head = yield from self.top(log_id)
             except CheckpointNotFound:
                 return None
             except (InvalidPayload, UnsupportedFormat):
-                listing = yield from self.listing(log_id, complete=True)
-                if listing.top is None:
+                top = yield from self._listed_top(log_id)
+                if top is None:
                     return None
                 now = yield from ask(Now())
                 head = LogHead(
-                    log_id, listing.top, 0, None, "stashpoint.log", 1, "unreadable", now,
-                    ended=True,
-                )  # fmt: skip
+                    log_id, top, 0, None, "stashpoint.log", 1, "unreadable", now, ended=True
+                )
             if head.purge_id is not None:
                 return head
+            # Writers that keep appending could win every race for the next version: after
+            # a lost one the tombstone goes further ahead (an ending version needs no
+            # predecessor), and the versions it skipped are occupied by markers after it.
+            after = (
+                head
+                if not ahead
+                else dataclasses.replace(head, version=head.version + ahead, ended=True)
+            )
             try:
-                return (
-                    yield from self._append(
-                        log_id, [], head, None, head.kind, head.schema_version, extra,
-                        ends=True,
-                    )
-                )  # fmt: skip
+                tombstone = yield from self._append(
+                    log_id, [], after, None, head.kind, head.schema_version, extra, ends=True
+                )
             except CheckpointConflict:
-                if attempt == self.retry.max_attempts:
+                if attempt == _PURGE_ATTEMPTS:
                     raise
-                yield Sleep(self.retry.delay(attempt))
+                ahead = max(1, 2 * ahead)
+                yield Sleep(self.retry.delay(min(attempt, 6)))
+                continue
+            skipped = range(head.version + 1, tombstone.version)
+            if skipped:
+                yield from self._vacate(
+                    log_id, [(v, None) for v in skipped], reason="purged", by=tombstone.version
+                )
+            return tombstone
         raise AssertionError("unreachable")
+
+    def _listed_top(self, log_id: str) -> Steps[int | None]:
+        """Return the highest version any object of the log is named for, read or not.
+
+        For a log that cannot be read (a damaged top, an object planted under its
+        prefix): names that are no version are passed over, nothing is decoded.
+        """
+        top: int | None = None
+        for prefix in (self.keys.entries_prefix(log_id), self.keys.segments_prefix(log_id)):
+            for page in (yield from self._all_pages(prefix, None)):
+                for key in page.keys:
+                    name = key[len(prefix) :]
+                    try:
+                        if prefix.startswith(self.keys.entries_prefix(log_id)):
+                            version = parse_entry_name(name, key)
+                        else:
+                            version = parse_segment_name(name, key)[1]
+                    except StashpointError:
+                        continue
+                    top = version if top is None else max(top, version)
+        return top
 
     def vacate(
         self, log_id: str, targets: Sequence[tuple[int, str | None]], *, reason: str, by: int
-    ) -> Steps[int]:
-        """Write a vacated marker over each `(version, ETag)` judged; return how many.
+    ) -> Steps[list[str | None]]:
+        """Write a vacated marker over each `(version, ETag)` judged; return their ETags.
 
         Each marker is conditional on the ETag, so nothing but the object judged is ever
         replaced; a key found empty is occupied again (keys are never freed). An ETag of
         None creates the marker where no object is (a gap).
         """
         return (yield from self._vacate(log_id, list(targets), reason=reason, by=by))
+
+    def holds_marker(self, log_id: str, version: int, info: ObjectInfo) -> Steps[bool]:
+        """Whether `info` (read from version `version`'s key) is a vacated marker of it."""
+        source = _Source(self.keys.entry(log_id, version), version, version, False)
+        try:
+            items = yield from self._decode(log_id, source, info)
+        except StashpointError:
+            return False
+        return len(items) == 1 and isinstance(items[0], Vacated)
 
     def restore(self, log_id: str, days: int, tier: str) -> Steps[RestoreReport]:
         """Ask for every archived sealed segment of a log to be restored for `days`.

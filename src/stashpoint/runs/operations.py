@@ -36,6 +36,7 @@ from stashpoint.errors import (
     ConfigurationError,
     GraphDriftError,
     InvalidArgument,
+    Purged,
     RunNotFound,
     StashpointError,
     described,
@@ -575,7 +576,7 @@ class RunOperations(Generic[DurableT]):
         allow_graph_drift: bool = False,
         resolve_blobs: bool = True,
     ) -> Steps[RunState | None]:
-        """Return the run's full state, None if unknown.
+        """Return the run's full state, None if unknown (`Purged` if it was purged).
 
         With `graph_hash`, a run recorded with another graph raises `GraphDriftError`
         unless `allow_graph_drift`. Repairs the index if it lags behind storage.
@@ -881,6 +882,8 @@ class RunOperations(Generic[DurableT]):
         validate_id(run_id, what="run id")
         try:
             entries = yield from self._logs.entries(run_id)
+        except Purged:
+            raise  # erased on purpose: said so, not passed off as never having existed
         except CheckpointNotFound:
             return None
         known = self._runs.known_of(LogHead.of(entries[-1]))
