@@ -105,6 +105,30 @@ def _worker_policy(*, with_kms: bool) -> dict[str, Any]:
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def _erasure_policy() -> dict[str, Any]:
+    """What an operator's purges need beyond a worker's (attach both to the erasure role)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                # `stashpoint purge` removes every stored version of what it erases; reading
+                # retentions and legal holds first lets it refuse what Object Lock keeps
+                # before it writes anything; `stashpoint hold` sets and clears legal holds.
+                "Sid": "EraseVersions",
+                "Effect": "Allow",
+                "Action": [
+                    "s3:DeleteObjectVersion",
+                    "s3:GetObjectVersion",
+                    "s3:GetObjectRetention",
+                    "s3:GetObjectLegalHold",
+                    "s3:PutObjectLegalHold",
+                ],
+                "Resource": _bucket_arn("/${Prefix}/*"),
+            },
+        ],
+    }
+
+
 def template() -> dict[str, Any]:
     """Return the template as a dict."""
     table = dynamodb_table_definition("unused")
@@ -366,11 +390,24 @@ def template() -> dict[str, Any]:
                     ),
                 },
             },
+            "ErasurePolicy": {
+                "Type": "AWS::IAM::ManagedPolicy",
+                "Properties": {
+                    "Description": "What stashpoint purge and hold need beyond a worker's: "
+                    "deleting stored versions and reading or setting Object Lock holds, on the "
+                    "stash prefix alone.",
+                    "PolicyDocument": _erasure_policy(),
+                },
+            },
         },
         "Outputs": {
             "BucketName": {"Value": {"Ref": "CheckpointBucket"}},
             "TableName": {"Value": {"Ref": "IndexTable"}},
             "WorkerPolicyArn": {"Value": {"Ref": "WorkerPolicy"}},
+            "ErasurePolicyArn": {
+                "Description": "Attach beside WorkerPolicy to whoever runs stashpoint purge.",
+                "Value": {"Ref": "ErasurePolicy"},
+            },
             "StashUrl": {
                 "Description": "Set STASHPOINT_URL to this.",
                 "Value": {

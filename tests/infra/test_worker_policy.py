@@ -40,7 +40,10 @@ S3_OBJECT = {
     "HeadObject": "s3:GetObject",
     "DeleteObject": "s3:DeleteObject",
     "RestoreObject": "s3:RestoreObject",
+    "PutObjectLegalHold": "s3:PutObjectLegalHold",
 }
+S3_BULK = {"DeleteObjects": "s3:DeleteObjectVersion"}
+"""Calls that name many objects: each object needs the permission (purge deletes versions)."""
 S3_BUCKET = {
     "ListObjectsV2": "s3:ListBucket",
     "ListObjectVersions": "s3:ListBucketVersions",
@@ -113,6 +116,23 @@ def _allowed(policy: dict[str, Any], action: str, resource: str, prefix: str | N
                 continue
         return True
     return False
+
+
+def _needs(operation: str, params: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """Return every (IAM action, resource ARN, s3:prefix) one botocore call needs."""
+    if operation in S3_BULK:
+        return [
+            (S3_BULK[operation], f"arn:aws:s3:::{params['Bucket']}/{item['Key']}", None)
+            for item in params["Delete"]["Objects"]
+        ]
+    return [_needed(operation, params)]
+
+
+def _denied(policy: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    return sorted(
+        {(op, *need) for op, params in calls for need in _needs(op, params)
+         if not _allowed(policy, *need)}
+    )  # fmt: skip
 
 
 def _needed(operation: str, params: dict[str, Any]) -> tuple[str, str, str | None]:
@@ -222,14 +242,36 @@ def test_the_worker_policy_allows_every_call_the_library_makes(
     assert {"PutObject", "ListObjectsV2", "Query", "BatchGetItem", "PutItem"} <= operations
     for with_kms in (False, True):
         policy = _resolve(_generator()._worker_policy(with_kms=with_kms))
-        denied = sorted(
-            {
-                (op, *_needed(op, params))
-                for op, params in recorded
-                if not _allowed(policy, *_needed(op, params))
-            }
+        assert _denied(policy, recorded) == []
+
+
+def test_the_erasure_policy_with_the_worker_policy_allows_purges_and_holds(
+    recorded: list[tuple[str, dict[str, Any]]],
+) -> None:
+    url = f"s3://{BUCKET}/{PREFIX}?index=dynamodb://{TABLE}"
+    with stashpoint.open(url, blob_threshold=1024) as stash:
+        stash.checkpoints.compare_and_swap(
+            stashpoint.Envelope.initial("job", None, "policy.job", 1, {"big": "x" * 4096}), None
         )
-        assert denied == [], denied
+        log = None
+        for n in range(70):
+            log = stash.logs.append("log", [n], after=log, state={"n": n})
+        run_id = stash.runs.create_run("etl")
+        stash.runs.record_attempt(run_id, "extract", 1, {"big": "y" * 4096})
+        stash.purge(log="log", dry_run=True)
+        stash.purge(log="log")
+        stash.purge(checkpoint="job", blob_min_age=timedelta(0))
+        stash.purge(run=run_id, blob_min_age=timedelta(0))
+        stash.resume_purges()
+    worker = _resolve(_generator()._worker_policy(with_kms=False))
+    both = {"Statement": worker["Statement"]
+            + _resolve(_generator()._erasure_policy())["Statement"]}  # fmt: skip
+    operations = {name for name, _ in recorded}
+    assert {"DeleteObjects", "ListObjectVersions", "GetCallerIdentity"} <= operations
+    recorded_s3 = [(op, p) for op, p in recorded if op != "GetCallerIdentity"]  # no permission
+    assert _denied(both, recorded_s3) == []
+    # The erasure needs what the worker policy alone does not grant: version deletes.
+    assert any(op == "DeleteObjects" for op, *_ in _denied(worker, recorded_s3))
 
 
 def test_every_aws_call_in_the_source_is_mapped_to_its_permission() -> None:
@@ -241,7 +283,8 @@ def test_every_aws_call_in_the_source_is_mapped_to_its_permission() -> None:
             re.findall(r'"(get_object|head_object|put_object|delete_object)"', path.read_text())
         )
     known = {
-        re.sub(r"(?<!^)(?=[A-Z])", "_", op).lower() for op in (*S3_OBJECT, *S3_BUCKET, *DYNAMODB)
+        re.sub(r"(?<!^)(?=[A-Z])", "_", op).lower()
+        for op in (*S3_OBJECT, *S3_BULK, *S3_BUCKET, *DYNAMODB)
     }
     assert names and names <= known, names - known
 

@@ -56,6 +56,8 @@ def _head(logs: stashpoint.LogStore, log_id: str) -> stashpoint.LogHead | None:
 
     try:
         return logs.head(log_id)
+    except stashpoint.Purged:
+        raise  # erased: said so, rather than looked for elsewhere
     except stashpoint.CheckpointNotFound:
         return None
 
