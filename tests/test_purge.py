@@ -193,6 +193,11 @@ def test_a_langgraph_thread_loses_its_large_values_and_refuses_its_saver() -> No
             saver.put(saved, empty_checkpoint(), {"source": "loop", "step": 0}, {})
         saver.delete_thread("user/7")  # erased already: nothing to do
         assert saver.get_tuple(other) is not None
+        # Listings of every thread pass a purged one over; asking for it by id says why.
+        assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["user-8"]
+        saver.delete_for_runs(["no-such-run"])
+        with pytest.raises(stashpoint.Purged):
+            list(saver.list(config))
 
 
 # -- hostile objects -------------------------------------------------------------------------

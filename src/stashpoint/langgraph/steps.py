@@ -134,6 +134,13 @@ class SaverSteps:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _listed(self, key: str) -> Steps[tuple[ThreadState, ThreadModel, LogHead] | None]:
+        """Read a thread met in a listing of every thread: a purged one is passed over."""
+        try:
+            return (yield from self._read(key, None, None))
+        except Purged:
+            return None
+
     def _read(
         self, key: str, ns: str | None, checkpoint_id: str | None
     ) -> Steps[tuple[ThreadState, ThreadModel, LogHead] | None]:
@@ -248,7 +255,7 @@ class SaverSteps:
         before_id = None if before is None else before["configurable"].get("checkpoint_id")
         out: list[TupleParts] = []
         for index, key in enumerate(keys):
-            read = yield from self._read(key, None, None)
+            read = yield from (self._read(key, None, None) if thread_ids else self._listed(key))
             if read is None or read[0].deleted:
                 continue
             state, model, _ = read
@@ -877,7 +884,7 @@ class SaverSteps:
             return
         keys = yield from self.logs.list_ids()
         for key in keys:
-            read = yield from self._read(key, None, None)
+            read = yield from self._listed(key)
             if read is None or read[0].deleted:
                 continue
             thread_id = str(read[0].thread_id or key)

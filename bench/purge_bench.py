@@ -1,0 +1,189 @@
+"""Purge of a long agent transcript on SeaweedFS: objects, requests, seconds, receipts.
+
+The transcript is written turn by turn by `AgentRunner` on a memory stash, then every
+stored version is replayed, oldest first, onto a versioned SeaweedFS bucket (the same
+keys and bytes the turns would have written there, without waiting ten minutes for
+10,000 sequential turns). Measured in the same run, on a second copy of the same objects,
+the baseline: erasing by hand, one versioned DELETE per version (what `aws s3api
+delete-object --version-id` in a loop does, 16 in flight).
+
+    .venv/bin/python -m bench.purge_bench --turns 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import stashpoint
+from examples import fake_model
+from stashpoint.agent import AgentCheckpoint, AgentRunner, Message, TurnResult
+from stashpoint.steps import Parallel, Steps, ask, run_sync
+from stashpoint.stores.objects import DeleteObject, ListVersionPage, PutObject, StoredVersion
+from tests import servers
+
+_WORDS = [
+    "the",
+    "agent",
+    "called",
+    "search",
+    "with",
+    "query",
+    "result",
+    "token",
+    "plan",
+    "step",
+    "observation",
+    "tool",
+]
+
+
+def _transcript(stash: stashpoint.Stash, agent_id: str, turns: int) -> None:
+    runner = AgentRunner(AgentCheckpoint.existing(agent_id, stash.checkpoints))
+    cursor, state = runner.start(
+        agent="a", model=fake_model.MODEL, transcript=[Message(role="user", content="hello")]
+    )
+    for _ in range(turns):
+        state = runner.run_turn(
+            cursor,
+            state,
+            lambda s, n: TurnResult(
+                messages=[Message(role="assistant", content=" ".join(_WORDS[(n + i) % 12]
+                                                                     for i in range(80)))]
+            ),
+        )  # fmt: skip
+
+
+def _all_versions(stash: Any, prefix: str = "") -> list[StoredVersion]:
+    found: list[StoredVersion] = []
+    marker = None
+    while True:
+        page = stash.driver(ListVersionPage(prefix, marker))
+        found += page.versions
+        marker = page.next_marker
+        if marker is None:
+            return found
+
+
+def _replay(source: stashpoint.Stash, target: stashpoint.Stash) -> int:
+    """Write every version of `source` onto `target`, each key's versions oldest first."""
+    by_key: dict[str, list[StoredVersion]] = defaultdict(list)
+    for version in _all_versions(source):
+        if not version.is_delete_marker:
+            by_key[version.key].append(version)
+    base = target.layout.prefix + "/"
+    rounds: list[list[PutObject]] = []
+    from stashpoint.stores.objects import GetObject
+
+    for key, versions in by_key.items():
+        for depth, version in enumerate(reversed(versions)):  # listed newest first
+            info = source.driver(GetObject(key, version.version_id))
+            assert info is not None
+            assert info.body is not None
+            while len(rounds) <= depth:
+                rounds.append([])
+            rounds[depth].append(PutObject(base + key, info.body, None))
+
+    def put_all() -> Steps[int]:
+        sent = 0
+        for round_ in rounds:  # every key's first version, then every second one, ...
+            for start in range(0, len(round_), 256):
+                yield from ask(Parallel(tuple(round_[start : start + 256])))
+                sent += len(round_[start : start + 256])
+        return sent
+
+    return run_sync(put_all(), target.driver)
+
+
+def _by_hand(stash: stashpoint.Stash, prefixes: list[str]) -> tuple[int, float]:
+    """Erase every version under `prefixes` one versioned DELETE at a time; (requests, s)."""
+    started = time.perf_counter()
+    doomed = [v for p in prefixes for v in _all_versions(stash, p)]
+    pages = 0
+    for p in prefixes:
+        pages += max(1, -(-len(_all_versions(stash, p)) // 1000))
+
+    def delete_all() -> Steps[None]:
+        for start in range(0, len(doomed), 256):
+            batch = doomed[start : start + 256]
+            yield from ask(Parallel(tuple(DeleteObject(v.key, None, v.version_id) for v in batch)))
+
+    run_sync(delete_all(), stash.driver)
+    return len(doomed) + pages, time.perf_counter() - started
+
+
+def run(server: servers.S3Server, turns: int, vacate: bool) -> dict[str, Any]:
+    with stashpoint.open(f"memory://purge-bench-{vacate}", vacate_sealed_entries=vacate) as source:
+        _transcript(source, "long", turns)
+        _transcript(source, "other", 5)
+        copies = []
+        for name in ("purged", "by-hand"):
+            target = stashpoint.open(server.url(f"{name}-{vacate}-{os.getpid()}"))
+            _replay(source, target)
+            copies.append(target)
+    purged, by_hand = copies
+    base = purged.layout.prefix + "/"
+    prefixes = [base + "agents/long/", base + "sealed/agents/long/"]
+    before = [v for p in prefixes for v in _all_versions(purged, p)]
+    stored = sum(v.size for v in before)
+    counts: Counter[str] = Counter()
+
+    def hook(request: Any, proceed: Any) -> Any:
+        counts[type(request).__name__] += 1
+        return proceed()
+
+    started = time.perf_counter()
+    with purged.intercept(hook):
+        receipt = purged.purge(agent="long")
+    seconds = time.perf_counter() - started
+    assert receipt.verified
+    assert receipt.status == "complete"
+    assert AgentCheckpoint.existing("other", purged.checkpoints).load()[1].transcript
+    requests = sum(counts.values())
+    hand_requests, hand_seconds = _by_hand(
+        by_hand, [p.replace(purged.layout.prefix, by_hand.layout.prefix) for p in prefixes]
+    )
+    purged.close()
+    by_hand.close()
+    return {
+        "turns": turns,
+        "vacate_sealed_entries": vacate,
+        "objects": len(before),
+        "stored_bytes": stored,
+        "removed": receipt.objects,
+        "kept": receipt.kept,
+        "requests": requests,
+        "requests_by_kind": dict(counts),
+        "seconds": round(seconds, 2),
+        "requests_per_object": round(requests / len(before), 3),
+        "goal_requests": round(len(before) / 900, 1),
+        "by_hand_requests": hand_requests,
+        "by_hand_seconds": round(hand_seconds, 2),
+        "seconds_vs_by_hand": round(seconds / hand_seconds, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=10_000)
+    args = parser.parse_args()
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with tempfile.TemporaryDirectory() as data:
+        server = servers.start_seaweedfs(Path(data))
+        try:
+            for vacate in (False, True):
+                print(json.dumps(run(server, args.turns, vacate)), flush=True)
+        finally:
+            servers.stop(server)
+
+
+if __name__ == "__main__":
+    main()
