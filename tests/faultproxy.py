@@ -2,7 +2,7 @@
 
 It relays SigV4-signed requests byte for byte (the Host header is signed with the proxy's
 address and the server checks it as received), answers `Expect: 100-continue` itself, sets
-TCP_NODELAY, and on object PUTs can:
+TCP_NODELAY, and on object PUTs (and bulk deletes, `POST ?delete`) can:
 
 - `drop_response`: forward the request, let the server apply it, then close the client's
   connection without an answer (the classic "did my write land?" case);
@@ -151,9 +151,11 @@ class _Handler(socketserver.StreamRequestHandler):
             self.wfile.flush()
             headers = [(k, v) for k, v in headers if k.lower() != b"expect"]
         body = _read_body(self.rfile, headers)
-        path = urlsplit(target.decode()).path
+        parts = urlsplit(target.decode())
+        path = parts.path
         is_object_put = method == b"PUT" and path.strip("/").count("/") >= 1
-        fault = self.server.plan.draw() if is_object_put else "pass"
+        is_bulk_delete = method == b"POST" and "delete" in parts.query.split("&")
+        fault = self.server.plan.draw() if is_object_put or is_bulk_delete else "pass"
         if fault == "drop_request":
             return False
         if fault == "slowdown":

@@ -459,3 +459,41 @@ def test_a_legal_hold_needs_object_lock() -> None:
         _log(stash, "t1", SECRET, 1)
         with pytest.raises(stashpoint.ConfigurationError):
             stash.legal_hold(True, log="t1")
+
+
+def test_gc_sweeps_what_a_crashed_stale_writer_left_beside_a_purged_thread() -> None:
+    pytest.importorskip("langgraph")
+    with _memory() as stash:
+        _log(stash, "t1", SECRET, 3)
+        receipt = stash.purge(log="t1")
+        # A seal that raced the purge's last listing (or a stale put that crashed before
+        # its refused append could clean up) left an object beside the purged log.
+        late = "sealed/logs/t1/00000000000000000000-00000000000000000063"
+        stash.driver(PutObject(late, SECRET.encode(), None, content_encoding=None))
+        report = stash.collect_garbage(dry_run=True)
+        assert report.purge_leftovers == 0 and holding(stash, SECRET)
+        report = stash.collect_garbage(dry_run=False)
+        assert report.purge_leftovers == 1 and holding(stash, SECRET) == []
+        kept = stash.purge_receipt(receipt.purge_id)
+        assert late in {v.key for v in kept.removed} and kept.status == "complete"
+        assert stash.collect_garbage(dry_run=False).purge_leftovers == 0
+
+
+def test_a_stale_langgraph_put_refused_after_a_purge_leaves_no_large_value() -> None:
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from stashpoint.langgraph import StashpointSaver
+
+    with _memory() as stash:
+        saver = StashpointSaver(stash)
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        saved = saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+        stash.purge(thread="t")
+        late = empty_checkpoint()
+        late["channel_values"] = {"notes": SECRET + "z" * 300_000}
+        late["channel_versions"] = {"notes": 1}
+        with pytest.raises(stashpoint.Purged):
+            saver.put(saved, late, {"source": "loop", "step": 0}, {"notes": 1})
+        assert versions(stash, "langgraph-values/") == []
+        assert holding(stash, SECRET) == []

@@ -120,3 +120,56 @@ def test_a_1000_turn_transcript_is_erased_version_by_version_and_others_load(
         for name, transcript in kept.items():
             _, state = AgentCheckpoint.existing(name, stash.checkpoints).load()
             assert state.transcript == transcript
+
+
+def test_a_purge_through_the_fault_proxy_finishes_on_resume_and_loses_nothing_else(
+    seaweedfs: Any,
+) -> None:
+    import uuid
+
+    from botocore.config import Config
+
+    from tests.faultproxy import FaultPlan, FaultProxy
+
+    prefix = f"t-{uuid.uuid4().hex}"
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        head = None
+        for turn in range(150):
+            head = clean.logs.append("t1", [{"text": f"fsecret {turn}"}], after=head)
+        clean.logs.append("t2", [{"text": "kept"}], after=None)
+    plan = FaultPlan(
+        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
+    )
+    config = Config(
+        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
+    )
+    receipt = None
+    failures: list[str] = []
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        mine = ("logs/t1/", "sealed/logs/t1/")
+        before = {v for p in mine for v in pairs(versions(clean, p))}
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
+        with stashpoint.open(url, client_config=config) as stash:
+            for _ in range(20):  # bounded: each try gets further
+                try:
+                    done = stash.resume_purges()
+                    receipt = done[0] if done else stash.purge(log="t1")
+                    break
+                except stashpoint.Purged:
+                    [receipt] = [stash.purge_receipt(p) for p in stash.logs_in("purges").list_ids()]
+                    break
+                except stashpoint.StashpointError as exc:
+                    failures.append(exc.kind.value)
+    assert set(failures) <= {"storage_unavailable", "conflict"}, failures
+    assert receipt is not None
+    assert receipt.verified
+    assert sum(plan.injected.values()) > 0
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        after = {v for p in mine for v in pairs(versions(clean, p))}
+        # Every version removed is in the receipt, whichever try removed it.
+        assert {(v.key, v.version_id) for v in receipt.removed} >= before - after
+        assert holding(clean, "fsecret") == []
+        assert [r for e in clean.logs.entries("t2") for r in e.records] == [{"text": "kept"}]
+        with pytest.raises(stashpoint.Purged):
+            clean.logs.head("t1")

@@ -69,6 +69,9 @@ class GcReport:
     """Purges a crash had left open that this collection finished (none in a dry run)."""
     open_purges: list[str] = field(default_factory=list)
     """Purges still open afterwards (one under way elsewhere, or a dry run's)."""
+    purge_leftovers: int = 0
+    """Versions writers that never saw a finished purge left beside its ids (removed and
+    recorded in its receipt; none in a dry run)."""
 
 
 def references(value: Any, found: set[str]) -> None:

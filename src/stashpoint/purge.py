@@ -87,9 +87,9 @@ from stashpoint.stores.objects import (
     GetObject,
     GetObjectLock,
     HeadObject,
-    ListVersionPage,
     SetLegalHold,
     StoredVersion,
+    every_version,
 )
 
 NAMESPACE_NAMES = {
@@ -493,24 +493,56 @@ class Purger:
 
     def resume_open(self, idle: timedelta) -> Steps[list[PurgeReceipt]]:
         """Resume every open purge whose receipt last moved at least `idle` ago."""
-        now = yield from ask(Now())
-        done: list[PurgeReceipt] = []
-        for purge_id, moved in (yield from self.open_purges()):
-            if now - moved >= idle:
-                done.append((yield from self.resume(purge_id)))
+        done, _, _ = yield from self.maintain(idle, leftovers=False)
         return done
 
-    def open_purges(self) -> Steps[list[tuple[str, datetime]]]:
-        """Return the purges whose receipt is still open, with when it last moved."""
-        found: list[tuple[str, datetime]] = []
+    def maintain(
+        self, idle: timedelta, *, leftovers: bool = True
+    ) -> Steps[tuple[list[PurgeReceipt], list[str], int]]:
+        """Finish the open purges idle for `idle` and sweep leftovers (what `gc` does).
+
+        Leftovers are what a writer that never saw a finished purge left beside its ids'
+        logs (a stale LangGraph put's large values, a seal racing the purge's last
+        listing): they are removed and recorded in that purge's receipt. Returns the
+        purges finished, those still open, and how many leftover versions went.
+        """
+        now = yield from ask(Now())
+        finished: list[PurgeReceipt] = []
+        still_open: list[str] = []
+        swept = 0
         for purge_id in (yield from self.receipts.list_ids()):
             try:
                 head = yield from self.receipts.head(purge_id)
+                state = _State.parse(head.state, purge_id)
             except StashpointError:
-                continue
-            if isinstance(head.state, dict) and head.state.get("status") != "complete":
-                found.append((purge_id, head.written_at))
-        return found
+                continue  # not a receipt this version can read: left alone
+            if state.status != "complete":
+                if now - head.written_at >= idle:
+                    finished.append((yield from self.resume(purge_id)))
+                else:
+                    still_open.append(purge_id)
+            elif leftovers:
+                swept += yield from self._sweep_leftovers(_Receipt(self.receipts, head, state))
+        return finished, still_open, swept
+
+    def open_purges(self) -> Steps[list[str]]:
+        """Return the purges whose receipt is still open."""
+        _, still_open, _ = yield from self.maintain(timedelta.max, leftovers=False)
+        return still_open
+
+    def _sweep_leftovers(self, receipt: _Receipt) -> Steps[int]:
+        doomed: list[StoredVersion] = []
+        for target in receipt.state.target_list():
+            if NAMESPACES[target.namespace].shape is not Shape.LOGS:
+                continue  # a head's tombstone keeps its one key: nothing lands beside it
+            entries = self.logs(target.namespace).keys.entries_prefix(target.object_id)
+            for prefix, exact in self._prefixes(target):
+                if prefix != entries:  # entries keep their markers; appends are refused
+                    doomed += yield from self._versions(prefix, exact)
+        if doomed:
+            yield from receipt.intend(doomed)
+            yield from self._delete(doomed)
+        return len(doomed)
 
     def receipt(self, purge_id: str) -> Steps[PurgeReceipt]:
         """Read a purge's receipt (every version it removed, from its log's records)."""
@@ -675,14 +707,7 @@ class Purger:
 
     def _versions(self, prefix: str, exact: bool) -> Steps[list[StoredVersion]]:
         """Return every stored version under `prefix` (`exact`: of that key alone)."""
-        found: list[StoredVersion] = []
-        marker: tuple[str, str] | None = None
-        while True:
-            page = yield from ask(ListVersionPage(prefix, marker))
-            found += [v for v in page.versions if not exact or v.key == prefix]
-            marker = page.next_marker
-            if marker is None:
-                return found
+        return (yield from every_version(prefix, exact=exact))
 
     def _refuse_locked(self, versions: list[StoredVersion], now: datetime) -> Steps[None]:
         live = [v for v in versions if not v.is_delete_marker]

@@ -320,12 +320,19 @@ class _Parts:
         import dataclasses
 
         purger = self.purger()
-        resumed = 0
-        if not dry_run:
-            resumed = len((yield from purger.resume_open(min_age)))
+        finished: list[PurgeReceipt] = []
+        swept = 0
+        if dry_run:
+            still_open = yield from purger.open_purges()
+        else:
+            finished, still_open, swept = yield from purger.maintain(min_age)
         report = yield from self.collect(dry_run, min_age, history, on_progress)
-        still_open = [purge_id for purge_id, _ in (yield from purger.open_purges())]
-        return dataclasses.replace(report, purges_resumed=resumed, open_purges=still_open)
+        return dataclasses.replace(
+            report,
+            purges_resumed=len(finished),
+            open_purges=still_open,
+            purge_leftovers=swept,
+        )
 
     def collect(
         self, dry_run: bool, min_age: timedelta, history: bool, on_progress: OnProgress

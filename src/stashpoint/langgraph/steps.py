@@ -58,12 +58,15 @@ from stashpoint.logs.state import Known, LoggedState
 from stashpoint.steps import Parallel, Steps, ask
 from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
 from stashpoint.stores.objects import (
+    MAX_DELETE_BATCH,
     Create,
     DeleteObject,
+    DeleteVersions,
     GetObject,
     ListKeys,
     ObjectInfo,
     PutObject,
+    every_version,
 )
 from stashpoint.stores.writes import Found, Judge, ReadBack, named_read_back, put_all
 
@@ -604,11 +607,24 @@ class SaverSteps:
             record, thread = planned
             return (yield from self.threads.append(key, known.log, [record], thread))
 
-        return (
-            yield from self.threads.update(
-                key, lambda known, fresh: plan(known), write, initial=self._empty(thread_id)
+        try:
+            return (
+                yield from self.threads.update(
+                    key, lambda known, fresh: plan(known), write, initial=self._empty(thread_id)
+                )
             )
-        )
+        except Purged:
+            # The large values this put stored before its append was refused would survive
+            # under an erased thread: they go at once (`gc` takes what a crash leaves).
+            yield from self._erase_values(key)
+            raise
+
+    def _erase_values(self, key: str) -> Steps[None]:
+        """Delete every stored version under a purged thread's values prefix."""
+        found = yield from every_version(self._value_key(key, ""))
+        doomed = [(v.key, v.version_id) for v in found]
+        for start in range(0, len(doomed), MAX_DELETE_BATCH):
+            yield from ask(DeleteVersions(tuple(doomed[start : start + MAX_DELETE_BATCH])))
 
     def _empty(self, thread_id: str) -> Callable[[], _Thread]:
         return lambda: _Thread(empty_state(thread_id))

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Protocol
 
 from stashpoint.errors import InvalidArgument, described
-from stashpoint.steps import Request
+from stashpoint.steps import Request, Steps, ask
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +368,18 @@ class ListVersionPage(Request["VersionPage"]):
     """The previous page's `next_marker`."""
     page_size: int = 1000
     """Largest page wanted."""
+
+
+def every_version(prefix: str, *, exact: bool = False) -> Steps[list[StoredVersion]]:
+    """Return every stored version under `prefix` (`exact`: of that one key), page by page."""
+    found: list[StoredVersion] = []
+    marker: tuple[str, str] | None = None
+    while True:
+        page = yield from ask(ListVersionPage(prefix, marker))
+        found += [v for v in page.versions if not exact or v.key == prefix]
+        marker = page.next_marker
+        if marker is None:
+            return found
 
 
 @dataclass(frozen=True, slots=True)
