@@ -497,3 +497,34 @@ def test_a_stale_langgraph_put_refused_after_a_purge_leaves_no_large_value() -> 
             saver.put(saved, late, {"source": "loop", "step": 0}, {"notes": 1})
         assert versions(stash, "langgraph-values/") == []
         assert holding(stash, SECRET) == []
+
+
+def test_a_retention_rule_locks_sealed_segments_and_the_purge_names_them(
+    locked_bucket: Any,
+) -> None:
+    from stashpoint.stores.objects import HeadObject
+
+    url = "s3://locked-bucket/p?index=none&retention=sealed:GOVERNANCE:30"
+    with stashpoint.open(url) as stash:
+        _log(stash, "t1", SECRET, 70)
+        segment = "p/sealed/logs/t1/00000000000000000000-00000000000000000063"
+        held = stash.driver(HeadObject(segment))
+        assert held is not None and held.lock_mode == "GOVERNANCE" and held.retain_until
+        assert (held.retain_until - held.last_modified).days in (29, 30)
+        entry = stash.driver(HeadObject("p/logs/t1/00000000000000000069"))
+        assert entry is not None and entry.lock_mode is None  # hot entries stay free
+        [check] = [c for c in stash.doctor() if c.name == "object lock"]
+        assert "sealed GOVERNANCE 30 days" in check.detail
+        with pytest.raises(stashpoint.RetentionLocked) as refused:
+            stash.purge(log="t1")
+        assert [key for key, *_ in refused.value.locked] == [segment]
+        assert len(_records(stash, "t1")) == 70
+
+
+def test_a_retention_rule_is_checked_and_refused_where_there_is_no_object_lock() -> None:
+    with pytest.raises(stashpoint.ConfigurationError):
+        stashpoint.open("s3://b/p?retention=sealed:FOREVER:30")
+    with pytest.raises(stashpoint.ConfigurationError):
+        stashpoint.open("s3://b/p?retention=hot:GOVERNANCE:30")
+    with pytest.raises(stashpoint.ConfigurationError):
+        stashpoint.open("memory://x?retention=sealed:GOVERNANCE:30")

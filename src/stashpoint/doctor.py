@@ -191,14 +191,25 @@ def _object_lock() -> Steps[Check]:
         return Check("object lock", Status.WARN, f"could not be read: {exc}")
     if lock is None:
         return Check("object lock", Status.PASS, "none here: a delete removes what it names")
+    asked = (
+        f"; this stash's writes ask for: {', '.join(lock.rules)}"
+        if lock.rules
+        else "; this stash's writes ask for none (the retention option)"
+    )
     if not lock.enabled:
+        if lock.rules:
+            return Check(
+                "object lock",
+                Status.FAIL,
+                f"off, but the retention option asks for it ({', '.join(lock.rules)}): S3 "
+                "refuses such writes; create the bucket with Object Lock or drop the option",
+            )
         return Check("object lock", Status.PASS, "off: nothing is retained past a delete")
     if lock.mode is None:
         return Check(
             "object lock",
             Status.PASS,
-            "on, no default retention: an object is locked only when its write asks, and "
-            "stashpoint's writes do not ask (yet)",
+            f"on, no default retention: an object is locked only when its write asks{asked}",
         )
     span = f"{lock.years} years" if lock.years else f"{lock.days} days"
     return Check(
@@ -206,7 +217,7 @@ def _object_lock() -> Steps[Check]:
         Status.WARN,
         f"on: every new object is retained {span} in {lock.mode} mode by default, so no "
         "version can be deleted before then (gc, repair, the doctor's probe and purges of "
-        "old versions are refused; a plain delete only adds a marker)",
+        f"old versions are refused; a plain delete only adds a marker){asked}",
     )
 
 

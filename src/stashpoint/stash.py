@@ -6,6 +6,7 @@ the stash (Lambda cold starts, one long-lived client per process).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Mapping
@@ -261,13 +262,16 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         )
     if parsed.scheme == "s3":
         import stashpoint._backends.s3 as s3  # boto3 loads only for S3 stashes
-
-        settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
-        index, async_index = _index_factories(own.get("index"), None, own)
         from stashpoint._backends.aws import caller_identity
+        from stashpoint.stores.retention import parse_rules
 
+        layout = Layout(check_prefix(parsed.prefix, nested=own.get("nested_prefix") == "allow"))
+        retention = parse_rules(object_options.pop("retention", None), layout)
+        settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
+        settings = dataclasses.replace(settings, retention=retention)
+        index, async_index = _index_factories(own.get("index"), None, own)
         return _Backend(
-            Layout(check_prefix(parsed.prefix, nested=own.get("nested_prefix") == "allow")),
+            layout,
             lambda: s3.s3_transport(settings),
             lambda: s3.async_s3_transport(settings),
             index,
@@ -748,6 +752,9 @@ class OpenOptions(TypedDict, total=False):
     """S3: the KMS key of SSE-KMS (implies `sse="aws:kms"`)."""
     storage_class: str
     """S3: the storage class of new objects (for example `STANDARD_IA`)."""
+    retention: str
+    """S3: Object Lock retentions per namespace, `sealed:GOVERNANCE:400,blobs:COMPLIANCE:2555`
+    (`stashpoint.stores.retention`; the bucket must have Object Lock)."""
     extra_put: Mapping[str, Any]
     """S3: further PutObject parameters, passed through unchanged."""
     index: str

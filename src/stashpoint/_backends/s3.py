@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -63,6 +64,7 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     WriteResult,
 )
+from stashpoint.stores.retention import RetentionRule, rule_for
 
 DEFAULT_CLIENT_CONFIG = botocore.config.Config(
     connect_timeout=5,
@@ -105,6 +107,8 @@ class S3Settings(AwsClientSettings):
     """Storage class for new objects (for example `STANDARD_IA`)."""
     extra_put: Mapping[str, Any] = field(default_factory=dict)
     """Further PutObject parameters passed through unchanged."""
+    retention: tuple[RetentionRule, ...] = ()
+    """Object Lock retentions the writes of some namespaces carry (`stores.retention`)."""
 
     @classmethod
     def from_options(
@@ -304,7 +308,7 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
         case GetLifecycle():
             return (yield from _lifecycle(bucket))
         case GetObjectLock():
-            return (yield from _object_lock(bucket))
+            return (yield from _object_lock(bucket, settings.retention))
     raise TypeError(f"S3 storage cannot execute {request!r}")
 
 
@@ -375,7 +379,7 @@ def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
     return rules
 
 
-def _object_lock(bucket: str) -> Steps[ObjectLock]:
+def _object_lock(bucket: str, retention: tuple[RetentionRule, ...]) -> Steps[ObjectLock]:
     response = yield from _bucket_setting(
         "get_object_lock_configuration", bucket, "ObjectLockConfigurationNotFoundError"
     )
@@ -388,6 +392,7 @@ def _object_lock(bucket: str) -> Steps[ObjectLock]:
         mode=default.get("Mode"),
         days=default.get("Days") or None,  # moto says 0 for the one not given
         years=default.get("Years") or None,
+        rules=tuple(str(rule) for rule in retention),
     )
 
 
@@ -411,6 +416,10 @@ def _put_params(request: PutObject, settings: S3Settings) -> dict[str, Any]:
         params["SSEKMSKeyId"] = settings.kms_key_id
     if settings.storage_class:
         params["StorageClass"] = settings.storage_class
+    rule = rule_for(settings.retention, request.key)
+    if rule is not None:
+        params["ObjectLockMode"] = rule.mode
+        params["ObjectLockRetainUntilDate"] = datetime.now(UTC) + timedelta(days=rule.days)
     params.update(settings.extra_put)
     return params
 

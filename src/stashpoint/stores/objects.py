@@ -314,6 +314,8 @@ class ObjectLock:
     """The default retention in days (or `years`)."""
     years: int | None = None
     """The default retention in years (or `days`)."""
+    rules: tuple[str, ...] = ()
+    """The retentions this stash's own writes ask for, per namespace (`stores.retention`)."""
 
 
 @dataclass(frozen=True, slots=True)
