@@ -106,7 +106,7 @@ def _worker_policy(*, with_kms: bool) -> dict[str, Any]:
 
 
 def _erasure_policy() -> dict[str, Any]:
-    """What an operator's purges need beyond a worker's (attach both to the erasure role)."""
+    """Return what an operator's purges need beyond a worker's (attach both to its role)."""
     return {
         "Version": "2012-10-17",
         "Statement": [

@@ -60,3 +60,13 @@ def holding(stash: Any, needle: str, prefix: str = "") -> list[str]:
 def pairs(found: list[StoredVersion]) -> set[tuple[str, str]]:
     """(key, version id) of each version."""
     return {(v.key, v.version_id) for v in found}
+
+
+def log(stash: Any, log_id: str, text: str, turns: int) -> Any:
+    """Append `turns` versions to `log_id` (records and state say `text` and the turn)."""
+    head = None
+    for turn in range(turns):
+        head = stash.logs.append(
+            log_id, [{"message": f"{text} {turn}"}], after=head, state={"last": f"{text} {turn}"}
+        )
+    return head

@@ -30,18 +30,10 @@ from stashpoint.clock import FakeClock
 from stashpoint.stores.objects import DeleteVersions, PutObject
 from tests.crashes import Crash, crash_at
 from tests.purging import holding, pairs, plain, versions
+from tests.purging import log as _log
 
 SECRET = "s3cr3t-7f3a"
 OTHER = "other-payload"
-
-
-def _log(stash: Any, log_id: str, text: str, turns: int) -> Any:
-    head = None
-    for turn in range(turns):
-        head = stash.logs.append(
-            log_id, [{"message": f"{text} {turn}"}], after=head, state={"last": f"{text} {turn}"}
-        )
-    return head
 
 
 def _records(stash: Any, log_id: str) -> list[Any]:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from stashpoint import jsontext, tracing
 from stashpoint.agent.logic import conversation_key
@@ -235,19 +235,33 @@ class Selection:
     """The arguments as given, for the receipt."""
 
 
-def selection(
-    *,
-    checkpoint: str | None = None,
-    agent: str | None = None,
-    run: str | None = None,
-    thread: str | None = None,
-    conversation: tuple[str, str] | None = None,
-    log: str | None = None,
-    prefix: str | None = None,
-    namespace: str | None = None,
-    older_than: timedelta | None = None,
-    all_of_namespace: bool = False,
-) -> Selection:
+class Selector(TypedDict, total=False):
+    """What to purge (or hold): exactly one id, or a prefix of ids (`Stash.purge`)."""
+
+    checkpoint: str
+    """A checkpoint envelope's id."""
+    agent: str
+    """An agent checkpoint's id (its transcript log)."""
+    run: str
+    """A run's id (its log, index items and the blobs only it references)."""
+    thread: str
+    """A LangGraph thread's id (its log and large values)."""
+    conversation: tuple[str, str]
+    """A durable conversation's (namespace, conversation id)."""
+    log: str
+    """A log of `stash.logs`."""
+    prefix: str
+    """Every id starting with it (no `/`, no `..`), in every namespace or `namespace`."""
+    namespace: str
+    """With `prefix` or `older_than`: only this one (`checkpoints`, `agents`,
+    `conversations`, `runs`, `threads`, `logs`)."""
+    older_than: timedelta
+    """Only ids last written longer ago (a retention policy: whole ids, never half)."""
+    all_of_namespace: bool
+    """Allow an empty prefix: every id (of `namespace`)."""
+
+
+def selection(**selector: Unpack[Selector]) -> Selection:
     """Check a purge's arguments and say what it erases; `InvalidArgument` before any I/O.
 
     Exactly one id (`checkpoint`, `agent`, `run`, `thread`, `conversation` as its
@@ -255,6 +269,14 @@ def selection(
     one `namespace`. An empty prefix selects everything: refused unless `older_than`
     bounds it or `all_of_namespace` says so, so no slip ever erases a whole stash.
     """
+    unknown = sorted(set(selector) - set(Selector.__annotations__))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
+    checkpoint, agent, run = selector.get("checkpoint"), selector.get("agent"), selector.get("run")
+    thread, conversation = selector.get("thread"), selector.get("conversation")
+    log, prefix, namespace = selector.get("log"), selector.get("prefix"), selector.get("namespace")
+    older_than = selector.get("older_than")
+    all_of_namespace = bool(selector.get("all_of_namespace", False))
     named = {
         name: value
         for name, value in (

@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold 
     from stashpoint.logs.log import LogSteps
     from stashpoint.logs.repair import LogRepair
     from stashpoint.logs.store import AsyncLogStore, LogStore
-    from stashpoint.purge import Purger, PurgeReceipt
+    from stashpoint.purge import Purger, PurgeReceipt, Selector
     from stashpoint.runs.store import AsyncRunStore, RunStore
 
 StoreT = TypeVar("StoreT", Store, AsyncStore)
@@ -503,29 +503,20 @@ class _StashApi(Generic[StoreT, LogStoreT]):
     def purge(
         self,
         *,
-        checkpoint: str | None = None,
-        agent: str | None = None,
-        run: str | None = None,
-        thread: str | None = None,
-        conversation: tuple[str, str] | None = None,
-        log: str | None = None,
-        prefix: str | None = None,
-        namespace: str | None = None,
-        older_than: timedelta | None = None,
-        all_of_namespace: bool = False,
         reusable: bool = False,
         dry_run: bool = False,
         actor: str | None = None,
         blob_min_age: timedelta = timedelta(hours=1),
+        **selector: Unpack[Selector],
     ) -> Steps[PurgeReceipt]:
         """Erase for good every stored version of one id, or of every id a prefix selects.
 
-        One of: `checkpoint`, `agent` (an agent checkpoint), `run`, `thread` (a LangGraph
-        thread), `conversation` (its namespace and id), `log` (of `stash.logs`), or a
-        `prefix` of ids (in every namespace, or in `namespace`: `checkpoints`, `agents`,
-        `conversations`, `runs`, `threads`, `logs`), with `older_than` to take only ids
-        last written longer ago (a retention policy). An empty prefix needs
-        `all_of_namespace=True`.
+        What (`stashpoint.purge.Selector`): one of `checkpoint`, `agent` (an agent
+        checkpoint), `run`, `thread` (a LangGraph thread), `conversation` (its namespace
+        and id), `log` (of `stash.logs`), or a `prefix` of ids (in every namespace, or in
+        `namespace`: `checkpoints`, `agents`, `conversations`, `runs`, `threads`, `logs`),
+        with `older_than` to take only ids last written longer ago (a retention policy).
+        An empty prefix needs `all_of_namespace=True`.
 
         Every version, delete marker, log entry, sealed segment, large value, index item
         and the blobs only it referenced are removed; a tombstone and one payload-free
@@ -535,17 +526,13 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         (`actor`, default: the caller's STS identity or `user@host`), verified by a
         listing. `dry_run` lists the plan and writes nothing. A blob only it referenced
         that is younger than `blob_min_age` stays (a writer may be about to reference the
-        same content; `gc` takes it later). Raises `RetentionLocked`,
-        naming every version Object Lock keeps, before erasing anything; a crash leaves an
-        open purge that `resume_purges` (or `gc`) finishes.
+        same content; `gc` takes it later). Raises `RetentionLocked`, naming every version
+        Object Lock keeps, before erasing anything; a crash leaves an open purge that
+        `resume_purges` (or `gc`) finishes.
         """
         from stashpoint.purge import selection
 
-        chosen = selection(
-            checkpoint=checkpoint, agent=agent, run=run, thread=thread,
-            conversation=conversation, log=log, prefix=prefix, namespace=namespace,
-            older_than=older_than, all_of_namespace=all_of_namespace,
-        )  # fmt: skip
+        chosen = selection(**selector)
         return self._parts.purger(blob_min_age).purge(
             chosen, actor=actor or self._parts.actor(), reusable=reusable, dry_run=dry_run
         )
@@ -561,33 +548,17 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         return self._parts.purger().resume_open(idle)
 
     @operation
-    def legal_hold(
-        self,
-        on: bool,
-        *,
-        checkpoint: str | None = None,
-        agent: str | None = None,
-        run: str | None = None,
-        thread: str | None = None,
-        conversation: tuple[str, str] | None = None,
-        log: str | None = None,
-        prefix: str | None = None,
-        namespace: str | None = None,
-    ) -> Steps[int]:
+    def legal_hold(self, on: bool, **selector: Unpack[Selector]) -> Steps[int]:
         """Set (`on`) or clear an S3 Object Lock legal hold on every version of an id.
 
-        The same ids as `purge`. A held version cannot be deleted until the hold is
-        cleared, so a purge of it is refused (`RetentionLocked`). Returns how many
-        versions were held or released. `ConfigurationError` without Object Lock.
+        The same selection as `purge` (`stashpoint.purge.Selector`). A held version cannot
+        be deleted until the hold is cleared, so a purge of it is refused
+        (`RetentionLocked`). Returns how many versions were held or released.
+        `ConfigurationError` without Object Lock.
         """
         from stashpoint.purge import selection
 
-        chosen = selection(
-            checkpoint=checkpoint, agent=agent, run=run, thread=thread,
-            conversation=conversation, log=log, prefix=prefix, namespace=namespace,
-            all_of_namespace=prefix == "",
-        )  # fmt: skip
-        return self._parts.purger().hold(chosen, on=on)
+        return self._parts.purger().hold(selection(**selector), on=on)
 
     @operation
     def doctor(self) -> Steps[list[Check]]:

@@ -15,18 +15,10 @@ import pytest
 import stashpoint
 from stashpoint import Envelope
 from tests.purging import holding, pairs, versions
+from tests.purging import log as _log
 
 SECRET = "s3cr3t-of-t1"
 OTHER = "payload-of-t2"
-
-
-def _log(stash: Any, log_id: str, text: str, turns: int) -> Any:
-    head = None
-    for turn in range(turns):
-        head = stash.logs.append(
-            log_id, [{"message": f"{text} {turn}"}], after=head, state={"last": f"{text} {turn}"}
-        )
-    return head
 
 
 def test_a_purged_log_leaves_no_payload_and_refuses_every_writer(stash: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from stashpoint import CheckpointConflict, StorageUnavailable
+from stashpoint import CheckpointConflict, Purged, StorageUnavailable
 from stashpoint.codec import Codec
 from stashpoint.logs.log import LogKeys, LogSteps
 from stashpoint.retry import RetryPolicy
@@ -206,6 +206,7 @@ def test_an_append_that_loses_is_a_conflict_naming_the_winner() -> None:
         [
             (PutObject, REFUSED),
             (Parallel, _listing_with(entry_key)),  # the conflict names the winner's version
+            (GetObject, _at(theirs)),  # ... and reads it: a purge's tombstone says Purged
             (Parallel, _listing_with(entry_key)),  # a create: was the log deleted? no
             (Parallel, [_at(theirs)]),
         ]
@@ -214,6 +215,37 @@ def test_an_append_that_loses_is_a_conflict_naming_the_winner() -> None:
         script.run(logs.append("job", [1], after=None, state={}))
     assert raised.value.actual_revision == 0
     assert len(script.puts()) == 1
+
+
+def test_an_append_that_loses_to_a_purge_tombstone_is_purged() -> None:
+    logs = _logs()
+    tombstone: list[bytes] = []
+
+    def stored(request: PutObject) -> WriteResult:
+        tombstone.append(request.body)
+        return STORED
+
+    # The tombstone a purge appends after version 0 (a listing, the top, the append).
+    first = _their_entry("job")
+    Script(
+        [
+            (Parallel, _listing_with(logs.keys.entry("job", 0))),
+            (Parallel, [_at(first)]),
+            (PutObject, stored),
+        ]
+    ).run(logs.end_for_purge("job", "purge-1"))
+    head = Script([(PutObject, STORED)]).run(logs.append("job", [1], after=None, state={}))
+    keys = [logs.keys.entry("job", v) for v in (0, 1)]
+    script = Script(
+        [
+            (PutObject, REFUSED),  # version 1 is the tombstone
+            (Parallel, _listing_with(*keys)),
+            (GetObject, _at(tombstone[0])),
+        ]
+    )
+    with pytest.raises(Purged) as raised:
+        script.run(logs.append("job", [2], after=head, state={}))
+    assert raised.value.purge_id == "purge-1" and len(script.puts()) == 1
 
 
 def test_an_append_landed_unheard_is_success_once_read_back() -> None:
@@ -237,6 +269,7 @@ def test_an_append_whose_version_holds_another_entry_is_a_conflict() -> None:
             (PutObject, TIMEOUT),
             (GetObject, _at(theirs)),  # the read-back: another writer's entry
             (Parallel, _listing_with(entry_key)),
+            (GetObject, _at(theirs)),
             (Parallel, _listing_with(entry_key)),
             (Parallel, [_at(theirs)]),
         ]

@@ -40,7 +40,6 @@ app.add_typer(threads.app, name="threads")
 app.add_typer(agents.app, name="agent")
 app.registered_commands += purges.app.registered_commands
 app.add_typer(purges.receipts, name="receipts")
-app.add_typer(purges.holds, name="hold")
 
 
 @app.callback()

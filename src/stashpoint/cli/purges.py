@@ -1,24 +1,23 @@
-"""Erasure: `purge` (with its receipt), `receipts list/show`, `hold set/clear`."""
+"""Erasure: `purge` (with its receipt), `receipts list/show`, `hold set|clear`."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
 from stashpoint.cli.options import AsJson, Url, Wide, open_stash
 
 if TYPE_CHECKING:
-    from stashpoint.purge import PurgeReceipt
+    from stashpoint.purge import PurgeReceipt, Selector
 
 app = typer.Typer()
-"""`purge` (registered at the top level)."""
+"""`purge` and `hold` (registered at the top level)."""
 receipts = typer.Typer(no_args_is_help=True, help="Erasure receipts: what purges removed.")
 """The `receipts` group."""
-holds = typer.Typer(no_args_is_help=True, help="S3 Object Lock legal holds on ids.")
-"""The `hold` group."""
 
 Checkpoint = Annotated[str | None, typer.Option(metavar="ID", help="A checkpoint id.")]
 Agent = Annotated[str | None, typer.Option(metavar="ID", help="An agent checkpoint id.")]
@@ -58,6 +57,16 @@ def _conversation(text: str | None) -> tuple[str, str] | None:
     if not slash:
         raise typer.BadParameter(f"{text!r}: use NAMESPACE/ID")
     return namespace, conversation_id
+
+
+def _selector(**given: Any) -> Selector:
+    """Return the library's selection from the options given (those not given left out)."""
+    if given.get("conversation") is not None:
+        given["conversation"] = _conversation(given["conversation"])
+    if given.get("older_than") is not None:
+        given["older_than"] = _age(given["older_than"])
+    chosen = {name: value for name, value in given.items() if value not in (None, False)}
+    return cast("Selector", chosen)
 
 
 def receipt_json(receipt: PurgeReceipt, *, versions: bool = True) -> dict[str, Any]:
@@ -158,12 +167,12 @@ def purge(
                 for receipt in done:
                     output.say(_summary(receipt))
             return
-        receipt = stash.purge(
+        chosen = _selector(
             checkpoint=checkpoint, agent=agent, run=run, thread=thread,
-            conversation=_conversation(conversation), log=log, prefix=prefix,
-            namespace=namespace, older_than=_age(older_than),
-            all_of_namespace=all_of_namespace, reusable=reusable, dry_run=dry_run, actor=actor,
+            conversation=conversation, log=log, prefix=prefix, namespace=namespace,
+            older_than=older_than, all_of_namespace=all_of_namespace,
         )  # fmt: skip
+        receipt = stash.purge(reusable=reusable, dry_run=dry_run, actor=actor, **chosen)
     if as_json:
         output.emit(receipt_json(receipt))
         return
@@ -223,50 +232,39 @@ def show_receipt(
             output.say(f"  {safe(version.key)} {safe(version.version_id)} {version.bytes}")
 
 
-def _hold(on: bool, **chosen: Any) -> None:
+class HoldAction(StrEnum):
+    """What `hold` does."""
+
+    SET = "set"
+    CLEAR = "clear"
+
+
+@app.command()
+def hold(
+    action: Annotated[HoldAction, typer.Argument(metavar="set|clear", help="What to do.")],
+    checkpoint: Checkpoint = None,
+    agent: Agent = None,
+    run: Run = None,
+    thread: Thread = None,
+    conversation: Conversation = None,
+    log: Log = None,
+    prefix: Prefix = None,
+    namespace: Namespace = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Set or clear a legal hold on every version of an id: no purge or delete removes it."""
     from stashpoint.cli.output import Output
 
-    as_json = chosen.pop("as_json")
-    url = chosen.pop("url")
-    chosen["conversation"] = _conversation(chosen["conversation"])
     output = Output(as_json=as_json)
+    on = action is HoldAction.SET
+    chosen = _selector(
+        checkpoint=checkpoint, agent=agent, run=run, thread=thread, conversation=conversation,
+        log=log, prefix=prefix, namespace=namespace, all_of_namespace=prefix == "",
+    )  # fmt: skip
     with open_stash(url) as stash:
         count = stash.legal_hold(on, **chosen)
     if as_json:
         output.emit({"legal_hold": on, "versions": count})
     else:
         output.say(f"legal hold {'set on' if on else 'cleared from'} {count} version(s)")
-
-
-@holds.command("set")
-def hold_set(
-    checkpoint: Checkpoint = None,
-    agent: Agent = None,
-    run: Run = None,
-    thread: Thread = None,
-    conversation: Conversation = None,
-    log: Log = None,
-    prefix: Prefix = None,
-    namespace: Namespace = None,
-    url: Url = None,
-    as_json: AsJson = False,
-) -> None:
-    """Put a legal hold on every version of an id: no purge or delete removes it."""
-    _hold(True, **locals())
-
-
-@holds.command("clear")
-def hold_clear(
-    checkpoint: Checkpoint = None,
-    agent: Agent = None,
-    run: Run = None,
-    thread: Thread = None,
-    conversation: Conversation = None,
-    log: Log = None,
-    prefix: Prefix = None,
-    namespace: Namespace = None,
-    url: Url = None,
-    as_json: AsJson = False,
-) -> None:
-    """Clear the legal hold from every version of an id."""
-    _hold(False, **locals())
