@@ -62,6 +62,8 @@ def _memory(**options: Any) -> stashpoint.Stash:
         {"prefix": "t", "older_than": timedelta(days=-1)},
         {"log": "t1", "namespace": "logs"},
         {"conversation": "c1"},
+        {"log": "t1", "actor": 5},
+        {"log": "t1", "blob_min_age": 3600},
         {},
     ],
 )

@@ -533,6 +533,14 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         from stashpoint.purge import selection
 
         chosen = selection(**selector)
+        if actor is not None and (not isinstance(actor, str) or not 0 < len(actor) <= 512):
+            raise InvalidArgument(
+                f"actor must be a str of 1-512 characters, not {described(actor)}"
+            )
+        if not isinstance(blob_min_age, timedelta):
+            raise InvalidArgument(
+                f"blob_min_age must be a timedelta, not {described(blob_min_age)}"
+            )
         return self._parts.purger(blob_min_age).purge(
             chosen, actor=actor or self._parts.actor(), reusable=reusable, dry_run=dry_run
         )
