@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,9 @@ import stashpoint
 from examples import fake_model
 from stashpoint.agent import AgentCheckpoint, AgentRunner, Message, TurnResult
 from stashpoint.steps import Parallel, Steps, ask, run_sync
-from stashpoint.stores.objects import DeleteObject, ListVersionPage, PutObject, StoredVersion
+from stashpoint.stores.objects import DeleteObject, ListVersionPage, StoredVersion
 from tests import servers
+from tests.purging import replay
 
 _WORDS = [
     "the",
@@ -71,36 +72,6 @@ def _all_versions(stash: Any, prefix: str = "") -> list[StoredVersion]:
             return found
 
 
-def _replay(source: stashpoint.Stash, target: stashpoint.Stash) -> int:
-    """Write every version of `source` onto `target`, each key's versions oldest first."""
-    by_key: dict[str, list[StoredVersion]] = defaultdict(list)
-    for version in _all_versions(source):
-        if not version.is_delete_marker:
-            by_key[version.key].append(version)
-    base = target.layout.prefix + "/"
-    rounds: list[list[PutObject]] = []
-    from stashpoint.stores.objects import GetObject
-
-    for key, versions in by_key.items():
-        for depth, version in enumerate(reversed(versions)):  # listed newest first
-            info = source.driver(GetObject(key, version.version_id))
-            assert info is not None
-            assert info.body is not None
-            while len(rounds) <= depth:
-                rounds.append([])
-            rounds[depth].append(PutObject(base + key, info.body, None))
-
-    def put_all() -> Steps[int]:
-        sent = 0
-        for round_ in rounds:  # every key's first version, then every second one, ...
-            for start in range(0, len(round_), 256):
-                yield from ask(Parallel(tuple(round_[start : start + 256])))
-                sent += len(round_[start : start + 256])
-        return sent
-
-    return run_sync(put_all(), target.driver)
-
-
 def _by_hand(stash: stashpoint.Stash, prefixes: list[str]) -> tuple[int, float]:
     """Erase every version under `prefixes` one versioned DELETE at a time; (requests, s)."""
     started = time.perf_counter()
@@ -125,7 +96,7 @@ def run(server: servers.S3Server, turns: int, vacate: bool) -> dict[str, Any]:
         copies = []
         for name in ("purged", "by-hand"):
             target = stashpoint.open(server.url(f"{name}-{vacate}-{os.getpid()}"))
-            _replay(source, target)
+            replay(source, target)
             copies.append(target)
     purged, by_hand = copies
     base = purged.layout.prefix + "/"

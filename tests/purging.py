@@ -7,7 +7,7 @@ from typing import Any
 import zstandard
 
 from stashpoint.steps import Parallel, Steps, ask, run_sync
-from stashpoint.stores.objects import GetObject, ListVersionPage, StoredVersion
+from stashpoint.stores.objects import GetObject, ListVersionPage, PutObject, StoredVersion
 from tests.contract.drivers import BlockingFacade
 
 
@@ -48,12 +48,15 @@ def bodies(stash: Any, found: list[StoredVersion]) -> list[tuple[StoredVersion, 
     return list(zip(live, run_sync(read(), stash.driver), strict=True))
 
 
-def holding(stash: Any, needle: str, prefix: str = "") -> list[str]:
-    """The `key@version` of every stored version whose bytes contain `needle`."""
+def holding(stash: Any, needle: str | tuple[str, ...], prefix: str = "") -> list[str]:
+    """The `key@version` of every stored version whose bytes contain `needle` (any one)."""
+    needles = [n.encode() for n in ((needle,) if isinstance(needle, str) else needle)]
     return [
         f"{version.key}@{version.version_id}"
         for version, info in bodies(stash, versions(stash, prefix))
-        if info is not None and info.body is not None and needle.encode() in plain(info.body)
+        if info is not None
+        and info.body is not None
+        and any(n in plain(info.body) for n in needles)
     ]
 
 
@@ -70,3 +73,33 @@ def log(stash: Any, log_id: str, text: str, turns: int) -> Any:
             log_id, [{"message": f"{text} {turn}"}], after=head, state={"last": f"{text} {turn}"}
         )
     return head
+
+
+def replay(source: Any, target: Any) -> int:
+    """Write every stored version of `source` onto `target`, each key's oldest first.
+
+    The same keys (under the target's prefix) and bytes, in the order they were written:
+    a transcript written turn by turn on a memory stash, stored on a real server in a few
+    parallel rounds instead of one round trip per turn. Returns how many were written.
+    """
+    by_key: dict[str, list[StoredVersion]] = {}
+    for version in versions(source):
+        if not version.is_delete_marker:
+            by_key.setdefault(version.key, []).append(version)
+    base = target.layout.prefix + "/" if target.layout.prefix else ""
+    rounds: list[list[PutObject]] = []
+    for key, found in by_key.items():
+        for depth, (_, info) in enumerate(bodies(source, list(reversed(found)))):
+            while len(rounds) <= depth:
+                rounds.append([])
+            rounds[depth].append(PutObject(base + key, info.body, None))
+
+    def put_all() -> Steps[int]:
+        sent = 0
+        for puts in rounds:  # every key's first version, then every second one, ...
+            for start in range(0, len(puts), 256):
+                yield from ask(Parallel(tuple(puts[start : start + 256])))
+                sent += len(puts[start : start + 256])
+        return sent
+
+    return run_sync(put_all(), target.driver)
