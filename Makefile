@@ -71,7 +71,7 @@ prerequisites:
 test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	bash tests/browser/install.sh
 	$(MAKE) lint
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist worksteal
 
 bench: $(STAMP) $(DYNAMODB_LOCAL)
 	$(PY) bench/run.py
