@@ -25,9 +25,9 @@ import stashpoint
 from examples import fake_model
 from stashpoint.agent import AgentCheckpoint, AgentRunner, Message, TurnResult
 from stashpoint.steps import Parallel, Steps, ask, run_sync
-from stashpoint.stores.objects import DeleteObject, ListVersionPage, StoredVersion
+from stashpoint.stores.objects import DeleteObject
 from tests import servers
-from tests.purging import replay
+from tests.purging import replay, versions
 
 _WORDS = [
     "the",
@@ -61,24 +61,12 @@ def _transcript(stash: stashpoint.Stash, agent_id: str, turns: int) -> None:
         )  # fmt: skip
 
 
-def _all_versions(stash: Any, prefix: str = "") -> list[StoredVersion]:
-    found: list[StoredVersion] = []
-    marker = None
-    while True:
-        page = stash.driver(ListVersionPage(prefix, marker))
-        found += page.versions
-        marker = page.next_marker
-        if marker is None:
-            return found
-
-
 def _by_hand(stash: stashpoint.Stash, prefixes: list[str]) -> tuple[int, float]:
     """Erase every version under `prefixes` one versioned DELETE at a time; (requests, s)."""
     started = time.perf_counter()
-    doomed = [v for p in prefixes for v in _all_versions(stash, p)]
-    pages = 0
-    for p in prefixes:
-        pages += max(1, -(-len(_all_versions(stash, p)) // 1000))
+    listed = [versions(stash, p) for p in prefixes]
+    doomed = [v for found in listed for v in found]
+    pages = sum(max(1, -(-len(found) // 1000)) for found in listed)
 
     def delete_all() -> Steps[None]:
         for start in range(0, len(doomed), 256):
@@ -99,9 +87,8 @@ def run(server: servers.S3Server, turns: int, vacate: bool) -> dict[str, Any]:
             replay(source, target)
             copies.append(target)
     purged, by_hand = copies
-    base = purged.layout.prefix + "/"
-    prefixes = [base + "agents/long/", base + "sealed/agents/long/"]
-    before = [v for p in prefixes for v in _all_versions(purged, p)]
+    prefixes = ["agents/long/", "sealed/agents/long/"]
+    before = [v for p in prefixes for v in versions(purged, p)]
     stored = sum(v.size for v in before)
     counts: Counter[str] = Counter()
 
@@ -117,9 +104,7 @@ def run(server: servers.S3Server, turns: int, vacate: bool) -> dict[str, Any]:
     assert receipt.status == "complete"
     assert AgentCheckpoint.existing("other", purged.checkpoints).load()[1].transcript
     requests = sum(counts.values())
-    hand_requests, hand_seconds = _by_hand(
-        by_hand, [p.replace(purged.layout.prefix, by_hand.layout.prefix) for p in prefixes]
-    )
+    hand_requests, hand_seconds = _by_hand(by_hand, prefixes)  # relative to each stash
     purged.close()
     by_hand.close()
     return {
