@@ -267,7 +267,16 @@ def test_the_calls_the_audit_found_untyped_raise_typed_errors() -> None:
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"c": 2**70}
         checkpoint["channel_versions"] = {"c": 1}
+        bytes_version = empty_checkpoint()
+        bytes_version["channel_values"] = {"c": "v"}
+        bytes_version["channel_versions"] = {"c": b"\xff"}  # type: ignore[dict-item]
         calls: dict[str, Callable[[], Any]] = {
+            "a LangGraph channel version of bytes (found by the fuzz above)": lambda: saver.put(
+                config,  # type: ignore[arg-type]
+                bytes_version,
+                {"source": "loop", "step": 0, "parents": {}},
+                {"c": b"\xff"},  # type: ignore[dict-item]
+            ),
             "logs.list_page('', 0)": lambda: stash.logs.list_page("", 0),
             "durable.wait(seconds=372276706769)": lambda: durable.wait("w", seconds=372276706769),
             "a lone surrogate in a run input": lambda: stash.runs.record_attempt(

@@ -583,6 +583,11 @@ def state_after_put(
     values: dict[str, ValueLocation] = {}
     complete = True
     for channel, channel_version in channel_versions.items():
+        if isinstance(channel_version, bool) or not isinstance(channel_version, str | int | float):
+            raise InvalidArgument(
+                f"channel {described(channel)}'s version must be a str, an int or a float, "
+                f"not {described(channel_version)}"
+            )
         if channel in value_versions:
             first, links, snapshot = value_versions[channel]
             values[channel] = ValueLocation(
