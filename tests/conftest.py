@@ -48,6 +48,18 @@ def local_url(tmp_path: Path) -> tuple[str, dict[str, Any]]:
 
 
 @pytest.fixture
+def local_encrypted_url(tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A local folder stash whose every object is sealed (client-side encryption, keyring).
+
+    Two tenants and the catch-all, so the contract suites cross tenant keys too.
+    """
+    from stashpoint.encryption import Encryption
+
+    encryption = Encryption.local(tmp_path / "keyring.json", ("one", "t1"), ("runs", "r"))
+    return f"local://{tmp_path / 'stash'}?fsync=false", {"encryption": encryption}
+
+
+@pytest.fixture
 def local_fsync_url(tmp_path: Path) -> tuple[str, dict[str, Any]]:
     """A fresh local folder stash with fsync on (the default users get)."""
     return f"local://{tmp_path / 'stash'}", {}

@@ -26,6 +26,8 @@ from stashpoint.errors import (
     InvalidArgument,
     InvalidId,
     InvalidPayload,
+    KeyShredded,
+    KeyUnavailable,
     LimitExceeded,
     NondeterministicReplay,
     Purged,
@@ -38,6 +40,7 @@ from stashpoint.errors import (
     StepInterrupted,
     StorageUnavailable,
     TerminalStateConflict,
+    Undecryptable,
     UnsafeStorage,
     UnsupportedFormat,
 )
@@ -45,6 +48,7 @@ from stashpoint.errors import (
 if TYPE_CHECKING:
     from stashpoint.codec import Codec, Limits
     from stashpoint.deadline import Deadline
+    from stashpoint.encryption import Encryption, KeyRule
     from stashpoint.envelope import CheckpointInfo, Envelope
     from stashpoint.ids import new_id, validate_id
     from stashpoint.logs import AsyncLogStore, LogEntry, LogHead, LogStore
@@ -70,6 +74,7 @@ _LAZY = {
     **dict.fromkeys(("new_id", "validate_id"), "stashpoint.ids"),
     "RetryPolicy": "stashpoint.retry",
     "PurgeReceipt": "stashpoint.purge",
+    **dict.fromkeys(("Encryption", "KeyRule"), "stashpoint.encryption"),
     **dict.fromkeys(("AttemptStatus", "RunStatus"), "stashpoint.status"),
     "Deadline": "stashpoint.deadline",
     **dict.fromkeys(("Retry", "Semantics"), "stashpoint.runs.durable"),
@@ -123,6 +128,7 @@ __all__ = [
     "Codec",
     "Deadline",
     "ConfigurationError",
+    "Encryption",
     "Envelope",
     "ErrorKind",
     "Fenced",
@@ -133,6 +139,9 @@ __all__ = [
     "InvalidArgument",
     "InvalidId",
     "InvalidPayload",
+    "KeyRule",
+    "KeyShredded",
+    "KeyUnavailable",
     "LimitExceeded",
     "NondeterministicReplay",
     "Limits",
@@ -162,6 +171,7 @@ __all__ = [
     "StorageUnavailable",
     "TerminalStateConflict",
     "TraceContext",
+    "Undecryptable",
     "UnsafeStorage",
     "UnsupportedFormat",
     "new_id",

@@ -22,6 +22,7 @@ from stashpoint.errors import (
     InvalidPayload,
     LimitExceeded,
     StashpointError,
+    Undecryptable,
     UnsupportedFormat,
     described,
 )
@@ -38,6 +39,8 @@ PARSER_MAX_DEPTH = jsontext.MAX_DEPTH
 """The JSON parser's own nesting ceiling; `Limits.max_depth` cannot exceed it."""
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+SEALED_MAGIC = b"SPE1"
+"""The first bytes of an encrypted object (`stashpoint.encryption`): the codec names them."""
 _STREAM_CHUNK = 1 << 20
 _RATIO_FLOOR = 1 << 20
 """Documents up to this size are never refused for their inflation ratio."""
@@ -257,6 +260,12 @@ class Codec:
             _check_prefix(raw[:_PREFIX_BYTES], name)
         elif not data:
             raise InvalidPayload("object is empty", object_name=name)
+        elif data[:4] == SEALED_MAGIC:
+            raise Undecryptable(
+                "object is encrypted (stashpoint.encrypted/1): open the stash with the "
+                "encryption settings it was written with, or run `stashpoint decrypt`",
+                object_name=name,
+            )
         else:
             raise InvalidPayload(
                 "object is neither a zstd frame nor a JSON object", object_name=name

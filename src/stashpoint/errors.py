@@ -60,6 +60,13 @@ class ErrorKind(StrEnum):
     """The object was purged: erased for good, its id refused to writers."""
     RETENTION_LOCKED = "retention_locked"
     """S3 Object Lock keeps an object (a retention or a legal hold): it cannot be erased."""
+    UNDECRYPTABLE = "undecryptable"
+    """An encrypted object fails to decrypt: tampered, moved to another key or tenant, an
+    unknown algorithm, or read without (or with the wrong) encryption settings."""
+    SHREDDED = "shredded"
+    """The tenant's key was shredded (`purge --tenant T --shred`): its objects are gone."""
+    KEY_UNAVAILABLE = "key_unavailable"
+    """The key service refused or could not be reached (KMS access denied, a disabled key)."""
 
 
 def described(value: object) -> str:
@@ -138,6 +145,30 @@ class RetentionLocked(StashpointError):
             "was erased",
             object_name=locked[0][0] if locked else None,
         )
+
+
+class Undecryptable(StashpointError):
+    """An encrypted object could not be decrypted (`stashpoint.encryption`).
+
+    Tampered bytes, an object moved to another key or tenant, a wrong or unknown key, an
+    unknown algorithm, a plain object where the stash encrypts, or an encrypted object read
+    by a stash opened without encryption. The message names the object and why, never its
+    content or any key material.
+    """
+
+    kind = ErrorKind.UNDECRYPTABLE
+
+
+class KeyShredded(Undecryptable):
+    """The object's tenant key was shredded: it can never be read again (on purpose)."""
+
+    kind = ErrorKind.SHREDDED
+
+
+class KeyUnavailable(StashpointError):
+    """The key service refused a data-key request or could not be reached."""
+
+    kind = ErrorKind.KEY_UNAVAILABLE
 
 
 class CheckpointConflict(StashpointError):

@@ -49,6 +49,13 @@ from typing import Any, TypedDict, Unpack
 from stashpoint import jsontext, tracing
 from stashpoint.agent.logic import conversation_key
 from stashpoint.codec import Codec
+from stashpoint.encryption import (
+    TENANT_PATTERN,
+    Encryption,
+    KeyRule,
+    ShredMasterKey,
+    read_record,
+)
 from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
@@ -72,6 +79,7 @@ from stashpoint.stores.layout import (
     BLOBS,
     CHECKPOINTS,
     CONVERSATIONS,
+    DATA_KEYS,
     LANGGRAPH,
     LOGS,
     NAMESPACES,
@@ -87,6 +95,7 @@ from stashpoint.stores.objects import (
     GetObject,
     GetObjectLock,
     HeadObject,
+    PutObject,
     SetLegalHold,
     StoredVersion,
     every_version,
@@ -172,6 +181,9 @@ class PurgeReceipt:
     """Whether the ids may be created again (else writes to them are refused)."""
     unreadable: list[str] = field(default_factory=list)
     """Erased objects that could not be decoded, so their blob references are unknown."""
+    shredded: list[str] = field(default_factory=list)
+    """A shred (`tenant=..., shred=True`): what the key service did with each master key
+    (a KMS deletion scheduled, a keyring entry removed)."""
 
     @property
     def objects(self) -> int:
@@ -201,6 +213,7 @@ class _State:
     kept_blobs: list[str] = field(default_factory=list)
     kept: int = 0
     unreadable: list[str] = field(default_factory=list)
+    shredded: list[str] = field(default_factory=list)
     status: str = "in_progress"
     verified: bool = False
     finished_at: str | None = None
@@ -259,6 +272,11 @@ class Selector(TypedDict, total=False):
     """Only ids last written longer ago (a retention policy: whole ids, never half)."""
     all_of_namespace: bool
     """Allow an empty prefix: every id (of `namespace`)."""
+    tenant: str
+    """With `shred`: an encryption tenant (`stashpoint.encryption.KeyRule.tenant`)."""
+    shred: bool
+    """Crypto-shred `tenant`: retire its master key and erase its data keys, so every
+    object sealed for it is unreadable for good, locked or not."""
 
 
 def selection(**selector: Unpack[Selector]) -> Selection:
@@ -277,6 +295,8 @@ def selection(**selector: Unpack[Selector]) -> Selection:
     log, prefix, namespace = selector.get("log"), selector.get("prefix"), selector.get("namespace")
     older_than = selector.get("older_than")
     all_of_namespace = bool(selector.get("all_of_namespace", False))
+    if "tenant" in selector or "shred" in selector:
+        return _shred_selection(selector)
     named = {
         name: value
         for name, value in (
@@ -332,6 +352,19 @@ def selection(**selector: Unpack[Selector]) -> Selection:
     return Selection(prefix=prefix, namespaces=namespaces, older_than=older_than, asked=asked)
 
 
+def _shred_selection(selector: Selector) -> Selection:
+    tenant, shred = selector.get("tenant"), selector.get("shred")
+    if set(selector) - {"tenant", "shred"}:
+        raise InvalidArgument("a shred takes a tenant alone: no id, prefix or namespace")
+    if shred is not True:
+        raise InvalidArgument(
+            "tenant goes with shred=True (--shred); to erase a tenant's ids, purge its prefix"
+        )
+    if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
+        raise InvalidArgument(f"tenant must be a tenant's name, not {described(tenant)}")
+    return Selection(targets=(Target(DATA_KEYS, tenant),), asked={"tenant": tenant, "shred": True})
+
+
 def _target(name: str, value: Any) -> Target:
     if name == "conversation":
         if not (isinstance(value, tuple) and len(value) == 2):
@@ -363,6 +396,7 @@ class Purger:
         garbage: Garbage,
         *,
         has_index: bool,
+        encryption: Encryption | None = None,
     ) -> None:
         self.layout = layout
         """Where the stash's objects live."""
@@ -378,6 +412,8 @@ class Purger:
         """Whether the stash has a run index whose items a run's purge deletes."""
         self.receipts = logs(PURGES)
         """The receipts' logs."""
+        self.encryption = encryption
+        """The stash's encryption (its tenants' master keys, for a shred), if any."""
 
     # -- choosing what to purge -----------------------------------------------------------
 
@@ -593,6 +629,7 @@ class Purger:
             verified=state.verified,
             reusable=state.reusable,
             unreadable=state.unreadable,
+            shredded=state.shredded,
         )
 
     def _carry_on(self, head: LogHead, state: _State) -> Steps[None]:
@@ -616,6 +653,9 @@ class Purger:
         namespace = NAMESPACES[target.namespace]
         if namespace.shape is Shape.HEADS:
             yield from self._erase_head(target, receipt)
+            return
+        if namespace.shape is Shape.KEYS:
+            yield from self._shred(target, receipt)
             return
         logs = self.logs(target.namespace)
         ended = yield from logs.end_for_purge(
@@ -679,6 +719,50 @@ class Purger:
             yield from self._delete(doomed)
         raise _unfinished(target)
 
+    def _shred(self, target: Target, receipt: _Receipt) -> Steps[None]:
+        """Retire a tenant's master key, then erase every version of its data keys.
+
+        The master key goes first: from then on no data key of the tenant unwraps, even
+        one a crash left behind (a resumed shred erases it). Data-key ids are random and
+        never reused, so their keys may be freed.
+        """
+        state = receipt.state
+        rule = shreddable(self.encryption, target.object_id)
+        prefix = self.layout.key(DATA_KEYS, f"{target.object_id}/")
+        shred_mark = self.layout.key(DATA_KEYS, f"{target.object_id}.shredded")
+        if not state.shredded:
+            masters = {rule.key}
+            if rule.key.startswith("alias/"):  # KMS deletes a key by its id, not an alias
+                masters = set()
+                for version in (yield from self._versions(prefix, False)):
+                    if version.is_latest and not version.is_delete_marker:
+                        masters.add((yield from self._master_of(version)) or rule.key)
+                masters = masters or {rule.key}
+            # The mark first: a process about to make a data key for the tenant reads it.
+            mark = {"format": "stashpoint.shredded/1", "tenant": target.object_id,
+                    "purge_id": state.purge_id}  # fmt: skip
+            body = yield from self.codec.document_encoding(mark, name=target.object_id)
+            yield from ask(PutObject(shred_mark, body, None))
+            for master in sorted(masters):
+                state.shredded.append((yield from ask(ShredMasterKey(master))))
+            yield from receipt.write([])
+        for _ in range(_ROUNDS):
+            doomed = yield from self._versions(prefix, False)
+            if not doomed:
+                return
+            yield from receipt.intend(doomed)
+            yield from self._delete(doomed)
+        raise _unfinished(target)
+
+    def _master_of(self, version: StoredVersion) -> Steps[str | None]:
+        info = yield from ask(GetObject(version.key, version.version_id))
+        if info is None or info.body is None:
+            return None
+        try:
+            return read_record(self.codec, info.body, version.key).master
+        except StashpointError:
+            return None
+
     def _erase_head(self, target: Target, receipt: _Receipt) -> Steps[None]:
         state = receipt.state
         cas = self.heads(target.namespace)
@@ -717,6 +801,9 @@ class Purger:
         namespace = NAMESPACES[target.namespace]
         if namespace.shape is Shape.HEADS:
             yield self.heads(target.namespace).key(target.object_id), True
+            return
+        if namespace.shape is Shape.KEYS:
+            yield self.layout.key(DATA_KEYS, f"{target.object_id}/"), False
             return
         keys = self.logs(target.namespace).keys
         entries = keys.entries_prefix(target.object_id)
@@ -846,6 +933,28 @@ def _judge_entry(
     if number == tombstone or version.size <= ceiling:
         return _Verdict.KEEP, number
     return _Verdict.VACATE, number
+
+
+def shreddable(encryption: Encryption | None, tenant: str) -> KeyRule:
+    """Return the rule of a tenant that may be shredded; `ConfigurationError` if none.
+
+    Refused when another tenant's rule names the same master key: shredding it would
+    make that tenant unreadable too.
+    """
+    if encryption is None:
+        raise ConfigurationError(
+            "this stash is not encrypted: there is no tenant key to shred (open it with "
+            "its encryption settings)"
+        )
+    rule = encryption.tenant(tenant)
+    sharing = [r.tenant for r in encryption.rules if r.key == rule.key and r is not rule]
+    if sharing:
+        raise ConfigurationError(
+            f"tenant {tenant!r} shares its master key with {', '.join(sharing)}: shredding "
+            "it would erase them too; give each tenant a key of its own",
+            object_name=tenant,
+        )
+    return rule
 
 
 def _unfinished(target: Target) -> StorageUnavailable:

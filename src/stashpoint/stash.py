@@ -22,7 +22,7 @@ from stashpoint._backends.router import AsyncRouter, Hook, Router
 from stashpoint._backends.threaded import ThreadedAsyncTransport
 from stashpoint.clock import REAL, Clock
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
-from stashpoint.errors import ConfigurationError, InvalidArgument, described
+from stashpoint.errors import ConfigurationError, InvalidArgument, KeyShredded, described
 from stashpoint.progress import OnProgress, silent
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.steps import Steps
@@ -44,6 +44,7 @@ from stashpoint.url import StashUrl, parse_url, resolve_url, shown
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
     from stashpoint._backends.sqlite import SqliteIndexTransport
     from stashpoint.doctor import Check
+    from stashpoint.encryption import Encryption, Rotation, Sealer
     from stashpoint.garbage import GcReport
     from stashpoint.logs.log import LogSteps
     from stashpoint.logs.repair import LogRepair
@@ -83,6 +84,10 @@ class Options:
     stays occupied), so a log's bytes at rest are about its segments'. Costs one more PUT
     per version (S3 charges PUTs, not DELETEs); off, entries stay whole beside their
     segments (twice the bytes of the hot prefix, no extra request)."""
+    encryption: Encryption | None = None
+    """Client-side encryption of every stored object (`stashpoint.encryption`): key rules
+    per tenant, a local keyring or AWS KMS. None: objects are stored as zstd JSON (use the
+    bucket's SSE for encryption at rest); also the `encryption=PATH` URL option."""
     backend: dict[str, Any] = field(default_factory=dict)
     """Backend options (S3: `client_config`, `sse`, `kms_key_id`, `storage_class`,
     `endpoint_url`...; index: `index_endpoint_url`, `index_client_config`; `ttl_days`,
@@ -108,6 +113,11 @@ class Options:
             raise ConfigurationError("vacate_sealed_entries must be a bool")
         if not isinstance(self.backend, dict):
             raise ConfigurationError("backend must be a dict of backend options")
+        if self.encryption is not None:
+            from stashpoint.encryption import Encryption
+
+            if not isinstance(self.encryption, Encryption):
+                raise ConfigurationError("encryption must be a stashpoint.encryption.Encryption")
 
 
 Factory = Callable[[], Any]
@@ -146,7 +156,11 @@ class _Backend:
 def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split URL parameters and keyword options into (object-store, stash/index) settings."""
     merged: dict[str, Any] = {**parsed.params, **options.backend}
-    own = {k: merged.pop(k) for k in (*_INDEX_OPTIONS, *_STASH_OPTIONS, "index") if k in merged}
+    own = {
+        k: merged.pop(k)
+        for k in (*_INDEX_OPTIONS, *_STASH_OPTIONS, "index", "encryption")
+        if k in merged
+    }
     if "session" in merged:
         own["session"] = merged["session"]  # one boto3 session for S3 and the index
     return merged, own
@@ -292,11 +306,60 @@ class _Parts:
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
         self.vacate_sealed = options.vacate_sealed_entries
+        self.sealer = self._sealer(options.encryption, own.get("encryption"))
+        if self.sealer is not None:
+            self.backend = self._encrypted(self.backend, self.sealer, options.clock)
         self.cache = EtagCache()
         ttl_days = _number(own.get("ttl_days"), "ttl_days", float)
         self.ttl_seconds = None if ttl_days is None else int(ttl_days * 86400)
         threshold = _number(own.get("blob_threshold"), "blob_threshold", int)
         self.blob_threshold = None if threshold is None else int(threshold)
+
+    def _sealer(self, encryption: Encryption | None, path: Any) -> Sealer | None:
+        """Return the encryption's logic: from `Options.encryption`, else the URL's file."""
+        if encryption is None and path in (None, ""):
+            import os
+
+            path = os.environ.get("STASHPOINT_ENCRYPTION") or None
+        if encryption is None and path is None:
+            return None
+        from stashpoint.encryption import Encryption, Sealer
+
+        if encryption is None:
+            if not isinstance(path, str | Path):
+                raise ConfigurationError("the encryption option must be a file path")
+            encryption = Encryption.from_file(path)
+        elif path not in (None, ""):
+            raise ConfigurationError("give encryption once: as an option or in the URL")
+        return Sealer(encryption, self.backend.layout, self.codec, self.retry)
+
+    @staticmethod
+    def _encrypted(backend: _Backend, sealer: Sealer, clock: Clock) -> _Backend:
+        """Return the backend with its object transports wrapped to seal and open."""
+        from stashpoint._backends.encrypting import (
+            AsyncEncryptingTransport,
+            EncryptingTransport,
+            KeyServices,
+        )
+
+        keys = KeyServices(sealer)
+        return dataclasses.replace(
+            backend,
+            objects=lambda: EncryptingTransport(backend.objects(), sealer, keys, clock),
+            async_objects=lambda: AsyncEncryptingTransport(
+                backend.async_objects(), sealer, keys, clock
+            ),
+        )
+
+    @property
+    def blob_tenant(self) -> Callable[[str], str | None]:
+        """The tenant whose key seals a run's blobs (None without encryption)."""
+        sealer = self.sealer
+        if sealer is None:
+            return lambda run_id: None
+        from stashpoint.stores.layout import RUN_LOGS
+
+        return lambda run_id: sealer.encryption.rule_for(RUN_LOGS, run_id).tenant
 
     def cas(self, namespace: str) -> CompareAndSwap:
         return CompareAndSwap(namespace, self.backend.layout, self.codec, self.retry, self.cache)
@@ -315,6 +378,7 @@ class _Parts:
             self.retry,
             full_state_every=settings.full_state_every,
             vacate_sealed=self.vacate_sealed,
+            overhead=None if self.sealer is None else self.sealer.overhead,
         )
 
     def gc(
@@ -368,6 +432,7 @@ class _Parts:
             self.cas,
             garbage,
             has_index=self.backend.index is not None,
+            encryption=None if self.sealer is None else self.sealer.encryption,
         )
 
     def actor(self) -> str:
@@ -403,7 +468,7 @@ class _Parts:
 
         index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
-        blobs = Blobs(self.backend.layout, self.codec, threshold, self.retry)
+        blobs = Blobs(self.backend.layout, self.codec, threshold, self.retry, self.blob_tenant)
         return store_type(self.logs(RUN_LOGS), blobs, index, execute)
 
 
@@ -526,13 +591,20 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         (`actor`, default: the caller's STS identity or `user@host`), verified by a
         listing. `dry_run` lists the plan and writes nothing. A blob only it referenced
         that is younger than `blob_min_age` stays (a writer may be about to reference the
-        same content; `gc` takes it later). Raises `RetentionLocked`, naming every version
+        same content; `gc` takes it later). `tenant=NAME, shred=True` crypto-shreds an
+        encryption tenant instead: its master key is retired (KMS deletion scheduled, or
+        removed from the keyring) and its data keys erased, so every object sealed for it
+        is unreadable (`KeyShredded`), locked or not. Raises `RetentionLocked`, naming every version
         Object Lock keeps, before erasing anything; a crash leaves an open purge that
         `resume_purges` (or `gc`) finishes.
         """
-        from stashpoint.purge import selection
+        from stashpoint.purge import selection, shreddable
 
         chosen = selection(**selector)
+        tenant = selector.get("tenant") if selector.get("shred") else None
+        if tenant is not None:
+            sealer = self._parts.sealer
+            shreddable(None if sealer is None else sealer.encryption, str(tenant))
         if actor is not None and (not isinstance(actor, str) or not 0 < len(actor) <= 512):
             raise InvalidArgument(
                 f"actor must be a str of 1-512 characters, not {described(actor)}"
@@ -541,9 +613,12 @@ class _StashApi(Generic[StoreT, LogStoreT]):
             raise InvalidArgument(
                 f"blob_min_age must be a timedelta, not {described(blob_min_age)}"
             )
-        return self._parts.purger(blob_min_age).purge(
+        receipt = yield from self._parts.purger(blob_min_age).purge(
             chosen, actor=actor or self._parts.actor(), reusable=reusable, dry_run=dry_run
         )
+        if tenant is not None and self._parts.sealer is not None and not dry_run:
+            self._parts.sealer.forget(str(tenant))  # nothing more sealed with its keys here
+        return receipt
 
     @operation
     def purge_receipt(self, purge_id: str) -> Steps[PurgeReceipt]:
@@ -572,6 +647,56 @@ class _StashApi(Generic[StoreT, LogStoreT]):
     def doctor(self) -> Steps[list[Check]]:
         """Probe storage and index; see `stashpoint.doctor`. Leaves nothing behind."""
         return self._parts.doctor()
+
+    @property
+    def encryption(self) -> Encryption | None:
+        """The client-side encryption settings (None: objects are stored plain)."""
+        return None if self._parts.sealer is None else self._parts.sealer.encryption
+
+    @operation
+    def rotate_keys(self, tenant: str | None = None) -> Steps[list[Rotation]]:
+        """Give each tenant's master key (or `tenant`'s) new material; re-wrap its data keys.
+
+        No data object is rewritten: each names its data key, and only the data-key objects
+        (a few per tenant) are written again. KMS keys also get yearly rotation enabled.
+        `ConfigurationError` on a stash without encryption.
+        """
+        from stashpoint.encryption import Rotation
+
+        sealer = self._parts.sealer
+        if sealer is None:
+            raise ConfigurationError("this stash is not encrypted: there are no keys to rotate")
+        if tenant is not None and not isinstance(tenant, str):
+            raise InvalidArgument(f"tenant must be a str, not {described(tenant)}")
+        tenants = [tenant] if tenant else [r.tenant for r in sealer.encryption.rules]
+        done: list[Rotation] = []
+        for name in tenants:
+            sealer.encryption.tenant(name)
+            try:
+                what, rewrapped = yield from sealer.rotating(name)
+            except KeyShredded:
+                if tenant is not None:
+                    raise
+                what, rewrapped = "shredded: nothing to rotate", 0  # the others go on
+            done.append(Rotation(name, what, rewrapped))
+        return done
+
+    @operation
+    def decrypt(self, body: bytes, *, key: str | None = None) -> Steps[bytes]:
+        """Return the stored bytes (a zstd frame of JSON) an encrypted object holds.
+
+        For an object copied out of the bucket (`stashpoint decrypt --file`): `key` is the
+        object key it was read from (default: the one its header names, under this
+        stash's prefix); the frame must have been sealed for that key.
+        """
+        sealer = self._parts.sealer
+        if sealer is None:
+            raise ConfigurationError(
+                "open the stash with the encryption settings the object was written with"
+            )
+        if not isinstance(body, bytes):
+            raise InvalidArgument(f"body must be bytes, not {described(body)}")
+        return (yield from sealer.decrypting(body, key))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({shown(self.url)})"
@@ -709,6 +834,8 @@ class OpenOptions(TypedDict, total=False):
     """Deprecated, without effect."""
     vacate_sealed_entries: bool
     """Replace sealed log entries by small markers (`Options.vacate_sealed_entries`)."""
+    encryption: Encryption | str
+    """Client-side encryption: an `Encryption`, or the path of its JSON settings file."""
     clock: Clock
     """The clock leases, waits and retries read (a `FakeClock` in tests)."""
     endpoint_url: str
@@ -771,7 +898,7 @@ def open_async(url: str | None = None, **options: Unpack[OpenOptions]) -> AsyncS
 
 
 def _options(options: dict[str, Any]) -> Options:
-    names = (
+    names: tuple[str, ...] = (
         "limits",
         "retry",
         "compression_level",
@@ -779,5 +906,7 @@ def _options(options: dict[str, Any]) -> Options:
         "vacate_sealed_entries",
         "clock",
     )
+    if not isinstance(options.get("encryption", ""), str | Path):
+        names = (*names, "encryption")
     known = {k: options.pop(k) for k in names if k in options}
     return Options(**known, backend=options)

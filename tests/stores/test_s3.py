@@ -410,12 +410,14 @@ def _race_increments(
     return stash.checkpoints.load("counter"), tally
 
 
-def test_sixteen_threads_fifty_increments_each_end_at_800(seaweedfs: servers.S3Server) -> None:
+def test_sixteen_threads_thirty_increments_each_end_at_480(seaweedfs: servers.S3Server) -> None:
+    # 30 each, not 50: the same sixteen-way contention, and the suite's second-slowest
+    # test no more (45 s under load at 50).
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
     with stashpoint.open(url) as stash:  # one client shared by every thread
-        final, tally = _race_increments(stash, threads=16, times=50)
-    assert final.payload["count"] == 800 and final.revision == 800
-    assert final.payload["by"] == {f"t{i}": 50 for i in range(16)}
+        final, tally = _race_increments(stash, threads=16, times=30)
+    assert final.payload["count"] == 480 and final.revision == 480
+    assert final.payload["by"] == {f"t{i}": 30 for i in range(16)}
     assert tally["conflicts"] > 0
 
 

@@ -1,8 +1,8 @@
 """The `stashpoint` command: look around a stash, repair its index, check a deployment.
 
 The commands live by group: `checkpoints` (list, show, history, diff, export, restore),
-`runs`, `threads`, `agents`, `admin` (reindex, gc, repair, doctor, demo) and `purges`
-(purge, receipts, hold). Modules load
+`runs`, `threads`, `agents`, `admin` (reindex, gc, repair, doctor, demo), `purges`
+(purge, receipts, hold) and `keys` (keys list/rotate, decrypt). Modules load
 typer alone when they are imported; each command imports the library when it runs, so
 `--help` and `--version` stay quick (`bench/cli_startup_bench.py`).
 
@@ -20,7 +20,7 @@ import sys
 
 import typer
 
-from stashpoint.cli import admin, agents, checkpoints, purges, runs, threads
+from stashpoint.cli import admin, agents, checkpoints, keys, purges, runs, threads
 from stashpoint.cli.exits import HELP, USAGE, fail
 from stashpoint.cli.options import settings
 
@@ -40,6 +40,8 @@ app.add_typer(threads.app, name="threads")
 app.add_typer(agents.app, name="agent")
 app.registered_commands += purges.app.registered_commands
 app.add_typer(purges.receipts, name="receipts")
+app.add_typer(keys.app, name="keys")
+app.registered_commands += keys.commands.registered_commands
 
 
 @app.callback()

@@ -47,6 +47,11 @@ HINTS = {
     ErrorKind.ARCHIVED: "restore it first: stashpoint restore ID (then run this again)",
     ErrorKind.PURGED: "it was erased on purpose: stashpoint receipts show PURGE_ID says what "
     "and by whom",
+    ErrorKind.UNDECRYPTABLE: "open the stash with the encryption settings it was written "
+    "with (?encryption=FILE); a tampered or moved object cannot be read",
+    ErrorKind.SHREDDED: "its tenant's key was shredded on purpose: stashpoint receipts list",
+    ErrorKind.KEY_UNAVAILABLE: "check the key's policy and state (aws kms describe-key) "
+    "or the keyring file",
     ErrorKind.RETENTION_LOCKED: "wait until the retain-until date, or clear the legal hold "
     "(stashpoint hold clear ...); nothing was erased",
 }

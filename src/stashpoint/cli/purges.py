@@ -88,6 +88,7 @@ def receipt_json(receipt: PurgeReceipt, *, versions: bool = True) -> dict[str, A
         "verified": receipt.verified,
         "reusable": receipt.reusable,
         "unreadable": receipt.unreadable,
+        "shredded": receipt.shredded,
     }
     if versions:
         document["removed"] = [
@@ -105,6 +106,12 @@ def _summary(receipt: PurgeReceipt) -> str:
             f"{receipt.bytes} bytes; nothing was written"
         )
     check = "verified" if receipt.verified else "NOT verified: resume it (purge --resume)"
+    if receipt.shredded:
+        return (
+            f"shredded: {'; '.join(safe(line) for line in receipt.shredded)}; "
+            f"{receipt.objects} data-key version(s) removed; {check}; receipt "
+            f"{safe(receipt.purge_id)}"
+        )
     return (
         f"purged {len(receipt.targets)} id(s): {receipt.objects} version(s), {receipt.bytes} "
         f"bytes, {receipt.index_items} index item(s), {len(receipt.blobs)} blob(s) removed; "
@@ -143,6 +150,17 @@ def purge(
     actor: Annotated[
         str | None, typer.Option(metavar="WHO", help="Who asks (default: STS or user@host).")
     ] = None,
+    tenant: Annotated[
+        str | None, typer.Option(metavar="NAME", help="With --shred: an encryption tenant.")
+    ] = None,
+    shred: Annotated[
+        bool,
+        typer.Option(
+            "--shred",
+            help="Crypto-shred --tenant: retire its master key, erase its data keys; every "
+            "object of it becomes unreadable, locked or not.",
+        ),
+    ] = False,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
@@ -152,7 +170,8 @@ def purge(
     every id of a --prefix (in every namespace, or --namespace NAME), or --older-than AGE
     (a retention policy). An empty prefix needs --all-of-namespace. Versions S3 Object
     Lock keeps refuse the whole purge (exit 1, naming them). A tombstone stays per id:
-    later writes to it are refused (unless --reusable).
+    later writes to it are refused (unless --reusable). --tenant NAME --shred erases an
+    encryption tenant by its keys instead (KMS deletion scheduled, or keyring entry gone).
     """
     from stashpoint.cli.output import Output
 
@@ -170,7 +189,8 @@ def purge(
         chosen = _selector(
             checkpoint=checkpoint, agent=agent, run=run, thread=thread,
             conversation=conversation, log=log, prefix=prefix, namespace=namespace,
-            older_than=older_than, all_of_namespace=all_of_namespace,
+            older_than=older_than, all_of_namespace=all_of_namespace, tenant=tenant,
+            shred=shred,
         )  # fmt: skip
         receipt = stash.purge(reusable=reusable, dry_run=dry_run, actor=actor, **chosen)
     if as_json:

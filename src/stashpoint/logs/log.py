@@ -326,6 +326,7 @@ class LogSteps:
         *,
         full_state_every: int = FULL_STATE_EVERY,
         vacate_sealed: bool = False,
+        overhead: Callable[[str], int] | None = None,
     ) -> None:
         self.keys = keys
         """Where the logs' objects live."""
@@ -339,6 +340,9 @@ class LogSteps:
         namespace must agree)."""
         self.vacate_sealed = vacate_sealed
         """Whether sealed entries are replaced by markers once their segment is stored."""
+        self.overhead = overhead or (lambda key: 0)
+        """The most bytes storage adds to an object under a key beyond its encoding (the
+        frame of client-side encryption), so listed sizes still tell markers apart."""
         self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
         # Entries this process wrote, by key, with their ETags: entries are immutable, so a
         # seal of their range needs no GET of them (an append costs one PUT, seals included).
@@ -1071,7 +1075,7 @@ class LogSteps:
         """
         widest = Vacated(log_id, MAX_REVISION, new_write_id(), "rebased", MAX_REVISION)
         body = yield from self.codec.document_encoding(vacated_document(widest), name=log_id)
-        return len(body) + _MARKER_MARGIN
+        return len(body) + _MARKER_MARGIN + self.overhead(self.keys.entry(log_id, MAX_REVISION))
 
     def _vacate_sealed(self, log_id: str, listing: LogListing) -> Steps[int]:
         """Vacate the entries that sealed ranges still hold whole (a seal cut off)."""

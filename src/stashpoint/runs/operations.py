@@ -309,7 +309,7 @@ class RunOperations(Generic[DurableT]):
             and all(isinstance(k, str) and isinstance(v, str) for k, v in worker.items())
         ):
             raise InvalidArgument(f"worker must be a dict of str to str, not {described(worker)}")
-        stored_input = yield from self._blobs.offload(input, "input")
+        stored_input = yield from self._blobs.offload(input, "input", owner=run_id)
         yield from self._apply(
             run_id,
             lambda head, now: transitions.record_attempt(
@@ -352,8 +352,8 @@ class RunOperations(Generic[DurableT]):
         if started is None:
             raise InvalidArgument("started_at must be a timezone-aware datetime")
         _text(error, "error", optional=True)
-        stored_input = yield from self._blobs.offload(input, "input")
-        stored_output = yield from self._blobs.offload(output, "output")
+        stored_input = yield from self._blobs.offload(input, "input", owner=run_id)
+        stored_output = yield from self._blobs.offload(output, "output", owner=run_id)
         yield from self._apply(
             run_id,
             lambda head, now: transitions.record_ended_attempt(
@@ -391,7 +391,7 @@ class RunOperations(Generic[DurableT]):
             _text(node_id, "node_id")
             if type(attempt) is not int or attempt < 0:
                 raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
-            stored = yield from self._blobs.offload(value, "input")
+            stored = yield from self._blobs.offload(value, "input", owner=run_id)
             planned.append((f"{run_id}{ATTEMPT_SEPARATOR}{new_id()}", node_id, attempt, stored))
 
         def record(head: RunHead, now: datetime) -> Change:
@@ -430,7 +430,7 @@ class RunOperations(Generic[DurableT]):
                 raise InvalidArgument(f"{attempt_id!r} is not an attempt of run {run_id!r}")
         outputs: dict[str, Any] = {}
         for attempt_id, output in (completed or {}).items():
-            outputs[attempt_id] = yield from self._blobs.offload(output, "output")
+            outputs[attempt_id] = yield from self._blobs.offload(output, "output", owner=run_id)
         errors: dict[str, str] = {a: _text(error, "error") for a, error in (failed or {}).items()}
 
         def end(head: RunHead, now: datetime) -> Change:
@@ -518,7 +518,7 @@ class RunOperations(Generic[DurableT]):
     ) -> Steps[None]:
         """Mark a running attempt completed with its output and metadata."""
         _of(meta, dict, "meta")
-        stored_output = yield from self._blobs.offload(output, "output")
+        stored_output = yield from self._blobs.offload(output, "output", owner=run_of(attempt_id))
         check_json(meta or {}, self._logs.codec.limits.max_depth, start_depth=5, root="meta")
         yield from self._apply(
             run_of(attempt_id),
@@ -559,7 +559,8 @@ class RunOperations(Generic[DurableT]):
         _of(metadata, CheckpointMetadata, "metadata")
         stored: dict[str, Any] = {}
         for key, value in state.items():
-            stored[key] = yield from self._blobs.offload(value, f"state/{pointer_token(key)}")
+            where = f"state/{pointer_token(key)}"
+            stored[key] = yield from self._blobs.offload(value, where, owner=run_id)
         yield from self._apply(
             run_id,
             lambda head, now: transitions.save_state_snapshot(

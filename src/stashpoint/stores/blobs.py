@@ -10,6 +10,7 @@ reference. Blobs are self-describing envelopes of kind `stashpoint.blob`, readab
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import pydantic_core
@@ -46,6 +47,7 @@ class Blobs:
         codec: Codec,
         threshold: int = DEFAULT_THRESHOLD,
         retry: RetryPolicy = DEFAULT_RETRY,
+        tenant: Callable[[str], str | None] = lambda owner: None,
     ) -> None:
         self.layout = layout
         """Where blobs live."""
@@ -55,9 +57,15 @@ class Blobs:
         """Size in bytes of JSON above which a value becomes a blob."""
         self.retry = retry
         """Bounds the resends of one blob (one that cannot be stored fails its save)."""
+        self.tenant = tenant
+        """The encryption tenant of an owner id (None: no tenant keys): tenants never
+        share a blob, so shredding one never takes a value another uses."""
 
-    def offload(self, value: Any, where: str = "value") -> Steps[Any]:
-        """Return `value`, or a reference to it once stored as a blob if it is large."""
+    def offload(self, value: Any, where: str = "value", *, owner: str = "") -> Steps[Any]:
+        """Return `value`, or a reference to it once stored as a blob if it is large.
+
+        `owner` is the id that references it (a run): with encryption, its tenant's.
+        """
         # Checked here, before a large value is serialised into a blob, exactly as the run
         # envelope holding it inline would be (attempt values sit 5 levels down).
         check_json(value, self.codec.limits.max_depth, start_depth=5, root=where)
@@ -73,7 +81,9 @@ class Blobs:
         if len(raw) <= self.threshold:
             return value
         digest = hashlib.sha256(raw).hexdigest()
-        key = self.layout.key(BLOBS, digest)
+        tenant = self.tenant(owner)
+        name = digest if tenant is None else f"{digest}~{tenant}"
+        key = self.layout.key(BLOBS, name)
         blob = Envelope.initial(digest, None, BLOB_KIND, 1, value)
         body = yield from self.codec.encoding(blob)
 
@@ -95,7 +105,7 @@ class Blobs:
             limit=self.codec.limits.max_compressed_bytes,
             refresh=True,
         )
-        return {REF_KEY: digest, "bytes": len(raw)}
+        return {REF_KEY: name, "bytes": len(raw)}
 
     def _stored(self, info: ObjectInfo, digest: str) -> Envelope | None:
         """Return the stored blob if it decodes to the value with this hash, else None."""
@@ -111,12 +121,13 @@ class Blobs:
         """Return the value a reference points to (checked against its hash), else `value`."""
         if not is_ref(value):
             return value
-        digest = value[REF_KEY]
-        key = self.layout.key(BLOBS, digest)
+        name = value[REF_KEY]
+        digest = str(name).partition("~")[0]
+        key = self.layout.key(BLOBS, name)
         info = yield from ask(GetObject(key, None, self.codec.limits.max_compressed_bytes))
         if info is None or info.body is None:
             raise InvalidPayload(
-                f"blob {digest} is missing: a reference points at nothing", object_name=key
+                f"blob {name} is missing: a reference points at nothing", object_name=key
             )
         resolved = (yield from self.codec.decoding(info.body, name=key)).payload
         if hashlib.sha256(pydantic_core.to_json(resolved)).hexdigest() != digest:

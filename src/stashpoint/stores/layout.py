@@ -9,6 +9,7 @@ S3 and the local folder alike:
     {prefix}/langgraph-values/{thread}/{name}       a LangGraph thread's large values
     {prefix}/quarantine/{key}.{etag}                what a log repair moved aside
     {prefix}/purges/{purge_id}/{v:020d}             an erasure receipt (a log)
+    {prefix}/data-keys/{tenant}/{key_id}            a wrapped data key (client-side encryption)
 
 Every namespace is declared here, once, with its shape: what kind of objects it holds and
 how they are written. Maintenance (`gc`), export and purge walk this registry, so a new
@@ -38,6 +39,8 @@ class Shape(Enum):
     """Short-lived objects maintenance writes and deletes at once (storage's clock)."""
     QUARANTINE = "quarantine"
     """Objects a repair moved aside, kept until an operator deletes them (never read)."""
+    KEYS = "keys"
+    """Wrapped data keys of client-side encryption (stored as is; only a shred removes them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,8 @@ QUARANTINE = "quarantine"
 """Namespace of the objects `repair_log` moved from above a log's gap (by original key)."""
 PURGES = "purges"
 """Log namespace of erasure receipts (one log per purge: its plan, progress and result)."""
+DATA_KEYS = "data-keys"
+"""Namespace of the wrapped data keys of client-side encryption (`stashpoint.encryption`)."""
 
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
@@ -102,6 +107,8 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(QUARANTINE, Shape.QUARANTINE),
         # Receipts hold ids and version ids, no payload: kept when what they name is erased.
         Namespace(PURGES, Shape.LOGS, full_state_every=1, erasable=False),
+        # Data keys are a tenant's, not an id's: a purge of ids keeps them, a shred erases them.
+        Namespace(DATA_KEYS, Shape.KEYS, erasable=False),
     )
 }
 """Every namespace of the layout, by name."""
