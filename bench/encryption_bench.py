@@ -160,7 +160,7 @@ def main() -> None:
         )
         for size in (1024, 100 * 1024):
             results[f"local_{size // 1024}KB"] = _ratio(
-                f"local://{root / 'plain'}", f"local://{root / 'sealed'}", encryption, size,
+                f"local://{root / 'plain'}", f"local://{root / 'encrypted'}", encryption, size,
                 args.rounds, args.saves,
             )  # fmt: skip
         if not args.no_seaweed:
@@ -168,11 +168,12 @@ def main() -> None:
 
             os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
             os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
+            (root / "seaweed").mkdir()
             server = servers.start_seaweedfs(root / "seaweed")
             try:
                 for size in (1024, 100 * 1024):
                     results[f"seaweedfs_{size // 1024}KB"] = _ratio(
-                        server.url("plain"), server.url("sealed"), encryption, size,
+                        server.url("bench-plain"), server.url("bench-encrypted"), encryption, size,
                         args.rounds, max(20, args.saves // 4),
                     )  # fmt: skip
             finally:

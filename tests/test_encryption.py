@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
@@ -504,3 +505,60 @@ def test_any_bytes_planted_under_a_key_read_as_a_typed_error(tmp_path: Path) -> 
             assert SECRETS["acme"] not in str(loading.value)
 
         planted()
+
+
+def test_a_shred_cut_off_at_any_request_is_finished_by_resume_or_gc(tmp_path: Path) -> None:
+    from tests.crashes import Crash, crash_at
+
+    def fresh(name: str) -> tuple[str, Encryption]:
+        where = tmp_path / name
+        where.mkdir()
+        encryption = _encryption(where)  # a keyring each: a shredded name stays refused
+        url = f"local://{where / 'stash'}?fsync=false"
+        _saved(url, encryption, "acme-1")
+        _saved(url, encryption, "globex-1")
+        return url, encryption
+
+    url, encryption = fresh("count")
+    with stashpoint.open(url, encryption=encryption) as stash:
+        with crash_at(stash, 10**9, False) as calls:
+            stash.purge(tenant="acme", shred=True)
+        total = len(calls)
+    assert total >= 6
+    for step in range(total):
+        for after in (False, True):
+            url, encryption = fresh(f"{step}-{after}")
+            with (
+                stashpoint.open(url, encryption=encryption) as stash,
+                crash_at(stash, step, after),
+                contextlib.suppress(Crash),
+            ):
+                stash.purge(tenant="acme", shred=True)
+            with stashpoint.open(url, encryption=encryption) as again:
+                opened = again.logs_in("purges").list_ids()
+                finished = again.resume_purges()
+                if not opened:  # cut off before its receipt: nothing was done yet
+                    assert again.checkpoints.load("acme-1").payload["secret"] == SECRETS["acme"]
+                    finished = [again.purge(tenant="acme", shred=True)]
+                elif not finished:  # it had finished: the crash came after its last write
+                    finished = [again.purge_receipt(p) for p in opened]
+                assert [r.status for r in finished] == ["complete"], (step, after)
+                assert finished[0].shredded and finished[0].verified
+                with pytest.raises(KeyShredded):
+                    again.checkpoints.load("acme-1")
+                assert again.checkpoints.load("globex-1").payload["secret"] == SECRETS["globex"]
+
+
+def test_doctor_reports_the_tenants_and_probes_through_the_encryption(
+    encrypted: tuple[str, Encryption, Path],
+) -> None:
+    url, encryption, root = encrypted
+    with stashpoint.open(url, encryption=encryption) as stash:
+        checks = {c.name: c for c in stash.doctor()}
+    assert checks["encryption"].status.value == "pass"
+    assert "3 tenant(s) (acme, globex, default)" in checks["encryption"].detail
+    assert all(c.status.value != "fail" for c in checks.values()), checks
+    assert checks["read back (GET)"].status.value == "pass"  # the probe, sealed and opened
+    assert list((root / "data-keys").glob("default/*"))  # its tenant's data key was made
+    with stashpoint.open(url) as plain:
+        assert "encryption" not in {c.name for c in plain.doctor()}

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stashpoint.encryption import Encryption
 from stashpoint.errors import ConfigurationError, StashpointError
 from stashpoint.ids import new_id
 from stashpoint.index.requests import DescribeIndex
@@ -81,8 +82,14 @@ def _put(key: str, body: bytes, condition: Create | Match) -> Steps[tuple[WriteR
     return result, (time.perf_counter() - start) * 1000
 
 
-def diagnose(layout: Layout, has_index: bool) -> Steps[list[Check]]:
-    """Run every check; return the report (the probe object is always removed)."""
+def diagnose(
+    layout: Layout, has_index: bool, encryption: Encryption | None = None
+) -> Steps[list[Check]]:
+    """Run every check; return the report (the probe object is always removed).
+
+    With client-side encryption the probe is sealed like every object (its tenant's data
+    key is made or read, and kept: data keys are infrastructure, not probes).
+    """
     checks: list[Check] = []
     key = layout.key(".doctor", f"probe-{new_id()}")
     try:
@@ -98,7 +105,23 @@ def diagnose(layout: Layout, has_index: bool) -> Steps[list[Check]]:
         checks += yield from _index()
     else:
         checks.append(Check("index", Status.WARN, _NO_INDEX))
+    if encryption is not None:
+        checks.append(_encryption(encryption, written))
     return checks
+
+
+def _encryption(encryption: Encryption, probed: bool) -> Check:
+    """Report the tenants and their key services; the probe says whether keys work."""
+    local = sum(1 for r in encryption.rules if r.local)
+    kms = len(encryption.rules) - local
+    said = (
+        f"client-side AES-256-GCM, {len(encryption.rules)} tenant(s) "
+        f"({', '.join(r.tenant for r in encryption.rules)}): {kms} KMS key(s), "
+        f"{local} keyring key(s)"
+    )
+    if not probed:
+        return Check("encryption", Status.WARN, f"{said}; not probed (storage failed)")
+    return Check("encryption", Status.PASS, f"{said}; the probe was sealed and opened")
 
 
 def _conditional_writes(key: str) -> Steps[list[Check]]:

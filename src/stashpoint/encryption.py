@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 from stashpoint.cache import Lru
 from stashpoint.codec import SEALED_MAGIC, Codec
 from stashpoint.errors import (
+    CheckpointConflict,
     ConfigurationError,
     KeyShredded,
     StashpointError,
@@ -86,6 +87,7 @@ DATA_KEY_FORMAT = "stashpoint.data-key"
 """The format name of a data-key object (`data-keys/{tenant}/{id}`)."""
 _MAX_HEADER = 16 * 1024
 _NONCE_BYTES = 12
+_KEY_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TENANT_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 """What a tenant's name may be (it appears in keys: `data-keys/{tenant}/`, blob names)."""
 
@@ -379,6 +381,9 @@ def read_header(data: bytes, name: str) -> tuple[dict[str, Any], bytes, bytes]:
     for field_name in ("tenant", "data_key", "nonce", "object", "kind"):
         if not isinstance(header.get(field_name), str):
             raise Undecryptable(f"encryption header lacks {field_name}", object_name=name)
+    # Checked before they name an object to read: a planted header cannot point elsewhere.
+    if not TENANT_PATTERN.fullmatch(header["tenant"]) or not _KEY_ID.fullmatch(header["data_key"]):
+        raise Undecryptable("damaged encryption header (tenant or data key)", object_name=name)
     return header, data[: 8 + length], data[8 + length :]
 
 
@@ -653,10 +658,11 @@ class Sealer:
         if isinstance(condition, Match):
             result = yield from ask(PutObject(key, body, condition))
             if result.outcome is not WriteOutcome.STORED:
-                raise Undecryptable(
-                    f"the data key changed while it was re-wrapped ({result.outcome.value}): "
-                    "run the rotation again",
-                    object_name=key,
+                raise CheckpointConflict(
+                    key,
+                    expected_revision=None,
+                    message=f"the data key changed while it was re-wrapped "
+                    f"({result.outcome.value}): run the rotation again",
                 )
             return
 

@@ -575,10 +575,13 @@ class Purger:
             except StashpointError:
                 continue  # not a receipt this version can read: left alone
             if state.status != "complete":
-                if now - head.written_at >= idle:
-                    finished.append((yield from self.resume(purge_id)))
-                else:
+                if now - head.written_at < idle:
                     still_open.append(purge_id)
+                    continue
+                try:
+                    finished.append((yield from self.resume(purge_id)))
+                except ConfigurationError:
+                    still_open.append(purge_id)  # a shred whose keys this stash lacks
             elif leftovers:
                 swept += yield from self._sweep_leftovers(_Receipt(self.receipts, head, state))
         return finished, still_open, swept
@@ -727,10 +730,10 @@ class Purger:
         never reused, so their keys may be freed.
         """
         state = receipt.state
-        rule = shreddable(self.encryption, target.object_id)
         prefix = self.layout.key(DATA_KEYS, f"{target.object_id}/")
         shred_mark = self.layout.key(DATA_KEYS, f"{target.object_id}.shredded")
-        if not state.shredded:
+        if not state.shredded:  # once the key is retired, erasing needs no key settings
+            rule = shreddable(self.encryption, target.object_id)
             masters = {rule.key}
             if rule.key.startswith("alias/"):  # KMS deletes a key by its id, not an alias
                 masters = set()

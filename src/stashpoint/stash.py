@@ -459,7 +459,8 @@ class _Parts:
     def doctor(self) -> Steps[list[Check]]:
         from stashpoint.doctor import diagnose
 
-        return diagnose(self.backend.layout, self.backend.index is not None)
+        encryption = None if self.sealer is None else self.sealer.encryption
+        return diagnose(self.backend.layout, self.backend.index is not None, encryption)
 
     def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
         from stashpoint.runs.index import RunIndex

@@ -20,6 +20,7 @@ USAGE = 2
 EXIT_CODES = {
     ErrorKind.NOT_FOUND: 3,
     ErrorKind.PURGED: 3,
+    ErrorKind.SHREDDED: 3,
     ErrorKind.CONFLICT: 4,
     ErrorKind.STORAGE_UNAVAILABLE: 5,
     ErrorKind.CONFIGURATION: 6,
