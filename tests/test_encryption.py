@@ -562,3 +562,24 @@ def test_doctor_reports_the_tenants_and_probes_through_the_encryption(
     assert list((root / "data-keys").glob("default/*"))  # its tenant's data key was made
     with stashpoint.open(url) as plain:
         assert "encryption" not in {c.name for c in plain.doctor()}
+
+
+def test_tenants_never_share_a_blob_so_erasing_one_keeps_the_other_s(
+    encrypted: tuple[str, Encryption, Path],
+) -> None:
+    url, encryption, root = encrypted
+    same = {"big": "the very same large value " * 4000}
+    with stashpoint.open(url, encryption=encryption) as stash:
+        for tenant in ("acme", "globex"):
+            run = stash.runs.create_run("etl", run_id=f"{tenant}-run")
+            stash.runs.record_attempt(run, "x", 1, same)
+        blobs = sorted(p.name for p in (root / "blobs").iterdir())
+        assert len(blobs) == 2 and blobs[0].partition("~")[0] == blobs[1].partition("~")[0]
+        receipt = stash.purge(run="acme-run", blob_min_age=timedelta(0))
+        assert [b.rpartition("~")[2] for b in receipt.blobs] == ["acme"]
+        assert [p.name for p in (root / "blobs").iterdir()] == [blobs[1]]
+        assert stash.runs.load_run("globex-run").attempts[0].input == same
+        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        assert report.unreferenced == [] and report.deleted == 0  # globex's is referenced
+        assert report.unreadable == []
+        assert stash.runs.load_run("globex-run").attempts[0].input == same

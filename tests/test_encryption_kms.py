@@ -165,3 +165,34 @@ def test_rotation_on_kms_rewraps_under_the_rule_s_current_key(
     assert record.master == moved["acme"]
     with stashpoint.open(url, encryption=_encryption(kms, moved)) as stash:
         assert stash.checkpoints.load("acme-1").payload == {"a": 1}
+
+
+def test_a_shred_erases_a_tenant_whose_objects_object_lock_keeps() -> None:
+    """A purge of a retained transcript is refused; the shred goes through and its objects,
+    still kept by Object Lock, are unreadable; the other tenant reads on."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="locked-enc", ObjectLockEnabledForBucket=True)
+        kms = boto3.client("kms", region_name="us-east-1")
+        keys = {t: kms.create_key(Description=t)["KeyMetadata"]["Arn"] for t in SECRETS}
+        keys["default"] = kms.create_key(Description="default")["KeyMetadata"]["KeyId"]
+        kms.create_alias(AliasName="alias/stashpoint-default", TargetKeyId=keys["default"])
+        url = "s3://locked-enc/p?index=none&retention=logs:GOVERNANCE:30"
+        with stashpoint.open(url, encryption=_encryption(kms, keys)) as stash:
+            for tenant, secret in SECRETS.items():
+                head = None
+                for i in range(3):
+                    head = stash.logs.append(f"{tenant}-log", [f"{secret} {i}"], after=head)
+            with pytest.raises(stashpoint.RetentionLocked):
+                stash.purge(log="acme-log")
+            receipt = stash.purge(tenant="acme", shred=True, actor="dpo")
+            assert receipt.verified and receipt.shredded
+            with pytest.raises(KeyShredded):
+                stash.logs.entries("acme-log")
+            assert len(stash.logs.entries("globex-log")) == 3
+        with stashpoint.open(url) as raw:  # the locked objects are all still there
+            kept = [v for v in versions(raw, "logs/acme-log/") if not v.is_delete_marker]
+            assert len(kept) == 3

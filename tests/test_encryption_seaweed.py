@@ -252,3 +252,80 @@ def test_scripted_a_shredded_tenant_gets_no_new_data_key(tmp_path: Path) -> None
             PutObject("p/checkpoints/acme-1", b"body", Create()),
             {GetObject: ObjectInfo(etag='"m"', body=b"{}")},
         )
+
+
+def test_a_crash_at_any_request_below_the_encryption_loses_no_acknowledged_append(
+    tmp_path: Path,
+) -> None:
+    """The data-key requests are below the stash's hooks: crash the wrapped transport itself
+    at each of its requests (data-key mark GET, data-key PUT and read-back, entry PUT...),
+    then read with a new sealer (a new process): every acknowledged record is there."""
+    from stashpoint._backends.encrypting import EncryptingTransport, KeyServices
+    from stashpoint._backends.memory import MemoryTransport
+    from stashpoint._backends.router import Router
+    from stashpoint.clock import REAL
+    from stashpoint.steps import run_sync
+    from tests.crashes import Crash
+
+    encryption = Encryption(
+        (KeyRule("acme", "keyring:acme", prefix="acme-"), KeyRule("default", "keyring:d")),
+        keyring=str(tmp_path / "keyring.json"),
+        max_uses=3,  # a new data key every third append: crashes land around them
+    )
+
+    class Crashing:
+        def __init__(self, inner: Any, at: int) -> None:
+            self.inner, self.at, self.sent = inner, at, 0
+
+        def execute(self, request: Any) -> Any:
+            self.sent += 1
+            if self.sent == self.at:
+                raise Crash(type(request).__name__)
+            return self.inner.execute(request)
+
+        def close(self) -> None:
+            pass
+
+    def process(storage: Any, at: int | None) -> tuple[Any, Any]:
+        with stashpoint.open("memory://", encryption=encryption) as shape:
+            logs = shape.log_steps("logs")  # the stash's log settings, free of I/O
+        sealer = Sealer(encryption, Layout(), Codec())
+        inner = storage if at is None else Crashing(storage, at)
+        return logs, Router(EncryptingTransport(inner, sealer, KeyServices(sealer), REAL), None)
+
+    def records(storage: Any) -> list[int]:
+        logs, transport = process(storage, None)
+        try:
+            entries = run_sync(logs.entries("acme-log"), transport.execute)
+        except stashpoint.CheckpointNotFound:
+            return []
+        return [r for e in entries for r in e.records]
+
+    counting = MemoryTransport()
+    logs, transport = process(counting, 10**9)
+    head = None
+    for turn in range(7):
+        head = run_sync(logs.append("acme-log", [turn], after=head), transport.execute)
+    total = transport.objects.inner.sent
+    assert total >= 10  # three data keys (mark GET, PUT each), seven entries
+    crashed = 0
+    for at in range(1, total + 1):
+        storage = MemoryTransport()
+        acknowledged: list[int] = []
+        logs, transport = process(storage, at)
+        head = None
+        try:
+            for turn in range(7):
+                head = run_sync(logs.append("acme-log", [turn], after=head), transport.execute)
+                acknowledged.append(turn)
+        except Crash:
+            crashed += 1
+        stored = records(storage)
+        assert stored[: len(acknowledged)] == acknowledged, at
+        assert len(stored) <= len(acknowledged) + 1  # at most the append in flight
+        # The log goes on from a new process after any crash.
+        logs, transport = process(storage, None)
+        last = None if not stored else run_sync(logs.head("acme-log"), transport.execute)
+        run_sync(logs.append("acme-log", ["after"], after=last), transport.execute)
+        assert records(storage) == [*stored, "after"]
+    assert crashed == total
