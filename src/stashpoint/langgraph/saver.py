@@ -162,6 +162,20 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         with open_stash(url, **options) as stash:
             yield cls(stash)
 
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, url: str | None = None, **options: Any) -> Iterator[StashpointSaver]:
+        """`from_url` under the name LangGraph's Postgres and SQLite savers use."""
+        with cls.from_url(url, **options) as saver:
+            yield saver
+
+    def setup(self) -> None:
+        """Do nothing: a stash needs no tables or migrations.
+
+        Kept for code written for the SQL savers, which must call it once. The DynamoDB
+        index, where there is one, comes with the deployment (`infra/stashpoint.yaml`).
+        """
+
     @property
     def steps(self) -> SaverSteps:
         """Return the saver's operations as steps, with the thread heads it remembers."""
@@ -357,6 +371,18 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
 
         async with open_async(url, **options) as stash:
             yield cls(stash)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, url: str | None = None, **options: Any
+    ) -> AsyncIterator[AsyncStashpointSaver]:
+        """`from_url` under the name LangGraph's Postgres and SQLite savers use."""
+        async with cls.from_url(url, **options) as saver:
+            yield saver
+
+    async def setup(self) -> None:
+        """Do nothing: a stash needs no tables or migrations (see `StashpointSaver.setup`)."""
 
     @property
     def steps(self) -> SaverSteps:
