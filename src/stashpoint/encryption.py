@@ -567,14 +567,7 @@ class Sealer:
         if where.tenant is None:
             return request
         data_key = yield from self._data_key(where.tenant)
-        header = {
-            "format": FRAME_FORMAT,
-            "alg": ALGORITHM,
-            "tenant": where.tenant,
-            "data_key": data_key.key_id,
-            "object": where.relative,
-            "kind": where.kind,
-        }
+        header = _header(where, where.tenant, data_key.key_id)
         return replace(request, body=seal(request.body, data_key.plaintext, header))
 
     def overhead(self, key: str) -> int:
@@ -582,15 +575,9 @@ class Sealer:
         where = locate(self.layout, self.encryption, key)
         if where.tenant is None:
             return 0
-        header = {
-            "format": FRAME_FORMAT,
-            "alg": ALGORITHM,
-            "tenant": where.tenant,
-            "data_key": "0" * 36,  # ids are UUIDs, 36 characters
-            "object": where.relative,
-            "kind": where.kind,
-            "nonce": "0" * 16,  # base64 of 12 bytes
-        }
+        # The header `seal` writes, with ids and nonce of their fixed lengths (a UUID, the
+        # base64 of 12 bytes), plus the tag.
+        header = {**_header(where, where.tenant, "0" * 36), "nonce": "0" * 16}
         return len(MAGIC) + 4 + len(json.dumps(header, sort_keys=True).encode()) + 16
 
     def opening(self, key: str, info: ObjectInfo | None) -> Steps[ObjectInfo | None]:
@@ -768,6 +755,18 @@ class Sealer:
         # Unwrapped keys are found by `{tenant}/{id}`: an Lru cannot list them, so the
         # shredded tenant's entries are dropped by clearing the whole map (rare).
         self._known = Lru(self._known.capacity)
+
+
+def _header(where: Located, tenant: str, key_id: str) -> dict[str, str]:
+    """Return the header of an object's frame, without its nonce (`seal` adds it)."""
+    return {
+        "format": FRAME_FORMAT,
+        "alg": ALGORITHM,
+        "tenant": tenant,
+        "data_key": key_id,
+        "object": where.relative,
+        "kind": where.kind,
+    }
 
 
 def _record_document(record: DataKeyRecord) -> dict[str, Any]:
