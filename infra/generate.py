@@ -192,6 +192,14 @@ def template() -> dict[str, Any]:
                 "Description": "Storage class of archived sealed segments (GLACIER and "
                 "DEEP_ARCHIVE must be restored before reading: stashpoint restore ID).",
             },
+            "SealedArchiveMinBytes": {
+                "Type": "Number",
+                "Default": 131072,
+                "MinValue": 0,
+                "Description": "Only sealed objects larger than this move to SealedArchiveClass: "
+                "Glacier adds 40 KB to every object, so small segments stay in the standard "
+                "tier while packs (stashpoint gc --pack: 1,024 versions each) move.",
+            },
             "ObjectLockMode": {
                 "Type": "String",
                 "Default": "NONE",
@@ -280,6 +288,8 @@ def template() -> dict[str, Any]:
                         ]
                     },
                     "LifecycleConfiguration": {
+                        # S3's default since 2024-09, said: nothing under 128 KB transitions.
+                        "TransitionDefaultMinimumObjectSize": "all_storage_classes_128K",
                         "Rules": [
                             {
                                 "Id": "archive-then-expire-older-revisions",
@@ -294,6 +304,9 @@ def template() -> dict[str, Any]:
                                     "NoncurrentDays": {"Ref": "NoncurrentExpireDays"}
                                 },
                                 "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7},
+                                # A delete marker whose older versions all expired hides
+                                # nothing: it goes too (keys of logs are never deleted).
+                                "ExpiredObjectDeleteMarker": True,
                             },
                             _if(
                                 "ArchivesSealed",
@@ -304,6 +317,7 @@ def template() -> dict[str, Any]:
                                     "Id": "archive-sealed-log-segments",
                                     "Status": "Enabled",
                                     "Prefix": {"Fn::Sub": "${Prefix}/sealed/"},
+                                    "ObjectSizeGreaterThan": {"Ref": "SealedArchiveMinBytes"},
                                     "Transitions": [
                                         {
                                             "StorageClass": {"Ref": "SealedArchiveClass"},

@@ -284,10 +284,15 @@ def _lifecycle(layout: Layout) -> Steps[Check]:
                 f" to {archiving[0]}: heads and recent log entries would need a restore before "
                 f"every resume; limit it to {layout.namespace_prefix('sealed')}",
             )
+        sized = "" if rule.larger_than is None else f" (objects over {rule.larger_than} B)"
         for days, storage_class in rule.transitions:
-            said.append(f"{rule.prefix or 'everything'} -> {storage_class} after {days} d")
+            said.append(f"{rule.prefix or 'everything'}{sized} -> {storage_class} after {days} d")
         for days, storage_class in rule.noncurrent_transitions:
             said.append(f"older revisions -> {storage_class} after {days} d")
+        if rule.noncurrent_expire_days is not None:
+            said.append(f"older revisions expire after {rule.noncurrent_expire_days} d")
+        if rule.expires_delete_markers:
+            said.append("bare delete markers removed")
     if not said:
         return Check(
             "lifecycle",

@@ -72,6 +72,12 @@ class GcReport:
     purge_leftovers: int = 0
     """Versions writers that never saw a finished purge left beside its ids (removed and
     recorded in its receipt; none in a dry run)."""
+    packs: int = 0
+    """With `pack`: packs of 1,024 versions written or found whole (none in a dry run)."""
+    entries_vacated: int = 0
+    """With `pack`: sealed entries replaced by their small markers."""
+    segments_deleted: int = 0
+    """With `pack`: segments deleted because a pack holds them."""
 
 
 def references(value: Any, found: set[str]) -> None:
@@ -99,6 +105,7 @@ def collect_garbage(
     logs: tuple[LogSteps, ...] = (),
     blob_logs: tuple[str, ...] = (),
     on_progress: OnProgress = silent,
+    pack: bool = False,
 ) -> Steps[GcReport]:
     """Delete blobs that no head in `namespaces` references and that are older than `min_age`.
 
@@ -110,7 +117,8 @@ def collect_garbage(
     Every log of `logs` (one `LogSteps` per log namespace) is sealed where an interrupted
     append left a complete range unsealed (unless `dry_run`); those of the namespaces in
     `blob_logs` are read whole for references: records and the latest state count (every
-    state, with `history`).
+    state, with `history`). With `pack`, every log's old ranges are packed for archives
+    and its sealed entries vacated (`LogSteps.pack`).
 
     `on_progress` hears the count of each phase: `heads` read, `logs` looked at, `blobs`
     judged.
@@ -138,7 +146,7 @@ def collect_garbage(
                 continue
             references(envelope.payload, referenced)
     on_progress(Progress("heads", len(heads), len(heads)))
-    log_count = sealed = 0
+    log_count = sealed = packs = vacated = segments_deleted = 0
     listed: list[tuple[LogSteps, str]] = []
     for steps in logs:
         ids = yield from steps.list_ids()
@@ -149,6 +157,11 @@ def collect_garbage(
         if not dry_run:
             try:
                 sealed += yield from steps.seal(log_id)
+                if pack:
+                    packing = yield from steps.pack(log_id)
+                    packs += packing.packed
+                    vacated += packing.vacated
+                    segments_deleted += packing.segments_deleted
             except CheckpointNotFound:
                 pass  # a deleted log: nothing to seal
             except StashpointError as exc:
@@ -202,6 +215,9 @@ def collect_garbage(
         unreadable,
         log_count,
         sealed,
+        packs=packs,
+        entries_vacated=vacated,
+        segments_deleted=segments_deleted,
     )
 
 

@@ -382,7 +382,12 @@ class _Parts:
         )
 
     def gc(
-        self, dry_run: bool, min_age: timedelta, history: bool, on_progress: OnProgress
+        self,
+        dry_run: bool,
+        min_age: timedelta,
+        history: bool,
+        on_progress: OnProgress,
+        pack: bool = False,
     ) -> Steps[GcReport]:
         """Finish the purges a crash left open (idle past `min_age`), then collect."""
         import dataclasses
@@ -394,7 +399,7 @@ class _Parts:
             still_open = yield from purger.open_purges()
         else:
             finished, still_open, swept = yield from purger.maintain(min_age)
-        report = yield from self.collect(dry_run, min_age, history, on_progress)
+        report = yield from self.collect(dry_run, min_age, history, on_progress, pack)
         return dataclasses.replace(
             report,
             purges_resumed=len(finished),
@@ -403,7 +408,12 @@ class _Parts:
         )
 
     def collect(
-        self, dry_run: bool, min_age: timedelta, history: bool, on_progress: OnProgress
+        self,
+        dry_run: bool,
+        min_age: timedelta,
+        history: bool,
+        on_progress: OnProgress,
+        pack: bool = False,
     ) -> Steps[GcReport]:
         from stashpoint.garbage import collect_garbage
 
@@ -417,6 +427,7 @@ class _Parts:
             logs=tuple(self.logs(namespace.name) for namespace in of_shape(Shape.LOGS)),
             blob_logs=tuple(n.name for n in of_shape(Shape.LOGS) if n.references_blobs),
             on_progress=on_progress,
+            pack=pack and not dry_run,
         )
 
     def purger(self, blob_min_age: timedelta = timedelta(hours=1)) -> Purger:
@@ -545,14 +556,17 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         min_age: timedelta = timedelta(hours=1),
         history: bool = False,
         on_progress: OnProgress = silent,
+        pack: bool = False,
     ) -> Steps[GcReport]:
         """Find (and unless `dry_run`, delete) blobs no checkpoint or run head references.
 
         With `history`, a blob any older revision references stays too (every revision is
         read). Nothing is deleted while some head cannot be decoded (`GcReport.unreadable`).
-        `on_progress` is told how far each phase has come (`stashpoint.progress`).
+        `on_progress` is told how far each phase has come (`stashpoint.progress`). With
+        `pack`, every log's old sealed segments are packed into archive objects of 1,024
+        versions and its sealed entries vacated (`LogStore.pack`, docs/logs.md).
         """
-        return self._parts.gc(dry_run, min_age, history, on_progress)
+        return self._parts.gc(dry_run, min_age, history, on_progress, pack)
 
     @operation
     def repair_log(self, namespace: str, log_id: str, *, dry_run: bool = True) -> Steps[LogRepair]:

@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import tracemalloc
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -80,12 +79,15 @@ def test_export_memory_stays_bounded_however_long_the_log(tmp_path: Path) -> Non
 
     url = f"local://{tmp_path / 'stash'}?fsync=false"
     versions = 24 * SEGMENT_SPAN
-    # Sealed entries cleaned up at once, as an hour after writing (else listing the 1,500
-    # entries that segments also hold would be what grows).
-    with stashpoint.open(url, log_delete_after=timedelta(0)) as stash:
+    with stashpoint.open(url) as stash:
         head = None
         for v in range(versions):
             head = stash.logs.append("big", [f"{v}:" + "x" * 8000], after=head, state={"v": v})
+        # What an export imports lazily (rich, the CLI's output) is not the log's memory:
+        # a first, one-version export imports it before the measured one.
+        stash.logs.append("warm", [0], after=None)
+        export_logs(Sink(tmp_path / "warm.jsonl"), stash.logs, "logs", ["warm"], (), Tally(),
+                    lambda n: None)  # fmt: skip
         sink = Sink(tmp_path / "big.jsonl")
         tally = Tally()
         tracemalloc.start()

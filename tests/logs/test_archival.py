@@ -14,10 +14,14 @@ import boto3
 import pytest
 
 import stashpoint
-from stashpoint import ArchivedObject, ErrorKind
+from stashpoint import ArchivedObject, ErrorKind, doctor
+from stashpoint._backends import s3 as s3_backend
+from stashpoint._backends.aws import AwsCall
 from stashpoint.logs import SEGMENT_SPAN
+from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import GetLifecycle
 from tests.cli.test_cli import cli
+from tests.scripted import Script
 
 
 def _archive(url: str, key: str) -> None:
@@ -177,3 +181,48 @@ def test_doctor_reports_object_lock_on_s3_and_its_absence_locally(
         assert (check.status, check.detail) == ("pass", "off: nothing is retained past a delete")
     with stashpoint.open(f"local://{tmp_path}") as local:
         assert local.driver(GetObjectLock()) is None
+
+
+def test_doctor_reports_the_templates_lifecycle_packs_moved_and_old_versions_expired(
+    s3_moto_url: tuple[str, dict[str, Any]],
+) -> None:
+    """What infra/ deploys (issue 26 #4): sealed objects over 128 KB (packs) to Glacier,
+    older revisions and bare delete markers expired; heads and entries untouched."""
+    url, options = s3_moto_url
+    bucket, stash_prefix = url.removeprefix("s3://").split("/", 1)
+    boto3.client("s3", region_name="us-east-1").put_bucket_lifecycle_configuration(
+        Bucket=bucket,
+        LifecycleConfiguration={"Rules": [
+            {
+                "ID": "archive-then-expire-older-revisions", "Status": "Enabled",
+                "Filter": {"Prefix": ""},
+                "NoncurrentVersionExpiration": {"NoncurrentDays": 365},
+                "Expiration": {"ExpiredObjectDeleteMarker": True},
+            },
+            {
+                "ID": "archive-sealed-log-segments", "Status": "Enabled",
+                "Filter": {"And": {
+                    "Prefix": f"{stash_prefix}/sealed/", "ObjectSizeGreaterThan": 131072,
+                }},
+                "Transitions": [{"Days": 90, "StorageClass": "DEEP_ARCHIVE"}],
+            },
+        ]},
+    )  # fmt: skip
+    with stashpoint.open(url, **options) as stash:
+        rules = stash.driver(GetLifecycle())
+        [check] = [c for c in stash.doctor() if c.name == "lifecycle"]
+    assert (rules[0].noncurrent_expire_days, rules[0].expires_delete_markers) == (365, True)
+    assert check.status == "pass", check.detail
+    assert f"{stash_prefix}/sealed/ -> DEEP_ARCHIVE after 90 d" in check.detail
+    assert "older revisions expire after 365 d" in check.detail
+    assert "bare delete markers removed" in check.detail
+    # moto keeps no size filter: what S3 answers is scripted (the same parser).
+    answer = {"Rules": [{
+        "ID": "archive-sealed-log-segments", "Status": "Enabled",
+        "Filter": {"And": {"Prefix": "p/sealed/", "ObjectSizeGreaterThan": 131072}},
+        "Transitions": [{"Days": 90, "StorageClass": "DEEP_ARCHIVE"}],
+    }]}  # fmt: skip
+    [sized] = Script([(AwsCall, answer)]).run(s3_backend._lifecycle("bucket"))
+    assert (sized.prefix, sized.larger_than) == ("p/sealed/", 131072)
+    [check] = [Script([(GetLifecycle, [sized])]).run(doctor._lifecycle(Layout("p")))]
+    assert "p/sealed/ (objects over 131072 B) -> DEEP_ARCHIVE after 90 d" in check.detail

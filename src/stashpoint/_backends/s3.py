@@ -360,7 +360,10 @@ def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
     rules = []
     for rule in response.get("Rules", []):
         found = rule.get("Filter") or {}
-        prefix = found.get("Prefix", (found.get("And") or {}).get("Prefix", rule.get("Prefix", "")))
+        both = found.get("And") or {}
+        prefix = found.get("Prefix", both.get("Prefix", rule.get("Prefix", "")))
+        larger = found.get("ObjectSizeGreaterThan", both.get("ObjectSizeGreaterThan"))
+        expire = (rule.get("NoncurrentVersionExpiration") or {}).get("NoncurrentDays")
         rules.append(
             LifecycleRule(
                 rule_id=str(rule.get("ID", "")),
@@ -373,6 +376,11 @@ def _lifecycle(bucket: str) -> Steps[list[LifecycleRule]]:
                 noncurrent_transitions=tuple(
                     (int(t.get("NoncurrentDays", 0)), str(t.get("StorageClass")))
                     for t in rule.get("NoncurrentVersionTransitions", [])
+                ),
+                larger_than=None if larger is None else int(larger),
+                noncurrent_expire_days=None if expire is None else int(expire),
+                expires_delete_markers=bool(
+                    (rule.get("Expiration") or {}).get("ExpiredObjectDeleteMarker")
                 ),
             )
         )

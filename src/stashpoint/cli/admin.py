@@ -102,6 +102,12 @@ def gc(
     with_history: Annotated[
         bool, typer.Option("--history", help="Also keep blobs older revisions reference.")
     ] = False,
+    pack: Annotated[
+        bool,
+        typer.Option(
+            "--pack", help="Pack old sealed segments into archive objects of 1,024 versions."
+        ),
+    ] = False,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
@@ -109,7 +115,8 @@ def gc(
 
     Every log (agent transcripts, conversations, graph runs, LangGraph threads,
     `stash.logs`) gets any segment an interrupted append left unsealed (not with
-    --dry-run).
+    --dry-run); with --pack, its old segments packed for archives and its sealed
+    entries vacated.
     """
     import dataclasses
 
@@ -120,12 +127,17 @@ def gc(
     with open_stash(url) as stash, counting("collecting", quiet=as_json) as tick:
         report = stash.collect_garbage(
             dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history,
-            on_progress=_ticker(tick),
+            on_progress=_ticker(tick), pack=pack,
         )  # fmt: skip
     if as_json:
         output.emit({"dry_run": dry_run, **dataclasses.asdict(report)})
     else:
         output.say(f"{report.logs} logs; {report.segments_sealed} segments sealed")
+        if pack:
+            output.say(
+                f"{report.packs} packs; {report.entries_vacated} sealed entries vacated; "
+                f"{report.segments_deleted} packed segments deleted"
+            )
         if report.purges_resumed or report.open_purges:
             output.say(
                 f"{report.purges_resumed} open purge(s) finished; "

@@ -17,14 +17,17 @@ from typing import IO, Any
 import stashpoint
 from stashpoint import StashpointError
 from stashpoint.cli.redact import redact
-from stashpoint.logs import SEGMENT_SPAN, LogEntry
+from stashpoint.logs import LogEntry
+from stashpoint.logs.format import SEGMENT_SPAN
 
 LOG_EXPORT_FORMAT = "stashpoint.log-export/1"
 """The `format` of an exported log version's line."""
 RUN_EXPORT_FORMAT = "stashpoint.run-export/1"
 """The `format` of an exported run's line."""
 WINDOW = 2 * SEGMENT_SPAN
-"""Versions read at once (two sealed segments): bounds the memory of an export."""
+"""Versions read at once (two sealed segments, aligned): bounds the memory of an export.
+A packed range is read once per window (its pack each time): memory, not requests, is
+what an export of any length must bound."""
 
 
 @dataclass
@@ -46,8 +49,11 @@ def log_lines(
     """
     from stashpoint.cli.output import rfc3339
 
-    for start in range(first, top + 1, WINDOW):
-        entries: list[LogEntry] = logs.entries(log_id, start, min(top, start + WINDOW - 1))
+    start = first
+    while start <= top:
+        stop = min(top, start - start % WINDOW + WINDOW - 1)
+        entries: list[LogEntry] = logs.entries(log_id, start, stop)
+        start = stop + 1
         for entry in entries:
             yield {
                 "format": LOG_EXPORT_FORMAT,

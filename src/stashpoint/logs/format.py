@@ -14,7 +14,9 @@ whole state, so a reader folds at most 15 patches.
 Every `SEGMENT_SPAN` versions are later copied, unchanged, into one immutable *sealed
 segment* `{prefix}/sealed/{namespace}/{log_id}/{first:020d}-{last:020d}` (ranges aligned to
 the span, so two compactors write the same key and never overlapping ones). The covered
-entries are deleted once nobody can still need them (see `logs.log`). Sealed segments live
+entries are deleted once nobody can still need them (see `logs.log`). Sixteen aligned segments
+of an old range may later be *packed* into one object of `PACK_SPAN` versions, the same
+document under the same prefix, so that archives are few large objects. Sealed segments live
 under their own prefix so that a lifecycle rule can move them to an archive tier while the
 entries, the hot end of every log, stay in the standard tier.
 
@@ -56,8 +58,13 @@ LOG_FORMAT = f"{LOG_FORMAT_NAME}/{LOG_FORMAT_VERSION}"
 """The `format` field of every entry and segment written."""
 SEGMENT_SPAN = 64
 """Versions per sealed segment in format 1; segment `k` holds versions `64k .. 64k + 63`."""
+PACK_SPAN = 1024
+"""Versions per pack: an archive object holding `1024k .. 1024k + 1023` (sixteen segments),
+the same document as a segment, written by `LogSteps.pack` so that lifecycle rules can move
+a long log to an archive tier in objects of 128 KB and more (docs/logs.md, "Packing")."""
 FULL_STATE_EVERY = 16
 """Versions that are a multiple of this store their whole state, never a patch."""
+_SPANS = (SEGMENT_SPAN, PACK_SPAN)
 _DIGITS = 20
 _ENTRY_NAME = re.compile(r"\d{20}")
 _SEGMENT_NAME = re.compile(r"(\d{20})-(\d{20})")
@@ -429,6 +436,11 @@ class LogKeys:
         last = first + SEGMENT_SPAN - 1
         return f"{self.segments_prefix(log_id)}{first:0{_DIGITS}d}-{last:0{_DIGITS}d}"
 
+    def pack(self, log_id: str, first: int) -> str:
+        """Return the key of the pack that starts at version `first` (a multiple of 1024)."""
+        last = first + PACK_SPAN - 1
+        return f"{self.segments_prefix(log_id)}{first:0{_DIGITS}d}-{last:0{_DIGITS}d}"
+
     def ids_prefix(self) -> str:
         """Return the prefix under which every log of the namespace has its entries."""
         return self.layout.namespace_prefix(self.namespace)
@@ -447,6 +459,11 @@ def segment_start(version: int) -> int:
     return version - version % SEGMENT_SPAN
 
 
+def pack_start(version: int) -> int:
+    """Return the first version of the pack range that holds `version`."""
+    return version - version % PACK_SPAN
+
+
 def parse_entry_name(name: str, key: str) -> int:
     """Return the version an entry's key names; `InvalidPayload` for a stray object."""
     if not _ENTRY_NAME.fullmatch(name):
@@ -455,15 +472,19 @@ def parse_entry_name(name: str, key: str) -> int:
 
 
 def parse_segment_name(name: str, key: str) -> tuple[int, int]:
-    """Return the `(first, last)` versions a segment's key names, checked for alignment."""
+    """Return the `(first, last)` versions a segment's or a pack's key names.
+
+    Both ranges are aligned to their span (`SEGMENT_SPAN`, `PACK_SPAN`); any other range is
+    `InvalidPayload` (not written by stashpoint).
+    """
     match = _SEGMENT_NAME.fullmatch(name)
     if match is None:
         raise InvalidPayload("not a sealed segment (its name is no range)", object_name=key)
     first, last = int(match.group(1)), int(match.group(2))
-    if first % SEGMENT_SPAN or last != first + SEGMENT_SPAN - 1:
+    if not any(first % span == 0 and last == first + span - 1 for span in _SPANS):
         raise InvalidPayload(
             f"segment range {first}..{last} overlaps the format's {SEGMENT_SPAN}-version "
-            "segments: not written by stashpoint",
+            f"segments and {PACK_SPAN}-version packs: not written by stashpoint",
             object_name=key,
         )
     return first, last

@@ -62,6 +62,7 @@ from stashpoint.logs.format import (
     FULL_STATE_EVERY,
     LOG_FORMAT_NAME,
     LOG_FORMAT_VERSION,
+    PACK_SPAN,
     SEGMENT_SPAN,
     UNKNOWN_STATE,
     LogEntry,
@@ -74,6 +75,7 @@ from stashpoint.logs.format import (
     entry_from_document,
     is_vacated,
     make_patch,
+    pack_start,
     parse_entry_name,
     parse_segment_name,
     resolve,
@@ -98,6 +100,7 @@ from stashpoint.stores.objects import (
     RestoreObject,
     RestoreReport,
     RestoreState,
+    WriteOutcome,
     check_restore,
 )
 from stashpoint.stores.writes import (
@@ -118,6 +121,8 @@ _READ_WINDOW = 16
 """Objects fetched at once when reading a log backwards or in order."""
 SEAL_LEVEL = 9
 """zstd level of sealed segments: 7% smaller than level 3 on transcripts at ~3 ms a seal."""
+PACK_LEVEL = 19
+"""zstd level of packs: written once for years by gc, never on a save's path."""
 _FETCH_BATCH = 256
 """Objects requested in one `Parallel` (the driver keeps 16 in flight); bounds memory."""
 _TAIL_GUESS = 256
@@ -256,22 +261,46 @@ class LogListing:
     """Each listed entry's ETag, where the listing says (S3, memory)."""
     segments: dict[int, str] = field(default_factory=dict)
     """Segment keys by first version."""
+    packs: dict[int, str] = field(default_factory=dict)
+    """Pack keys by first version (`PACK_SPAN` versions each, written by `pack`)."""
 
     @property
     def top(self) -> int | None:
         """The latest version, None for a log with no object."""
         tops = [max(self.entries, default=-1)]
         tops.extend(first + SEGMENT_SPAN - 1 for first in self.segments)
+        tops.extend(first + PACK_SPAN - 1 for first in self.packs)
         top = max(tops)
         return None if top < 0 else top
 
+    def sealed(self, first: int) -> bool:
+        """Whether the segment range starting at `first` is held by its segment or a pack."""
+        return first in self.segments or pack_start(first) in self.packs
+
+    def sealed_objects(self) -> list[_Source]:
+        """Return every pack and every segment no pack covers, oldest first."""
+        found = [_Source(k, first, first + PACK_SPAN - 1, True) for first, k in self.packs.items()]
+        found += [
+            _Source(key, first, first + SEGMENT_SPAN - 1, True)
+            for first, key in self.segments.items()
+            if pack_start(first) not in self.packs
+        ]
+        return sorted(found, key=lambda source: source.first)
+
     def sources(self, start: int, stop: int) -> list[_Source]:
-        """Return the objects holding versions `start .. stop`, in order; refuse a gap."""
+        """Return the objects holding versions `start .. stop`, in order; refuse a gap.
+
+        A pack is read rather than the segments it replaced (they are being deleted).
+        """
         sources: list[_Source] = []
         version = start
         while version <= stop:
             first = segment_start(version)
-            if first in self.segments:
+            packed = pack_start(version)
+            if packed in self.packs:
+                sources.append(_Source(self.packs[packed], packed, packed + PACK_SPAN - 1, True))
+                version = packed + PACK_SPAN
+            elif first in self.segments:
                 sources.append(_Source(self.segments[first], first, first + SEGMENT_SPAN - 1, True))
                 version = first + SEGMENT_SPAN
             elif version in self.entries:
@@ -285,6 +314,7 @@ class LogListing:
         """Return the key of the lowest listed object above `version`, None if none is."""
         keys = [(v, key) for v, key in self.entries.items() if v > version]
         keys += [(first, key) for first, key in self.segments.items() if first > version]
+        keys += [(first, key) for first, key in self.packs.items() if first > version]
         return min(keys)[1] if keys else None
 
     def whole(self, version: int, ceiling: int) -> bool:
@@ -295,6 +325,23 @@ class LogListing:
         """
         size = self.sizes.get(version)
         return size is None or size > ceiling
+
+
+@dataclass(frozen=True, slots=True)
+class PackReport:
+    """What packing one log did (`LogSteps.pack`)."""
+
+    log_id: str
+    """The log."""
+    packed: int
+    """Packs written or found whole (ranges of `PACK_SPAN` versions)."""
+    vacated: int
+    """Entries replaced by markers because a pack or a segment holds them."""
+    segments_deleted: int
+    """Segments deleted because a pack holds them write for write."""
+    too_large: tuple[int, ...] = ()
+    """First versions of ranges left in segments: their pack would exceed the codec's
+    limits, so a reader could not read it."""
 
 
 class _Gap(Exception):
@@ -382,8 +429,10 @@ class LogSteps:
             entry_pages = [first[0]]
             sealed_keys = [k for page in segment_pages for k in page.keys]
             if first[0].next_token is not None and first[0].keys and sealed_keys and not complete:
-                last_sealed, _ = parse_segment_name(max(sealed_keys)[len(segments_prefix) :], "")
-                skip_to = self.keys.entry(log_id, last_sealed + SEGMENT_SPAN - 1)
+                last_sealed = max(
+                    parse_segment_name(key[len(segments_prefix) :], key)[1] for key in sealed_keys
+                )
+                skip_to = self.keys.entry(log_id, last_sealed)
                 if skip_to > first[0].keys[-1]:
                     after = yield from ask(ListKeys(entries_prefix, start_after=skip_to))
                     entry_pages = [first[0], *(yield from self._all_pages(entries_prefix, after))]
@@ -394,8 +443,11 @@ class LogSteps:
             _add_entries(listing, page, entries_prefix)
         for page in segment_pages:
             for key in page.keys:
-                first_version, _ = parse_segment_name(key[len(segments_prefix) :], key)
-                listing.segments[first_version] = key
+                first_version, last = parse_segment_name(key[len(segments_prefix) :], key)
+                if last - first_version + 1 == PACK_SPAN:
+                    listing.packs[first_version] = key
+                else:
+                    listing.segments[first_version] = key
         if listing.top is not None:
             self._tops.put(log_id, listing.top)  # what storage says, even if lower
         return listing
@@ -729,14 +781,16 @@ class LogSteps:
         if info is not None:
             items = yield from self._decode(log_id, _Source(key, version, version, False), info)
             return items[0]
-        first = segment_start(version)
-        key = self.keys.segment(log_id, first)
-        info = yield from ask(self._get(key))
-        if info is None:
-            return None
-        source = _Source(key, first, first + SEGMENT_SPAN - 1, True)
-        items = yield from self._decode(log_id, source, info)
-        return items[version - first]
+        segment, pack = segment_start(version), pack_start(version)
+        for source in (
+            _Source(self.keys.segment(log_id, segment), segment, segment + SEGMENT_SPAN - 1, True),
+            _Source(self.keys.pack(log_id, pack), pack, pack + PACK_SPAN - 1, True),
+        ):
+            info = yield from ask(self._get(source.key))
+            if info is not None:
+                items = yield from self._decode(log_id, source, info)
+                return items[version - source.first]
+        return None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -943,12 +997,13 @@ class LogSteps:
         missing = [
             first
             for first in range(first_range, limit - SEGMENT_SPAN + 1, SEGMENT_SPAN)
-            if first not in listing.segments
+            if not listing.sealed(first)
         ]
         if below is not None:
             missing = missing[-_SEALS_PER_APPEND:]
             newest = limit - limit % SEGMENT_SPAN - SEGMENT_SPAN
-            if newest >= first_range and newest not in missing:
+            packed = pack_start(newest) in listing.packs
+            if newest >= first_range and newest not in missing and not packed:
                 # The range this append completed is sealed even if an object already
                 # sits at its segment's key: that object is judged by its content (a
                 # damaged or foreign one is replaced), never trusted for being there.
@@ -1029,6 +1084,105 @@ class LogSteps:
         )
         return True
 
+    def pack(self, log_id: str) -> Steps[PackReport]:
+        """Pack the log's old sealed ranges into objects of `PACK_SPAN` versions.
+
+        For archives: a range of the current life that the log has gone a segment past
+        (so no append seals in it any more) becomes one pack holding its sixteen
+        segments' entries, created with `If-None-Match: *` (an object already at its key is
+        judged by its content, like a segment). Then every entry a pack or a segment holds
+        write for write is vacated (keys stay occupied: markers), whatever
+        `vacate_sealed` says, and each segment a pack holds write for write is deleted
+        (a segment re-created later by a late sealer holds the same entries; readers read
+        the pack, and the next `pack` deletes it). Idempotent; resumes from any crash.
+        """
+        yield from self.seal(log_id)
+        listing = yield from self.listing(log_id, ordered=True)
+        top = listing.top
+        if top is None:
+            raise CheckpointNotFound("no log with this id", object_name=log_id)
+        head = yield from self.top(log_id)
+        packed = deleted = 0
+        too_large: list[int] = []
+        first_pack = -(-head.base // PACK_SPAN) * PACK_SPAN  # packs wholly in this life
+        verified: dict[int, list[str]] = {}
+        if not head.ended:
+            for first in range(first_pack, top - PACK_SPAN - SEGMENT_SPAN + 2, PACK_SPAN):
+                try:
+                    held = yield from self.pack_range(log_id, listing, first)
+                except LimitExceeded:
+                    too_large.append(first)  # beyond what a reader accepts: segments stay
+                    continue
+                except _Vanished:
+                    continue  # another packer is deleting its segments: it packed the range
+                if held is not None:
+                    verified[first] = held
+                    packed += 1
+        vacated = yield from self._vacate_sealed(log_id, listing)
+        for first, write_ids in verified.items():
+            segments = [
+                (start, listing.segments[start])
+                for start in range(first, first + PACK_SPAN, SEGMENT_SPAN)
+                if start in listing.segments
+            ]
+            for start, key in segments:
+                try:
+                    fetched = yield from self._fetch_objects(
+                        log_id, [_Source(key, start, start + SEGMENT_SPAN - 1, True)]
+                    )
+                except _Vanished:
+                    continue  # deleted by another packer meanwhile
+                info, items = fetched[0]
+                offset = start - first
+                if [item.write_id for item in items] == write_ids[offset : offset + SEGMENT_SPAN]:
+                    result = yield from ask(DeleteObject(key, info.etag))
+                    deleted += result.outcome is WriteOutcome.STORED
+        return PackReport(log_id, packed, vacated, deleted, tuple(too_large))
+
+    def pack_range(self, log_id: str, listing: LogListing, first: int) -> Steps[list[str] | None]:
+        """Write (or judge) the pack of `first .. first + PACK_SPAN - 1`; return its write ids.
+
+        From the range's sixteen segments when all are listed; from the pack itself when
+        some segments are gone (a pack that crashed while deleting them). None: nothing to
+        pack (no segment left, or a range that cannot be sealed).
+        """
+        starts = range(first, first + PACK_SPAN, SEGMENT_SPAN)
+        key = self.keys.pack(log_id, first)
+        source = _Source(key, first, first + PACK_SPAN - 1, True)
+        if not all(start in listing.segments for start in starts):
+            if first not in listing.packs or not any(s in listing.segments for s in starts):
+                return None
+            items = yield from self._fetch(log_id, [source])
+            return [item.write_id for item in items]
+        segments = [_Source(listing.segments[s], s, s + SEGMENT_SPAN - 1, True) for s in starts]
+        entries = [item for item in (yield from self._fetch(log_id, segments))]
+        held = [entry for entry in entries if isinstance(entry, LogEntry)]
+        check_chain(held, key)  # sixteen segments of one copy of the log
+        document = segment_document(log_id, held)
+        level = max(self.codec.level, PACK_LEVEL)
+        body = yield from self.codec.document_encoding(document, name=key, level=level)
+        if len(body) > self.codec.limits.max_compressed_bytes:
+            raise LimitExceeded("a pack would exceed max_compressed_bytes", object_name=key)
+        ours = [entry.write_id for entry in held]
+
+        def judge(info: ObjectInfo) -> Steps[Found]:
+            try:
+                found = yield from self._decode(log_id, source, info)
+            except StashpointError:
+                found = []
+            return Found.OURS if [item.write_id for item in found] == ours else Found.OTHER
+
+        yield from writes.create_named(
+            PutObject(key, body, Create()),
+            judge,
+            self.retry,
+            what="pack",
+            limit=self.codec.limits.max_compressed_bytes,
+            refresh=False,
+        )
+        listing.packs[first] = key
+        return ours
+
     def _vacate(
         self,
         log_id: str,
@@ -1078,22 +1232,21 @@ class LogSteps:
         return len(body) + _MARKER_MARGIN + self.overhead(self.keys.entry(log_id, MAX_REVISION))
 
     def _vacate_sealed(self, log_id: str, listing: LogListing) -> Steps[int]:
-        """Vacate the entries that sealed ranges still hold whole (a seal cut off)."""
+        """Vacate the entries that sealed objects (packs, segments) still hold whole."""
         vacated = 0
         ceiling = yield from self.marker_ceiling(log_id)
-        for first in sorted(listing.segments):
+        for source in listing.sealed_objects():
+            first = source.first
             left = [
                 v
-                for v in range(first, first + SEGMENT_SPAN)
+                for v in range(first, source.last + 1)
                 if v in listing.entries and listing.whole(v, ceiling)
             ]
             if not left:
                 continue
-            segment = listing.segments[first]
+            segment = source.key
             try:
-                sealed = yield from self._fetch(
-                    log_id, [_Source(segment, first, first + SEGMENT_SPAN - 1, True)]
-                )
+                sealed = yield from self._fetch(log_id, [source])
                 fetched = yield from self._fetch_objects(
                     log_id, [_Source(listing.entries[v], v, v, False) for v in left]
                 )
@@ -1138,6 +1291,7 @@ class LogSteps:
                     targets.append((v, info.etag))
         vacated = len((yield from self._vacate(log_id, targets, reason=reason, by=version)))
         segments = [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
+        segments += [k for first, k in listing.packs.items() if first + PACK_SPAN <= version]
         for start in range(0, len(segments), _FETCH_BATCH):
             deletes = tuple(DeleteObject(k) for k in segments[start : start + _FETCH_BATCH])
             yield from ask(Parallel(deletes))
@@ -1274,7 +1428,7 @@ class LogSteps:
         listing = yield from self.listing(log_id)
         if listing.top is None:
             raise CheckpointNotFound("no log with this id", object_name=log_id)
-        keys = sorted(listing.segments.values())
+        keys = sorted([*listing.segments.values(), *listing.packs.values()])
         states: list[RestoreState] = []
         for start in range(0, len(keys), _FETCH_BATCH):
             batch = keys[start : start + _FETCH_BATCH]

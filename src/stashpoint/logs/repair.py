@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stashpoint.logs.format import SEGMENT_SPAN
+from stashpoint.logs.format import PACK_SPAN, SEGMENT_SPAN
 from stashpoint.logs.log import LogListing, LogSteps
 from stashpoint.steps import Steps, ask
 from stashpoint.stores import writes
@@ -60,6 +60,7 @@ def first_gap(listing: LogListing) -> int | None:
     spans = sorted(
         [(v, v) for v in listing.entries]
         + [(first, first + SEGMENT_SPAN - 1) for first in listing.segments]
+        + [(first, first + PACK_SPAN - 1) for first in listing.packs]
     )
     if not spans:
         return None
@@ -75,6 +76,7 @@ def above_gap(listing: LogListing, gap: int) -> list[tuple[int, str]]:
     """Return `(first version, key)` of every object above `gap`, lowest first."""
     found = [(v, key) for v, key in listing.entries.items() if v > gap]
     found += [(first, key) for first, key in listing.segments.items() if first > gap]
+    found += [(first, key) for first, key in listing.packs.items() if first > gap]
     return sorted(found)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from stashpoint.errors import whole
 from stashpoint.logs.format import LogEntry
-from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.logs.log import LogHead, LogSteps, PackReport
 from stashpoint.steps import Steps
 from stashpoint.stores.objects import RestoreReport
 from stashpoint.twins import Awaiting, Blocking, operation
@@ -80,6 +80,18 @@ class _LogApi:
         Appends seal on their own; this is for maintenance (`stashpoint gc`).
         """
         return self.steps.seal(log_id)
+
+    @operation
+    def pack(self, log_id: str) -> Steps[PackReport]:
+        """Pack the log's old sealed segments into archive objects of 1,024 versions.
+
+        For a long or finished log kept for years: sixteen segments become one object a
+        lifecycle rule moves to an archive tier, and every sealed entry is vacated (a
+        small marker keeps its key). Idempotent and safe beside writers; `stashpoint gc
+        --pack` packs every log. Stashpoint releases before packs refuse to read a packed
+        log (a typed `InvalidPayload`): upgrade readers first.
+        """
+        return self.steps.pack(log_id)
 
     @operation
     def restore(self, log_id: str, days: int = 7, tier: str = "Standard") -> Steps[RestoreReport]:

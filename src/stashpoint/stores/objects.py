@@ -292,6 +292,12 @@ class LifecycleRule:
     """(days, storage class) of current versions."""
     noncurrent_transitions: tuple[tuple[int, str], ...]
     """(days, storage class) of noncurrent versions."""
+    larger_than: int | None = None
+    """Only objects larger than this many bytes (`ObjectSizeGreaterThan`), None: any size."""
+    noncurrent_expire_days: int | None = None
+    """Days after which noncurrent versions are deleted, None: never."""
+    expires_delete_markers: bool = False
+    """Whether delete markers left with no older version are removed."""
 
 
 @dataclass(frozen=True, slots=True)
