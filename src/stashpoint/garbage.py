@@ -72,6 +72,10 @@ class GcReport:
     purge_leftovers: int = 0
     """Versions writers that never saw a finished purge left beside its ids (removed and
     recorded in its receipt; none in a dry run)."""
+    lives_tidied: int = 0
+    """Entries (and segments) below a LangGraph thread's deletion or rebase vacated (and
+    deleted): `delete_thread`, `prune`, `copy_thread` and `delete_for_runs` leave them to
+    gc (none in a dry run)."""
     packs: int = 0
     """With `pack`: packs of 1,024 versions written or found whole (none in a dry run)."""
     entries_vacated: int = 0
@@ -146,7 +150,7 @@ def collect_garbage(
                 continue
             references(envelope.payload, referenced)
     on_progress(Progress("heads", len(heads), len(heads)))
-    log_count = sealed = packs = vacated = segments_deleted = 0
+    log_count = sealed = tidied = packs = vacated = segments_deleted = 0
     listed: list[tuple[LogSteps, str]] = []
     for steps in logs:
         ids = yield from steps.list_ids()
@@ -156,6 +160,7 @@ def collect_garbage(
         log_count += 1
         if not dry_run:
             try:
+                tidied += yield from steps.tidy(log_id)
                 sealed += yield from steps.seal(log_id)
                 if pack:
                     packing = yield from steps.pack(log_id)
@@ -215,6 +220,7 @@ def collect_garbage(
         unreadable,
         log_count,
         sealed,
+        lives_tidied=tidied,
         packs=packs,
         entries_vacated=vacated,
         segments_deleted=segments_deleted,

@@ -377,6 +377,7 @@ class _Parts:
             self.codec,
             self.retry,
             full_state_every=settings.full_state_every,
+            life_field=settings.life_field,
             vacate_sealed=self.vacate_sealed,
             overhead=None if self.sealer is None else self.sealer.overhead,
         )

@@ -135,8 +135,12 @@ def test_explicit_branch_from_a_past_checkpoint_is_allowed(stash: Any) -> None:
     saver = StashpointSaver(stash)
     one = _put(saver, "tt", {"v": 1})["configurable"]["checkpoint_id"]
     two = _put(saver, "tt", {"v": 2}, parent=one)["configurable"]["checkpoint_id"]
-    with pytest.raises(CheckpointConflict, match="moved on"):
+    with pytest.raises(CheckpointConflict, match="moved on") as stale:
         _put(saver, "tt", {"v": 3}, parent=one, marker=True)
+    # The error says how to fork on purpose: the config to pass, without the marker.
+    advice = str(stale.value)
+    assert two in advice and "to fork on purpose" in advice and LATEST_MARKER in advice
+    assert f"'checkpoint_id': '{one}'" in advice
     branch = _put(saver, "tt", {"v": 4}, parent=one)["configurable"]["checkpoint_id"]
     latest = saver.get_tuple({"configurable": {"thread_id": "tt", "checkpoint_ns": ""}})
     assert (
@@ -725,3 +729,30 @@ def test_a_hostile_thread_state_is_a_typed_error(stash: Any, slot: Any) -> None:
     assert raised.value.object_name == "hostile"
     with pytest.raises(InvalidPayload):
         _put(StashpointSaver(stash), "hostile", {"v": 2}, parent="c")
+
+
+def test_a_packed_thread_reads_its_latest_and_its_past(memory_url: tuple[str, Any]) -> None:
+    """Issue 26 #4: `gc --pack` packs LangGraph threads like every log; a new process
+    reads the latest checkpoint, an old one and the history from the packs."""
+    from stashpoint.logs.format import PACK_SPAN, SEGMENT_SPAN
+
+    steps = PACK_SPAN + SEGMENT_SPAN + 8
+    with stashpoint.open(memory_url[0]) as stash:
+        saver = StashpointSaver(stash)
+        _grown(saver, steps, thread_id="long", word="message")
+        thread = {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
+        history = [t.config["configurable"]["checkpoint_id"] for t in saver.list(thread)]
+        report = stash.collect_garbage(dry_run=False, pack=True)
+        assert report.packs == 1 and report.segments_deleted == PACK_SPAN // SEGMENT_SPAN
+    with stashpoint.open(memory_url[0]) as stash:  # a new process
+        saver = StashpointSaver(stash)
+        latest = saver.get_tuple(thread)
+        assert latest is not None
+        assert latest.checkpoint["channel_values"]["messages"] == [
+            f"message {i}" for i in range(steps)
+        ]
+        old = {"configurable": {**thread["configurable"], "checkpoint_id": history[-11]}}
+        past = saver.get_tuple(old)
+        assert past is not None and len(past.checkpoint["channel_values"]["messages"]) == 11
+        listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(thread)]
+        assert listed == history

@@ -30,7 +30,7 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     WriteResult,
 )
-from tests.purging import versions
+from tests.purging import replay, versions
 from tests.scripted import STORED, Script
 
 
@@ -62,17 +62,26 @@ def test_packing_keeps_every_record_and_every_way_to_read_it(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
     url, options = request.getfixturevalue(backend)
-    # Two packs where a log is cheap to build; one on a server (a thousand PUTs a pack).
-    packs = 2 if backend in ("memory_url", "local_url") else 1
+    # Two packs in memory; one elsewhere (a thousand PUTs a pack). On a server the log
+    # is written in memory and its objects copied in parallel (the same keys and bytes),
+    # its sealed entries vacated already (vacating on SeaweedFS: the durability tests).
+    packs = 2 if backend == "memory_url" else 1
     top = packs * PACK_SPAN + SEGMENT_SPAN + 9
+    server = backend == "s3_seaweed_url"
     with stashpoint.open(url, **options) as stash:
-        heads = _build(stash, versions_=top + 1)
+        if server:
+            memory = f"memory://{uuid.uuid4().hex}"
+            with stashpoint.open(memory, vacate_sealed_entries=True) as built:
+                heads = _build(built, versions_=top + 1)
+                replay(built, stash)
+        else:
+            heads = _build(stash, versions_=top + 1)
         records = stash.logs.records("c")
         report = stash.logs.pack("c")
         assert report.packed == packs
         assert report.segments_deleted == packs * PACK_SPAN // SEGMENT_SPAN
         # Every sealed entry is vacated (the last range sealed, after the packs, too).
-        assert report.vacated == packs * PACK_SPAN + SEGMENT_SPAN
+        assert report.vacated == (0 if server else packs * PACK_SPAN + SEGMENT_SPAN)
         assert _sealed_keys(stash) == [
             *(_name(n * PACK_SPAN, PACK_SPAN) for n in range(packs)),
             _name(packs * PACK_SPAN, SEGMENT_SPAN),

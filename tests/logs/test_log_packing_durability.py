@@ -80,7 +80,7 @@ _FIRST_DELETE = next(i for i, c in enumerate(_CALLS) if c.startswith("DeleteObje
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(step=st.integers(0, len(_CALLS) - 1), after=st.booleans())
 @example(step=_PACK_PUT, after=False)
@@ -174,16 +174,18 @@ def _writer(stash: Any, head: Any, times: int, acknowledged: list[int]) -> None:
         acknowledged.append(n)
 
 
-@pytest.mark.parametrize("faults", [False, True])
-def test_packers_racing_a_writer_on_seaweedfs_lose_nothing(
-    faults: bool, seaweedfs: servers.S3Server
+def test_packers_racing_a_writer_through_the_fault_proxy_lose_nothing(
+    seaweedfs: servers.S3Server,
 ) -> None:
-    """Two packers and a writer that seals as it goes, on one log: every acknowledged
-    record stays, in order, once; with the fault proxy, every request may be dropped,
-    answered late, or refused."""
+    """Two packers and a writer that seals as it goes, on one log on SeaweedFS, through
+    the fault proxy (requests and answers dropped, answers late): every acknowledged
+    record stays, in order, once; a packer's failure is typed. The log's sealed entries
+    are markers already (`vacate_sealed_entries`), so the race is over the pack, the
+    segments' deletion and the writer's seals (vacating under a crash and `kill -9` is
+    tested above)."""
     prefix = f"t-{uuid.uuid4().hex}"
     with (
-        stashpoint.open(f"memory://{prefix}") as built,
+        stashpoint.open(f"memory://{prefix}", vacate_sealed_entries=True) as built,
         stashpoint.open(seaweedfs.url(prefix)) as stash,
     ):
         _build(built)
@@ -217,13 +219,9 @@ def test_packers_racing_a_writer_on_seaweedfs_lose_nothing(
                 thread.join(timeout=600)
             assert not any(thread.is_alive() for thread in threads)
 
-    if faults:
-        with FaultProxy(seaweedfs.endpoint, plan) as proxy:
-            run(seaweedfs.url(prefix, endpoint=proxy.endpoint))
-        assert plan.injected["drop_response"] > 0 and plan.injected["drop_request"] > 0
-    else:
-        run(seaweedfs.url(prefix))
-        assert not failures
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        run(seaweedfs.url(prefix, endpoint=proxy.endpoint))
+    assert plan.injected["drop_response"] > 0 and plan.injected["drop_request"] > 0
     assert all(isinstance(failure, StashpointError) for failure in failures), failures
     with stashpoint.open(seaweedfs.url(prefix)) as stash:
         records = stash.logs.records("c")
@@ -231,6 +229,6 @@ def test_packers_racing_a_writer_on_seaweedfs_lose_nothing(
         tail = records[TOP + 1 :]
         assert tail == list(range(TOP + 1, TOP + 1 + len(tail)))  # in order, once each
         assert set(acknowledged) <= set(tail)
-        assert len(acknowledged) >= (30 if faults else 60)
+        assert len(acknowledged) >= 30
         stash.logs.pack("c")
         assert stash.logs.records("c") == records

@@ -284,7 +284,7 @@ def test_an_append_that_never_lands_is_not_stored_without_a_false_success() -> N
     answers: list[tuple[type[Any], Any]] = []
     for _ in range(RETRY.max_attempts):
         answers += [(PutObject, WriteResult(WriteOutcome.AMBIGUOUS, detail="reset"))]
-        answers += [(GetObject, None), (GetObject, None)]  # the entry, then its segment
+        answers += [(GetObject, None)] * 3  # the entry, then its segment, then its pack
     script = Script(answers)
     with pytest.raises(StorageUnavailable, match="outcome unknown") as raised:
         script.run(logs.append("job", [1], after=None, state={}))

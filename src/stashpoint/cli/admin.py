@@ -132,7 +132,10 @@ def gc(
     if as_json:
         output.emit({"dry_run": dry_run, **dataclasses.asdict(report)})
     else:
-        output.say(f"{report.logs} logs; {report.segments_sealed} segments sealed")
+        output.say(
+            f"{report.logs} logs; {report.segments_sealed} segments sealed; "
+            f"{report.lives_tidied} objects below deleted or rebased threads vacated"
+        )
         if pack:
             output.say(
                 f"{report.packs} packs; {report.entries_vacated} sealed entries vacated; "

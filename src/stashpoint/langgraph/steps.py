@@ -775,7 +775,13 @@ class SaverSteps:
     # -- whole-thread operations -------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> Steps[None]:
-        """Delete a thread, leaving a tombstone: a late write cannot bring it back."""
+        """Delete a thread, leaving a tombstone: a late write cannot bring it back.
+
+        One PUT after reading the head, then the large values of the lives it ended. The
+        entries below stay whole (readers never read below the tombstone's life, and their
+        keys stay occupied) until `gc` vacates them (`LogSteps.tidy`): one PUT each there,
+        not here.
+        """
         key = thread_key(thread_id)
 
         def tombstone(known: Known[_Thread], fresh: bool) -> Steps[_Thread | None]:
@@ -797,7 +803,6 @@ class SaverSteps:
         except Purged:
             return  # erased already, more thoroughly than a deletion would
         if head is not None:
-            yield from self.logs.vacate_below(key, head.version, reason="deleted")
             yield from self._drop_values(key, head.state.state.base)
         self.threads.forget(key)
 
@@ -844,6 +849,7 @@ class SaverSteps:
         key = thread_key(thread_id)
         source_key = thread_key(source or thread_id)
         Planned = tuple[Known[_Thread], dict[str, Any], _Thread]
+        # The entries below the rebase stay whole until `gc` vacates them (`LogSteps.tidy`).
 
         def rebase(known: Known[_Thread], fresh: bool) -> Steps[Planned | None]:
             after = known
@@ -874,7 +880,6 @@ class SaverSteps:
         )
         if head is None:
             return False
-        yield from self.logs.vacate_below(key, head.version, reason="rebased")
         self.threads.forget(key)
         return True
 

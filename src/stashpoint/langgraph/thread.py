@@ -545,7 +545,10 @@ def check_put(
             message=f"thread {thread_id!r} (namespace {ns!r}) moved on: this invocation "
             f"resumed checkpoint {parent_id} but another one has since stored {latest}; "
             "nothing of this invocation became the thread's latest. Load the thread again "
-            "and retry, or branch on purpose from an explicit checkpoint_id",
+            "(graph.get_state) and retry; to fork on purpose, pass a config that names "
+            f"the checkpoint to branch from, without {LATEST_MARKER!r}: "
+            f"{{'configurable': {{'thread_id': {thread_id!r}, 'checkpoint_ns': {ns!r}, "
+            f"'checkpoint_id': {parent_id!r}}}}} (docs/langgraph.md, No silent forks)",
         )
 
 

@@ -374,6 +374,7 @@ class LogSteps:
         full_state_every: int = FULL_STATE_EVERY,
         vacate_sealed: bool = False,
         overhead: Callable[[str], int] | None = None,
+        life_field: str | None = None,
     ) -> None:
         self.keys = keys
         """Where the logs' objects live."""
@@ -390,6 +391,10 @@ class LogSteps:
         self.overhead = overhead or (lambda key: 0)
         """The most bytes storage adds to an object under a key beyond its encoding (the
         frame of client-side encryption), so listed sizes still tell markers apart."""
+        self.life_field = life_field
+        """The state field naming the first version of the owner's current life, for
+        owners that start lives in their state (`Namespace.life_field`): nothing below it
+        is read, so `tidy` vacates it and seals and packs start there."""
         self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
         # Entries this process wrote, by key, with their ETags: entries are immutable, so a
         # seal of their range needs no GET of them (an append costs one PUT, seals included).
@@ -991,7 +996,7 @@ class LogSteps:
         if top is None:
             return 0
         if base is None:
-            base = (yield from self.top(log_id)).base
+            base = self.life_of((yield from self.top(log_id)))
         limit = top if below is None else min(below, top + 1)
         first_range = -(-base // SEGMENT_SPAN) * SEGMENT_SPAN  # ranges wholly in this life
         missing = [
@@ -1104,7 +1109,7 @@ class LogSteps:
         head = yield from self.top(log_id)
         packed = deleted = 0
         too_large: list[int] = []
-        first_pack = -(-head.base // PACK_SPAN) * PACK_SPAN  # packs wholly in this life
+        first_pack = -(-self.life_of(head) // PACK_SPAN) * PACK_SPAN  # wholly in this life
         verified: dict[int, list[str]] = {}
         if not head.ended:
             for first in range(first_pack, top - PACK_SPAN - SEGMENT_SPAN + 2, PACK_SPAN):
@@ -1182,6 +1187,35 @@ class LogSteps:
         )
         listing.packs[first] = key
         return ours
+
+    def life_of(self, head: LogHead) -> int:
+        """Return the first version readers of this log read.
+
+        The log's life's base, or the owner's own life's (`life_field`) when its state
+        names a later one.
+        """
+        state = head.state
+        life = state.get(self.life_field) if self.life_field and isinstance(state, dict) else None
+        if type(life) is int and head.base < life <= head.version:
+            return life
+        return head.base
+
+    def tidy(self, log_id: str) -> Steps[int]:
+        """Vacate what lies below the owner's current life (`life_field`); return how many.
+
+        A LangGraph thread's deletion or rebase starts a new life in its state and leaves
+        the entries below it whole (one PUT, not one per version); readers never read
+        there, and `gc` calls this to vacate them (keys stay occupied) and delete the
+        segments and packs there. Nothing to do for logs whose lives are the log's own.
+        """
+        try:
+            head = yield from self.top(log_id)
+        except CheckpointNotFound:
+            return 0
+        life = self.life_of(head)
+        if head.ended or life <= head.base:
+            return 0
+        return (yield from self.vacate_below(log_id, life, reason="rebased"))
 
     def _vacate(
         self,

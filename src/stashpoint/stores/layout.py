@@ -61,6 +61,11 @@ class Namespace:
     values: str | None = None
     """Logs only: the namespace holding each log's large values, by log id
     (`{values}/{log_id}/...`), erased with the log."""
+    life_field: str | None = None
+    """Logs only: the field of the log's state that names the first version of its
+    owner's current life, for owners that start lives in their state (a LangGraph
+    thread's deletion or rebase). Readers never read below it; `gc` vacates the entries
+    there and seals and packs only above it."""
 
 
 CHECKPOINTS = "checkpoints"
@@ -102,7 +107,9 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(RUN_LOGS, Shape.LOGS, references_blobs=True),
         Namespace(LOGS, Shape.LOGS),
         # A thread's state is small and read on every get: every entry stands alone.
-        Namespace(LANGGRAPH, Shape.LOGS, full_state_every=1, values=LANGGRAPH_VALUES),
+        Namespace(
+            LANGGRAPH, Shape.LOGS, full_state_every=1, values=LANGGRAPH_VALUES, life_field="base"
+        ),
         Namespace(LANGGRAPH_VALUES, Shape.CONTENT),
         Namespace(QUARANTINE, Shape.QUARANTINE),
         # Receipts hold ids and version ids, no payload: kept when what they name is erased.
