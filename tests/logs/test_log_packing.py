@@ -93,8 +93,9 @@ def test_packing_keeps_every_record_and_every_way_to_read_it(
         assert stash.logs.tail("c", 3)[1] == records[-3:]
         assert stash.logs.tail("c", 200)[1] == records[-200:]
         assert stash.logs.head("c").version == top
-        lines = list(log_lines(stash.logs, "logs", "c", top))
-        assert [line["version"] for line in lines] == list(range(top + 1))
+        if not server:  # an export reads the pack once a window: a server adds only time
+            lines = list(log_lines(stash.logs, "logs", "c", top))
+            assert [line["version"] for line in lines] == list(range(top + 1))
         # Keys are never freed: a writer holding any old head loses its append.
         for stale in (heads[5], heads[1000], heads[top - 5]):
             with pytest.raises(CheckpointConflict):

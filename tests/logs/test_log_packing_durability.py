@@ -142,7 +142,7 @@ def test_sigkill_mid_packing_loses_nothing_and_packing_again_finishes(
         replay(built, stash)  # the same objects, written in a few parallel rounds
         assert stash.logs.records("c") == records
     rng = random.Random(26)
-    for _ in range(4):
+    for _ in range(3 if where == "local" else 2):
         proc = subprocess.Popen(
             [sys.executable, "-c", KILLED_PACKER, url], stdout=subprocess.PIPE, text=True
         )
@@ -210,7 +210,7 @@ def test_packers_racing_a_writer_through_the_fault_proxy_lose_nothing(
                 threading.Thread(target=packer, args=(url,)),
                 threading.Thread(target=packer, args=(url,)),
                 threading.Thread(
-                    target=_writer, args=(stash, stash.logs.head("c"), 60, acknowledged)
+                    target=_writer, args=(stash, stash.logs.head("c"), 40, acknowledged)
                 ),
             ]
             for thread in threads:
@@ -229,6 +229,6 @@ def test_packers_racing_a_writer_through_the_fault_proxy_lose_nothing(
         tail = records[TOP + 1 :]
         assert tail == list(range(TOP + 1, TOP + 1 + len(tail)))  # in order, once each
         assert set(acknowledged) <= set(tail)
-        assert len(acknowledged) >= 30
+        assert len(acknowledged) >= 20
         stash.logs.pack("c")
         assert stash.logs.records("c") == records
