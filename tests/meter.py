@@ -19,11 +19,14 @@ class Meter:
 
     def __init__(self, stash: Any) -> None:
         self.requests: Counter[str] = Counter()
+        self.sent: list[str] = []
+        """Request types in the order they were sent."""
         self.put_bytes = 0
         self.index_items = 0
 
         def hook(request: Any, proceed: Callable[[], Any]) -> Any:
             self.requests[type(request).__name__] += 1
+            self.sent.append(type(request).__name__)
             if isinstance(request, PutObject):
                 self.put_bytes += len(request.body)
             if isinstance(request, PutItems):
@@ -35,4 +38,5 @@ class Meter:
     def reset(self) -> None:
         """Start counting again from zero."""
         self.requests.clear()
+        self.sent.clear()
         self.put_bytes = self.index_items = 0

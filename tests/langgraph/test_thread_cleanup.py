@@ -17,6 +17,7 @@ from stashpoint.ids import thread_key
 from stashpoint.langgraph import StashpointSaver
 from stashpoint.logs.format import SEGMENT_SPAN
 from tests.langgraph.test_thread_storage import _grown, _put
+from tests.meter import Meter
 from tests.purging import bodies, plain, versions
 
 THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
@@ -32,14 +33,7 @@ def _whole_entries(stash: Any, thread_id: str = "t") -> int:
 
 
 def _counting(stash: Any) -> list[str]:
-    requests: list[str] = []
-
-    def hook(request: Any, proceed: Any) -> Any:
-        requests.append(type(request).__name__)
-        return proceed()
-
-    stash.intercept(hook)
-    return requests
+    return Meter(stash).sent
 
 
 def test_delete_thread_is_a_few_requests_and_gc_vacates_below(

@@ -216,8 +216,17 @@ def test_request_counts(stash: Any) -> None:
     requests.clear()
     found = saver.get_tuple({"configurable": {"thread_id": "counted", "checkpoint_ns": ""}})
     assert found.checkpoint["channel_values"]["messages"] == ["x"] * 21
-    # get latest: a listing (entries and segments at once), the newest entry, then the
-    # entries holding its values and writes in one parallel round.
+    # get latest, warm (this saver wrote the head): one round and no listing, the head's
+    # entry, the key after it (absent) and the entries its state names.
+    assert requests == ["GetObject"] * 3, requests
+    requests.clear()
+    with stashpoint.open(stash.url) as cold:  # a new process
+        cold.intercept(counting)
+        latest = {"configurable": {"thread_id": "counted", "checkpoint_ns": ""}}
+        found = StashpointSaver(cold).get_tuple(latest)
+    assert found.checkpoint["channel_values"]["messages"] == ["x"] * 21
+    # cold: a listing (entries and segments at once), the newest entry, then the entries
+    # holding its values and writes in one parallel round.
     assert requests.count("ListKeys") == 2 and requests.count("GetObject") <= 4, requests
     assert "PutObject" not in requests
 
@@ -341,12 +350,15 @@ def _grown(
     return config
 
 
+@pytest.mark.parametrize("kind", ["s-", "t-"])
 @pytest.mark.parametrize("swap", ["other snapshot", "garbage"])
-def test_a_snapshot_that_is_not_what_its_name_says_is_refused(stash: Any, swap: str) -> None:
+def test_a_snapshot_that_is_not_what_its_name_says_is_refused(
+    stash: Any, swap: str, kind: str
+) -> None:
     saver = StashpointSaver(stash)
-    _grown(saver, 40)  # one snapshot (after 32 extensions)
+    _grown(saver, 40)  # a snapshot (after 8 extensions) and a tail (after 32)
     prefix = stash.layout.namespace_prefix("langgraph-values")
-    [key] = stash.driver(ListKeys(prefix)).keys
+    [key] = [k for k in stash.driver(ListKeys(prefix)).keys if f"/{kind}" in k]
     codec = stash.codec
     from stashpoint.steps import run_sync
     from stashpoint.stores.objects import PutObject

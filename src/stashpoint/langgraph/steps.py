@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stashpoint.codec import Codec
@@ -29,14 +29,15 @@ from stashpoint.langgraph.thread import (
     LARGE_VALUE,
     LATEST_MARKER,
     SNAPSHOT_EVERY,
+    TAIL_EVERY,
     THREAD_KIND,
     THREAD_SCHEMA,
-    ListMemory,
     Serializer,
     Slot,
     StoredCheckpoint,
     ThreadModel,
     ThreadState,
+    ValueLocation,
     check_config,
     check_put,
     check_state,
@@ -44,7 +45,7 @@ from stashpoint.langgraph.thread import (
     fold,
     item_key,
     large_value_name,
-    list_extends,
+    list_digests,
     pack,
     snapshots_for_latest,
     state_after_put,
@@ -53,6 +54,7 @@ from stashpoint.langgraph.thread import (
     unpack_bytes,
     versions_for_latest,
 )
+from stashpoint.logs.format import LogEntry
 from stashpoint.logs.log import LogHead, LogSteps, ended_error
 from stashpoint.logs.state import Known, LoggedState
 from stashpoint.steps import Parallel, Steps, ask
@@ -86,12 +88,10 @@ Config = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class _Thread:
-    """A thread's state as its log's head stores it, and what this saver learned beside it."""
+    """A thread's state as its log's head stores it."""
 
     state: ThreadState
     """The checked thread state (`thread.check_state`)."""
-    lists: dict[tuple[str, str], ListMemory] = field(default_factory=dict)
-    """List values this saver wrote, by `(namespace, channel)`: a later put extends them."""
 
 
 class _ThreadForm:
@@ -107,6 +107,61 @@ class _ThreadForm:
     def document(self, state: _Thread) -> dict[str, Any]:
         """Return the state an entry stores."""
         return state.state.document()
+
+
+class _ReadPlan:
+    """What one read of a thread wants of the head it finds: versions and list snapshots.
+
+    The latest checkpoint of a namespace the head names whole (`versions_for_latest`) is
+    read from the versions and snapshots it names; anything else from the thread's base.
+    """
+
+    def __init__(self, key: str, ns: str | None, checkpoint_id: str | None) -> None:
+        self.key = key
+        self.ns = ns
+        self.checkpoint_id = checkpoint_id
+        self.snapshots: list[str] = []
+        """The snapshots asked for beside the versions (`_read_latest`)."""
+        self._checked: dict[int, ThreadState] = {}  # by version: a state is checked once
+
+    def state_of(self, head: LogHead) -> ThreadState:
+        """Return the head's checked state."""
+        state = self._checked.get(head.version)
+        if state is None:
+            state = self._checked[head.version] = check_state(head.state, self.key)
+        return state
+
+    def _quick(self, head: LogHead) -> list[int] | None:
+        if head.ended or self.ns is None:
+            return None
+        state = self.state_of(head)
+        slot = state.ns.get(self.ns)
+        if state.deleted or slot is None or self.checkpoint_id not in (None, slot.latest):
+            return None
+        return versions_for_latest(state, self.ns)
+
+    def wanted(self, head: LogHead) -> list[int]:
+        """Return the versions to read at `head`."""
+        if head.ended:
+            return []  # ended by a purge (or a log-level deletion): nothing to read
+        state = self.state_of(head)
+        if state.deleted:
+            return []
+        quick = self._quick(head)
+        return quick if quick is not None else list(range(state.base, head.version + 1))
+
+    def snapshot_names(self, head: LogHead) -> list[str]:
+        """Return the list snapshots to read at `head` (with its versions)."""
+        if self._quick(head) is None or self.ns is None:
+            return []
+        return snapshots_for_latest(self.state_of(head), self.ns)
+
+    def covered(self, head: LogHead, found: Mapping[int, LogEntry]) -> bool:
+        """Whether `found` and the snapshots asked for hold everything `head` needs."""
+        return (
+            all(v in found for v in self.wanted(head))
+            and self.snapshot_names(head) == self.snapshots
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,41 +209,72 @@ class SaverSteps:
         The latest checkpoint of a recently written namespace costs a listing, the newest
         entry and one parallel round; anything else reads the thread from its base.
         """
-        checked: dict[int, ThreadState] = {}  # by head version: a state is validated once
-
-        def wanted(head: LogHead) -> list[int]:
-            if head.ended:
-                return []  # ended by a purge (or a log-level deletion): nothing to read
-            state = checked[head.version] = check_state(head.state, key)
-            if state.deleted:
-                return []
-            if ns is not None:
-                slot = state.ns.get(ns)
-                if slot is not None and checkpoint_id in (None, slot.latest):
-                    quick = versions_for_latest(state, ns)
-                    if quick is not None:
-                        return quick
-            return list(range(state.base, head.version + 1))
-
-        asked: list[list[int]] = []
-
-        def remembered(head: LogHead) -> list[int]:
-            asked.append(wanted(head))
-            return asked[-1]
-
+        plan = _ReadPlan(key, ns, checkpoint_id)
         try:
-            head, found = yield from self.logs.head_with(key, remembered)
+            head, found, _ = yield from self.logs.head_with(key, plan.wanted)
         except CheckpointNotFound:
             return None
+        return self._folded(plan, head, found)
+
+    def _read_latest(
+        self, key: str, ns: str, checkpoint_id: str | None
+    ) -> Steps[tuple[ThreadState, ThreadModel, dict[str, Any] | None] | None]:
+        """Read `ns`'s checkpoint (its latest when no id) with the list snapshots it needs.
+
+        Returns what `_read` does, with the snapshots by name instead of the head (None:
+        one was replaced since the head named it). A thread this process read or wrote is
+        read in one round: the head it knows, the key after it (absent: still the head),
+        the versions and snapshots that head names. Otherwise, or when the thread went on:
+        a listing, the newest entry, then versions and snapshots in one round.
+        """
+        plan = _ReadPlan(key, ns, checkpoint_id)
+        limit = self.codec.limits.max_compressed_bytes
+
+        def beside(head: LogHead) -> list[GetObject]:
+            plan.snapshots = plan.snapshot_names(head)
+            return [GetObject(self._value_key(key, n), None, limit) for n in plan.snapshots]
+
+        read = None
+        known = self.threads.cached(key)
+        if known is not None and known.log is not None and not known.log.ended:
+            guess = known.log
+            read = yield from self.logs.read_at_top(
+                key, guess.version, plan.wanted(guess), beside(guess)
+            )
+            if read is not None and not plan.covered(read[0], read[1]):
+                read = None  # the head names what the one we knew did not
+        if read is None:
+            try:
+                read = yield from self.logs.head_with(key, plan.wanted, beside)
+            except CheckpointNotFound:
+                return None
+        head, found, infos = read
+        folded = self._folded(plan, head, found)
+        if folded is None:
+            return None
+        state, model, _ = folded
+        snapshots: dict[str, Any] | None = {}
+        if model.partial:
+            snapshots = yield from self._decoded_snapshots(key, plan.snapshots, infos)
+        return state, model, snapshots
+
+    def _folded(
+        self, plan: _ReadPlan, head: LogHead, found: Mapping[int, LogEntry]
+    ) -> tuple[ThreadState, ThreadModel, LogHead] | None:
+        """Fold what `plan` read at `head`; None: the thread was deleted."""
+        key = plan.key
         if head.ended:
             ended = ended_error(key, head)
             if isinstance(ended, Purged):
                 raise ended
             return None
-        state = checked.get(head.version) or check_state(head.state, key)
+        state = plan.state_of(head)
+        # A put after this read (LangGraph reads before it writes) starts from this head:
+        # one PUT, however long ago this process last wrote the thread.
+        self.threads.remember(key, Known(_Thread(state), head))
         versions = sorted(v for v in found if v >= state.base)
         if not state.deleted:
-            needed = asked[-1]
+            needed = plan.wanted(head)
             missing = [v for v in needed if v not in found]
             if missing:
                 raise InvalidPayload(
@@ -204,21 +290,18 @@ class SaverSteps:
         """Return the checkpoint `config` names (its latest without `checkpoint_id`)."""
         thread_id, ns, checkpoint_id = _target(config)
         key = thread_key(thread_id)
-        read = yield from self._read(key, ns, checkpoint_id)
-        if read is None:
+        latest = yield from self._read_latest(key, ns, checkpoint_id)
+        if latest is None:
             return None
-        state, model, _ = read
+        state, model, snapshots = latest
         if state.deleted:
             return None
-        snapshots: dict[str, Any] | None = {}
-        if model.partial:
-            snapshots = yield from self._fetch_snapshots(key, snapshots_for_latest(state, ns))
-            if snapshots is None:  # replaced under us: read the whole thread instead
-                read = yield from self._read(key, None, None)
-                if read is None:
-                    return None
-                state, model, _ = read
-                snapshots = {}
+        if snapshots is None:  # replaced under us: read the whole thread instead
+            read = yield from self._read(key, None, None)
+            if read is None:
+                return None
+            state, model, _ = read
+            snapshots = {}
         if checkpoint_id is None:
             stored = model.latest(ns)
         else:
@@ -421,13 +504,6 @@ class SaverSteps:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _lists(self, key: str, base: int) -> dict[tuple[str, str], ListMemory]:
-        """Return the list values this saver wrote in the thread's life starting at `base`."""
-        known = self.threads.cached(key)
-        if known is None or known.state.state.base != base:
-            return {}
-        return dict(known.state.lists)
-
     def put(
         self,
         config: Config,
@@ -464,7 +540,6 @@ class SaverSteps:
                 serialized[channel] = _dumped(serde, value, "a value", key)
         large: dict[str, tuple[str, bytes]] = {}
         values_sent: set[str] = set()
-        remembered: dict[tuple[str, str], ListMemory] = {}
         replaced: list[str] = []
 
         fresh_start = metadata.get("source") == "input" and metadata.get("step") == -1
@@ -493,67 +568,50 @@ class SaverSteps:
                 version=version,
                 latest=latest,
             )
-            remembered.clear()
             replaced.clear()
             large.clear()
             base = version if state.deleted else state.base
-            memories = self._lists(key, base)
             slot = state.ns.get(ns) or Slot()
             values: dict[str, Any] = {}
-            locations: dict[str, tuple[int, tuple[int, ...], tuple[str, int] | None]] = {}
+            locations: dict[str, ValueLocation] = {}
             snapshots: dict[str, bytes] = {}
             for channel, channel_version in new_versions.items():
                 if channel not in serialized:
                     values[channel] = {"version": channel_version, "empty": True}
-                    locations[channel] = (version, (version,), None)
+                    locations[channel] = ValueLocation(channel_version, version, [version], None)
                     continue
                 ser = serialized[channel]
                 if isinstance(ser, list):
-                    items = [item_key(t, d) for t, d in ser]
-                    memory = memories.get((ns, channel))
-                    known_slot = slot.values.get(channel)
-                    at_parent = (
-                        slot.latest == parent_id
-                        and known_slot is not None
-                        and memory is not None
-                        and known_slot.channel_version == memory.version
-                    )
-                    snapshot: tuple[str, int] | None = None
-                    since = 0
-                    if at_parent and memory is not None and list_extends(memory, items):
-                        new = ser[len(memory.items) :]
+                    # The list the parent checkpoint stored, as the head says (any process
+                    # wrote it): when ours starts with it, only the new items are stored.
+                    parent_list = slot.values.get(channel) if slot.latest == parent_id else None
+                    at = -1 if parent_list is None else (parent_list.items or -1)
+                    prefix, digest = list_digests([item_key(t, d) for t, d in ser], at)
+                    extends = parent_list is not None and prefix == parent_list.digest
+                    if parent_list is not None and extends and len(ser) > at >= 0:
                         doc: dict[str, Any] = {
-                            "list_after": memory.version,
-                            "items": [_packed(t, d, large) for t, d in new],
+                            "list_after": parent_list.channel_version,
+                            "items": [_packed(t, d, large) for t, d in ser[at:]],
                         }
-                        first, chain = memory.first, (*memory.links, version)
-                        snapshot, since = memory.snapshot, memory.since_snapshot + 1
-                        if since >= SNAPSHOT_EVERY:
-                            whole = {
-                                "format": f"{SNAPSHOT_FORMAT}/1",
-                                "life": base,
-                                "items": [_packed(t, d, large) for t, d in ser],
-                            }
-                            body = yield from self.codec.document_encoding(
-                                whole, name=f"list snapshot of {channel!r}"
-                            )
-                            # Named by its bytes: a reader checks it holds what it says.
-                            name = "s-" + hashlib.sha256(body).hexdigest()
-                            snapshots[name] = body
-                            doc["snapshot"] = name
-                            if snapshot is not None and snapshot[0] != name:
-                                replaced.append(snapshot[0])
-                            snapshot, since = (name, version), 0
+                        location = parent_list._replace(
+                            channel_version=channel_version,
+                            links=[*parent_list.links, version],
+                            items=len(ser),
+                            digest=digest,
+                            since=parent_list.since + 1,
+                        )
+                        location = yield from self._list_objects(
+                            ser, doc, location, version, base, large, snapshots, replaced
+                        )
                     else:
                         doc = {"list": [_packed(t, d, large) for t, d in ser]}
-                        first, chain = version, (version,)
-                    remembered[(ns, channel)] = ListMemory(
-                        channel_version, tuple(items), first, chain, since, snapshot
-                    )
-                    locations[channel] = (first, chain, snapshot)
+                        location = ValueLocation(
+                            channel_version, version, [version], None, len(ser), digest
+                        )
+                    locations[channel] = location
                 else:
                     doc = _packed(ser[0], ser[1], large)
-                    locations[channel] = (version, (version,), None)
+                    locations[channel] = ValueLocation(channel_version, version, [version], None)
                 values[channel] = {"version": channel_version, "value": doc}
             yield from self._store_large(key, large, base, values_sent)
             yield from self._store_snapshots(key, snapshots)
@@ -576,7 +634,7 @@ class SaverSteps:
                 version=version,
             )
             new_state = new_state.model_copy(update={"thread_id": thread_id})
-            return record, _Thread(new_state, {**memories, **remembered})
+            return record, _Thread(new_state)
 
         yield from self._place(key, thread_id, plan)
         if replaced:
@@ -589,6 +647,60 @@ class SaverSteps:
                 "checkpoint_id": checkpoint["id"],
             }
         }
+
+    def _list_objects(
+        self,
+        ser: Sequence[tuple[str, bytes]],
+        doc: dict[str, Any],
+        location: ValueLocation,
+        version: int,
+        life: int,
+        large: dict[str, tuple[str, bytes]],
+        objects: dict[str, bytes],
+        replaced: MutableSequence[str],
+    ) -> Steps[ValueLocation]:
+        """Take a list extension's snapshot or tail when one is due; return its location.
+
+        The object is added to `objects` (written before the extension that names it, in
+        `doc`); the one it supersedes to `replaced` (deleted once the extension landed).
+        Both are named by the sha256 of their bytes: a reader checks them.
+        """
+        snapshot, tail = location.snapshot, location.tail
+        if location.since >= SNAPSHOT_EVERY or (snapshot is None and location.since >= TAIL_EVERY):
+            whole = {
+                "format": f"{SNAPSHOT_FORMAT}/1",
+                "life": life,
+                "items": [_packed(t, d, large) for t, d in ser],
+            }
+            body = yield from self.codec.document_encoding(whole, name="a list snapshot")
+            name = "s-" + hashlib.sha256(body).hexdigest()
+            objects[name] = body
+            doc["snapshot"] = name
+            replaced.extend(
+                old[0] for old in (snapshot, tail) if old is not None and old[0] != name
+            )
+            return location._replace(
+                snapshot=(name, version), since=0, tail=None, snapshot_items=len(ser)
+            )
+        if (
+            snapshot is not None
+            and location.snapshot_items is not None
+            and location.since % TAIL_EVERY == 0
+        ):
+            after = {
+                "format": f"{SNAPSHOT_FORMAT}/1",
+                "life": life,
+                "after": snapshot[0],
+                "items": [_packed(t, d, large) for t, d in ser[location.snapshot_items :]],
+            }
+            body = yield from self.codec.document_encoding(after, name="a list tail")
+            name = "t-" + hashlib.sha256(body).hexdigest()
+            objects[name] = body
+            doc["tail"] = name
+            if tail is not None and tail[0] != name:
+                replaced.append(tail[0])
+            return location._replace(tail=(name, version))
+        return location
 
     def _place(
         self,
@@ -696,18 +808,17 @@ class SaverSteps:
             sends.append((PutObject(object_key, body, Create()), read_back))
         yield from put_all(sends, self.logs.retry, what="list snapshot")
 
-    def _fetch_snapshots(self, key: str, names: Sequence[str]) -> Steps[dict[str, Any] | None]:
+    def _decoded_snapshots(
+        self, key: str, names: Sequence[str], infos: Sequence[ObjectInfo | None]
+    ) -> Steps[dict[str, Any] | None]:
         """Return the named list snapshots; None when one is gone (a newer one replaced it)."""
-        if not names:
-            return {}
         object_keys = [self._value_key(key, name) for name in names]
-        limit = self.codec.limits.max_compressed_bytes
-        infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in object_keys)))
         found: dict[str, Any] = {}
+        tails: dict[str, tuple[Any, list[Any], str]] = {}
         for name, object_key, info in zip(names, object_keys, infos, strict=True):
             if info is None or info.body is None:
                 return None
-            if "s-" + hashlib.sha256(info.body).hexdigest() != name:
+            if name[:2] + hashlib.sha256(info.body).hexdigest() != name:
                 raise InvalidPayload(
                     "list snapshot does not hold what its name says", object_name=object_key
                 )
@@ -717,7 +828,17 @@ class SaverSteps:
             items = document.get("items")
             if not isinstance(items, list):
                 raise InvalidPayload("list snapshot without items", object_name=object_key)
-            found[name] = items
+            if name.startswith("t-"):
+                tails[name] = (document.get("after"), items, object_key)
+            else:
+                found[name] = items
+        for name, (after, items, object_key) in tails.items():
+            # A tail is the items after one snapshot: the whole list with it.
+            if not isinstance(after, str) or not after.startswith("s-"):
+                raise InvalidPayload("list tail names no snapshot", object_name=object_key)
+            if after not in found:
+                return None  # its snapshot was replaced: read the chain
+            found[name] = [*found[after], *items]
         return found
 
     def put_writes(
@@ -767,8 +888,7 @@ class SaverSteps:
             new_state = state_after_writes(
                 state, ns=ns, checkpoint_id=checkpoint_id, version=version
             )
-            lists = self._lists(key, state.base)
-            return record, _Thread(new_state.model_copy(update={"thread_id": thread_id}), lists)
+            return record, _Thread(new_state.model_copy(update={"thread_id": thread_id}))
 
         yield from self._place(key, thread_id, plan)
 
@@ -971,6 +1091,15 @@ def _load(serde: Serializer, packed: Any, name: str, objects: Mapping[str, Any])
     return serde.loads_typed(unpack_bytes(packed, name))
 
 
+def _whole_at(part: Mapping[str, Any], snapshots: Mapping[str, Any]) -> str | None:
+    """Return the fetched snapshot or tail holding the whole list at this part, if any."""
+    for field in ("tail", "snapshot"):
+        name = part.get(field)
+        if isinstance(name, str) and name in snapshots:
+            return name
+    return None
+
+
 def _refs_in_values(
     model: ThreadModel,
     ns: str,
@@ -982,8 +1111,9 @@ def _refs_in_values(
     for channel, doc in docs.items():
         current: dict[str, Any] | None = doc
         while current is not None:
-            if current.get("snapshot") in snapshots:
-                yield from snapshots[current["snapshot"]]
+            held = _whole_at(current, snapshots)
+            if held is not None:
+                yield from snapshots[held]
                 break
             if "list" in current:
                 yield from current["list"]
@@ -1014,8 +1144,9 @@ def _value(
     parts: list[list[Any]] = []
     current = model.values.get((ns, channel, version))
     while current is not None and "list_after" in current:
-        if current.get("snapshot") in snapshots:
-            whole = [_load(serde, item, name, objects) for item in snapshots[current["snapshot"]]]
+        held = _whole_at(current, snapshots)
+        if held is not None:
+            whole = [_load(serde, item, name, objects) for item in snapshots[held]]
             for extension in reversed(parts):
                 whole.extend(extension)
             return whole

@@ -70,6 +70,12 @@ SNAPSHOT_EVERY = 32
 """A list that grew by this many extensions is also written whole, as an object of its own
 that replaces the previous one: a reader of the latest checkpoint fetches it and the few
 extensions after it, not the whole chain."""
+TAIL_EVERY = 8
+"""Every this many extensions between snapshots, the items after the snapshot are written
+as an object of their own (a tail, replacing the previous one); a list's first snapshot is
+taken at this many extensions. A reader fetches at most two objects and `TAIL_EVERY - 1`
+extensions; the tails cost about `SNAPSHOT_EVERY / (2 * TAIL_EVERY)` items written per
+item added."""
 STATE_NAMESPACES = 16
 """Checkpoint namespaces the state tracks (the most recently written ones); a thread that
 has had more (a `Send` fan-out to many subgraphs) is marked `evicted`, and a put that must
@@ -416,6 +422,21 @@ class ValueLocation(NamedTuple):
     """The versions of the parts a reader fetches one by one (not yet sealed)."""
     snapshot: tuple[str, int] | None
     """The latest whole list snapshot: its name and the version it was taken at."""
+    items: int | None = None
+    """How many items the value holds when it is a list stored by item (else None)."""
+    digest: str | None = None
+    """`list_digest` of those items: a put in any process extends the list by comparing
+    its own list's prefix with it, without reading or remembering the stored items."""
+    since: int = 0
+    """Extensions since the list was last written whole (a snapshot is due at
+    `SNAPSHOT_EVERY`, a tail every `TAIL_EVERY`)."""
+    tail: tuple[str, int] | None = None
+    """The latest tail: the items after the snapshot, as an object of its own (its name and
+    the version it was written at), so a reader fetches the snapshot, the tail and at most
+    `TAIL_EVERY - 1` extensions after it."""
+    snapshot_items: int | None = None
+    """How many items the snapshot holds (where a tail starts); None: no tail is written
+    until the next snapshot (a head written before tails)."""
 
 
 class Slot(BaseModel):
@@ -559,18 +580,19 @@ def state_after_put(
     checkpoint_id: str,
     parent_id: str | None,
     channel_versions: Mapping[str, Any],
-    value_versions: Mapping[str, tuple[int, Sequence[int], tuple[str, int] | None]],
+    value_versions: Mapping[str, ValueLocation],
     version: int,
 ) -> ThreadState:
     """Return the state after a put at `version`.
 
-    `value_versions`: for each channel this put stored, where its value lives: `(first,
-    links, snapshot)`, the version of the value's first part, the versions of every part (a
-    list extension's chain) and its latest whole snapshot (`(sha256, version)`, or None).
-    Channels it did not store keep the locations the previous latest checkpoint had, when
-    that is its parent at the same channel version.
+    `value_versions`: for each channel this put stored, where its value lives: the version
+    of the value's first part, the versions of every part (a list extension's chain), its
+    latest whole snapshot (`(sha256, version)`, or None), and for a list its length and
+    digest. Channels it did not store keep the locations the previous latest checkpoint
+    had, when that is its parent at the same channel version.
 
-    A location is stored as `[channel version, first, recent links, snapshot]`: a reader
+    A location is stored as `[channel version, first, recent links, snapshot, items,
+    digest, since]`: a reader
     fetches the snapshot and the versions after it (or, without one, every version from
     `first`): sealed ones as whole segments, one GET per 64 versions, the listed recent
     links one by one. The state stays small however long a list's chain grows.
@@ -592,15 +614,13 @@ def state_after_put(
                 f"not {described(channel_version)}"
             )
         if channel in value_versions:
-            first, links, snapshot = value_versions[channel]
-            values[channel] = ValueLocation(
-                channel_version, first, _recent(links, version), snapshot
+            stored = value_versions[channel]
+            values[channel] = stored._replace(
+                channel_version=channel_version, links=_recent(stored.links, version)
             )
         elif channel in known and known[channel].channel_version == channel_version:
             kept = known[channel]
-            values[channel] = ValueLocation(
-                kept.channel_version, kept.first, _recent(kept.links, version), kept.snapshot
-            )
+            values[channel] = kept._replace(links=_recent(kept.links, version))
         else:
             complete = False
     new_slot = Slot(
@@ -663,8 +683,10 @@ def versions_for_latest(state: ThreadState, ns: str) -> list[int] | None:
     wanted = {slot.at, *slot.pending}
     cut = slot.at - slot.at % SEGMENT_SPAN
     for location in slot.values.values():
-        snapshot = location.snapshot
+        snapshot, tail = location.snapshot, location.tail
         start = location.first if snapshot is None else snapshot[1]
+        if snapshot is not None and tail is not None:
+            start = tail[1]
         wanted.update(range(start, cut))  # sealed: whole segments, read once each
         wanted.add(start)
         wanted.update(link for link in location.links if link >= start)
@@ -672,32 +694,20 @@ def versions_for_latest(state: ThreadState, ns: str) -> list[int] | None:
 
 
 def snapshots_for_latest(state: ThreadState, ns: str) -> list[str]:
-    """Return the list snapshots (sha256 names) a reader of `ns`'s latest fetches."""
+    """Return the list snapshots and tails a reader of `ns`'s latest fetches (by name)."""
     slot = state.ns.get(ns)
     if slot is None:
         return []
-    return sorted({v.snapshot[0] for v in slot.values.values() if v.snapshot is not None})
+    names = set()
+    for location in slot.values.values():
+        if location.snapshot is not None:
+            names.add(location.snapshot[0])
+            if location.tail is not None:
+                names.add(location.tail[0])
+    return sorted(names)
 
 
 # -- lists stored by item --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ListMemory:
-    """What a saver remembers of a list value it stored: to store only the next items."""
-
-    version: Any
-    """The channel version it was stored at."""
-    items: tuple[bytes, ...]
-    """Each item's serialized bytes (type and data), in order."""
-    first: int
-    """The log version of the value's first (whole) part."""
-    links: tuple[int, ...]
-    """The log versions of every part, first included."""
-    since_snapshot: int = 0
-    """Extensions since the list was last written whole."""
-    snapshot: tuple[str, int] | None = None
-    """The latest whole snapshot: its sha256 name and the version it was taken at."""
 
 
 def item_key(type_: str, data: bytes) -> bytes:
@@ -705,10 +715,17 @@ def item_key(type_: str, data: bytes) -> bytes:
     return type_.encode() + b"\0" + data
 
 
-def list_extends(memory: ListMemory | None, items: Sequence[bytes]) -> bool:
-    """Whether `items` extends the remembered list (so only the new items are stored)."""
-    return (
-        memory is not None
-        and len(items) > len(memory.items)
-        and tuple(items[: len(memory.items)]) == memory.items
-    )
+def list_digests(items: Sequence[bytes], at: int) -> tuple[str, str]:
+    """Return the digests of `items[:at]` and of all `items` (item keys, in order).
+
+    SHA-256 over each item key with its length: a list that extends a stored one has the
+    stored list's digest at the stored length, whichever process wrote it.
+    """
+    running = hashlib.sha256(b"stashpoint.langgraph-list/1")
+    prefix = running.hexdigest() if at == 0 else ""
+    for position, item in enumerate(items, 1):
+        running.update(len(item).to_bytes(8, "big"))
+        running.update(item)
+        if position == at:
+            prefix = running.hexdigest()
+    return prefix, running.hexdigest()

@@ -511,21 +511,25 @@ class LogSteps:
         fetched: list[tuple[ObjectInfo, list[Item]]] = []
         for start in range(0, len(sources), _FETCH_BATCH):
             window = sources[start : start + _FETCH_BATCH]
-            try:
-                infos = yield from ask(Parallel(tuple(self._get(s.key) for s in window)))
-            except ArchivedObject as exc:
-                raise ArchivedObject(
-                    f"log {log_id!r} has sealed segments in an archive storage class: run "
-                    f"`stashpoint restore {log_id}` (or `restore()`), wait for it, then read "
-                    "again",
-                    object_name=exc.object_name,
-                ) from exc
+            infos = yield from self._gets(log_id, [self._get(s.key) for s in window])
             for source, info in zip(window, infos, strict=True):
                 if info is None:
                     raise _Vanished(source.key)
                 decoded = yield from self._decode(log_id, source, info)
                 fetched.append((info, decoded))
         return fetched
+
+    def _gets(self, log_id: str, requests: Sequence[GetObject]) -> Steps[list[ObjectInfo | None]]:
+        """Send GETs at once; an archived segment among them says how to restore it."""
+        try:
+            return (yield from ask(Parallel(tuple(requests))))
+        except ArchivedObject as exc:
+            raise ArchivedObject(
+                f"log {log_id!r} has sealed segments in an archive storage class: run "
+                f"`stashpoint restore {log_id}` (or `restore()`), wait for it, then read "
+                "again",
+                object_name=exc.object_name,
+            ) from exc
 
     def _decode(self, log_id: str, source: _Source, info: ObjectInfo) -> Steps[list[Item]]:
         assert info.body is not None
@@ -642,20 +646,27 @@ class LogSteps:
 
     def top(self, log_id: str) -> Steps[LogHead]:
         """Return the latest version of a log, even one that ended it (a deletion)."""
-        head, _ = yield from self.head_with(log_id, lambda _: ())
+        head, _, _ = yield from self.head_with(log_id, lambda _: ())
         return head
 
     def head_with(
-        self, log_id: str, wanted: Callable[[LogHead], Iterable[int]]
-    ) -> Steps[tuple[LogHead, dict[int, LogEntry]]]:
-        """Return the head and the versions `wanted(head)` names, by version.
+        self,
+        log_id: str,
+        wanted: Callable[[LogHead], Iterable[int]],
+        beside: Callable[[LogHead], Sequence[GetObject]] | None = None,
+    ) -> Steps[tuple[LogHead, dict[int, LogEntry], list[ObjectInfo | None]]]:
+        """Return the head, the versions `wanted(head)` names, by version, and `beside`'s.
 
         One listing, the newest objects, then every wanted version in one parallel round
-        (a sealed segment read once for all the versions it holds). States of the wanted
-        entries may be left as stored (a patch): they are read for their records.
+        (a sealed segment read once for all the versions it holds), with the objects
+        `beside(head)` asks for (a caller's objects the head names) in the same round.
+        States of the wanted entries may be left as stored (a patch): they are read for
+        their records.
         """
 
-        def read(complete: bool) -> Steps[tuple[LogHead, dict[int, LogEntry]]]:
+        def read(
+            complete: bool,
+        ) -> Steps[tuple[LogHead, dict[int, LogEntry], list[ObjectInfo | None]]]:
             listing, sources = yield from self._planned(log_id, self._top_plan(log_id), complete)
             name = self.keys.entries_prefix(log_id)
             newest = self._current(log_id, (yield from self._fetch(log_id, sources)), ended=True)
@@ -670,12 +681,76 @@ class LogSteps:
             for version in missing:
                 source = listing.sources(version, version)[0]
                 plan.setdefault(source.key, source)
-            older = yield from self._fetch(log_id, list(plan.values()))
+            sources = list(plan.values())
+            extra = [] if beside is None else list(beside(head))
+            infos = yield from self._gets(
+                log_id, [*(self._get(source.key) for source in sources), *extra]
+            )
+            older: list[Item] = []
+            for source, info in zip(sources, infos, strict=False):
+                if info is None:
+                    raise _Vanished(source.key)
+                older.extend((yield from self._decode(log_id, source, info)))
             for entry in self._current(log_id, older, head.base):
                 found.setdefault(entry.version, entry)
-            return head, found
+            return head, found, infos[len(sources) :]
 
         return (yield from self._relisting(log_id, read))
+
+    def read_at_top(
+        self,
+        log_id: str,
+        top: int,
+        wanted: Iterable[int],
+        beside: Sequence[GetObject] = (),
+    ) -> Steps[tuple[LogHead, dict[int, LogEntry], list[ObjectInfo | None]] | None]:
+        """Read a log believed to end at version `top`, in one round and without a listing.
+
+        GETs version `top`, the key after it, the `wanted` versions (those sealed at `top`
+        from their segments) and the `beside` objects at once. Keys are never freed, so a
+        live entry at `top` with nothing after it is the head. Returns what `head_with`
+        does, or None when `top` is not the head any more or a wanted version is not where
+        it was (sealed since, packed, vacated): the caller reads with a listing instead.
+        """
+        cut = segment_start(top)
+        plan: dict[str, _Source] = {}
+        for version in sorted({top, *wanted}):
+            if version > top or version < 0:
+                continue
+            if version < cut:
+                first = segment_start(version)
+                source = _Source(
+                    self.keys.segment(log_id, first), first, first + SEGMENT_SPAN - 1, True
+                )
+            else:
+                source = _Source(self.keys.entry(log_id, version), version, version, False)
+            plan.setdefault(source.key, source)
+        sources = list(plan.values())
+        infos = yield from self._gets(
+            log_id,
+            [
+                self._get(self.keys.entry(log_id, top + 1)),
+                *(self._get(source.key) for source in sources),
+                *beside,
+            ],
+        )
+        if infos[0] is not None:
+            return None  # the log went on
+        items: list[Item] = []
+        for source, info in zip(sources, infos[1:], strict=False):
+            if info is None:
+                return None
+            items.extend((yield from self._decode(log_id, source, info)))
+        newest = next((item for item in items if item.version == top), None)
+        if not isinstance(newest, LogEntry) or newest.ended:
+            return None
+        head = LogHead.of(newest)
+        found = {
+            item.version: item
+            for item in items
+            if isinstance(item, LogEntry) and head.base <= item.version <= top
+        }
+        return head, found, infos[1 + len(sources) :]
 
     def entries(
         self, log_id: str, start: int = 0, stop: int | None = None

@@ -109,23 +109,13 @@ class LoggedState(Generic[S]):
         """Return the head this process last wrote or read, if it still remembers it."""
         return self._heads.get(log_id)
 
-    def remember(
-        self,
-        log_id: str,
-        known: Known[S],
-        *,
-        merge: Callable[[Known[S] | None, Known[S]], Known[S]] | None = None,
-    ) -> None:
-        """Remember `known` as the log's head unless a newer one is remembered already.
-
-        `merge(current, known)` (under the cache's lock) returns what to remember instead,
-        for what a writer learns beside the state (a LangGraph saver's list memory).
-        """
+    def remember(self, log_id: str, known: Known[S]) -> None:
+        """Remember `known` as the log's head unless a newer one is remembered already."""
 
         def newer(current: Known[S] | None) -> Known[S]:
             if current is not None and current.version > known.version:
                 return current  # a concurrent write of this process got further
-            return known if merge is None else merge(current, known)
+            return known
 
         self._heads.update(log_id, newer)
 
