@@ -32,6 +32,25 @@ def test_update_is_a_read_modify_write_and_none_removes() -> None:
     assert cache.get("n") is None and cache.pop("n") is None
 
 
+def test_a_weighed_cache_keeps_its_total_weight_under_its_bound() -> None:
+    cache: Lru[str, bytes] = Lru(100, max_weight=10, weigh=len)
+    cache.put("a", b"1234")
+    cache.put("b", b"1234")
+    assert cache.get("a") == b"1234"  # "b" is now the least recently used
+    cache.put("c", b"123")  # 11 > 10: "b" goes
+    assert cache.get("b") is None and cache.get("a") and cache.get("c")
+    cache.put("a", b"1")  # a lighter value replaces the heavier one's weight
+    cache.put("d", b"123456")  # 1 + 3 + 6 = 10
+    assert cache.get("a") and cache.get("c") and cache.get("d")
+    cache.put("e", b"x" * 11)  # heavier than the bound: not kept, nothing else goes
+    assert cache.get("e") is None and len(cache) == 3
+    assert cache.pop("d") == b"123456"
+    cache.put("f", b"123456")
+    assert len(cache) == 3  # the popped weight was given back
+    with pytest.raises(ValueError):
+        Lru(4, max_weight=10)
+
+
 def test_capacity_must_be_a_positive_int() -> None:
     with pytest.raises(ValueError):
         Lru(0)

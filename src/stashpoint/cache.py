@@ -21,14 +21,27 @@ V = TypeVar("V")
 class Lru(Generic[K, V]):
     """A bounded map, safe to share between threads; the least recently used goes first."""
 
-    __slots__ = ("_entries", "_lock", "capacity")
+    __slots__ = ("_entries", "_lock", "_weight", "capacity", "max_weight", "weigh")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        max_weight: int | None = None,
+        weigh: Callable[[V], int] | None = None,
+    ) -> None:
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"an Lru holds at least one entry, not {capacity!r}")
+        if (max_weight is None) != (weigh is None):
+            raise ValueError("an Lru bounded by weight needs both max_weight and weigh")
         self.capacity = capacity
         """Most entries kept."""
+        self.max_weight = max_weight
+        """Most total weight kept (bytes, for a cache of bodies); None: unbounded."""
+        self.weigh = weigh
+        """The weight of one value (None: not weighed)."""
         self._entries: OrderedDict[K, V] = OrderedDict()
+        self._weight = 0
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
@@ -53,7 +66,7 @@ class Lru(Generic[K, V]):
         with self._lock:
             value = change(self._entries.get(key))
             if value is None:
-                self._entries.pop(key, None)
+                self._drop(key)
             else:
                 self._set(key, value)
             return value
@@ -61,14 +74,28 @@ class Lru(Generic[K, V]):
     def pop(self, key: K) -> V | None:
         """Forget `key`; return what it held, or None."""
         with self._lock:
-            return self._entries.pop(key, None)
+            return self._drop(key)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
 
+    def _drop(self, key: K) -> V | None:
+        value = self._entries.pop(key, None)
+        if value is not None and self.weigh is not None:
+            self._weight -= self.weigh(value)
+        return value
+
     def _set(self, key: K, value: V) -> None:
+        if self.weigh is not None and self.max_weight is not None:
+            self._drop(key)
+            weight = self.weigh(value)
+            if weight > self.max_weight:
+                return  # heavier than the whole cache: not kept
+            self._weight += weight
         self._entries[key] = value
         self._entries.move_to_end(key)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        while len(self._entries) > self.capacity or (
+            self.max_weight is not None and self._weight > self.max_weight
+        ):
+            self._drop(next(iter(self._entries)))

@@ -159,3 +159,24 @@ def test_a_tail_whose_snapshot_is_gone_is_read_from_the_chain(
         assert _messages(saver) == items
         with stashpoint.open(memory_url[0]) as cold:
             assert _messages(StashpointSaver(cold)) == items
+
+
+def test_a_thread_this_saver_writes_is_read_in_one_or_two_requests(
+    memory_url: tuple[str, Any],
+) -> None:
+    """The entries a saver appended (until sealed) and the snapshots and tails it wrote
+    are kept: its next read of the thread sends the key after the head, and at times a
+    sealed segment the list's chain crosses into."""
+    with stashpoint.open(memory_url[0]) as stash:
+        saver = StashpointSaver(stash)
+        config = None
+        items: list[str] = []
+        requests = _counted(stash)
+        reads = []
+        for i in range(150):
+            items.append(f"m{i}")
+            config = _grow(saver, items, config)
+            requests.clear()
+            assert _messages(saver) == items
+            reads.append(len(requests))
+        assert max(reads) <= 2 and sum(reads) <= 1.2 * len(reads), reads

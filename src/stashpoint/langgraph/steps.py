@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequen
 from dataclasses import dataclass
 from typing import Any
 
+from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.errors import (
     CheckpointConflict,
@@ -79,6 +80,9 @@ SNAPSHOT_FORMAT = "stashpoint.langgraph-list"
 KNOWN_THREADS = 256
 """Threads a saver remembers (head, list items) to write O(delta); the least recently
 written are forgotten first, so a server's memory stays bounded however many threads."""
+KNOWN_LIST_BYTES = 32 * 1024 * 1024
+"""Stored bytes of list snapshots and tails a saver keeps in memory (they are decoded on
+each read, so memory is what S3 holds, not the decoded lists)."""
 _APPEND_ATTEMPTS = 64
 _FETCH_BATCH = 16
 
@@ -185,6 +189,12 @@ class SaverSteps:
         """Where large values live."""
         self.codec = codec
         """Encodes large values' objects."""
+        self._lists: Lru[str, bytes] = Lru(
+            KNOWN_THREADS * 4, max_weight=KNOWN_LIST_BYTES, weigh=len
+        )
+        # The bodies of list snapshots and tails this saver wrote or read, by object key:
+        # named by their hash, they never change, so the latest read does not fetch them
+        # again (bounded by their stored bytes).
         self.threads = LoggedState(
             logs, _ThreadForm(), max_attempts=_APPEND_ATTEMPTS, cache_size=KNOWN_THREADS
         )
@@ -230,9 +240,20 @@ class SaverSteps:
         plan = _ReadPlan(key, ns, checkpoint_id)
         limit = self.codec.limits.max_compressed_bytes
 
+        held: dict[str, bytes] = {}  # snapshot bodies this saver keeps, by name
+
         def beside(head: LogHead) -> list[GetObject]:
             plan.snapshots = plan.snapshot_names(head)
-            return [GetObject(self._value_key(key, n), None, limit) for n in plan.snapshots]
+            held.clear()
+            for name in plan.snapshots:
+                body = self._lists.get(self._value_key(key, name))
+                if body is not None:
+                    held[name] = body
+            return [
+                GetObject(self._value_key(key, n), None, limit)
+                for n in plan.snapshots
+                if n not in held
+            ]
 
         read = None
         known = self.threads.cached(key)
@@ -255,7 +276,13 @@ class SaverSteps:
         state, model, _ = folded
         snapshots: dict[str, Any] | None = {}
         if model.partial:
-            snapshots = yield from self._decoded_snapshots(key, plan.snapshots, infos)
+            fetched = iter(infos)
+            bodies = [held[n] if n in held else _body(next(fetched, None)) for n in plan.snapshots]
+            snapshots = yield from self._decoded_snapshots(key, plan.snapshots, bodies)
+            if snapshots is not None:
+                for name, body in zip(plan.snapshots, bodies, strict=True):
+                    if body is not None and name not in held:
+                        self._lists.put(self._value_key(key, name), body)
         return state, model, snapshots
 
     def _folded(
@@ -593,7 +620,7 @@ class SaverSteps:
                             "list_after": parent_list.channel_version,
                             "items": [_packed(t, d, large) for t, d in ser[at:]],
                         }
-                        location = parent_list._replace(
+                        location = parent_list.changed(
                             channel_version=channel_version,
                             links=[*parent_list.links, version],
                             items=len(ser),
@@ -639,6 +666,8 @@ class SaverSteps:
         yield from self._place(key, thread_id, plan)
         if replaced:
             # Readers of older heads that miss it fall back to reading the whole chain.
+            for name in replaced:
+                self._lists.pop(self._value_key(key, name))
             yield from ask(Parallel(tuple(DeleteObject(self._value_key(key, n)) for n in replaced)))
         return {
             "configurable": {
@@ -679,7 +708,7 @@ class SaverSteps:
             replaced.extend(
                 old[0] for old in (snapshot, tail) if old is not None and old[0] != name
             )
-            return location._replace(
+            return location.changed(
                 snapshot=(name, version), since=0, tail=None, snapshot_items=len(ser)
             )
         if (
@@ -699,7 +728,7 @@ class SaverSteps:
             doc["tail"] = name
             if tail is not None and tail[0] != name:
                 replaced.append(tail[0])
-            return location._replace(tail=(name, version))
+            return location.changed(tail=(name, version))
         return location
 
     def _place(
@@ -797,7 +826,7 @@ class SaverSteps:
         """Write each whole list snapshot (its name is its bytes' hash, its life inside)."""
 
         def judge(info: ObjectInfo, name: str) -> Steps[Found]:
-            held = "s-" + hashlib.sha256(info.body or b"").hexdigest()
+            held = name[:2] + hashlib.sha256(info.body or b"").hexdigest()
             return Found.SAME if held == name else Found.OTHER
             yield  # a generator, like every judge
 
@@ -807,23 +836,25 @@ class SaverSteps:
             read_back = self._named(object_key, functools.partial(judge, name=name))
             sends.append((PutObject(object_key, body, Create()), read_back))
         yield from put_all(sends, self.logs.retry, what="list snapshot")
+        for name, body in snapshots.items():
+            self._lists.put(self._value_key(key, name), body)
 
     def _decoded_snapshots(
-        self, key: str, names: Sequence[str], infos: Sequence[ObjectInfo | None]
+        self, key: str, names: Sequence[str], bodies: Sequence[bytes | None]
     ) -> Steps[dict[str, Any] | None]:
         """Return the named list snapshots; None when one is gone (a newer one replaced it)."""
         object_keys = [self._value_key(key, name) for name in names]
         found: dict[str, Any] = {}
         tails: dict[str, tuple[Any, list[Any], str]] = {}
-        for name, object_key, info in zip(names, object_keys, infos, strict=True):
-            if info is None or info.body is None:
+        for name, object_key, body in zip(names, object_keys, bodies, strict=True):
+            if body is None:
                 return None
-            if name[:2] + hashlib.sha256(info.body).hexdigest() != name:
+            if name[:2] + hashlib.sha256(body).hexdigest() != name:
                 raise InvalidPayload(
                     "list snapshot does not hold what its name says", object_name=object_key
                 )
             document = yield from self.codec.document_decoding(
-                info.body, name=object_key, format_name=SNAPSHOT_FORMAT, format_version=1
+                body, name=object_key, format_name=SNAPSHOT_FORMAT, format_version=1
             )
             items = document.get("items")
             if not isinstance(items, list):
@@ -1089,6 +1120,10 @@ def _load(serde: Serializer, packed: Any, name: str, objects: Mapping[str, Any])
     if "object" in packed:
         return serde.loads_typed(objects[packed["object"]])
     return serde.loads_typed(unpack_bytes(packed, name))
+
+
+def _body(info: ObjectInfo | None) -> bytes | None:
+    return None if info is None else info.body
 
 
 def _whole_at(part: Mapping[str, Any], snapshots: Mapping[str, Any]) -> str | None:

@@ -438,6 +438,10 @@ class ValueLocation(NamedTuple):
     """How many items the snapshot holds (where a tail starts); None: no tail is written
     until the next snapshot (a head written before tails)."""
 
+    def changed(self, **changes: Any) -> ValueLocation:
+        """Return this location with the fields `changes` names set."""
+        return self._replace(**changes)
+
 
 class Slot(BaseModel):
     """What a thread's state says of one checkpoint namespace."""
@@ -615,12 +619,12 @@ def state_after_put(
             )
         if channel in value_versions:
             stored = value_versions[channel]
-            values[channel] = stored._replace(
+            values[channel] = stored.changed(
                 channel_version=channel_version, links=_recent(stored.links, version)
             )
         elif channel in known and known[channel].channel_version == channel_version:
             kept = known[channel]
-            values[channel] = kept._replace(links=_recent(kept.links, version))
+            values[channel] = kept.changed(links=_recent(kept.links, version))
         else:
             complete = False
     new_slot = Slot(

@@ -683,9 +683,11 @@ class LogSteps:
                 plan.setdefault(source.key, source)
             sources = list(plan.values())
             extra = [] if beside is None else list(beside(head))
-            infos = yield from self._gets(
-                log_id, [*(self._get(source.key) for source in sources), *extra]
-            )
+            infos: list[ObjectInfo | None] = []
+            if sources or extra:
+                infos = yield from self._gets(
+                    log_id, [*(self._get(source.key) for source in sources), *extra]
+                )
             older: list[Item] = []
             for source, info in zip(sources, infos, strict=False):
                 if info is None:
@@ -706,16 +708,23 @@ class LogSteps:
     ) -> Steps[tuple[LogHead, dict[int, LogEntry], list[ObjectInfo | None]] | None]:
         """Read a log believed to end at version `top`, in one round and without a listing.
 
-        GETs version `top`, the key after it, the `wanted` versions (those sealed at `top`
-        from their segments) and the `beside` objects at once. Keys are never freed, so a
-        live entry at `top` with nothing after it is the head. Returns what `head_with`
-        does, or None when `top` is not the head any more or a wanted version is not where
-        it was (sealed since, packed, vacated): the caller reads with a listing instead.
+        GETs the key after `top`, version `top`, the `wanted` versions (those sealed at
+        `top` from their segments) and the `beside` objects at once; versions this process
+        appended and has not sealed yet are not read again (entries never change). Keys are
+        never freed, so a live entry at `top` with nothing after it is the head. Returns
+        what `head_with` does, or None when `top` is not the head any more or a wanted
+        version is not where it was (sealed since, packed, vacated): the caller reads with
+        a listing instead.
         """
         cut = segment_start(top)
         plan: dict[str, _Source] = {}
+        items: list[Item] = []
         for version in sorted({top, *wanted}):
             if version > top or version < 0:
+                continue
+            written = self._written.get(self.keys.entry(log_id, version))
+            if written is not None:
+                items.append(written[0])
                 continue
             if version < cut:
                 first = segment_start(version)
@@ -736,7 +745,6 @@ class LogSteps:
         )
         if infos[0] is not None:
             return None  # the log went on
-        items: list[Item] = []
         for source, info in zip(sources, infos[1:], strict=False):
             if info is None:
                 return None
