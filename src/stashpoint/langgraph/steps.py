@@ -78,8 +78,9 @@ VALUE_FORMAT = "stashpoint.langgraph-value"
 SNAPSHOT_FORMAT = "stashpoint.langgraph-list"
 """Format name of a list snapshot's object (`{"items": [packed item, ...]}`)."""
 KNOWN_THREADS = 256
-"""Threads a saver remembers (head, list items) to write O(delta); the least recently
-written are forgotten first, so a server's memory stays bounded however many threads."""
+"""Threads whose heads a saver remembers (a write after a read or a write of the thread is
+one PUT); the least recently used are forgotten first, so a server's memory stays bounded
+however many threads."""
 KNOWN_LIST_BYTES = 32 * 1024 * 1024
 """Stored bytes of list snapshots and tails a saver keeps in memory (they are decoded on
 each read, so memory is what S3 holds, not the decoded lists)."""
@@ -696,14 +697,7 @@ class SaverSteps:
         """
         snapshot, tail = location.snapshot, location.tail
         if location.since >= SNAPSHOT_EVERY or (snapshot is None and location.since >= TAIL_EVERY):
-            whole = {
-                "format": f"{SNAPSHOT_FORMAT}/1",
-                "life": life,
-                "items": [_packed(t, d, large) for t, d in ser],
-            }
-            body = yield from self.codec.document_encoding(whole, name="a list snapshot")
-            name = "s-" + hashlib.sha256(body).hexdigest()
-            objects[name] = body
+            name = yield from self._list_object("s-", life, None, ser, large, objects)
             doc["snapshot"] = name
             replaced.extend(
                 old[0] for old in (snapshot, tail) if old is not None and old[0] != name
@@ -716,20 +710,35 @@ class SaverSteps:
             and location.snapshot_items is not None
             and location.since % TAIL_EVERY == 0
         ):
-            after = {
-                "format": f"{SNAPSHOT_FORMAT}/1",
-                "life": life,
-                "after": snapshot[0],
-                "items": [_packed(t, d, large) for t, d in ser[location.snapshot_items :]],
-            }
-            body = yield from self.codec.document_encoding(after, name="a list tail")
-            name = "t-" + hashlib.sha256(body).hexdigest()
-            objects[name] = body
+            items = ser[location.snapshot_items :]
+            name = yield from self._list_object("t-", life, snapshot[0], items, large, objects)
             doc["tail"] = name
             if tail is not None and tail[0] != name:
                 replaced.append(tail[0])
             return location.changed(tail=(name, version))
         return location
+
+    def _list_object(
+        self,
+        prefix: str,
+        life: int,
+        after: str | None,
+        items: Sequence[tuple[str, bytes]],
+        large: dict[str, tuple[str, bytes]],
+        objects: dict[str, bytes],
+    ) -> Steps[str]:
+        """Encode a snapshot (`s-`) or a tail after snapshot `after` (`t-`) into `objects`.
+
+        Returns its name: the prefix and the sha256 of its bytes, which a reader checks.
+        """
+        document: dict[str, Any] = {"format": f"{SNAPSHOT_FORMAT}/1", "life": life}
+        if after is not None:
+            document["after"] = after
+        document["items"] = [_packed(t, d, large) for t, d in items]
+        body = yield from self.codec.document_encoding(document, name=f"a list {prefix}object")
+        name = prefix + hashlib.sha256(body).hexdigest()
+        objects[name] = body
+        return name
 
     def _place(
         self,
