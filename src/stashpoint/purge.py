@@ -81,6 +81,7 @@ from stashpoint.stores.layout import (
     CONVERSATIONS,
     DATA_KEYS,
     LANGGRAPH,
+    LANGGRAPH_STORE,
     LOGS,
     NAMESPACES,
     PURGES,
@@ -110,6 +111,8 @@ NAMESPACE_NAMES = {
     "logs": LOGS,
     "langgraph": LANGGRAPH,
     "threads": LANGGRAPH,
+    "langgraph-store": LANGGRAPH_STORE,
+    "store": LANGGRAPH_STORE,
 }
 """The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
 RECEIPT_KIND = "stashpoint.purge"

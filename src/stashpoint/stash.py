@@ -528,6 +528,17 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         """
         return self._parts.logs(_log_namespace(namespace))
 
+    def head_steps(self, namespace: str) -> CompareAndSwap:
+        """Return the compare-and-swap steps of one head namespace, with this stash's settings.
+
+        For logic that keeps its own kind of heads (the LangGraph store's items); `checkpoints`
+        gives the same engine over the checkpoint namespace as ready-to-call operations.
+        """
+        settings = NAMESPACES.get(namespace)
+        if settings is None or settings.shape is not Shape.HEADS:
+            raise ConfigurationError(f"{namespace!r} is not a head namespace of the layout")
+        return self._parts.cas(namespace)
+
     def logs_in(self, namespace: str) -> LogStoreT:
         """Return the logs of one log namespace of the layout (`agents`, `run-logs`, ...).
 

@@ -28,6 +28,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stashpoint.errors import ConfigurationError, described
+from stashpoint.langgraph.loop import on_loop
 from stashpoint.langgraph.steps import SaverSteps, TupleParts
 from stashpoint.langgraph.thread import check_config
 from stashpoint.steps import Steps, run_async, run_sync
@@ -409,22 +410,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
 
     def _blocking(self, work: Callable[[], Any]) -> Any:
         """Run the coroutine `work()` makes on the saver's loop, from another thread."""
-        loop = self.loop
-        if loop is None or not loop.is_running():
-            raise ConfigurationError(
-                "AsyncStashpointSaver's blocking methods need its event loop running in "
-                "another thread; use the async methods, or StashpointSaver"
-            )
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            raise ConfigurationError(
-                "AsyncStashpointSaver: a blocking method was called on its own event loop; "
-                "await the async method (e.g. aget_tuple) instead"
-            )
-        return asyncio.run_coroutine_threadsafe(work(), loop).result()
+        return on_loop(self.loop, work, type(self).__name__)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Return the checkpoint `config` names, or the thread's latest without an id."""

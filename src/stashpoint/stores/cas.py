@@ -43,7 +43,6 @@ from stashpoint.stores.objects import (
     DeleteObject,
     GetObject,
     HeadObject,
-    ListKeys,
     ListVersions,
     Match,
     ObjectInfo,
@@ -53,6 +52,7 @@ from stashpoint.stores.objects import (
     RestoreState,
     WriteOutcome,
     check_restore,
+    every_key_page,
 )
 from stashpoint.stores.writes import Landed, NotLanded, Refused, Rewrite, Verdict, WriteTracker
 
@@ -370,7 +370,7 @@ class CompareAndSwap:
         if info is None:
             raise CheckpointNotFound("no checkpoint with this id", object_name=object_id)
         try:
-            envelope: Envelope | None = yield from self._decode(info, key, object_id)
+            envelope: Envelope | None = yield from self.decode(info, key, object_id)
         except StashpointError:
             if revision is None:
                 raise
@@ -395,7 +395,7 @@ class CompareAndSwap:
             old = yield from self._get_version(key, object_id, version.version_id)
             if old is None:
                 continue
-            candidate = yield from self._decode(old, key, object_id)
+            candidate = yield from self.decode(old, key, object_id)
             if later is not None and candidate.revision >= later:
                 break  # an earlier life of this id (deleted, then created again)
             if candidate.revision == revision:
@@ -749,7 +749,7 @@ class CompareAndSwap:
             info = yield from self._get_version(key, object_id, version.version_id)
             if info is None:
                 continue
-            candidate = yield from self._decode(info, key, object_id)
+            candidate = yield from self.decode(info, key, object_id)
             if later is not None and candidate.revision >= later:
                 break
             envelopes.append(candidate)
@@ -760,16 +760,11 @@ class CompareAndSwap:
         """Return the ids in this namespace that start with `prefix`, ascending."""
         validate_prefix(prefix)
         base = self.layout.namespace_prefix(self.namespace)
-        ids: list[str] = []
-        token: str | None = None
-        while True:
-            page = yield from ask(ListKeys(base + prefix, token, page_size))
-            ids.extend(k[len(base) :] for k in page.keys if "/" not in k[len(base) :])
-            token = page.next_token
-            if token is None:
-                return ids
+        pages = yield from every_key_page(base + prefix, page_size=page_size)
+        return [k[len(base) :] for page in pages for k in page.keys if "/" not in k[len(base) :]]
 
-    def _decode(self, info: ObjectInfo, key: str, object_id: str) -> Steps[Envelope]:
+    def decode(self, info: ObjectInfo, key: str, object_id: str) -> Steps[Envelope]:
+        """Decode the envelope an object read from `key` holds, refused if it is another id's."""
         assert info.body is not None
         envelope = yield from self.codec.decoding(info.body, name=key)
         _check_home(envelope, key, object_id)

@@ -7,6 +7,7 @@ S3 and the local folder alike:
     {prefix}/sealed/{log namespace}/{log_id}/{a}-{b}  sealed segment of 64 versions
     {prefix}/blobs/{sha256}                         content-addressed large value
     {prefix}/langgraph-values/{thread}/{name}       a LangGraph thread's large values
+    {prefix}/langgraph-store/{item id}              a LangGraph store item (If-Match CAS)
     {prefix}/quarantine/{key}.{etag}                what a log repair moved aside
     {prefix}/purges/{purge_id}/{v:020d}             an erasure receipt (a log)
     {prefix}/data-keys/{tenant}/{key_id}            a wrapped data key (client-side encryption)
@@ -88,6 +89,8 @@ LANGGRAPH = "langgraph"
 """Log namespace of LangGraph threads (one log per thread)."""
 LANGGRAPH_VALUES = "langgraph-values"
 """Namespace of LangGraph threads' large values and list snapshots."""
+LANGGRAPH_STORE = "langgraph-store"
+"""Namespace of LangGraph store items (`StashpointStore`: long-term memory, one head each)."""
 QUARANTINE = "quarantine"
 """Namespace of the objects `repair_log` moved from above a log's gap (by original key)."""
 PURGES = "purges"
@@ -111,6 +114,7 @@ NAMESPACES: dict[str, Namespace] = {
             LANGGRAPH, Shape.LOGS, full_state_every=1, values=LANGGRAPH_VALUES, life_field="base"
         ),
         Namespace(LANGGRAPH_VALUES, Shape.CONTENT),
+        Namespace(LANGGRAPH_STORE, Shape.HEADS),
         Namespace(QUARANTINE, Shape.QUARANTINE),
         # Receipts hold ids and version ids, no payload: kept when what they name is erased.
         Namespace(PURGES, Shape.LOGS, full_state_every=1, erasable=False),

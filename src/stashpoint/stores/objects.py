@@ -378,6 +378,18 @@ class ListVersionPage(Request["VersionPage"]):
     """Largest page wanted."""
 
 
+def every_key_page(prefix: str, *, page_size: int = 1000) -> Steps[list[KeyPage]]:
+    """Return every page of the keys under `prefix`, in order (the one key-listing loop)."""
+    pages: list[KeyPage] = []
+    token: str | None = None
+    while True:
+        page = yield from ask(ListKeys(prefix, token, page_size))
+        pages.append(page)
+        token = page.next_token
+        if token is None:
+            return pages
+
+
 def every_version(prefix: str, *, exact: bool = False) -> Steps[list[StoredVersion]]:
     """Return every stored version under `prefix` (`exact`: of that one key), page by page."""
     found: list[StoredVersion] = []
