@@ -340,7 +340,7 @@ class StoreSteps:
             ttl_minutes,
             expiry(now, ttl_minutes),
         )
-        yield from self._save(object_id, lambda _current: item, create=True)
+        yield from self._save(object_id, lambda _current: item, create=True, blind=True)
 
     def update(
         self,
@@ -375,18 +375,22 @@ class StoreSteps:
         change: Callable[[StoredItem | None], StoredItem | None],
         *,
         create: bool,
+        blind: bool = False,
     ) -> Steps[Found | None]:
-        """Save an item: create it if this store knows none, else update it.
+        """Save an item: update the head, or create the item where there is none.
 
-        A create that finds the key taken updates the head it finds; an update that finds
-        the item deleted meanwhile creates it again (when `create`). Both go through the
-        one compare-and-swap engine, so a lost race is retried on the fresh head and an
-        ambiguous outcome is judged by its write id.
+        `blind`: `change` ignores the current item (a put), so where this store knows no
+        head it tries a create first (one request for a new key); a create that finds the
+        key taken updates the head it finds. Otherwise the head is read first, so `change`
+        sees the stored value. An update that finds the item deleted meanwhile creates it
+        again (when `create`). Both go through the one compare-and-swap engine: a lost
+        race is retried on the fresh head, an ambiguous outcome judged by its write id.
         """
         attempts = self.cas.retry.max_attempts
+        absent = blind
         for _ in range(attempts):
             known = self.known.get(object_id)
-            if known is None and create:
+            if known is None and create and absent:
                 item = change(None)
                 if item is None:
                     return None
@@ -418,7 +422,8 @@ class StoreSteps:
                 self.known.pop(object_id)
                 if not create:
                     return None
-                continue  # deleted meanwhile: create it again
+                absent = True
+                continue  # no item (or deleted meanwhile): create it
             return self._remember(object_id, saved, stored_item(object_id, saved.payload))
         raise CheckpointConflict(object_id, expected_revision=None, actual_revision=None)
 

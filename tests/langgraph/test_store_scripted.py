@@ -1,0 +1,140 @@
+"""The store's write loop driven by scripted storage answers: no server, no network.
+
+Each test plays the exact answers a server gives to one path of `StoreSteps._save`: a new
+key, a key another process holds, a stale known head, an item deleted meanwhile, a create
+whose answer was lost. Every request is checked in order (`tests/scripted.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.store.base")
+
+from stashpoint import Envelope
+from stashpoint.codec import Codec
+from stashpoint.langgraph.items import KIND, SCHEMA_VERSION, StoredItem, item_id
+from stashpoint.langgraph.store import StoreSteps
+from stashpoint.retry import RetryPolicy
+from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
+from stashpoint.stores.layout import LANGGRAPH_STORE, Layout
+from stashpoint.stores.objects import Create, GetObject, HeadObject, Match, ObjectInfo, PutObject
+from tests.scripted import REFUSED, STORED, TIMEOUT, Script
+
+NS = ("memories", "u1")
+ID = item_id(NS, "k")
+CODEC = Codec()
+
+
+def _steps() -> StoreSteps:
+    retry = RetryPolicy(max_attempts=4, base_delay=0, max_delay=0)
+    return StoreSteps(CompareAndSwap(LANGGRAPH_STORE, Layout(), CODEC, retry, EtagCache()))
+
+
+def _envelope(value: dict[str, Any], base: Envelope | None = None) -> Envelope:
+    payload = StoredItem(NS, "k", value, {}, None, None).payload()
+    if base is None:
+        return Envelope.initial(ID, None, KIND, SCHEMA_VERSION, payload)
+    return base.next(payload)
+
+
+def _head(envelope: Envelope, etag: str) -> ObjectInfo:
+    return ObjectInfo(etag=etag, metadata=head_metadata(envelope))
+
+
+def _body(envelope: Envelope, etag: str) -> ObjectInfo:
+    return ObjectInfo(etag=etag, body=CODEC.encode(envelope), metadata=head_metadata(envelope))
+
+
+def _put(steps: StoreSteps, script: Script, value: dict[str, Any]) -> None:
+    script.run(steps.put(NS, "k", value, {}, None))
+
+
+def test_a_new_key_is_one_create() -> None:
+    script = Script([(PutObject, STORED)])
+    _put(_steps(), script, {"n": 1})
+    assert [p.condition for p in script.puts()] == [Create()]
+
+
+def test_a_key_another_process_holds_is_updated_on_its_head() -> None:
+    theirs = _envelope({"n": 1})
+    script = Script(
+        [
+            (PutObject, REFUSED),  # the create finds the key taken
+            (HeadObject, _head(theirs, "etag-theirs")),  # not ours: a conflict
+            (GetObject, _body(theirs, "etag-theirs")),  # the update loads the head
+            (PutObject, STORED),
+        ]
+    )
+    _put(_steps(), script, {"n": 2})
+    create, update = script.puts()
+    assert create.condition == Create() and update.condition == Match("etag-theirs")
+    assert CODEC.decode(update.body).revision == 1  # built on their revision, not beside it
+
+
+def test_a_known_item_is_one_put_and_a_stale_one_is_redone_on_the_fresh_head() -> None:
+    steps = _steps()
+    first = Script([(PutObject, STORED)])
+    _put(steps, first, {"n": 1})
+    mine = CODEC.decode(first.puts()[0].body)
+    second = Script([(PutObject, STORED)])
+    _put(steps, second, {"n": 2})
+    assert second.puts()[0].condition == Match("etag-new")  # no read before it
+    known = CODEC.decode(second.puts()[0].body)
+    theirs = known.next(StoredItem(NS, "k", {"n": "theirs"}, {}, None, None).payload())
+    third = Script(
+        [
+            (PutObject, REFUSED),  # another process saved meanwhile
+            (HeadObject, _head(theirs, "etag-theirs")),
+            (GetObject, _body(theirs, "etag-theirs")),
+            (PutObject, STORED),
+        ]
+    )
+    _put(steps, third, {"n": 3})
+    assert [CODEC.decode(p.body).revision for p in third.puts()] == [2, 3]
+    assert mine.revision == 0
+
+
+def test_an_item_deleted_meanwhile_is_created_again() -> None:
+    steps = _steps()
+    _put(steps, Script([(PutObject, STORED)]), {"n": 1})
+    script = Script(
+        [
+            (PutObject, REFUSED),  # If-Match on a deleted key
+            (HeadObject, None),  # nothing there: the update's conflict
+            (GetObject, None),  # the reload finds no item
+            (PutObject, STORED),  # so it is created again
+        ]
+    )
+    _put(steps, script, {"n": 2})
+    assert [p.condition for p in script.puts()] == [Match("etag-new"), Create()]
+
+
+def test_a_create_whose_answer_was_lost_is_judged_not_resent() -> None:
+    def landed(request: Any) -> ObjectInfo:
+        return _head(CODEC.decode(script.puts()[0].body), "etag-mine")
+
+    script = Script([(PutObject, TIMEOUT), (HeadObject, landed)])
+    _put(_steps(), script, {"n": 1})
+    assert len(script.puts()) == 1  # it landed: a second PUT would be a second revision
+
+
+def test_an_update_reads_the_stored_value_first_and_a_none_change_writes_nothing() -> None:
+    theirs = _envelope({"n": 1})
+    seen: list[Any] = []
+
+    def change(value: Any) -> None:
+        seen.append(value)
+
+    script = Script([(GetObject, _body(theirs, "etag-theirs"))])
+    found = script.run(_steps().update(NS, "k", change, lambda value: {}, None))
+    assert found is None and script.puts() == [] and seen == [{"n": 1}]
+
+
+def test_an_update_of_an_absent_item_creates_it() -> None:
+    script = Script([(GetObject, None), (PutObject, STORED)])
+    found = script.run(_steps().update(NS, "k", lambda v: {"n": 1}, lambda value: {}, None))
+    assert found is not None and found.item.value == {"n": 1}
+    assert [p.condition for p in script.puts()] == [Create()]
