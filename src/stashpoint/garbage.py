@@ -82,6 +82,9 @@ class GcReport:
     """With `pack`: sealed entries replaced by their small markers."""
     segments_deleted: int = 0
     """With `pack`: segments deleted because a pack holds them."""
+    store_items_expired: int = 0
+    """LangGraph store items whose time to live had run out: deleted, whole (counted only,
+    in a dry run). Swept by `stashpoint gc` where the `langgraph` extra is installed."""
 
 
 def references(value: Any, found: set[str]) -> None:

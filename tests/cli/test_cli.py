@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,24 @@ def test_gc_deletes_only_unreferenced_blobs(url: str) -> None:
     assert done["deleted"] == 1
     with stashpoint.open(url) as stash:
         assert stash.runs.load_run(run_id).state_snapshot == {"v": "second" * 100}
+
+
+def test_gc_sweeps_expired_langgraph_store_items(url: str) -> None:
+    """The real-clock test of the store's TTL: an item past its TTL goes at the next gc."""
+    pytest.importorskip("langgraph.store.base")
+    from stashpoint.langgraph import StashpointStore
+
+    with StashpointStore.from_url(url) as store:
+        store.put(("memories", "u1"), "brief", {"v": 1}, ttl=0.001)  # 60 ms, 6 ms slack
+        store.put(("memories", "u1"), "kept", {"v": 2})
+    time.sleep(0.2)
+    dry = json.loads(cli("gc", "--dry-run", "--json", url=url).stdout)
+    assert dry["store_items_expired"] == 1
+    assert "swept 1 expired LangGraph store item" in cli("gc", url=url).stdout
+    with StashpointStore.from_url(url, ttl={"omit_expired": False}) as store:
+        assert store.get(("memories", "u1"), "brief") is None  # deleted, not only hidden
+        assert store.get(("memories", "u1"), "kept") is not None
+    assert json.loads(cli("gc", "--json", url=url).stdout)["store_items_expired"] == 0
 
 
 def test_gc_with_history_keeps_blobs_older_revisions_reference(url: str) -> None:

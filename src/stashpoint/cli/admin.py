@@ -129,6 +129,8 @@ def gc(
             dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history,
             on_progress=_ticker(tick), pack=pack,
         )  # fmt: skip
+        expired = _sweep_store(stash, dry_run)
+        report = dataclasses.replace(report, store_items_expired=expired)
     if as_json:
         output.emit({"dry_run": dry_run, **dataclasses.asdict(report)})
     else:
@@ -141,6 +143,9 @@ def gc(
                 f"{report.packs} packs; {report.entries_vacated} sealed entries vacated; "
                 f"{report.segments_deleted} packed segments deleted"
             )
+        if report.store_items_expired:
+            verb = "would sweep" if dry_run else "swept"
+            output.say(f"{verb} {report.store_items_expired} expired LangGraph store item(s)")
         if report.purges_resumed or report.open_purges:
             output.say(
                 f"{report.purges_resumed} open purge(s) finished; "
@@ -162,6 +167,23 @@ def gc(
             "repair or delete them (stashpoint show ID says why), then run gc again"
         )
         raise typer.Exit(1)
+
+
+def _sweep_store(stash: Any, dry_run: bool) -> int:
+    """Sweep the LangGraph store's expired items (none to sweep without the extra)."""
+    from stashpoint.steps import run_sync
+    from stashpoint.stores.layout import LANGGRAPH_STORE
+    from stashpoint.stores.objects import ListKeys
+
+    first = stash.driver(ListKeys(stash.layout.namespace_prefix(LANGGRAPH_STORE), None, 1))
+    if not first.keys:
+        return 0  # no store here: LangGraph is not even imported
+    try:
+        from stashpoint.langgraph.store import StoreSteps
+    except ImportError:  # without the `langgraph` extra the items cannot be judged
+        return 0
+    steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE))
+    return int(run_sync(steps.sweep(dry_run=dry_run), stash.driver))
 
 
 @app.command()

@@ -446,17 +446,21 @@ class StoreSteps:
         except CheckpointNotFound:
             return
 
-    def sweep(self) -> Steps[int]:
+    def sweep(self, *, dry_run: bool = False) -> Steps[int]:
         """Delete every item whose time to live has run out; return how many.
 
         Each delete is conditional on the revision judged expired: an item refreshed or
-        rewritten meanwhile stays. An item is one object, so it goes whole.
+        rewritten meanwhile stays. An item is one object, so it goes whole. `dry_run`:
+        count them only.
         """
         found = yield from self.candidates(())
         now = yield from ask(Now())
         swept = 0
         for one in found:
             if not one.item.expired(now):
+                continue
+            if dry_run:
+                swept += 1
                 continue
             object_id = item_id(one.item.namespace, one.item.key)
             self.known.pop(object_id)
