@@ -17,6 +17,7 @@ of `("memoriesX",)`), so a search lists exactly its namespaces' items.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -110,9 +111,10 @@ class StoredItem:
     """The item's key within its namespace."""
     value: dict[str, Any]
     """The value the application stored (a JSON object)."""
-    vectors: Mapping[str, tuple[float, ...]]
+    vectors: Mapping[str, array[float]]
     """The embeddings of its indexed fields, by path (`text`, `tags.1`); empty when the
-    store has no index or the item was put with `index=False`."""
+    store has no index or the item was put with `index=False`. Arrays of doubles: a third
+    of the memory of a tuple of floats, for the items a store keeps to search."""
     ttl_minutes: float | None
     """Minutes the item lives after it was last written or read; None: forever."""
     expires_at: datetime | None
@@ -153,6 +155,11 @@ class StoredItem:
             self.ttl_minutes,
             expiry(now, self.ttl_minutes),
         )
+
+
+def vector_of(values: Sequence[float]) -> array[float]:
+    """Return an embedding as stored in memory (an array of doubles)."""
+    return array("d", values)
 
 
 def refresh_slack(ttl_minutes: float) -> timedelta:
@@ -223,7 +230,7 @@ def stored_item(object_id: str, payload: Any) -> StoredItem:
         tuple(namespace),
         key,
         value,
-        {path: tuple(float(x) for x in vector) for path, vector in vectors.items()},
+        {path: vector_of(vector) for path, vector in vectors.items()},
         ttl_minutes,
         expires_at,
     )
@@ -305,7 +312,7 @@ def _number(value: Any) -> float | None:
     try:
         return float(value)
     except OverflowError:  # an int beyond a float's range
-        return math.copysign(math.inf, value)
+        return math.inf if value > 0 else -math.inf
 
 
 def _compare(found: Any, operator: str, operand: Any) -> bool:

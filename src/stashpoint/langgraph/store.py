@@ -68,6 +68,7 @@ from stashpoint.langgraph.items import (
     namespace_prefix_id,
     parse_item_id,
     stored_item,
+    vector_of,
 )
 from stashpoint.langgraph.loop import on_loop
 from stashpoint.steps import Now, Parallel, Steps, ask, run_async, run_sync
@@ -79,10 +80,11 @@ if TYPE_CHECKING:
     from stashpoint.purge import PurgeReceipt, Selector
     from stashpoint.stash import AsyncStash, Stash
 
-KNOWN_ITEM_WEIGHT = 32 * 1024 * 1024
-"""Most bytes (about: stored values and vectors) of items a store keeps in memory, so that
-a search lists the namespace and GETs only the items that changed since it last read them
-(the listing's ETags tell), and a put of a known item is one PUT."""
+KNOWN_ITEM_WEIGHT = 64 * 1024 * 1024
+"""Most bytes (about: values and vectors) of items a store keeps in memory by default
+(`cache_bytes=`), so that a search lists the namespace and GETs only the items that
+changed since it last read them (the listing's ETags tell), and a put of a known item is
+one PUT. About 30,000 items of 1,536-dimension vectors; raise it for larger namespaces."""
 READ_WIDTH = 64
 """Items a search reads in one round (at most `PARALLEL_WIDTH` of them in flight at once)."""
 
@@ -142,7 +144,7 @@ class Found:
 
 
 def _weight(item: StoredItem) -> int:
-    return 512 + len(repr(item.value)) + 16 * sum(len(v) for v in item.vectors.values())
+    return 512 + len(repr(item.value)) + 8 * sum(len(v) for v in item.vectors.values())
 
 
 Vectors = Mapping[str, Sequence[float]]
@@ -162,11 +164,13 @@ class Reading:
 class StoreSteps:
     """The store's operations as steps, over one compare-and-swap namespace."""
 
-    def __init__(self, cas: CompareAndSwap) -> None:
+    def __init__(self, cas: CompareAndSwap, cache_bytes: int = KNOWN_ITEM_WEIGHT) -> None:
         self.cas = cas
         """The compare-and-swap steps of the store's namespace (`langgraph-store`)."""
+        if type(cache_bytes) is not int or cache_bytes < 1:
+            raise ConfigurationError(f"cache_bytes is an int >= 1, not {described(cache_bytes)}")
         self.known: Lru[str, Found] = Lru(
-            1 << 20, max_weight=KNOWN_ITEM_WEIGHT, weigh=lambda found: found.weight
+            1 << 24, max_weight=cache_bytes, weigh=lambda found: found.weight
         )
         """Items read or saved lately, by id: a search GETs only those whose ETag changed."""
 
@@ -336,7 +340,7 @@ class StoreSteps:
             namespace,
             key,
             value,
-            {path: tuple(vector) for path, vector in vectors.items()},
+            {path: vector_of(vector) for path, vector in vectors.items()},
             ttl_minutes,
             expiry(now, ttl_minutes),
         )
@@ -364,7 +368,7 @@ class StoreSteps:
                 return None
             if not isinstance(value, dict):
                 raise InvalidArgument(f"update's change returns a dict, not {described(value)}")
-            vectors = {path: tuple(vector) for path, vector in vectors_of(value).items()}
+            vectors = {path: vector_of(vector) for path, vector in vectors_of(value).items()}
             return StoredItem(namespace, key, value, vectors, ttl_minutes, expiry(now, ttl_minutes))
 
         return (yield from self._save(object_id, changed, create=True))
@@ -680,7 +684,8 @@ class StashpointStore(BaseStore):
     `fields`), puts store their fields' embeddings in the item and `search(query=...)`
     ranks by cosine similarity. With `ttl` (LangGraph's `TTLConfig`), items expire after
     their time to live, reads refresh it, and `sweep_ttl` deletes what has expired; an
-    expired item is never returned (`omit_expired` defaults to True here).
+    expired item is never returned (`omit_expired` defaults to True here). `cache_bytes`
+    bounds the items it keeps in memory (`KNOWN_ITEM_WEIGHT`).
     """
 
     supports_ttl = True
@@ -691,6 +696,7 @@ class StashpointStore(BaseStore):
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
+        cache_bytes: int = KNOWN_ITEM_WEIGHT,
     ) -> None:
         self.stash = stash
         """The stash the items live in."""
@@ -701,7 +707,7 @@ class StashpointStore(BaseStore):
         """The TTL settings."""
         self.embeddings = self._config.embeddings
         """The embedding function, as LangChain `Embeddings` (None without an index)."""
-        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE))
+        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE), cache_bytes)
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -713,13 +719,14 @@ class StashpointStore(BaseStore):
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
+        cache_bytes: int = KNOWN_ITEM_WEIGHT,
         **options: Any,
     ) -> Iterator[StashpointStore]:
         """Open a stash from `url` (see `stashpoint.open`) and yield a store; close it after."""
         from stashpoint.stash import open as open_stash
 
         with open_stash(url, **options) as stash:
-            store = cls(stash, index=index, ttl=ttl)
+            store = cls(stash, index=index, ttl=ttl, cache_bytes=cache_bytes)
             try:
                 yield store
             finally:
@@ -893,6 +900,7 @@ class AsyncStashpointStore(BaseStore):
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
+        cache_bytes: int = KNOWN_ITEM_WEIGHT,
     ) -> None:
         self.stash = stash
         """The stash the items live in."""
@@ -903,7 +911,7 @@ class AsyncStashpointStore(BaseStore):
         """The TTL settings."""
         self.embeddings = self._config.embeddings
         """The embedding function, as LangChain `Embeddings` (None without an index)."""
-        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE))
+        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE), cache_bytes)
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             """The event loop blocking calls are handed to (the one it was made on)."""
@@ -918,13 +926,14 @@ class AsyncStashpointStore(BaseStore):
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
+        cache_bytes: int = KNOWN_ITEM_WEIGHT,
         **options: Any,
     ) -> AsyncIterator[AsyncStashpointStore]:
         """Open an async stash from `url` and yield a store; close it after."""
         from stashpoint.stash import open_async
 
         async with open_async(url, **options) as stash:
-            yield cls(stash, index=index, ttl=ttl)
+            yield cls(stash, index=index, ttl=ttl, cache_bytes=cache_bytes)
 
     @classmethod
     @asynccontextmanager
