@@ -5,6 +5,7 @@ For tests and short-lived tools: nothing survives the process.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import threading
@@ -54,6 +55,7 @@ class MemoryTransport:
 
     def __init__(self) -> None:
         self._objects: dict[str, list[_Version]] = {}
+        self._keys: list[str] = []  # the keys of `_objects`, sorted: listings bisect it
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
 
@@ -75,8 +77,7 @@ class MemoryTransport:
                 case PutObject():
                     return self._put(request)
                 case DeleteObject(key, _, version_id) if version_id is not None:
-                    versions = self._objects.get(key, [])
-                    self._objects[key] = [v for v in versions if v.version_id != version_id]
+                    self._remove_version(key, version_id, drop_empty=False)
                     return WriteResult(WriteOutcome.STORED)
                 case DeleteObject(key, etag):
                     return self._delete(key, etag)
@@ -89,10 +90,7 @@ class MemoryTransport:
                     return self._version_page(prefix, marker, page_size)
                 case DeleteVersions(targets):
                     for key, version_id in targets:
-                        versions = self._objects.get(key, [])
-                        self._objects[key] = [v for v in versions if v.version_id != version_id]
-                        if not self._objects[key]:
-                            del self._objects[key]
+                        self._remove_version(key, version_id, drop_empty=True)
                     return []
                 case SetLegalHold():
                     raise ConfigurationError("memory storage has no Object Lock")
@@ -101,14 +99,9 @@ class MemoryTransport:
                 case GetLifecycle() | GetObjectLock():
                     return None  # no lifecycle, no Object Lock here
                 case ListKeys(prefix, token, page_size, start_after):
-                    after = max(token or "", start_after or "")
-                    keys = sorted(
-                        k
-                        for k, versions in self._objects.items()
-                        if k.startswith(prefix) and versions[-1].body is not None and k > after
+                    page, more = self._key_page(
+                        prefix, max(token or "", start_after or ""), page_size
                     )
-                    page = keys[:page_size]
-                    more = len(keys) > page_size
                     latest = [self._objects[k][-1] for k in page]
                     return KeyPage(
                         page,
@@ -145,6 +138,30 @@ class MemoryTransport:
         page = listed[:page_size]
         more = len(listed) > page_size
         return VersionPage(page, (page[-1].key, page[-1].version_id) if more else None)
+
+    def _remove_version(self, key: str, version_id: str, *, drop_empty: bool) -> None:
+        """Remove one stored version of `key`; with `drop_empty`, the key once none is left."""
+        if key not in self._objects:
+            return
+        self._objects[key] = [v for v in self._objects[key] if v.version_id != version_id]
+        if drop_empty and not self._objects[key]:
+            del self._objects[key]
+            del self._keys[bisect.bisect_left(self._keys, key)]
+
+    def _key_page(self, prefix: str, after: str, page_size: int) -> tuple[list[str], bool]:
+        """Return the live keys under `prefix` after `after` (at most a page), and if more."""
+        start = max(bisect.bisect_right(self._keys, after), bisect.bisect_left(self._keys, prefix))
+        page: list[str] = []
+        for key in itertools.islice(self._keys, start, None):
+            if not key.startswith(prefix):
+                break  # sorted: no key further on has the prefix
+            versions = self._objects[key]
+            if not versions or versions[-1].body is None:
+                continue  # deleted (a delete marker, or every version removed)
+            if len(page) == page_size:
+                return page, True
+            page.append(key)
+        return page, False
 
     def _current(self, key: str) -> _Version | None:
         versions = self._objects.get(key)
@@ -187,7 +204,10 @@ class MemoryTransport:
                 )
         etag = hashlib.md5(request.body, usedforsecurity=False).hexdigest()
         version = _Version(str(next(self._counter)), request.body, etag, dict(request.metadata))
-        self._objects.setdefault(request.key, []).append(version)
+        if request.key not in self._objects:
+            bisect.insort(self._keys, request.key)
+            self._objects[request.key] = []
+        self._objects[request.key].append(version)
         return WriteResult(WriteOutcome.STORED, etag=etag)
 
     def _delete(self, key: str, etag: str | None) -> WriteResult:
