@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 pytest.importorskip("langgraph.store.base")
@@ -36,7 +36,10 @@ keys = st.text(max_size=20)
 def test_an_id_names_its_namespace_and_key_and_nothing_else(
     namespace: tuple[str, ...], key: str
 ) -> None:
-    object_id = item_id(namespace, key)
+    try:
+        object_id = item_id(namespace, key)
+    except InvalidArgument:  # too long once escaped: refused, never cut short
+        assume(False)
     assert validate_id(object_id) == object_id  # one object key, one file name
     assert parse_item_id(object_id) == (namespace, key)
 
@@ -46,7 +49,11 @@ def test_a_namespace_prefix_selects_exactly_the_namespaces_below_it(
     namespace: tuple[str, ...], key: str, prefix: tuple[str, ...]
 ) -> None:
     below = namespace[: len(prefix)] == prefix
-    assert item_id(namespace, key).startswith(namespace_prefix_id(prefix)) == below
+    try:
+        object_id = item_id(namespace, key)
+    except InvalidArgument:
+        assume(False)
+    assert object_id.startswith(namespace_prefix_id(prefix)) == below
 
 
 def test_an_id_too_long_once_escaped_is_refused() -> None:

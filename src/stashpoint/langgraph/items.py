@@ -373,8 +373,9 @@ def literal_prefix(conditions: Sequence[tuple[str, Sequence[str]]]) -> tuple[str
 def cosine_scores(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[float]:
     """Return the cosine similarity of `query` with each of `vectors` (0 for a zero vector).
 
-    With numpy installed (the `vectors` extra) one matrix product; without it, plain
-    Python, as LangGraph's in-memory store does.
+    With numpy installed (the `vectors` extra) one matrix product per vector length (the
+    arrays' bytes joined, not their floats walked); without it, plain Python, as
+    LangGraph's in-memory store does. A vector of another length than the query scores 0.
     """
     if not vectors:
         return []
@@ -382,12 +383,22 @@ def cosine_scores(query: Sequence[float], vectors: Sequence[Sequence[float]]) ->
         import numpy as np
     except ImportError:
         return [_cosine(query, vector) for vector in vectors]
-    matrix = np.asarray(vectors, dtype=np.float64)
     wanted = np.asarray(query, dtype=np.float64)
+    scores = [0.0] * len(vectors)
+    positions = [i for i, vector in enumerate(vectors) if len(vector) == len(wanted)]
+    if not positions or not wanted.any():
+        return scores
+    joined = b"".join(
+        vectors[i] if isinstance(vectors[i], array) else array("d", vectors[i])  # type: ignore[misc]
+        for i in positions
+    )
+    matrix = np.frombuffer(joined, dtype=np.float64).reshape(len(positions), len(wanted))
     norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(wanted)
     products = matrix @ wanted
-    scores = np.divide(products, norms, out=np.zeros_like(products), where=norms != 0)
-    return [float(score) for score in scores]
+    found = np.divide(products, norms, out=np.zeros_like(products), where=norms != 0)
+    for position, score in zip(positions, found.tolist(), strict=True):
+        scores[position] = score
+    return scores
 
 
 def _cosine(query: Sequence[float], vector: Sequence[float]) -> float:

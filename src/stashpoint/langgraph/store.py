@@ -258,13 +258,11 @@ class StoreSteps:
             etags: Sequence[str | None] = page.etags or [None] * len(page.keys)
             for key, etag in zip(page.keys, etags, strict=True):
                 object_id = key[len(base) :]
-                if "/" in object_id or parse_item_id(object_id) is None:
-                    continue  # not an item's key (nothing of ours is named so)
                 known = self.known.get(object_id)
                 if known is not None and etag is not None and known.etag == etag:
                     held.append(known)
-                else:
-                    unread.append(object_id)
+                elif "/" not in object_id and parse_item_id(object_id) is not None:
+                    unread.append(object_id)  # (any other key is not an item's)
         for start in range(0, len(unread), READ_WIDTH):
             found = yield from self.read(unread[start : start + READ_WIDTH])
             held.extend(one for one in found if one is not None)
