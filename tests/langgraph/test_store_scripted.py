@@ -16,7 +16,7 @@ pytest.importorskip("langgraph.store.base")
 from stashpoint import Envelope
 from stashpoint.codec import Codec
 from stashpoint.langgraph.items import KIND, SCHEMA_VERSION, StoredItem, item_id
-from stashpoint.langgraph.store import StoreSteps
+from stashpoint.langgraph.store_steps import StoreSteps
 from stashpoint.retry import RetryPolicy
 from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
 from stashpoint.stores.layout import LANGGRAPH_STORE, Layout

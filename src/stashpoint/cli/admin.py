@@ -179,7 +179,7 @@ def _sweep_store(stash: Any, dry_run: bool) -> int:
     if not first.keys:
         return 0  # no store here: LangGraph is not even imported
     try:
-        from stashpoint.langgraph.store import StoreSteps
+        from stashpoint.langgraph.store_steps import StoreSteps
     except ImportError:  # without the `langgraph` extra the items cannot be judged
         return 0
     steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE))

@@ -1,0 +1,540 @@
+"""The LangGraph store's operations as steps: reading, searching, saving and sweeping items.
+
+`StoreSteps` works over one compare-and-swap namespace (`langgraph-store`) with the stash's
+engine (`stores.cas`); it sends no request itself. `langgraph.store` drives it (blocking or
+asyncio) and computes embeddings before it runs. What an item is lives in `items`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+)
+
+from stashpoint.cache import Lru
+from stashpoint.envelope import Envelope
+from stashpoint.errors import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    ConfigurationError,
+    InvalidArgument,
+    InvalidPayload,
+    described,
+)
+from stashpoint.langgraph.items import (
+    KIND,
+    SCHEMA_VERSION,
+    StoredItem,
+    check_filter,
+    check_namespace,
+    check_ttl,
+    cosine_scores,
+    expiry,
+    item_id,
+    literal_prefix,
+    matches,
+    namespace_matches,
+    namespace_prefix_id,
+    parse_item_id,
+    stored_item,
+    vector_of,
+)
+from stashpoint.steps import Now, Parallel, Steps, ask
+from stashpoint.stores.cas import CompareAndSwap, facts_from_envelope
+from stashpoint.stores.objects import GetObject, ObjectInfo, every_key_page
+
+KNOWN_ITEM_WEIGHT = 64 * 1024 * 1024
+"""Most bytes (about: values and vectors) of items a store keeps in memory by default
+(`cache_bytes=`), so that a search lists the namespace and GETs only the items that
+changed since it last read them (the listing's ETags tell), and a put of a known item is
+one PUT. About 30,000 items of 1,536-dimension vectors; raise it for larger namespaces."""
+READ_WIDTH = 64
+"""Items a search reads in one round (at most `PARALLEL_WIDTH` of them in flight at once)."""
+
+
+class InvalidNamespace(InvalidArgument, InvalidNamespaceError):
+    """A namespace LangGraph's rules refuse (also LangGraph's own `InvalidNamespaceError`)."""
+
+
+def check_put_namespace(namespace: Any, *, public: bool = True) -> tuple[str, ...]:
+    """Return the namespace of an item to store, refused by LangGraph's rules if bad.
+
+    `public`: also refuse a first label `langgraph`, which LangGraph keeps for itself (its
+    own code stores there through `batch`, so the steps allow it).
+    """
+    try:
+        labels = check_namespace(namespace)
+    except InvalidArgument as exc:
+        raise InvalidNamespace(str(exc)) from None
+    if not labels:
+        raise InvalidNamespace("a namespace has at least one label")
+    if public and labels[0] == "langgraph":
+        raise InvalidNamespace("a namespace's first label cannot be 'langgraph'")
+    return labels
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """An item as read or saved: its payload, the envelope it is in, and that one's ETag."""
+
+    item: StoredItem
+    """The item."""
+    envelope: Envelope
+    """Its head envelope (created and updated times, revision)."""
+    etag: str
+    """The stored object's ETag (what a listing shows when it has not changed)."""
+    weight: int
+    """About how many bytes it holds in memory (what the cache of known items counts)."""
+
+    def as_item(self, score: float | None = None, *, scored: bool = False) -> Item:
+        """Return the LangGraph `Item` (a `SearchItem` when `scored`)."""
+        if scored:
+            return SearchItem(
+                namespace=self.item.namespace,
+                key=self.item.key,
+                value=self.item.value,
+                created_at=self.envelope.created_at,
+                updated_at=self.envelope.updated_at,
+                score=score,
+            )
+        return Item(
+            value=self.item.value,
+            key=self.item.key,
+            namespace=self.item.namespace,
+            created_at=self.envelope.created_at,
+            updated_at=self.envelope.updated_at,
+        )
+
+
+def _weight(item: StoredItem) -> int:
+    return 512 + len(repr(item.value)) + 8 * sum(len(v) for v in item.vectors.values())
+
+
+Vectors = Mapping[str, Sequence[float]]
+"""The embeddings of one item's indexed fields, by path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How a read treats time to live: refresh what it returns, hide what has expired."""
+
+    refresh: bool
+    """Push the expiry of each returned item out (once per refresh slack)."""
+    omit_expired: bool
+    """Return no item whose time to live has run out (even before a sweep deletes it)."""
+
+
+class StoreSteps:
+    """The store's operations as steps, over one compare-and-swap namespace."""
+
+    def __init__(self, cas: CompareAndSwap, cache_bytes: int = KNOWN_ITEM_WEIGHT) -> None:
+        self.cas = cas
+        """The compare-and-swap steps of the store's namespace (`langgraph-store`)."""
+        if type(cache_bytes) is not int or cache_bytes < 1:
+            raise ConfigurationError(f"cache_bytes is an int >= 1, not {described(cache_bytes)}")
+        self.known: Lru[str, Found] = Lru(
+            1 << 24, max_weight=cache_bytes, weigh=lambda found: found.weight
+        )
+        """Items read or saved lately, by id: a search GETs only those whose ETag changed."""
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _found(self, object_id: str, info: ObjectInfo | None) -> Steps[Found | None]:
+        """Decode one read item; None if absent or a purge's tombstone."""
+        key = self.cas.key(object_id)
+        if info is None:
+            self.known.pop(object_id)
+            return None
+        known = self.known.get(object_id)
+        if known is not None and known.etag == info.etag:
+            return known
+        envelope = yield from self.cas.decode(info, key, object_id)
+        if facts_from_envelope(info, envelope).purge is not None:
+            self.known.pop(object_id)
+            return None  # erased: its tombstone holds the key, no item
+        if envelope.kind != KIND:
+            raise InvalidPayload(
+                f"object is a {envelope.kind!r}, not a store item", object_name=object_id
+            )
+        item = stored_item(object_id, envelope.payload)
+        found = Found(item, envelope, info.etag, _weight(item))
+        self.cas.cache.remember(key, envelope.revision, info.etag)
+        self.known.put(object_id, found)
+        return found
+
+    def read(self, object_ids: Sequence[str]) -> Steps[list[Found | None]]:
+        """Read items by id, all in one round."""
+        limit = self.cas.codec.limits.max_compressed_bytes
+        requests = tuple(GetObject(self.cas.key(i), None, limit) for i in object_ids)
+        infos: list[Any] = []
+        if len(requests) == 1:
+            infos = [(yield from ask(requests[0]))]
+        elif requests:
+            infos = yield from ask(Parallel(requests))
+        found: list[Found | None] = []
+        for object_id, info in zip(object_ids, infos, strict=True):
+            found.append((yield from self._found(object_id, info)))
+        return found
+
+    def gets(
+        self, wanted: Sequence[tuple[tuple[str, ...], str]], reading: Reading
+    ) -> Steps[list[Found | None]]:
+        """Return the items `(namespace, key)` names (None where there is none), one round."""
+        ids = [item_id(check_namespace(namespace), key) for namespace, key in wanted]
+        found = yield from self.read(ids)
+        return (yield from self._kept(found, reading))
+
+    def _kept(self, found: Sequence[Found | None], reading: Reading) -> Steps[list[Found | None]]:
+        now = yield from ask(Now())
+        kept: list[Found | None] = []
+        for one in found:
+            if one is not None and reading.omit_expired and one.item.expired(now):
+                one = None
+            if one is not None and reading.refresh and one.item.needs_refresh(now):
+                one = yield from self._refresh(one, now)
+            kept.append(one)
+        return kept
+
+    def _refresh(self, found: Found, now: datetime) -> Steps[Found | None]:
+        """Push an item's expiry out from `now` (on the fresh head if it moved meanwhile)."""
+        object_id = item_id(found.item.namespace, found.item.key)
+
+        def refreshed(current: StoredItem | None) -> StoredItem | None:
+            if current is None:
+                return None  # deleted meanwhile: a read does not bring it back
+            return current.refreshed(now) if current.ttl_minutes is not None else current
+
+        saved = yield from self._save(object_id, refreshed, create=False)
+        return found if saved is None else saved
+
+    def candidates(self, prefix: Sequence[str]) -> Steps[list[Found]]:
+        """Return every item under the namespace `prefix`: a listing, then GETs of what changed.
+
+        The listing's ETags say which items this store already holds as they are stored;
+        only the others are read (in rounds of `READ_WIDTH`).
+        """
+        base = self.cas.layout.namespace_prefix(self.cas.namespace)
+        pages = yield from every_key_page(base + namespace_prefix_id(prefix))
+        held: list[Found] = []
+        unread: list[str] = []
+        for page in pages:
+            etags: Sequence[str | None] = page.etags or [None] * len(page.keys)
+            for key, etag in zip(page.keys, etags, strict=True):
+                object_id = key[len(base) :]
+                known = self.known.get(object_id)
+                if known is not None and etag is not None and known.etag == etag:
+                    held.append(known)
+                elif "/" not in object_id and parse_item_id(object_id) is not None:
+                    unread.append(object_id)  # (any other key is not an item's)
+        for start in range(0, len(unread), READ_WIDTH):
+            found = yield from self.read(unread[start : start + READ_WIDTH])
+            held.extend(one for one in found if one is not None)
+        return held
+
+    def search(
+        self, op: SearchOp, query: Sequence[float] | None, reading: Reading
+    ) -> Steps[list[tuple[Found, float | None]]]:
+        """Return a search's page of items, with their scores when there is a query."""
+        prefix = check_namespace(op.namespace_prefix, what="namespace prefix")
+        wanted = check_filter(op.filter)
+        limit, offset = _page(op.limit, op.offset)
+        found = yield from self.candidates(prefix)
+        now = yield from ask(Now())
+        found = [
+            one
+            for one in found
+            if not (reading.omit_expired and one.item.expired(now))
+            and matches(one.item.value, wanted)
+        ]
+        ranked: list[tuple[Found, float | None]]
+        if query is None:
+            found.sort(key=lambda one: (-one.envelope.updated_at.timestamp(), one.item.key))
+            ranked = [(one, None) for one in found]
+        else:
+            ranked = _ranked(found, query)
+        page = ranked[offset : offset + limit]
+        if reading.refresh:
+            refreshed = yield from self._kept([one for one, _ in page], reading)
+            page = [
+                (new, score)
+                for new, (_, score) in zip(refreshed, page, strict=True)
+                if new is not None
+            ]
+        return page
+
+    def namespaces(self, op: ListNamespacesOp) -> Steps[list[tuple[str, ...]]]:
+        """Return the namespaces that hold items, matched, cut to depth and paged."""
+        conditions = [
+            (str(c.match_type), check_namespace(c.path, what="match path"))
+            for c in op.match_conditions or ()
+        ]
+        limit, offset = _page(op.limit, op.offset)
+        if op.max_depth is not None and (type(op.max_depth) is not int or op.max_depth < 1):
+            raise InvalidArgument(f"max_depth is an int >= 1, not {described(op.max_depth)}")
+        ids = yield from self.cas.list_ids(namespace_prefix_id(literal_prefix(conditions)))
+        found: set[tuple[str, ...]] = set()
+        for object_id in ids:
+            parsed = parse_item_id(object_id)
+            if parsed is None:
+                continue
+            namespace = parsed[0]
+            if all(namespace_matches(namespace, kind, path) for kind, path in conditions):
+                found.add(namespace if op.max_depth is None else namespace[: op.max_depth])
+        return sorted(found)[offset : offset + limit]
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        vectors: Vectors,
+        ttl_minutes: float | None,
+    ) -> Steps[None]:
+        """Store `value` as the item `key` (replacing any), with its vectors and TTL."""
+        object_id = item_id(check_put_namespace(namespace, public=False), key)
+        if not isinstance(value, dict):
+            raise InvalidArgument(f"a store value is a dict, not {described(value)}")
+        now = yield from ask(Now())
+        item = StoredItem(
+            namespace,
+            key,
+            value,
+            {path: vector_of(vector) for path, vector in vectors.items()},
+            ttl_minutes,
+            expiry(now, ttl_minutes),
+        )
+        yield from self._save(object_id, lambda _current: item, create=True, blind=True)
+
+    def update(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+        vectors_of: Callable[[dict[str, Any]], Vectors],
+        ttl_minutes: float | None,
+    ) -> Steps[Found | None]:
+        """Replace an item by `change(current value)` (None: absent), retrying lost races.
+
+        `change` runs again on the fresh value after every lost race, so no concurrent
+        update is lost; returning None deletes nothing and writes nothing.
+        """
+        object_id = item_id(check_put_namespace(namespace, public=False), key)
+        now = yield from ask(Now())
+
+        def changed(current: StoredItem | None) -> StoredItem | None:
+            value = change(None if current is None else current.value)
+            if value is None:
+                return None
+            if not isinstance(value, dict):
+                raise InvalidArgument(f"update's change returns a dict, not {described(value)}")
+            vectors = {path: vector_of(vector) for path, vector in vectors_of(value).items()}
+            return StoredItem(namespace, key, value, vectors, ttl_minutes, expiry(now, ttl_minutes))
+
+        return (yield from self._save(object_id, changed, create=True))
+
+    def _save(
+        self,
+        object_id: str,
+        change: Callable[[StoredItem | None], StoredItem | None],
+        *,
+        create: bool,
+        blind: bool = False,
+    ) -> Steps[Found | None]:
+        """Save an item: update the head, or create the item where there is none.
+
+        `blind`: `change` ignores the current item (a put), so where this store knows no
+        head it tries a create first (one request for a new key); a create that finds the
+        key taken updates the head it finds. Otherwise the head is read first, so `change`
+        sees the stored value. An update that finds the item deleted meanwhile creates it
+        again (when `create`). Both go through the one compare-and-swap engine: a lost
+        race is retried on the fresh head, an ambiguous outcome judged by its write id.
+        """
+        attempts = self.cas.retry.max_attempts
+        absent = blind
+        for _ in range(attempts):
+            known = self.known.get(object_id)
+            if known is None and create and absent:
+                item = change(None)
+                if item is None:
+                    return None
+                envelope = Envelope.initial(object_id, None, KIND, SCHEMA_VERSION, item.payload())
+                try:
+                    yield from self.cas.compare_and_swap(envelope, None)
+                except CheckpointConflict:
+                    pass  # the key holds an item: update that one
+                else:
+                    return self._remember(object_id, envelope, item)
+
+            def mutate(head: Envelope) -> Any:
+                if head.kind != KIND:
+                    raise InvalidPayload(
+                        f"object is a {head.kind!r}, not a store item", object_name=object_id
+                    )
+                following = change(stored_item(object_id, head.payload))
+                if following is None:
+                    raise _Unchanged
+                return following.payload()
+
+            try:
+                saved = yield from self.cas.update(
+                    object_id, mutate, known=None if known is None else known.envelope
+                )
+            except _Unchanged:
+                return None
+            except CheckpointNotFound:
+                self.known.pop(object_id)
+                if not create:
+                    return None
+                absent = True
+                continue  # no item (or deleted meanwhile): create it
+            return self._remember(object_id, saved, stored_item(object_id, saved.payload))
+        raise CheckpointConflict(object_id, expected_revision=None, actual_revision=None)
+
+    def _remember(self, object_id: str, envelope: Envelope, item: StoredItem) -> Found:
+        key = self.cas.key(object_id)
+        etag = self.cas.cache.get(key, envelope.revision)
+        found = Found(item, envelope, etag or "", _weight(item))
+        if etag is None:
+            self.known.pop(object_id)
+        else:
+            self.known.put(object_id, found)
+        return found
+
+    def delete(self, namespace: tuple[str, ...], key: str) -> Steps[None]:
+        """Delete an item (nothing happens if there is none)."""
+        object_id = item_id(check_namespace(namespace), key)
+        self.known.pop(object_id)
+        try:
+            yield from self.cas.delete(object_id)
+        except CheckpointNotFound:
+            return
+
+    def sweep(self, *, dry_run: bool = False) -> Steps[int]:
+        """Delete every item whose time to live has run out; return how many.
+
+        Each delete is conditional on the revision judged expired: an item refreshed or
+        rewritten meanwhile stays. An item is one object, so it goes whole. `dry_run`:
+        count them only.
+        """
+        found = yield from self.candidates(())
+        now = yield from ask(Now())
+        swept = 0
+        for one in found:
+            if not one.item.expired(now):
+                continue
+            if dry_run:
+                swept += 1
+                continue
+            object_id = item_id(one.item.namespace, one.item.key)
+            self.known.pop(object_id)
+            try:
+                yield from self.cas.delete(object_id, one.envelope.revision)
+            except (CheckpointConflict, CheckpointNotFound):
+                continue  # refreshed, rewritten or deleted meanwhile
+            swept += 1
+        return swept
+
+    # -- a batch ----------------------------------------------------------------------------
+
+    def batch(
+        self,
+        ops: Sequence[Op],
+        vectors: Mapping[int, Vectors],
+        queries: Mapping[int, Sequence[float]],
+        ttl: TTLConfig,
+    ) -> Steps[list[Result]]:
+        """Run LangGraph store operations in order; consecutive gets share one round.
+
+        `vectors[i]` are the embeddings of put `i`'s fields, `queries[i]` the embedding of
+        search `i`'s query (computed by the caller, outside the steps).
+        """
+        results: list[Result] = [None] * len(ops)
+        omit = bool(ttl.get("omit_expired", True))
+        index = 0
+        while index < len(ops):
+            op = ops[index]
+            if isinstance(op, GetOp):
+                run = index
+                while run < len(ops) and isinstance(ops[run], GetOp):
+                    run += 1
+                gets: list[GetOp] = [ops[i] for i in range(index, run)]  # type: ignore[misc]
+                by_refresh: dict[bool, list[int]] = {}
+                for offset, get in enumerate(gets):
+                    by_refresh.setdefault(bool(get.refresh_ttl), []).append(offset)
+                for refresh, offsets in by_refresh.items():
+                    found = yield from self.gets(
+                        [(gets[o].namespace, str(gets[o].key)) for o in offsets],
+                        Reading(refresh, omit),
+                    )
+                    for o, one in zip(offsets, found, strict=True):
+                        results[index + o] = None if one is None else one.as_item()
+                index = run
+                continue
+            if isinstance(op, PutOp):
+                if op.value is None:
+                    yield from self.delete(op.namespace, str(op.key))
+                else:
+                    yield from self.put(
+                        op.namespace,
+                        str(op.key),
+                        op.value,
+                        vectors.get(index, {}),
+                        check_ttl(op.ttl),
+                    )
+            elif isinstance(op, SearchOp):
+                page = yield from self.search(
+                    op, queries.get(index), Reading(bool(op.refresh_ttl), omit)
+                )
+                results[index] = [one.as_item(score, scored=True) for one, score in page]
+            elif isinstance(op, ListNamespacesOp):
+                results[index] = yield from self.namespaces(op)
+            else:
+                raise InvalidArgument(f"not a store operation: {described(op)}")
+            index += 1
+        return results
+
+
+class _Unchanged(Exception):
+    """An update's change returned None: nothing to write."""
+
+
+def _page(limit: Any, offset: Any) -> tuple[int, int]:
+    for name, value in (("limit", limit), ("offset", offset)):
+        if type(value) is not int or value < 0:
+            raise InvalidArgument(f"{name} is an int >= 0, not {described(value)}")
+    return limit, offset
+
+
+def _ranked(found: Sequence[Found], query: Sequence[float]) -> list[tuple[Found, float | None]]:
+    """Rank items by their best vector's cosine similarity; items without vectors last."""
+    flat: list[Sequence[float]] = []
+    owners: list[int] = []
+    for position, one in enumerate(found):
+        for vector in one.item.vectors.values():
+            flat.append(vector)
+            owners.append(position)
+    best: dict[int, float] = {}
+    for owner, score in zip(owners, cosine_scores(query, flat), strict=True):
+        if owner not in best or score > best[owner]:
+            best[owner] = score
+    scored: list[tuple[Found, float | None]] = [
+        (found[p], s) for p, s in sorted(best.items(), key=lambda pair: (-pair[1], pair[0]))
+    ]
+    scored += [(one, None) for p, one in enumerate(found) if p not in best]
+    return scored
