@@ -42,6 +42,7 @@ from stashpoint.langgraph.items import check_namespace, check_ttl, namespace_pre
 from stashpoint.langgraph.loop import on_loop
 from stashpoint.langgraph.store_steps import (
     KNOWN_ITEM_WEIGHT,
+    Found,
     InvalidNamespace,
     StoreSteps,
     Vectors,
@@ -167,7 +168,99 @@ def _listed(ops: Iterable[Op]) -> list[Op]:
     return listed
 
 
-class StashpointStore(BaseStore):
+class _StoreApi(BaseStore):
+    """What both store classes are, defined once: settings, steps, embeddings, validation."""
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        stash: Stash | AsyncStash,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        cache_bytes: int = KNOWN_ITEM_WEIGHT,
+    ) -> None:
+        self._config = _Config(index, ttl)
+        self.index_config = self._config.index
+        """The index settings (None: no semantic search)."""
+        self.ttl_config: TTLConfig = self._config.ttl
+        """The TTL settings."""
+        self.embeddings = self._config.embeddings
+        """The embedding function, as LangChain `Embeddings` (None without an index)."""
+        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE), cache_bytes)
+
+    @property
+    def steps(self) -> StoreSteps:
+        """Return the store's operations as steps."""
+        return self._steps
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        index: Any = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """Store an item (replacing any); see LangGraph's `BaseStore.put`."""
+        check_put_namespace(namespace)
+        super().put(namespace, key, value, index, ttl=ttl)
+
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        index: Any = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """Store an item (replacing any); see LangGraph's `BaseStore.aput`."""
+        check_put_namespace(namespace)
+        await super().aput(namespace, key, value, index, ttl=ttl)
+
+    def _batch_steps(
+        self, listed: list[Op], rows: Sequence[Sequence[float]], queries: Sequence[Sequence[float]]
+    ) -> Steps[list[Result]]:
+        """Return the steps of a batch, given the embeddings of its texts and queries."""
+        texts = self._config.texts(listed)
+        vectors = self._config.by_op(texts, self._config.checked(rows, len(texts)))
+        asked = self._config.queries(listed)
+        embedded = self._config.checked(queries, len(asked))
+        by_query = dict(zip(asked, embedded, strict=True))
+        return self._steps.batch(listed, vectors, by_query, self.ttl_config)
+
+    def _update_steps(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+        ttl: float | NotProvided | None,
+    ) -> Steps[Found | None]:
+        """Return the steps of `update` (its embeddings by the index's blocking function)."""
+        check_put_namespace(namespace)
+        minutes = check_ttl(self.ttl_config.get("default_ttl") if ttl is NOT_PROVIDED else ttl)
+
+        def vectors_of(value: dict[str, Any]) -> Vectors:
+            texts = self._config.texts_of(0, value, None)
+            if not texts:
+                return {}
+            assert self.embeddings is not None
+            rows = self.embeddings.embed_documents([text for _, _, text in texts])
+            return self._config.by_op(texts, self._config.checked(rows, len(texts))).get(0, {})
+
+        return self._steps.update(namespace, key, change, vectors_of, minutes)
+
+    def _to_embed(self, ops: Iterable[Op]) -> tuple[list[Op], list[str], list[str]]:
+        """Return a batch's ops (checked), the texts its puts index, and its queries."""
+        listed = _listed(ops)
+        texts = [text for _, _, text in self._config.texts(listed)]
+        return listed, texts, list(self._config.queries(listed).values())
+
+
+class StashpointStore(_StoreApi):
     """LangGraph's `BaseStore` over a stash: long-term memory in a bucket or folder.
 
     A `put` is one conditional PUT for a new key or one this store has read or written; a
@@ -180,8 +273,6 @@ class StashpointStore(BaseStore):
     bounds the items it keeps in memory (`KNOWN_ITEM_WEIGHT`).
     """
 
-    supports_ttl = True
-
     def __init__(
         self,
         stash: Stash,
@@ -190,16 +281,9 @@ class StashpointStore(BaseStore):
         ttl: TTLConfig | None = None,
         cache_bytes: int = KNOWN_ITEM_WEIGHT,
     ) -> None:
+        super().__init__(stash, index=index, ttl=ttl, cache_bytes=cache_bytes)
         self.stash = stash
         """The stash the items live in."""
-        self._config = _Config(index, ttl)
-        self.index_config = self._config.index
-        """The index settings (None: no semantic search)."""
-        self.ttl_config: TTLConfig = self._config.ttl
-        """The TTL settings."""
-        self.embeddings = self._config.embeddings
-        """The embedding function, as LangChain `Embeddings` (None without an index)."""
-        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE), cache_bytes)
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -234,59 +318,21 @@ class StashpointStore(BaseStore):
     def setup(self) -> None:
         """Do nothing: a stash needs no tables or migrations (kept for SQL stores' code)."""
 
-    @property
-    def steps(self) -> StoreSteps:
-        """Return the store's operations as steps."""
-        return self._steps
-
     def _run(self, steps: Steps[Any]) -> Any:
         return run_sync(steps, self.stash.driver)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run store operations in order (consecutive gets in one round)."""
-        listed = _listed(ops)
-        texts = self._config.texts(listed)
-        vectors: dict[int, dict[str, Sequence[float]]] = {}
-        if texts:
-            assert self.embeddings is not None
-            rows = self.embeddings.embed_documents([text for _, _, text in texts])
-            vectors = self._config.by_op(texts, self._config.checked(rows, len(texts)))
-        queries: dict[int, Sequence[float]] = {}
-        for position, text in self._config.queries(listed).items():
-            assert self.embeddings is not None
-            queries[position] = self._config.checked([self.embeddings.embed_query(text)], 1)[0]
-        return self._run(self._steps.batch(listed, vectors, queries, self.ttl_config))  # type: ignore[no-any-return]
+        listed, texts, queries = self._to_embed(ops)
+        embed = self.embeddings
+        rows = embed.embed_documents(texts) if texts and embed is not None else []
+        asked = [embed.embed_query(q) for q in queries] if embed is not None else []
+        return self._run(self._batch_steps(listed, rows, asked))  # type: ignore[no-any-return]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """`batch` on a worker thread."""
         listed = list(ops)
         return await asyncio.to_thread(self.batch, listed)
-
-    def put(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: dict[str, Any],
-        index: Any = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """Store an item (replacing any); see LangGraph's `BaseStore.put`."""
-        check_put_namespace(namespace)
-        super().put(namespace, key, value, index, ttl=ttl)
-
-    async def aput(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: dict[str, Any],
-        index: Any = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """Store an item (replacing any); see LangGraph's `BaseStore.aput`."""
-        check_put_namespace(namespace)
-        await super().aput(namespace, key, value, index, ttl=ttl)
 
     def update(
         self,
@@ -304,18 +350,7 @@ class StashpointStore(BaseStore):
         returns the new value, or None to write nothing. Returns the item saved (None if
         nothing was written).
         """
-        check_put_namespace(namespace)
-        minutes = check_ttl(self.ttl_config.get("default_ttl") if ttl is NOT_PROVIDED else ttl)
-
-        def vectors_of(value: dict[str, Any]) -> Vectors:
-            texts = self._config.texts_of(0, value, None)
-            if not texts:
-                return {}
-            assert self.embeddings is not None
-            rows = self.embeddings.embed_documents([text for _, _, text in texts])
-            return self._config.by_op(texts, self._config.checked(rows, len(texts))).get(0, {})
-
-        found = self._run(self._steps.update(namespace, key, change, vectors_of, minutes))
+        found = self._run(self._update_steps(namespace, key, change, ttl))
         return None if found is None else found.as_item()
 
     def sweep_ttl(self) -> int:
@@ -377,14 +412,12 @@ class StashpointStore(BaseStore):
         return True
 
 
-class AsyncStashpointStore(BaseStore):
+class AsyncStashpointStore(_StoreApi):
     """The asyncio twin of `StashpointStore`, over an `AsyncStash`.
 
     Its blocking methods may be called from other threads while its event loop runs; from
     the loop's own thread they raise (await the `a...` methods there).
     """
-
-    supports_ttl = True
 
     def __init__(
         self,
@@ -394,16 +427,9 @@ class AsyncStashpointStore(BaseStore):
         ttl: TTLConfig | None = None,
         cache_bytes: int = KNOWN_ITEM_WEIGHT,
     ) -> None:
+        super().__init__(stash, index=index, ttl=ttl, cache_bytes=cache_bytes)
         self.stash = stash
         """The stash the items live in."""
-        self._config = _Config(index, ttl)
-        self.index_config = self._config.index
-        """The index settings (None: no semantic search)."""
-        self.ttl_config: TTLConfig = self._config.ttl
-        """The TTL settings."""
-        self.embeddings = self._config.embeddings
-        """The embedding function, as LangChain `Embeddings` (None without an index)."""
-        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE), cache_bytes)
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             """The event loop blocking calls are handed to (the one it was made on)."""
@@ -440,11 +466,6 @@ class AsyncStashpointStore(BaseStore):
         """Do nothing: a stash needs no tables or migrations (awaitable, or called plainly)."""
         return _Done()
 
-    @property
-    def steps(self) -> StoreSteps:
-        """Return the store's operations as steps."""
-        return self._steps
-
     async def _arun(self, steps: Steps[Any]) -> Any:
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
@@ -452,50 +473,16 @@ class AsyncStashpointStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run store operations in order (consecutive gets in one round)."""
-        listed = _listed(ops)
-        texts = self._config.texts(listed)
-        vectors: dict[int, dict[str, Sequence[float]]] = {}
-        if texts:
-            assert self.embeddings is not None
-            rows = await self.embeddings.aembed_documents([text for _, _, text in texts])
-            vectors = self._config.by_op(texts, self._config.checked(rows, len(texts)))
-        queries: dict[int, Sequence[float]] = {}
-        for position, text in self._config.queries(listed).items():
-            assert self.embeddings is not None
-            row = await self.embeddings.aembed_query(text)
-            queries[position] = self._config.checked([row], 1)[0]
-        return await self._arun(self._steps.batch(listed, vectors, queries, self.ttl_config))  # type: ignore[no-any-return]
+        listed, texts, queries = self._to_embed(ops)
+        embed = self.embeddings
+        rows = await embed.aembed_documents(texts) if texts and embed is not None else []
+        asked = [await embed.aembed_query(q) for q in queries] if embed is not None else []
+        return await self._arun(self._batch_steps(listed, rows, asked))  # type: ignore[no-any-return]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """`abatch`, from a thread other than the event loop's."""
         listed = list(ops)
         return on_loop(self.loop, lambda: self.abatch(listed), type(self).__name__)  # type: ignore[no-any-return]
-
-    async def aput(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: dict[str, Any],
-        index: Any = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """Store an item (replacing any); see LangGraph's `BaseStore.aput`."""
-        check_put_namespace(namespace)
-        await super().aput(namespace, key, value, index, ttl=ttl)
-
-    def put(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: dict[str, Any],
-        index: Any = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """Store an item (replacing any), from a thread other than the event loop's."""
-        check_put_namespace(namespace)
-        super().put(namespace, key, value, index, ttl=ttl)
 
     async def aupdate(
         self,
@@ -506,18 +493,7 @@ class AsyncStashpointStore(BaseStore):
         ttl: float | NotProvided | None = NOT_PROVIDED,
     ) -> Item | None:
         """`StashpointStore.update`, awaited (embeddings by the index's blocking function)."""
-        check_put_namespace(namespace)
-        minutes = check_ttl(self.ttl_config.get("default_ttl") if ttl is NOT_PROVIDED else ttl)
-
-        def vectors_of(value: dict[str, Any]) -> Vectors:
-            texts = self._config.texts_of(0, value, None)
-            if not texts:
-                return {}
-            assert self.embeddings is not None
-            rows = self.embeddings.embed_documents([text for _, _, text in texts])
-            return self._config.by_op(texts, self._config.checked(rows, len(texts))).get(0, {})
-
-        found = await self._arun(self._steps.update(namespace, key, change, vectors_of, minutes))
+        found = await self._arun(self._update_steps(namespace, key, change, ttl))
         return None if found is None else found.as_item()
 
     async def asweep_ttl(self) -> int:
