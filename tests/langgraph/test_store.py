@@ -18,6 +18,7 @@ from langgraph.store.base import InvalidNamespaceError
 
 import stashpoint
 from stashpoint.clock import FakeClock
+from stashpoint.langgraph import StashpointStore
 from stashpoint.langgraph.items import item_id
 from stashpoint.steps import run_sync
 from stashpoint.stores.layout import LANGGRAPH_STORE
@@ -25,6 +26,7 @@ from stashpoint.stores.objects import DeleteObject, GetObject, PutObject
 from tests.crashes import Crash, crash_at
 from tests.langgraph.conftest import StoreKit
 from tests.meter import Meter
+from tests.purging import holding
 
 NS = ("memories", "user-1")
 
@@ -383,3 +385,24 @@ def test_purge_erases_one_users_items_whole(store_kit: StoreKit) -> None:
     assert len(store.search(other)) == 3
     store.put(NS, "m0", {"after": "purge"})  # the user's new memories are stored again
     assert store.get(NS, "m0").value == {"after": "purge"}
+
+
+def test_items_are_sealed_by_the_stash_encryption(
+    local_encrypted_url: tuple[str, dict[str, Any]],
+) -> None:
+    """The store's items go through the stash's one write path: sealed like every object."""
+    url, options = local_encrypted_url
+    with stashpoint.open(url, **options) as stash:
+        store = StashpointStore(stash)
+        store.put(NS, "k", {"secret": "s3cr3t-memory"})
+        store.update(NS, "k", lambda v: {**(v or {}), "more": "s3cr3t-update"})
+    with stashpoint.open(url) as raw:  # no keys: the stored bytes as they are
+        assert holding(raw, ("s3cr3t-memory", "s3cr3t-update")) == []  # no version in clear
+        assert holding(raw, "langgraph.item", "langgraph-store/") == []  # not even its kind
+    with stashpoint.open(url, **options) as stash:
+        assert StashpointStore(stash).get(NS, "k").value == {
+            "secret": "s3cr3t-memory",
+            "more": "s3cr3t-update",
+        }
+    with stashpoint.open(url) as without_keys, pytest.raises(stashpoint.StashpointError):
+        StashpointStore(without_keys).get(NS, "k")  # a typed error, never the bytes
