@@ -1,4 +1,4 @@
-"""LangGraph saver fixtures: every backend, both saver classes."""
+"""LangGraph fixtures: the savers and the store on every backend, with both drivers."""
 
 from __future__ import annotations
 
