@@ -112,6 +112,29 @@ def test_bad_input_is_refused_with_typed_errors(store_kit: StoreKit) -> None:
     assert store.search(("memories",)) == []  # nothing was stored by any of them
 
 
+def test_bad_settings_are_refused_with_typed_errors(memory_url: tuple[str, Any]) -> None:
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    with stashpoint.open(memory_url[0]) as stash:
+        for settings in [
+            {"index": "not a dict"},
+            {"index": {"dims": 2}},  # no embed function
+            {"index": {"embed": "openai:text-embedding-3-small"}},  # LangChain not installed
+            {"index": {"embed": embed, "dims": 0}},
+            {"index": {"embed": embed, "fields": "text"}},
+            {"ttl": {"default_ttl": -5}},
+            {"ttl": 10},
+            {"cache_bytes": 0},
+        ]:
+            with pytest.raises(stashpoint.ConfigurationError):
+                StashpointStore(stash, **settings)
+        wrong = StashpointStore(stash, index={"embed": embed, "dims": 3})
+        with pytest.raises(stashpoint.ConfigurationError, match="dimensions"):
+            wrong.put(NS, "k", {"text": "hello"})  # what the function returns is checked
+        assert wrong.get(NS, "k") is None  # and nothing was stored
+
+
 def test_filters_compare_like_langgraph_stores(store_kit: StoreKit) -> None:
     store = store_kit.store()
     store.put(NS, "a", {"n": 1, "tag": "x", "flag": True, "user": {"age-group": "adult"}})

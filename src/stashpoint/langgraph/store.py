@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -37,7 +37,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from stashpoint.errors import ConfigurationError, described
+from stashpoint.errors import ConfigurationError, InvalidArgument, described
 from stashpoint.langgraph.items import check_namespace, check_ttl, namespace_prefix_id
 from stashpoint.langgraph.loop import on_loop
 from stashpoint.langgraph.store_steps import (
@@ -69,23 +69,40 @@ class _Config:
     """A store's index and TTL settings, and the work done before its steps run."""
 
     def __init__(self, index: IndexConfig | None, ttl: TTLConfig | None) -> None:
+        for name, given in (("index", index), ("ttl", ttl)):
+            if given is not None and not isinstance(given, Mapping):
+                raise ConfigurationError(
+                    f"{name} is a dict (LangGraph's config), not {described(given)}"
+                )
         self.index = None if index is None else dict(index)
         self.ttl: TTLConfig = dict(ttl or {})  # type: ignore[assignment]
         if ttl is not None:
-            check_ttl(self.ttl.get("default_ttl"))
+            try:
+                check_ttl(self.ttl.get("default_ttl"))
+            except InvalidArgument as exc:
+                raise ConfigurationError(f"ttl default_ttl: {exc}") from None
         self.embeddings = None
         self.fields: list[tuple[str, Any]] = []
         if index is not None:
             if "embed" not in index:
                 raise ConfigurationError("an index config names its embed function ('embed')")
-            self.embeddings = ensure_embeddings(index["embed"])
+            try:
+                self.embeddings = ensure_embeddings(index["embed"])
+            except (ImportError, TypeError, ValueError) as exc:
+                # A provider string needs LangChain's `init_embeddings` (and its package).
+                raise ConfigurationError(f"index embed cannot be used: {exc}") from None
             dims = index.get("dims")
             if dims is not None and (type(dims) is not int or dims < 1):
                 raise ConfigurationError(f"index dims is an int >= 1, not {described(dims)}")
-            self.fields = [
-                (path, path if path == "$" else tokenize_path(path))
-                for path in (index.get("fields") or ["$"])
-            ]
+            fields = index.get("fields") or ["$"]
+            if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+                raise ConfigurationError(f"index fields is a list of str, not {described(fields)}")
+            try:
+                self.fields = [
+                    (path, path if path == "$" else tokenize_path(path)) for path in fields
+                ]
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(f"index fields cannot be read: {exc}") from None
 
     def texts(self, ops: Sequence[Op]) -> list[tuple[int, str, str]]:
         """Return `(op index, vector path, text)` for every field the puts index."""
