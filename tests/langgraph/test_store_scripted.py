@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("langgraph.store.base")
 
-from stashpoint import Envelope
+from stashpoint import CheckpointConflict, Envelope
 from stashpoint.codec import Codec
 from stashpoint.langgraph.items import KIND, SCHEMA_VERSION, StoredItem, item_id
 from stashpoint.langgraph.store_steps import StoreSteps
@@ -138,3 +138,17 @@ def test_an_update_of_an_absent_item_creates_it() -> None:
     found = script.run(_steps().update(NS, "k", lambda v: {"n": 1}, lambda value: {}, None))
     assert found is not None and found.item.value == {"n": 1}
     assert [p.condition for p in script.puts()] == [Create()]
+
+
+def test_an_update_gives_up_after_max_attempts_lost_races() -> None:
+    theirs = _envelope({"n": 1})
+    newer = theirs.next(StoredItem(NS, "k", {"n": 2}, {}, None, None).payload())
+    lost_race = [
+        (GetObject, _body(theirs, "etag-1")),
+        (PutObject, REFUSED),  # another writer saved first
+        (HeadObject, _head(newer, "etag-2")),
+    ]
+    script = Script(lost_race * 2)
+    with pytest.raises(CheckpointConflict):
+        script.run(_steps().update(NS, "k", lambda v: {"n": 9}, lambda value: {}, None, 2))
+    assert len(script.puts()) == 2  # two attempts, as asked, then the typed conflict

@@ -18,6 +18,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +167,21 @@ class _Config:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A batch, checked, with what must be embedded before its steps run (found once)."""
+
+    ops: list[Op]
+    texts: list[tuple[int, str, str]]
+    """`(op index, vector path, text)` of every field its puts index."""
+    queries: dict[int, str]
+    """The query text of each search that has one, by op index."""
+
+    def documents(self) -> list[str]:
+        """Return the texts to embed as documents, in order."""
+        return [text for _, _, text in self.texts]
+
+
 def _purge_selector(namespace_prefix: Sequence[str], older_than: timedelta | None) -> Selector:
     """Return the purge selector of every item under a namespace prefix."""
     prefix = namespace_prefix_id(check_namespace(namespace_prefix, what="namespace prefix"))
@@ -239,15 +255,13 @@ class _StoreApi(BaseStore):
         await super().aput(namespace, key, value, index, ttl=ttl)
 
     def _batch_steps(
-        self, listed: list[Op], rows: Sequence[Sequence[float]], queries: Sequence[Sequence[float]]
+        self, plan: _Plan, rows: Sequence[Sequence[float]], queries: Sequence[Sequence[float]]
     ) -> Steps[list[Result]]:
         """Return the steps of a batch, given the embeddings of its texts and queries."""
-        texts = self._config.texts(listed)
-        vectors = self._config.by_op(texts, self._config.checked(rows, len(texts)))
-        asked = self._config.queries(listed)
-        embedded = self._config.checked(queries, len(asked))
-        by_query = dict(zip(asked, embedded, strict=True))
-        return self._steps.batch(listed, vectors, by_query, self.ttl_config)
+        vectors = self._config.by_op(plan.texts, self._config.checked(rows, len(plan.texts)))
+        embedded = self._config.checked(queries, len(plan.queries))
+        by_query = dict(zip(plan.queries, embedded, strict=True))
+        return self._steps.batch(plan.ops, vectors, by_query, self.ttl_config)
 
     def _update_steps(
         self,
@@ -255,8 +269,11 @@ class _StoreApi(BaseStore):
         key: str,
         change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
         ttl: float | NotProvided | None,
+        max_attempts: int | None,
     ) -> Steps[Found | None]:
         """Return the steps of `update` (its embeddings by the index's blocking function)."""
+        if max_attempts is not None and (type(max_attempts) is not int or max_attempts < 1):
+            raise InvalidArgument(f"max_attempts is an int >= 1, not {described(max_attempts)}")
         check_put_namespace(namespace)
         minutes = check_ttl(self.ttl_config.get("default_ttl") if ttl is NOT_PROVIDED else ttl)
 
@@ -268,13 +285,12 @@ class _StoreApi(BaseStore):
             rows = self.embeddings.embed_documents([text for _, _, text in texts])
             return self._config.by_op(texts, self._config.checked(rows, len(texts))).get(0, {})
 
-        return self._steps.update(namespace, key, change, vectors_of, minutes)
+        return self._steps.update(namespace, key, change, vectors_of, minutes, max_attempts)
 
-    def _to_embed(self, ops: Iterable[Op]) -> tuple[list[Op], list[str], list[str]]:
-        """Return a batch's ops (checked), the texts its puts index, and its queries."""
+    def _to_embed(self, ops: Iterable[Op]) -> _Plan:
+        """Return a batch's ops (checked) with the texts its puts index and its queries."""
         listed = _listed(ops)
-        texts = [text for _, _, text in self._config.texts(listed)]
-        return listed, texts, list(self._config.queries(listed).values())
+        return _Plan(listed, self._config.texts(listed), self._config.queries(listed))
 
 
 class StashpointStore(_StoreApi):
@@ -340,11 +356,11 @@ class StashpointStore(_StoreApi):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run store operations in order (consecutive gets in one round)."""
-        listed, texts, queries = self._to_embed(ops)
-        embed = self.embeddings
+        plan = self._to_embed(ops)
+        embed, texts = self.embeddings, plan.documents()
         rows = embed.embed_documents(texts) if texts and embed is not None else []
-        asked = [embed.embed_query(q) for q in queries] if embed is not None else []
-        return self._run(self._batch_steps(listed, rows, asked))  # type: ignore[no-any-return]
+        asked = [embed.embed_query(q) for q in plan.queries.values()] if embed else []
+        return self._run(self._batch_steps(plan, rows, asked))  # type: ignore[no-any-return]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """`batch` on a worker thread."""
@@ -358,6 +374,7 @@ class StashpointStore(_StoreApi):
         change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
         *,
         ttl: float | NotProvided | None = NOT_PROVIDED,
+        max_attempts: int | None = None,
     ) -> Item | None:
         """Replace an item with `change(current value or None)`; no concurrent update is lost.
 
@@ -365,9 +382,10 @@ class StashpointStore(_StoreApi):
         new facts) that retries on the fresh value when another writer saved first, so two
         writers never both start from the same value. `change` may run several times; it
         returns the new value, or None to write nothing. Returns the item saved (None if
-        nothing was written).
+        nothing was written). After `max_attempts` lost races (default
+        `store_steps.UPDATE_ATTEMPTS`, 64) the last `CheckpointConflict` is raised.
         """
-        found = self._run(self._update_steps(namespace, key, change, ttl))
+        found = self._run(self._update_steps(namespace, key, change, ttl, max_attempts))
         return None if found is None else found.as_item()
 
     def sweep_ttl(self) -> int:
@@ -490,11 +508,11 @@ class AsyncStashpointStore(_StoreApi):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run store operations in order (consecutive gets in one round)."""
-        listed, texts, queries = self._to_embed(ops)
-        embed = self.embeddings
+        plan = self._to_embed(ops)
+        embed, texts = self.embeddings, plan.documents()
         rows = await embed.aembed_documents(texts) if texts and embed is not None else []
-        asked = [await embed.aembed_query(q) for q in queries] if embed is not None else []
-        return await self._arun(self._batch_steps(listed, rows, asked))  # type: ignore[no-any-return]
+        asked = [await embed.aembed_query(q) for q in plan.queries.values()] if embed else []
+        return await self._arun(self._batch_steps(plan, rows, asked))  # type: ignore[no-any-return]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """`abatch`, from a thread other than the event loop's."""
@@ -508,9 +526,10 @@ class AsyncStashpointStore(_StoreApi):
         change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
         *,
         ttl: float | NotProvided | None = NOT_PROVIDED,
+        max_attempts: int | None = None,
     ) -> Item | None:
         """`StashpointStore.update`, awaited (embeddings by the index's blocking function)."""
-        found = await self._arun(self._update_steps(namespace, key, change, ttl))
+        found = await self._arun(self._update_steps(namespace, key, change, ttl, max_attempts))
         return None if found is None else found.as_item()
 
     async def asweep_ttl(self) -> int:

@@ -62,6 +62,11 @@ KNOWN_ITEM_WEIGHT = 64 * 1024 * 1024
 (`cache_bytes=`), so that a search lists the namespace and GETs only the items that
 changed since it last read them (the listing's ETags tell), and a put of a known item is
 one PUT. About 30,000 items of 1,536-dimension vectors; raise it for larger namespaces."""
+UPDATE_ATTEMPTS = 64
+"""Lost races an `update` retries before it raises `CheckpointConflict`, with the retry
+policy's back-off (capped at its `max_delay`): a read-modify-write is what many writers
+race on, so it gets more than a single save's attempts (16 writers on one key on SeaweedFS
+used up the policy's 8 now and then)."""
 READ_WIDTH = 64
 """Items a search reads in one round (at most `PARALLEL_WIDTH` of them in flight at once)."""
 
@@ -328,11 +333,14 @@ class StoreSteps:
         change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
         vectors_of: Callable[[dict[str, Any]], Vectors],
         ttl_minutes: float | None,
+        max_attempts: int | None = None,
     ) -> Steps[Found | None]:
         """Replace an item by `change(current value)` (None: absent), retrying lost races.
 
         `change` runs again on the fresh value after every lost race, so no concurrent
-        update is lost; returning None deletes nothing and writes nothing.
+        update is lost; returning None deletes nothing and writes nothing. After
+        `max_attempts` lost races (default `UPDATE_ATTEMPTS`) the last `CheckpointConflict`
+        is raised.
         """
         object_id = item_id(check_put_namespace(namespace, public=False), key)
         now = yield from ask(Now())
@@ -346,7 +354,8 @@ class StoreSteps:
             vectors = {path: vector_of(vector) for path, vector in vectors_of(value).items()}
             return StoredItem(namespace, key, value, vectors, ttl_minutes, expiry(now, ttl_minutes))
 
-        return (yield from self._save(object_id, changed, create=True))
+        attempts = UPDATE_ATTEMPTS if max_attempts is None else max_attempts
+        return (yield from self._save(object_id, changed, create=True, max_attempts=attempts))
 
     def _save(
         self,
@@ -355,6 +364,7 @@ class StoreSteps:
         *,
         create: bool,
         blind: bool = False,
+        max_attempts: int | None = None,
     ) -> Steps[Found | None]:
         """Save an item: update the head, or create the item where there is none.
 
@@ -364,8 +374,10 @@ class StoreSteps:
         sees the stored value. An update that finds the item deleted meanwhile creates it
         again (when `create`). Both go through the one compare-and-swap engine: a lost
         race is retried on the fresh head, an ambiguous outcome judged by its write id.
+        `max_attempts`: lost races before the last conflict is raised (default: the
+        stash's retry policy).
         """
-        attempts = self.cas.retry.max_attempts
+        attempts = max_attempts or self.cas.retry.max_attempts
         absent = blind
         for _ in range(attempts):
             known = self.known.get(object_id)
@@ -393,7 +405,10 @@ class StoreSteps:
 
             try:
                 saved = yield from self.cas.update(
-                    object_id, mutate, known=None if known is None else known.envelope
+                    object_id,
+                    mutate,
+                    known=None if known is None else known.envelope,
+                    max_attempts=attempts,
                 )
             except _Unchanged:
                 return None
