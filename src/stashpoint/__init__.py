@@ -43,6 +43,7 @@ from stashpoint.errors import (
     Undecryptable,
     UnsafeStorage,
     UnsupportedFormat,
+    WaitTimedOut,
 )
 
 if TYPE_CHECKING:
@@ -166,6 +167,7 @@ __all__ = [
     "Stash",
     "StashpointError",
     "StepFailed",
+    "WaitTimedOut",
     "StepInterrupted",
     "Store",
     "StorageUnavailable",

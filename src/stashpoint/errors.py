@@ -67,6 +67,8 @@ class ErrorKind(StrEnum):
     """The tenant's key was shredded (`purge --tenant T --shred`): its objects are gone."""
     KEY_UNAVAILABLE = "key_unavailable"
     """The key service refused or could not be reached (KMS access denied, a disabled key)."""
+    WAIT_TIMED_OUT = "wait_timed_out"
+    """A durable run's wait for an outside event (`wait_for`) ran out of time first."""
 
 
 def described(value: object) -> str:
@@ -355,7 +357,7 @@ class RunSuspended(StashpointError):
         self.until = until
         """When the run is due again (None: at once, in a new invocation)."""
         self.reason = reason
-        """Why: `wait`, `retry` or `deadline`."""
+        """Why: `wait`, `event` (`wait_for`), `retry` or `deadline`."""
         when = "now, in a new invocation" if until is None else f"at {until.isoformat()}"
         super().__init__(f"run suspended ({reason}): run it again {when}", object_name=run_id)
 
@@ -390,6 +392,26 @@ class StepFailed(StashpointError):
         super().__init__(
             f"step {step!r} failed {attempts} times, its last error: {error}",
             object_name=run_id,
+        )
+
+
+class WaitTimedOut(StashpointError):
+    """A durable run's `wait_for(name, timeout=...)` ended without its event.
+
+    Recorded as the wait's outcome: every replay raises it again at the same point (a
+    signal that arrives later is kept but does not change it). Catch it to go on without
+    the event, or let it fail the run.
+    """
+
+    kind = ErrorKind.WAIT_TIMED_OUT
+
+    def __init__(self, run_id: str, *, name: str, timeout_at: datetime) -> None:
+        self.name = name
+        """The event waited for."""
+        self.timeout_at = timeout_at
+        """When the wait ran out."""
+        super().__init__(
+            f"the wait for {name!r} timed out at {timeout_at.isoformat()}", object_name=run_id
         )
 
 

@@ -158,3 +158,28 @@ def test_the_demo_reports_in_json(tmp_path: Path) -> None:
     url = f"local://{tmp_path / 'demo'}"
     report = _valid("demo", cli("demo", "--items", "40", "--json", url=url).stdout)
     assert report["ok"] and report["processed"] == 40
+
+
+def test_signals_and_callback_redemptions_validate(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        run = stash.runs.durable("approve-1")
+        token = run.callback("approval")
+        with pytest.raises(stashpoint.RunSuspended):
+            run.wait_for("approval")
+        stash.runs.create_run("durable", run_id="early")
+    sent = cli(
+        "runs", "signal", "early", "go", "--payload", '{"n": 1}', "--id", "d1", "--json", url=url
+    ).stdout
+    assert _valid("runs-signal", sent) == {
+        "run_id": "early", "name": "go", "signal_id": "d1", "duplicate": False, "woke": False,
+    }  # fmt: skip
+    redeemed = _valid("runs-redeem", cli("runs", "redeem", token, "--json", url=url).stdout)
+    assert (redeemed["run_id"], redeemed["woke"]) == ("approve-1", True)
+    due = cli("runs", "due", "--json", url=url).stdout
+    assert "approve-1" in due
+    assert "delivered before" in cli("runs", "redeem", token, url=url).stdout
+    with stashpoint.open(url) as stash:
+        again = stash.runs.durable("approve-1")
+        assert again.callback("approval") == token  # replayed in order
+        assert again.wait_for("approval") is None  # no payload: null

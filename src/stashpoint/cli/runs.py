@@ -359,6 +359,93 @@ def runs_resolve(
         output.say(f"{safe(run_id)}: step {safe(step)} needs nothing (done or never run)")
 
 
+def _payload(text: str | None) -> Any:
+    import json
+
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
+
+
+def _receipt(output: Any, receipt: Any, as_json: bool) -> None:
+    from stashpoint.cli.safe import safe
+
+    if as_json:
+        output.emit(
+            {
+                "run_id": receipt.run_id,
+                "name": receipt.name,
+                "signal_id": receipt.signal_id,
+                "duplicate": receipt.duplicate,
+                "woke": receipt.woke,
+            }
+        )
+        return
+    what = f"{safe(receipt.run_id)}: event {safe(receipt.name)}"
+    if receipt.duplicate:
+        output.say(f"{what} was delivered before with this id; nothing changed")
+    elif receipt.woke:
+        output.say(f"{what} delivered; the run is due now (stashpoint runs due)")
+    else:
+        output.say(f"{what} delivered and kept until the run waits for it")
+
+
+Payload = Annotated[
+    str | None,
+    typer.Option("--payload", metavar="JSON", help="The event's JSON payload (default null)."),
+]
+
+
+@app.command("signal")
+def runs_signal(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="Run id.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The event's name.")],
+    payload: Payload = None,
+    signal_id: Annotated[
+        str | None,
+        typer.Option("--id", metavar="ID", help="Delivery id: the same id again is one signal."),
+    ] = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Deliver event NAME to a durable run waiting for it (`run.wait_for(NAME)`).
+
+    Kept if the run does not wait yet; a waiting run is due at once (`stashpoint runs
+    due`). A finished run is terminal_state, an unknown one not_found.
+    """
+    from stashpoint.cli.output import Output
+
+    output = Output(as_json=as_json)
+    value = _payload(payload)
+    with open_stash(url) as stash:
+        receipt = stash.runs.signal(run_id, name, value, signal_id=signal_id)
+    _receipt(output, receipt, as_json)
+
+
+@app.command("redeem")
+def runs_redeem(
+    token: Annotated[str, typer.Argument(metavar="TOKEN", help="A `run.callback()` token.")],
+    payload: Payload = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Deliver the event of a callback token (`run.callback(NAME)`), without the run id.
+
+    Redeeming a token again is the same signal. A token the run did not make is
+    invalid_argument.
+    """
+    from stashpoint.cli.output import Output
+
+    output = Output(as_json=as_json)
+    value = _payload(payload)
+    with open_stash(url) as stash:
+        receipt = stash.runs.redeem(token, value)
+    _receipt(output, receipt, as_json)
+
+
 @app.command("takeover")
 def runs_takeover(
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="Run id.")],

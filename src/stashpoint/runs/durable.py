@@ -48,8 +48,11 @@ from stashpoint.errors import (
     StepFailed,
     StepInterrupted,
     TerminalStateConflict,
+    WaitTimedOut,
     described,
 )
+from stashpoint.runs import callbacks
+from stashpoint.runs.models import Signal
 from stashpoint.runs.operations import RunOperations, RunRead
 from stashpoint.status import AttemptStatus, RunStatus
 from stashpoint.steps import Call, Now, Parallel, Sleep, Steps, ask
@@ -147,6 +150,23 @@ def _captured(fn: Any, *args: Any) -> Any:
     return True, result
 
 
+_TIMED_OUT = "WaitTimedOut: the wait ran out at"
+"""How a timed-out `wait_for` is recorded (the error of its failed attempt)."""
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _moment_of(text: str) -> datetime | None:
+    """Parse a recorded timezone-aware moment; None if it is not one."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name or "[" in name:
         raise InvalidArgument(f"a step name is a non-empty str without '[', not {described(name)}")
@@ -197,6 +217,8 @@ class _DurableApi:
         self._tries: dict[str, int] = {}
         self._asked: set[str] = set()
         self._stopped: RunSuspended | RunClaimed | None = None
+        self._signals: dict[str, Signal] = {}  # events delivered, as the run was read
+        self._waiting_for: str | None = None
         self._step_seconds: list[float] = []
         self._ran = False
 
@@ -248,6 +270,8 @@ class _DurableApi:
                 read = yield from self._read_again()
         state = read.state
         self._waiting = state.status is RunStatus.WAITING
+        self._waiting_for = state.waiting_for if self._waiting else None
+        self._signals = dict(state.signals)
         for record in state.attempts:
             step = _step_of(record.node_id)
             self._ordered(step)
@@ -558,6 +582,144 @@ class _DurableApi:
             yield from self._wake()
             return
         yield from self._suspend(wake, "wait")
+
+    @operation
+    def wait_for(self, name: str, *, timeout: float | timedelta | None = None) -> Steps[Any]:
+        """Wait for event `name` from outside; return its JSON payload (step `name`).
+
+        The event is delivered by `stash.runs.signal(run_id, name, payload)`, by
+        `stashpoint runs signal RUN NAME --json ...`, or by redeeming a `callback(name)`
+        token. Sent before the wait, it is kept for it. Until it arrives the run is
+        suspended (status `waiting`; `RunSuspended`, reason `event`): return from the
+        handler; the event makes the run due (`list_due`), and the next invocation's
+        `wait_for` returns the payload. With `timeout` (seconds or a timedelta, counted
+        from the first call, as recorded), the run is due then too and the wait raises
+        `WaitTimedOut`, on that replay and every later one. Of an event and a timeout that
+        race, the one the run's log takes first is the outcome, recorded once.
+        """
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 <= timeout <= MAX_WAIT_SECONDS
+        ):
+            raise InvalidArgument(f"timeout must be seconds >= 0, not {described(timeout)}")
+        last = yield from self._replay(name)
+        waiting = False
+        timeout_at: datetime | None = None
+        if last is not None:
+            kind, value = self._recorded_event(name, last)
+            if kind == "delivered":
+                return self._payload(name)
+            if kind == "timed_out":
+                raise WaitTimedOut(self.run_id, name=name, timeout_at=value)
+            if kind == "waiting":
+                waiting, timeout_at = True, value
+        self._require_open(name)
+        self._ordered(name)
+        now = yield from self._now()
+        if not waiting and timeout is not None:
+            timeout_at = now + timedelta(seconds=timeout)
+        if name not in self._signals:
+            if waiting and timeout_at is not None and now >= timeout_at:
+                self._tries[name] = self._tries.get(name, 0) + 1
+                error = f"{_TIMED_OUT} {timeout_at.isoformat()}"
+                if (yield from self._ops.time_out_wait(
+                    self.run_id, name, self._tries[name], error
+                )):  # fmt: skip
+                    self._waiting = False
+                    self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, now)
+                    raise WaitTimedOut(self.run_id, name=name, timeout_at=timeout_at)
+            elif waiting and self._waiting and self._waiting_for == name:
+                raise self._stop(RunSuspended(self.run_id, until=timeout_at, reason="event"))
+            else:
+                self._tries[name] = self._tries.get(name, 0) + 1
+                if (yield from self._ops.await_signal(
+                    self.run_id, name, self._tries[name], timeout_at
+                )):  # fmt: skip
+                    self._waiting, self._waiting_for = True, name
+                    output = {"waiting_for": name, "timeout_at": _iso(timeout_at)}
+                    self._last[name] = _Outcome(AttemptStatus.COMPLETED, output, None)
+                    raise self._stop(RunSuspended(self.run_id, until=timeout_at, reason="event"))
+            # The event arrived since the run was read: take it.
+            read = yield from self._read_again()
+            self._signals = dict(read.state.signals)
+        signal = self._signals[name]
+        self._tries[name] = self._tries.get(name, 0) + 1
+        output = {"event": name, "signal_id": signal.signal_id}
+        yield from self._ops.record_ended_attempt(
+            self.run_id, name, self._tries[name], {"wait_for": name}, started_at=now,
+            output=output,
+        )  # fmt: skip
+        self._waiting = False
+        self._last[name] = _Outcome(AttemptStatus.COMPLETED, output, None)
+        return signal.payload
+
+    def _payload(self, name: str) -> Any:
+        """Return the payload of the event a recorded wait took."""
+        signal = self._signals.get(name)
+        if signal is None:
+            raise NondeterministicReplay(
+                self.run_id, position=self._order.get(name, 0),
+                recorded=f"{name} (an event the run does not hold)", asked=f"{name} (a wait_for)",
+            )  # fmt: skip
+        return signal.payload
+
+    def _recorded_event(self, name: str, last: _Outcome) -> tuple[str, Any]:
+        """Return what a recorded `wait_for` step says: delivered, timed out, or waiting."""
+        output = last.output if isinstance(last.output, dict) else {}
+        error = last.error or ""
+        if last.status is AttemptStatus.FAILED and error.startswith(_TIMED_OUT):
+            at = _moment_of(error[len(_TIMED_OUT) :].strip())
+            if at is not None:
+                return "timed_out", at
+        elif last.status is AttemptStatus.COMPLETED and output.get("event") == name:
+            return "delivered", None
+        elif last.status is AttemptStatus.COMPLETED and output.get("waiting_for") == name:
+            raw = output.get("timeout_at")
+            at = None if raw is None else _moment_of(str(raw))
+            if raw is None or at is not None:
+                return "waiting", at
+        elif last.status is not AttemptStatus.COMPLETED:
+            return "new", None  # a failed or cut-off record of the step: wait anew
+        raise NondeterministicReplay(
+            self.run_id, position=self._order.get(name, 0),
+            recorded=f"{name} (not a wait_for)", asked=f"{name} (a wait_for)",
+        )  # fmt: skip
+
+    @operation
+    def callback(self, name: str) -> Steps[str]:
+        """Return a token that delivers event `name` to this run when redeemed.
+
+        Hand it to another system (an approval service, a webhook's sender): it calls
+        `stash.runs.redeem(token, payload)` (or `stashpoint runs redeem TOKEN --json ...`)
+        without knowing the run id, and `wait_for(name)` returns the payload. Recorded as
+        step `callback:{name}`, so every replay returns the same token; a token this run
+        did not make is refused. Redeeming it again is the same signal (idempotent).
+        """
+        step = callbacks.step_name(_check_name(name))
+        last = yield from self._replay(step)
+        if last is not None and last.status is AttemptStatus.COMPLETED:
+            token = last.output.get("token") if isinstance(last.output, dict) else None
+            if not isinstance(token, str):
+                raise NondeterministicReplay(
+                    self.run_id, position=self._order.get(step, 0),
+                    recorded=f"{step} (not a callback)", asked=f"{step} (a callback)",
+                )  # fmt: skip
+            return token
+        self._require_open(step)
+        self._ordered(step)
+        token = callbacks.new_token(self.run_id, name)
+        self._tries[step] = self._tries.get(step, 0) + 1
+        now = yield from self._now()
+        yield from self._ops.record_ended_attempt(
+            self.run_id, step, self._tries[step], {"callback": name}, started_at=now,
+            output={"token": token},
+        )  # fmt: skip
+        self._waiting = False  # recording an attempt wakes a waiting run
+        self._last[step] = _Outcome(AttemptStatus.COMPLETED, {"token": token}, None)
+        return token
 
     @operation
     def map(self, name: str, items: Any, fn: Any, *, max_concurrency: int = 8) -> Steps[list[Any]]:

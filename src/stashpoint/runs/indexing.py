@@ -117,6 +117,9 @@ def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, 
     wake = None if head.wake_at is None else sortable(head.wake_at)
     # Waiting runs are listed by wake time, so `list_due` reads only the due ones.
     status_order = order if wake is None else f"{wake}#{head.run_id}"
+    if wake is None and head.status is RunStatus.WAITING:
+        # Waiting for an event without a timeout: never due until the event makes it so.
+        status_order = f"{NEVER_DUE}#{head.run_id}"
     return {
         "pk": run_pk(head.run_id),
         "sk": RUN_SORT,
@@ -140,6 +143,10 @@ def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, 
         "updated_at": updated,
         "wake_at": wake,
     }
+
+
+NEVER_DUE = "~"
+"""The wake key of a waiting run with no wake time: sorts after every timestamp."""
 
 
 def due_partitions(namespace: str) -> list[str]:

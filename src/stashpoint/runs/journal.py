@@ -8,6 +8,8 @@ of one transition:
   too when an at-least-once step records it after it ran);
 - `{"op": "end", "attempt_id", "status", "finished_at", "output", "meta", "error"}`: a
   running attempt ended.
+- `{"op": "signal", "name", "signal_id", "payload", "received_at"}`: an event from outside
+  was delivered (`RunStore.signal`); the head keeps its id by name.
 
 So a transition appends O(1) bytes, however many attempts came before, and the whole run
 is the fold of its records under its latest head. Pure functions, no I/O.
@@ -37,11 +39,12 @@ from stashpoint.runs.models import (
     RunHead,
     RunningAttempt,
     RunState,
+    Signal,
     _Model,
 )
 from stashpoint.status import AttemptStatus
 
-_HEAD_ONLY = ("running", "attempt_count", "failed_count", "revision_base")
+_HEAD_ONLY = ("running", "attempt_count", "failed_count", "revision_base", "signal_ids")
 """`RunHead` fields a `RunState` does not have (it has the attempts themselves)."""
 
 
@@ -70,6 +73,11 @@ def attempt_record(record: AttemptRecord) -> dict[str, Any]:
 def end_record(end: AttemptEnd) -> dict[str, Any]:
     """Return the log record of an attempt's end."""
     return {"op": "end", **end.model_dump(mode="json")}
+
+
+def signal_record(signal: Signal) -> dict[str, Any]:
+    """Return the log record of a delivered signal."""
+    return {"op": "signal", **signal.model_dump(mode="json")}
 
 
 def row_of(record: AttemptRecord) -> AttemptRow:
@@ -131,6 +139,7 @@ def fold(head: RunHead, records: Iterable[Any], name: str) -> RunState:
     lost or gained records is refused with `InvalidPayload` naming it, never shortened.
     """
     attempts: dict[str, AttemptRecord] = {}
+    signals: dict[str, Signal] = {}
     for position, record in enumerate(records):
         where = f"{name} (record {position})"
         if not isinstance(record, Mapping):
@@ -156,6 +165,11 @@ def fold(head: RunHead, records: Iterable[Any], name: str) -> RunState:
                         object_name=where,
                     )
                 attempts[end.attempt_id] = ended(before, end)
+            elif op == "signal":
+                signal = Signal.model_validate(fields)
+                if signal.name in signals:
+                    raise InvalidPayload("signal delivered twice", object_name=where)
+                signals[signal.name] = signal
             else:
                 raise UnsupportedFormat(
                     f"unknown run record {op!r}: written by a newer stashpoint?",
@@ -170,9 +184,17 @@ def fold(head: RunHead, records: Iterable[Any], name: str) -> RunState:
             f"{head.attempt_count} ({len(head.running)} running): records are missing or extra",
             object_name=name,
         )
+    if {n: sig.signal_id for n, sig in signals.items()} != head.signal_ids:
+        raise InvalidPayload(
+            f"records hold {len(signals)} signals, the head says {len(head.signal_ids)}: "
+            "records are missing or extra",
+            object_name=name,
+        )
     fields = head.model_dump(exclude=set(_HEAD_ONLY))
     fields.update(head.model_extra or {})
-    return RunState.model_validate({**fields, "attempts": tuple(attempts.values())})
+    return RunState.model_validate(
+        {**fields, "attempts": tuple(attempts.values()), "signals": signals}
+    )
 
 
 def ended(record: AttemptRecord, end: AttemptEnd) -> AttemptRecord:

@@ -137,11 +137,27 @@ class _Run(_Model):
     trace_ctx: TraceContext | None = None
     """Trace context of the run."""
     wake_at: datetime | None = None
-    """When a waiting run is due (None unless it is waiting)."""
+    """When a waiting run is due (None unless it is waiting, or waits for an event
+    without a timeout)."""
+    waiting_for: str | None = None
+    """The event (signal name) a waiting run waits for (`DurableRun.wait_for`), else None."""
     created_at: datetime = Field(default_factory=utc_now)
     """When the run was created."""
     updated_at: datetime = Field(default_factory=utc_now)
     """When the run last changed."""
+
+
+class Signal(_Model):
+    """An event delivered to a run from outside (`RunStore.signal`), kept in its log."""
+
+    name: str
+    """The event's name: what `DurableRun.wait_for(name)` waits for."""
+    signal_id: str
+    """The sender's id of the delivery: the same id again is the same signal."""
+    payload: JsonPayload = None
+    """The JSON value sent (a blob reference when large)."""
+    received_at: datetime
+    """When the run recorded it."""
 
 
 class RunState(_Run):
@@ -149,6 +165,8 @@ class RunState(_Run):
 
     attempts: tuple[AttemptRecord, ...] = ()
     """Attempts in the order they were recorded."""
+    signals: dict[str, Signal] = Field(default_factory=dict)
+    """Events delivered to the run, by name (one per name), kept until a wait takes them."""
 
     def attempt(self, attempt_id: str) -> AttemptRecord | None:
         """Return the attempt with this id, if recorded."""
@@ -193,12 +211,30 @@ class RunHead(_Run):
     """Attempts recorded in all."""
     failed_count: int = Field(default=0, ge=0)
     """Attempts that failed."""
+    signal_ids: dict[str, str] = Field(default_factory=dict)
+    """The signals delivered, by name: their ids (payloads live in the records)."""
     epoch: int = Field(default=0, ge=0)
     """The owner epoch: `takeover` raises it, and a store that wrote under an older one is
     refused with `Fenced` (SlateDB's writer epochs over the same compare-and-swap)."""
     revision_base: int = Field(default=0, ge=0)
     """Added to the log version to give the run's revision. Format v1 keeps the field and
     this version writes 0 (runs are born as logs); a reader adds whatever is stored."""
+
+
+@dataclass(frozen=True)
+class SignalReceipt:
+    """What `RunStore.signal` did."""
+
+    run_id: str
+    """The run signalled."""
+    name: str
+    """The event's name."""
+    signal_id: str
+    """The delivery's id (the one given, or a new one)."""
+    duplicate: bool
+    """True: this id was delivered before; nothing was written."""
+    woke: bool
+    """True: the run was waiting for this event and is due now (`list_due`)."""
 
 
 class RunSummary(_Model):

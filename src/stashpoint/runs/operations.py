@@ -47,7 +47,7 @@ from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.logs.state import Known, LoggedState
 from stashpoint.progress import OnProgress, Progress, silent
 from stashpoint.retry import RetryPolicy
-from stashpoint.runs import journal, transitions
+from stashpoint.runs import callbacks, journal, transitions
 from stashpoint.runs.index import RunIndex
 from stashpoint.runs.journal import parse_head
 from stashpoint.runs.models import (
@@ -62,6 +62,7 @@ from stashpoint.runs.models import (
     RunRow,
     RunState,
     RunSummary,
+    SignalReceipt,
     TraceContext,
 )
 from stashpoint.runs.transitions import Change
@@ -201,6 +202,21 @@ def _no_run(run_id: str) -> Callable[[], RunHead]:
     return missing
 
 
+def _attempt_id(run_id: str) -> str:
+    """Return a new attempt id of `run_id` (`{run_id}~{uuid7}`)."""
+    return f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+
+
+def _signal_name(name: object) -> str:
+    """Check an event's name: a step name (non-empty, no '[')."""
+    if not isinstance(name, str) or not name or "[" in name or len(name) > 200:
+        raise InvalidArgument(
+            f"an event name is a non-empty str of at most 200 characters without '[', "
+            f"not {described(name)}"
+        )
+    return name
+
+
 class RunOperations(Generic[DurableT]):
     """The run operations, defined once as steps; see `RunStore` for what each does."""
 
@@ -298,7 +314,7 @@ class RunOperations(Generic[DurableT]):
         whose lease runs out is listed as abandoned (`list_attempts(abandoned=True)`).
         `worker` says where it runs (`stashpoint.spot.compute_identity()`).
         """
-        attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+        attempt_id = _attempt_id(run_id)
         _text(node_id, "node_id")
         if type(attempt) is not int or attempt < 0:
             raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
@@ -344,7 +360,7 @@ class RunOperations(Generic[DurableT]):
         done before it is recorded: an at-least-once step without a lease costs one write,
         and a crash before it loses only the work, which then runs again.
         """
-        attempt_id = f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+        attempt_id = _attempt_id(run_id)
         _text(node_id, "node_id")
         if type(attempt) is not int or attempt < 0:
             raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
@@ -623,6 +639,104 @@ class RunOperations(Generic[DurableT]):
         yield from self._apply(
             run_id, lambda head, now: transitions.suspend_run(head, until=wake, now=now)
         )
+
+    @operation
+    def signal(
+        self, run_id: str, name: str, payload: Any = None, *, signal_id: str | None = None
+    ) -> Steps[SignalReceipt]:
+        """Deliver event `name` with a JSON `payload` to a run (`DurableRun.wait_for`).
+
+        Kept in the run's log whether or not the run waits for it yet (a signal sent before
+        its wait is kept for it); a run waiting for it is due at once (`list_due`). One
+        signal per name: the same `signal_id` again is the same signal (`duplicate`, the
+        first payload kept); another id for a delivered name, or any signal to a finished
+        run, is `TerminalStateConflict`; an unknown run is `RunNotFound`. A large payload
+        is stored once as a blob, like a step's output.
+        """
+        validate_id(run_id, what="run id")
+        name = _signal_name(name)
+        signal_id = validate_id(new_id() if signal_id is None else signal_id, what="signal id")
+        return (yield from self._signal(run_id, name, payload, signal_id))
+
+    @operation
+    def redeem(self, token: str, payload: Any = None) -> Steps[SignalReceipt]:
+        """Deliver a `DurableRun.callback(name)` token's event with `payload`.
+
+        The token names the run and the event, so the caller needs neither; the run must
+        have recorded exactly this token (`InvalidArgument` otherwise: altered, guessed,
+        or another stash's). Redeeming a token again is the same signal (`duplicate`).
+        Otherwise as `signal`.
+        """
+        run_id, name = callbacks.parse_token(token)
+        read = yield from self._read_all(validate_id(run_id, what="run id"))
+        if read is None:
+            raise RunNotFound("the callback token's run does not exist", object_name=run_id)
+        step = callbacks.step_name(name)
+        if not any(
+            a.node_id == step and callbacks.same_token(a.output, token) for a in read[1].attempts
+        ):
+            raise InvalidArgument("the run did not make this callback token", object_name=run_id)
+        return (yield from self._signal(run_id, name, payload, callbacks.signal_id_of(token)))
+
+    def _signal(self, run_id: str, name: str, payload: Any, signal_id: str) -> Steps[SignalReceipt]:
+        known = yield from self._read(run_id)  # unknown: RunNotFound before any blob
+        if known.state.signal_ids.get(name) == signal_id:
+            return SignalReceipt(run_id, name, signal_id, duplicate=True, woke=False)
+        stored = yield from self._blobs.offload(payload, "payload", owner=run_id)
+        change = yield from self._apply_change(
+            run_id,
+            lambda head, now: transitions.deliver_signal(
+                head, name=name, signal_id=signal_id, payload=stored, now=now
+            ),
+        )
+        woke = (
+            not change.unchanged
+            and change.head.waiting_for == name
+            and (change.head.status is RunStatus.WAITING)
+        )
+        return SignalReceipt(run_id, name, signal_id, duplicate=change.unchanged, woke=woke)
+
+    def await_signal(
+        self, run_id: str, name: str, attempt: int, timeout_at: datetime | None
+    ) -> Steps[bool]:
+        """Record that step `name` waits for event `name` and suspend the run (one append).
+
+        False: the event arrived since the caller read the run (nothing was written).
+        """
+        attempt_id = _attempt_id(run_id)
+        change = yield from self._apply_change(
+            run_id,
+            lambda head, now: transitions.await_signal(
+                head, name=name, attempt_id=attempt_id, attempt=attempt,
+                timeout_at=timeout_at, now=now,
+            ),
+        )  # fmt: skip
+        return not change.unchanged
+
+    def time_out_wait(self, run_id: str, name: str, attempt: int, error: str) -> Steps[bool]:
+        """Record that the wait of step `name` timed out; False: its event arrived first."""
+        attempt_id = _attempt_id(run_id)
+        change = yield from self._apply_change(
+            run_id,
+            lambda head, now: transitions.time_out_wait(
+                head, name=name, attempt_id=attempt_id, attempt=attempt, error=error, now=now
+            ),
+        )
+        return not change.unchanged
+
+    def _apply_change(
+        self, run_id: str, transition: Callable[[RunHead, datetime], Change]
+    ) -> Steps[Change]:
+        """`_apply`, returning the change the winning try made (to tell an unchanged one)."""
+        made: list[Change] = []
+
+        def keep(head: RunHead, now: datetime) -> Change:
+            change = transition(head, now)
+            made[:] = [change]
+            return change
+
+        yield from self._apply(run_id, keep)
+        return made[-1]
 
     @operation
     def resume_run(self, run_id: str) -> Steps[None]:
@@ -992,7 +1106,13 @@ class RunOperations(Generic[DurableT]):
         snapshot = {}
         for key, value in state.state_snapshot.items():
             snapshot[key] = yield from self._blobs.resolve(value)
-        return state.model_copy(update={"attempts": tuple(attempts), "state_snapshot": snapshot})
+        signals = {}
+        for name, signal in state.signals.items():
+            payload = yield from self._blobs.resolve(signal.payload)
+            signals[name] = signal.model_copy(update={"payload": payload})
+        return state.model_copy(
+            update={"attempts": tuple(attempts), "state_snapshot": snapshot, "signals": signals}
+        )
 
 
 def summary_of(state: RunState) -> RunSummary:

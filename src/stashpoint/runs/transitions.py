@@ -19,7 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from stashpoint.errors import AttemptNotFound, Fenced, TerminalStateConflict
-from stashpoint.runs.journal import AttemptEnd, attempt_record, end_record, lease_row
+from stashpoint.runs.journal import (
+    AttemptEnd,
+    attempt_record,
+    end_record,
+    lease_row,
+    signal_record,
+)
 from stashpoint.runs.models import (
     AttemptRecord,
     AttemptRow,
@@ -27,6 +33,7 @@ from stashpoint.runs.models import (
     Interrupt,
     RunHead,
     RunningAttempt,
+    Signal,
     TraceContext,
 )
 from stashpoint.status import AttemptStatus, RunStatus
@@ -148,6 +155,7 @@ def record_attempt(
             "status": RunStatus.RUNNING,
             "interrupted": None,
             "wake_at": None,
+            "waiting_for": None,
             "updated_at": now,
         }
     )
@@ -274,14 +282,23 @@ def cancel_run(head: RunHead, *, now: datetime) -> Change:
             "status": RunStatus.CANCELLED,
             "interrupted": None,  # nothing is pending any more
             "wake_at": None,
+            "waiting_for": None,
             "updated_at": now,
         }
     )
     return Change(new, tuple(records), tuple(rows))
 
 
-def suspend_run(head: RunHead, *, until: datetime, now: datetime) -> Change:
-    """Make a running run wait until `until` (a durable wait): no attempt may be running."""
+def suspend_run(
+    head: RunHead, *, until: datetime | None, now: datetime, waiting_for: str | None = None
+) -> Change:
+    """Make a running run wait until `until` (a durable wait): no attempt may be running.
+
+    With `waiting_for`, it waits for that event (`deliver_signal` makes it due), `until`
+    being its timeout (None: none; the run is due only once the event arrives).
+    """
+    if until is None and waiting_for is None:
+        raise TerminalStateConflict("a wait needs a wake time or an event", object_name=head.run_id)
     if head.status not in (RunStatus.RUNNING, RunStatus.WAITING):
         raise TerminalStateConflict(
             f"cannot wait: run is {head.status.value}", object_name=head.run_id
@@ -290,9 +307,13 @@ def suspend_run(head: RunHead, *, until: datetime, now: datetime) -> Change:
         raise TerminalStateConflict(
             f"cannot wait: {len(head.running)} attempts are running", object_name=head.run_id
         )
-    return Change(
-        head.model_copy(update={"status": RunStatus.WAITING, "wake_at": until, "updated_at": now})
-    )
+    update = {
+        "status": RunStatus.WAITING,
+        "wake_at": until,
+        "waiting_for": waiting_for,
+        "updated_at": now,
+    }
+    return Change(head.model_copy(update=update))
 
 
 def resume_run(head: RunHead, *, now: datetime) -> Change:
@@ -301,9 +322,8 @@ def resume_run(head: RunHead, *, now: datetime) -> Change:
         raise TerminalStateConflict(
             f"cannot wake: run is {head.status.value}, not waiting", object_name=head.run_id
         )
-    return Change(
-        head.model_copy(update={"status": RunStatus.RUNNING, "wake_at": None, "updated_at": now})
-    )
+    update = {"status": RunStatus.RUNNING, "wake_at": None, "waiting_for": None, "updated_at": now}
+    return Change(head.model_copy(update=update))
 
 
 def heartbeat(head: RunHead, attempt_id: str, *, now: datetime) -> Change:
@@ -338,3 +358,74 @@ def takeover(head: RunHead, *, now: datetime, reason: str) -> Change:
         rows.append(row)
     new = current.model_copy(update={"epoch": epoch, "updated_at": now})
     return Change(new, tuple(records), tuple(rows))
+
+
+def deliver_signal(
+    head: RunHead, *, name: str, signal_id: str, payload: Any, now: datetime
+) -> Change:
+    """Keep an event from outside in the run; wake the run if it waits for it.
+
+    One signal per name: the same id again changes nothing (a retried delivery), another
+    id is a `TerminalStateConflict` (the event happened). A finished run takes none. A
+    run waiting for `name` becomes due at once (its wake time is now), so `list_due`
+    finds it; a signal sent before its wait is kept for it.
+    """
+    known = head.signal_ids.get(name)
+    if known == signal_id:
+        return Change(head, unchanged=True)
+    _require_open(head, f"signal {name!r}")
+    if known is not None:
+        raise TerminalStateConflict(
+            f"event {name!r} was delivered already (signal id {known!r})",
+            object_name=head.run_id,
+        )
+    signal = Signal(name=name, signal_id=signal_id, payload=payload, received_at=now)
+    update: dict[str, Any] = {"signal_ids": {**head.signal_ids, name: signal_id}}
+    if head.status is RunStatus.WAITING and head.waiting_for == name:
+        update["wake_at"] = now
+    update["updated_at"] = now
+    return Change(head.model_copy(update=update), (signal_record(signal),))
+
+
+def await_signal(
+    head: RunHead,
+    *,
+    name: str,
+    attempt_id: str,
+    attempt: int,
+    timeout_at: datetime | None,
+    now: datetime,
+) -> Change:
+    """Record that step `name` waits for event `name`, and suspend the run, in one change.
+
+    Unchanged (nothing written) when the event arrived since the caller read the run:
+    the caller reads it and takes the event instead of waiting.
+    """
+    if name in head.signal_ids:
+        return Change(head, unchanged=True)
+    output = {
+        "waiting_for": name,
+        "timeout_at": None if timeout_at is None else timeout_at.isoformat(),
+    }
+    recorded = record_ended_attempt(
+        head, attempt_id=attempt_id, node_id=name, attempt=attempt, input={"wait_for": name},
+        started_at=now, now=now, output=output,
+    )  # fmt: skip
+    suspended = suspend_run(recorded.head, until=timeout_at, now=now, waiting_for=name)
+    return Change(suspended.head, recorded.records, recorded.touched)
+
+
+def time_out_wait(
+    head: RunHead, *, name: str, attempt_id: str, attempt: int, error: str, now: datetime
+) -> Change:
+    """Record that the wait of step `name` timed out (a failed attempt of it).
+
+    Unchanged when the event arrived first (it is the wait's outcome, not the timeout):
+    of a signal and a timeout racing, the one the log takes first decides.
+    """
+    if name in head.signal_ids:
+        return Change(head, unchanged=True)
+    return record_ended_attempt(
+        head, attempt_id=attempt_id, node_id=name, attempt=attempt, input={"wait_for": name},
+        started_at=now, now=now, error=error,
+    )  # fmt: skip
