@@ -29,12 +29,6 @@ class FakeClock:
         self.now += timedelta(**delta)
 
 
-@pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["sqlite", "dynamodb"])
-def indexed(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    url, options = request.getfixturevalue(request.param)
-    return url, options
-
-
 def _due(stash: stashpoint.Stash, at: datetime, ns: str = "default") -> list[str]:
     return [r.run_id for r in stash.runs.list_due(at, namespace=ns).items]
 

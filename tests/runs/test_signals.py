@@ -25,25 +25,7 @@ from stashpoint import (
 )
 from stashpoint.runs import transitions
 from stashpoint.runs.models import RunHead
-
-
-class FakeClock:
-    """A clock tests move by hand."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def skip(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["sqlite", "dynamodb"])
-def indexed(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    url, options = request.getfixturevalue(request.param)
-    return url, options
+from tests.runs.test_durable_waits import FakeClock
 
 
 def _due(stash: stashpoint.Stash, at: datetime) -> list[str]:
