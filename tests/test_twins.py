@@ -2,7 +2,8 @@
 
 The pairs are found, not listed: every `Blocking` twin in the package must have an
 `Awaiting` twin named `Async{name}` (and the reverse), with the same public names, the same
-parameters and docstrings, coroutines on the asyncio side and plain methods on the other.
+parameters and docstrings, coroutines on the asyncio side and plain methods on the other
+(async generators and generators for iterators).
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def test_pair_has_the_same_methods_parameters_and_docstrings(name: str) -> None:
         )
         if same_plain_helper:
             continue  # one pure function shared by both (new, existing, loaded, next)
+        if inspect.isasyncgenfunction(async_attr):  # an iterator: a generator on the other side
+            assert inspect.isgeneratorfunction(sync_attr), f"{name}.{member} is no generator"
+            assert async_sig.return_annotation == f"Async{sync_sig.return_annotation}", member
+            continue
         assert is_async, f"Async{name}.{member} is not a coroutine function"
         assert not inspect.iscoroutinefunction(sync_attr), f"{name}.{member} is a coroutine"
         assert sync_sig.return_annotation == async_sig.return_annotation, member

@@ -35,6 +35,7 @@ from stashpoint.errors import (
     RunClaimed,
     RunNotFound,
     RunSuspended,
+    SourceChanged,
     StashpointError,
     StepFailed,
     StepInterrupted,
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         TraceContext,
     )
     from stashpoint.runs.durable import Retry, Semantics
+    from stashpoint.runs.sources import Manifest, Prefix
     from stashpoint.stash import AsyncStash, OpenOptions, Options, Stash, open, open_async
     from stashpoint.status import AttemptStatus, RunStatus
     from stashpoint.stores import AsyncStore, Store
@@ -78,6 +80,7 @@ _LAZY = {
     **dict.fromkeys(("Encryption", "KeyRule"), "stashpoint.encryption"),
     **dict.fromkeys(("AttemptStatus", "RunStatus"), "stashpoint.status"),
     "Deadline": "stashpoint.deadline",
+    **dict.fromkeys(("Manifest", "Prefix"), "stashpoint.runs.sources"),
     **dict.fromkeys(("Retry", "Semantics"), "stashpoint.runs.durable"),
     **dict.fromkeys(("AsyncLogStore", "LogEntry", "LogHead", "LogStore"), "stashpoint.logs"),
     **dict.fromkeys(
@@ -149,8 +152,10 @@ __all__ = [
     "LogEntry",
     "LogHead",
     "LogStore",
+    "Manifest",
     "OpenOptions",
     "Options",
+    "Prefix",
     "PurgeReceipt",
     "Purged",
     "Retry",
@@ -164,6 +169,7 @@ __all__ = [
     "RunStore",
     "RunSummary",
     "Semantics",
+    "SourceChanged",
     "Stash",
     "StashpointError",
     "StepFailed",

@@ -69,6 +69,8 @@ class ErrorKind(StrEnum):
     """The key service refused or could not be reached (KMS access denied, a disabled key)."""
     WAIT_TIMED_OUT = "wait_timed_out"
     """A durable run's wait for an outside event (`wait_for`) ran out of time first."""
+    SOURCE_CHANGED = "source_changed"
+    """An object a fleet map reads its items from changed while it was being read."""
 
 
 def described(value: object) -> str:
@@ -413,6 +415,16 @@ class WaitTimedOut(StashpointError):
         super().__init__(
             f"the wait for {name!r} timed out at {timeout_at.isoformat()}", object_name=run_id
         )
+
+
+class SourceChanged(StashpointError):
+    """The object a fleet map's items are read from (a manifest) changed while it was read.
+
+    Nothing was planned: start the map again once the object stays put (or copy it to a
+    key nobody writes and map over that).
+    """
+
+    kind = ErrorKind.SOURCE_CHANGED
 
 
 class RunNotFound(StashpointError):

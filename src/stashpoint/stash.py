@@ -477,12 +477,12 @@ class _Parts:
     def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
         from stashpoint.runs.index import RunIndex
         from stashpoint.stores.blobs import DEFAULT_THRESHOLD, Blobs
-        from stashpoint.stores.layout import RUN_LOGS
+        from stashpoint.stores.layout import FLEET, RUN_LOGS
 
         index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
         blobs = Blobs(self.backend.layout, self.codec, threshold, self.retry, self.blob_tenant)
-        return store_type(self.logs(RUN_LOGS), blobs, index, execute)
+        return store_type(self.logs(RUN_LOGS), blobs, index, execute, fleet_logs=self.logs(FLEET))
 
 
 class _StashApi(Generic[StoreT, LogStoreT]):

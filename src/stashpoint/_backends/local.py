@@ -65,12 +65,14 @@ from stashpoint.stores.objects import (
     HeadObject,
     KeyPage,
     ListKeys,
+    ListSource,
     ListVersionPage,
     ListVersions,
     Match,
     ObjectInfo,
     ObjectRequest,
     PutObject,
+    ReadSource,
     RestoreObject,
     RestoreState,
     SetLegalHold,
@@ -217,6 +219,13 @@ class LocalTransport:
                     return RestoreState.NOT_ARCHIVED  # no archive tier here
                 case GetLifecycle() | GetObjectLock():
                     return None  # no lifecycle, no Object Lock here
+                case ListSource() | ReadSource():
+                    scheme = request.url.partition("://")[0]
+                    raise ConfigurationError(
+                        f"a stash in a local folder cannot read {scheme}:// sources: open "
+                        "the stash on S3 to map over S3 objects",
+                        object_name=request.url,
+                    )
                 case ListKeys(prefix, token, page_size, start_after):
                     return self._list(prefix, max(token or "", start_after or ""), page_size)
         except OSError as exc:

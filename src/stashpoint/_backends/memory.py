@@ -24,12 +24,14 @@ from stashpoint.stores.objects import (
     HeadObject,
     KeyPage,
     ListKeys,
+    ListSource,
     ListVersionPage,
     ListVersions,
     Match,
     ObjectInfo,
     ObjectRequest,
     PutObject,
+    ReadSource,
     RestoreObject,
     RestoreState,
     SetLegalHold,
@@ -98,6 +100,13 @@ class MemoryTransport:
                     return RestoreState.NOT_ARCHIVED  # no archive tier here
                 case GetLifecycle() | GetObjectLock():
                     return None  # no lifecycle, no Object Lock here
+                case ListSource() | ReadSource():
+                    scheme = request.url.partition("://")[0]
+                    raise ConfigurationError(
+                        f"a stash in memory cannot read {scheme}:// sources: open the stash "
+                        "on S3 to map over S3 objects",
+                        object_name=request.url,
+                    )
                 case ListKeys(prefix, token, page_size, start_after):
                     page, more = self._key_page(
                         prefix, max(token or "", start_after or ""), page_size

@@ -10,6 +10,7 @@ from typing import Any
 from stashpoint.clock import REAL, Clock, answer, answer_async
 from stashpoint.errors import ConfigurationError
 from stashpoint.steps import CLOCK_REQUESTS, Request
+from stashpoint.stores.objects import ListSource, ReadSource
 
 _NO_INDEX = "this stash has no index (open it with ?index=...)"
 
@@ -41,7 +42,13 @@ class _Routes:
 
     def route(self, request: Request[Any]) -> Any:
         """Return the transport that executes `request`."""
-        return self.index if request.for_index else self.objects
+        if request.for_index:
+            return self.index
+        if isinstance(request, ListSource | ReadSource) and request.url.startswith("file://"):
+            from stashpoint._backends.sources import FileSources
+
+            return FileSources()  # local files, whatever the stash's storage
+        return self.objects
 
     @property
     def index(self) -> Any:
@@ -99,6 +106,10 @@ class AsyncRouter(_Routes):
         """Execute one request on the transport that serves it (through the hooks)."""
         if isinstance(request, CLOCK_REQUESTS):
             return await answer_async(self.clock, request)
+        if isinstance(request, ListSource | ReadSource) and request.url.startswith("file://"):
+            import asyncio
+
+            return await asyncio.to_thread(self.route(request).execute, request)
         if not self.hooks:
             return await self.route(request).execute(request)
         return await self.chain(request, lambda: self.route(request).execute(request))()

@@ -32,6 +32,7 @@ from stashpoint._backends.aws import (
 from stashpoint.errors import (
     ArchivedObject,
     ConfigurationError,
+    SourceChanged,
     StashpointError,
     StorageUnavailable,
 )
@@ -48,6 +49,7 @@ from stashpoint.stores.objects import (
     KeyPage,
     LifecycleRule,
     ListKeys,
+    ListSource,
     ListVersionPage,
     ListVersions,
     Match,
@@ -55,6 +57,7 @@ from stashpoint.stores.objects import (
     ObjectLock,
     ObjectRequest,
     PutObject,
+    ReadSource,
     RestoreObject,
     RestoreState,
     SetLegalHold,
@@ -63,6 +66,7 @@ from stashpoint.stores.objects import (
     VersionRef,
     WriteOutcome,
     WriteResult,
+    source_parts,
 )
 from stashpoint.stores.retention import RetentionRule, rule_for
 
@@ -305,11 +309,60 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             return None
         case RestoreObject():
             return (yield from _restore(request, bucket))
+        case ListSource(url, token, page_size):
+            _, source_bucket, prefix = source_parts(url)
+            params = {"Bucket": source_bucket, "Prefix": prefix, "MaxKeys": page_size}
+            if token:
+                params["ContinuationToken"] = token
+            try:
+                response = yield from ask(AwsCall("list_objects_v2", params))
+            except Exception as exc:
+                raise _read_failed(exc, url) from exc
+            contents = response.get("Contents", [])
+            more = response.get("IsTruncated") and response.get("NextContinuationToken")
+            return KeyPage(
+                [item["Key"] for item in contents],
+                more or None,
+                [item["LastModified"] for item in contents],
+                [int(item.get("Size", 0)) for item in contents],
+                [str(item.get("ETag", "")) for item in contents],
+            )
+        case ReadSource():
+            return (yield from _read_source(request))
         case GetLifecycle():
             return (yield from _lifecycle(bucket))
         case GetObjectLock():
             return (yield from _object_lock(bucket, settings.retention))
     raise TypeError(f"S3 storage cannot execute {request!r}")
+
+
+def _read_source(request: ReadSource) -> Steps[ObjectInfo | None]:
+    """Read part of a source object (a manifest), conditional on its ETag when given."""
+    _, source_bucket, key = source_parts(request.url)
+    params: dict[str, Any] = {"Bucket": source_bucket, "Key": key}
+    if request.start or request.length is not None:
+        end = "" if request.length is None else str(request.start + request.length - 1)
+        params["Range"] = f"bytes={request.start}-{end}"
+    if request.etag:
+        params["IfMatch"] = request.etag
+    try:
+        response = yield from ask(AwsCall("get_object", params, True))
+    except Exception as exc:
+        if isinstance(exc, botocore.exceptions.ClientError):
+            code, status = _error_code(exc)
+            if status == 412 or code == "PreconditionFailed":
+                raise SourceChanged(
+                    "the object changed while it was read (its ETag is not the first part's)",
+                    object_name=request.url,
+                ) from None
+            if status == 416 or code == "InvalidRange":
+                return ObjectInfo(etag="", body=b"", size=0)  # an empty object
+        if _is_absent(exc):
+            return None
+        raise _read_failed(exc, request.url) from exc
+    total = str(response.get("ContentRange") or "").rpartition("/")[2]
+    size = int(total) if total.isdigit() else response.get("ContentLength")
+    return ObjectInfo(etag=response["ETag"], body=response.get("Body"), size=size)
 
 
 def _restore(request: RestoreObject, bucket: str) -> Steps[RestoreState]:

@@ -880,6 +880,24 @@ class LogSteps:
                 return items[version - source.first]
         return None
 
+    def read_versions(self, wanted: Sequence[tuple[str, int]]) -> Steps[list[Item | None]]:
+        """Return each `(log_id, version)` as `read_version` does, the entries GET at once.
+
+        Versions whose entry is not there (sealed away, or never written) are then read
+        one by one from their segments; None where no object holds one.
+        """
+        items: list[Item | None] = []
+        for start in range(0, len(wanted), _FETCH_BATCH):
+            window = wanted[start : start + _FETCH_BATCH]
+            sources = [_Source(self.keys.entry(i, v), v, v, False) for i, v in window]
+            infos = yield from ask(Parallel(tuple(self._get(s.key) for s in sources)))
+            for (log_id, version), source, info in zip(window, sources, infos, strict=True):
+                if info is None:
+                    items.append((yield from self.read_version(log_id, version)))
+                else:
+                    items.append((yield from self._decode(log_id, source, info))[0])
+        return items
+
     # -- writing ---------------------------------------------------------------------------
 
     def append(

@@ -178,7 +178,7 @@ class _DurableApi:
 
     def __init__(
         self,
-        ops: RunOperations[Any],
+        ops: RunOperations[Any, Any],
         run_id: str,
         *,
         execute: Callable[[Any], Any],

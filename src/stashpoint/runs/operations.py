@@ -74,6 +74,7 @@ from stashpoint.twins import operation
 log = logging.getLogger("stashpoint")
 
 DurableT = TypeVar("DurableT")
+FleetT = TypeVar("FleetT")
 
 RUN_RETRY = RetryPolicy(max_attempts=400, base_delay=0.005, max_delay=0.25)
 """Retry policy of transition loops: many workers may update one run at once. A worker
@@ -217,10 +218,11 @@ def _signal_name(name: object) -> str:
     return name
 
 
-class RunOperations(Generic[DurableT]):
+class RunOperations(Generic[DurableT, FleetT]):
     """The run operations, defined once as steps; see `RunStore` for what each does."""
 
     _durable_type: Callable[..., DurableT]
+    _fleet_type: Callable[..., FleetT]
 
     def __init__(
         self,
@@ -231,8 +233,10 @@ class RunOperations(Generic[DurableT]):
         *,
         retry: RetryPolicy = RUN_RETRY,
         cache_size: int = 1024,
+        fleet_logs: LogSteps | None = None,
     ) -> None:
         self._logs = logs
+        self._fleet_logs = fleet_logs
         self._blobs = blobs
         self._index = index
         self.driver = execute
@@ -893,15 +897,20 @@ class RunOperations(Generic[DurableT]):
 
     # -- durable steps -----------------------------------------------------------------------
 
-    def owner_view(self) -> RunOperations[Any]:
+    def owner_view(self) -> RunOperations[Any, Any]:
         """Return these operations as typed steps, holding owner epochs of their own.
 
         A durable handle runs its transitions through one: the epoch it created or took a
         run over with is its own, so two handles of one run on one stash fence each other
         exactly as two processes do (the later takeover fences the earlier handle).
         """
-        view: RunOperations[Any] = RunOperations(
-            self._logs, self._blobs, self._index, self.driver, retry=self._retry
+        view: RunOperations[Any, Any] = RunOperations(
+            self._logs,
+            self._blobs,
+            self._index,
+            self.driver,
+            retry=self._retry,
+            fleet_logs=self._fleet_logs,
         )
         view.clock_skew = self.clock_skew
         return view
@@ -938,6 +947,35 @@ class RunOperations(Generic[DurableT]):
             self.owner_view(), validate_id(run_id, what="run id"), execute=self.driver,
             graph_name=graph_name, lease=lease, deadline=deadline, clock=clock,
             claim_wait=claim_wait,
+        )  # fmt: skip
+
+    def fleet(
+        self,
+        run_id: str,
+        *,
+        worker_id: str | None = None,
+        clock_skew: timedelta | None = None,
+    ) -> FleetT:
+        """Return the fleet map `run_id` (`stashpoint.runs.fleet`): start, work, results.
+
+        No request until the first operation. `worker_id` names this worker in its claims
+        (default: the host, the AWS Batch job and array index when there is one, the
+        process). `clock_skew`: how long after its expiry another worker's lease counts
+        as run out (default one second); safety never rests on it.
+        """
+        if self._fleet_logs is None:
+            raise ConfigurationError("this run store was made without a fleet namespace")
+        if worker_id is not None:
+            validate_id(worker_id, what="worker id")
+        if clock_skew is not None and (
+            not isinstance(clock_skew, timedelta) or clock_skew < timedelta(0)
+        ):
+            raise InvalidArgument(
+                f"clock_skew must be a timedelta >= 0, not {described(clock_skew)}"
+            )
+        return self._fleet_type(
+            self.owner_view(), self._fleet_logs, self._blobs, run_id, execute=self.driver,
+            worker_id=worker_id, clock_skew=clock_skew,
         )  # fmt: skip
 
     # -- logic shared by the operations ----------------------------------------------------

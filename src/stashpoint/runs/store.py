@@ -7,6 +7,7 @@ steps) with a driver (`stashpoint.twins`).
 from __future__ import annotations
 
 from stashpoint.runs.durable import AsyncDurableRun, DurableRun
+from stashpoint.runs.fleet import AsyncFleetMap, FleetMap
 from stashpoint.runs.operations import (
     ATTEMPT_SEPARATOR,
     CLOCK_SKEW,
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 
-class RunStore(Blocking, RunOperations[DurableRun]):
+class RunStore(Blocking, RunOperations[DurableRun, FleetMap]):
     """Durable per-attempt recording of graph runs. Thread-safe: share one per process.
 
     Unknown runs raise `RunNotFound`, unknown attempts `AttemptNotFound`, transitions out of
@@ -36,9 +37,11 @@ class RunStore(Blocking, RunOperations[DurableRun]):
     """
 
     _durable_type = DurableRun
+    _fleet_type = FleetMap
 
 
-class AsyncRunStore(Awaiting, RunOperations[AsyncDurableRun]):
+class AsyncRunStore(Awaiting, RunOperations[AsyncDurableRun, AsyncFleetMap]):
     """The asyncio twin of `RunStore`: the same methods, awaitable."""
 
     _durable_type = AsyncDurableRun
+    _fleet_type = AsyncFleetMap

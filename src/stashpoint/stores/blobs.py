@@ -61,10 +61,13 @@ class Blobs:
         """The encryption tenant of an owner id (None: no tenant keys): tenants never
         share a blob, so shredding one never takes a value another uses."""
 
-    def offload(self, value: Any, where: str = "value", *, owner: str = "") -> Steps[Any]:
+    def offload(
+        self, value: Any, where: str = "value", *, owner: str = "", threshold: int | None = None
+    ) -> Steps[Any]:
         """Return `value`, or a reference to it once stored as a blob if it is large.
 
         `owner` is the id that references it (a run): with encryption, its tenant's.
+        `threshold` replaces the store's for this value (a fleet map's item chunks).
         """
         # Checked here, before a large value is serialised into a blob, exactly as the run
         # envelope holding it inline would be (attempt values sit 5 levels down).
@@ -78,7 +81,7 @@ class Blobs:
             raise InvalidPayload(
                 f"{where} cannot be written as UTF-8 JSON (a str holds a lone surrogate)"
             ) from None
-        if len(raw) <= self.threshold:
+        if len(raw) <= (self.threshold if threshold is None else threshold):
             return value
         digest = hashlib.sha256(raw).hexdigest()
         tenant = self.tenant(owner)

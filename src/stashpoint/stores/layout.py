@@ -11,6 +11,7 @@ S3 and the local folder alike:
     {prefix}/quarantine/{key}.{etag}                what a log repair moved aside
     {prefix}/purges/{purge_id}/{v:020d}             an erasure receipt (a log)
     {prefix}/data-keys/{tenant}/{key_id}            a wrapped data key (client-side encryption)
+    {prefix}/fleet/{map_id}:{part}/{v:020d}         a fleet map's plan, batches, marks, end (logs)
 
 Every namespace is declared here, once, with its shape: what kind of objects it holds and
 how they are written. Maintenance (`gc`), export and purge walk this registry, so a new
@@ -97,6 +98,9 @@ PURGES = "purges"
 """Log namespace of erasure receipts (one log per purge: its plan, progress and result)."""
 DATA_KEYS = "data-keys"
 """Namespace of the wrapped data keys of client-side encryption (`stashpoint.encryption`)."""
+FLEET = "fleet"
+"""Log namespace of fleet maps (`runs.fleet`): per map a plan, a log per batch (claims,
+leases, results), a done mark per batch and the map's end, all under `{map_id}:`."""
 
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
@@ -120,6 +124,8 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(PURGES, Shape.LOGS, full_state_every=1, erasable=False),
         # Data keys are a tenant's, not an id's: a purge of ids keeps them, a shred erases them.
         Namespace(DATA_KEYS, Shape.KEYS, erasable=False),
+        # Small states read from the newest entry alone; item chunks and large results are blobs.
+        Namespace(FLEET, Shape.LOGS, full_state_every=1, references_blobs=True),
     )
 }
 """Every namespace of the layout, by name."""

@@ -445,9 +445,59 @@ class SetLegalHold(Request["None"]):
     """Set (True) or clear (False)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ListSource(Request["KeyPage"]):
+    """Request: one page of the objects under a source prefix. Result: `KeyPage`.
+
+    A source is where a fleet map's items come from: a bucket or folder the stash does not
+    own (`s3://bucket/prefix`, `file:///folder/`), only ever read. Its keys are the
+    objects' keys in their bucket (S3) or paths relative to the folder (`file://`).
+    """
+
+    url: str
+    """`s3://bucket/prefix` or `file:///absolute/folder/`."""
+    token: str | None = None
+    """Continuation token from the previous page."""
+    page_size: int = 1000
+    """Largest page wanted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSource(Request["ObjectInfo | None"]):
+    """Request: bytes of a source object (a manifest). Result: `ObjectInfo` or None.
+
+    The result's `size` is the whole object's. With `etag`, an object that no longer has
+    it raises `SourceChanged` (S3: `If-Match`), so a manifest read in parts is one version.
+    """
+
+    url: str
+    """`s3://bucket/key` or `file:///absolute/path`."""
+    start: int = 0
+    """First byte wanted."""
+    length: int | None = None
+    """Bytes wanted (None: to the end)."""
+    etag: str | None = None
+    """The ETag the object must still have (from the first part read)."""
+
+
+def source_parts(url: str) -> tuple[str, str, str]:
+    """Return `(scheme, bucket or "", key or path)` of a source URL; `InvalidArgument` else."""
+    scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
+    if scheme == "s3" and sep:
+        bucket, _, key = rest.partition("/")
+        if bucket:
+            return scheme, bucket, key
+    if scheme == "file" and sep and rest.startswith("/"):
+        return scheme, "", rest
+    raise InvalidArgument(
+        f"a source is s3://bucket/prefix or file:///absolute/path, not {described(url)}"
+    )
+
+
 ObjectRequest = (
     GetObject | HeadObject | PutObject | DeleteObject | ListVersions | ListKeys | RestoreObject
     | GetLifecycle | GetObjectLock | ListVersionPage | DeleteVersions | SetLegalHold
+    | ListSource | ReadSource
 )  # fmt: skip
 """Every request an object transport executes."""
 
