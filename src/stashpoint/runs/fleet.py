@@ -753,10 +753,12 @@ class _FleetApi:
         read: dict[int, tuple[int, BatchHead]],
         report: WorkReport,
     ) -> Steps[Known[BatchHead] | bool | None]:
-        """Take over a held batch whose lease ran out: its state, True (given up), None.
+        """Take over a held batch whose lease ran out: its state; True: look again; None.
 
         The newest version of each held batch is read once (again when it changes: a
-        heartbeat); its lease is judged on this worker's clock, `clock_skew` late.
+        heartbeat); its lease is judged on this worker's clock, `clock_skew` late. A held
+        batch found done lacks only its mark (its finisher died first): it is marked. A
+        batch given up (claimed `max_claims` times) is recorded failed here.
         """
         held = view.open()
         stale = [b for b in held if b not in read or read[b][0] != view.tops[b]]
@@ -770,6 +772,11 @@ class _FleetApi:
                 self._batches.remember(
                     self._batch_log(batch), Known(head, LogHead.of(entry, handed_over=True))
                 )
+        unmarked = [read[b][1] for b in held if read[b][1].status is BatchStatus.DONE]
+        if unmarked:
+            for head in unmarked:  # its finisher died before its mark: mark it for it
+                yield from self._mark(head)
+            return True
         now = yield from ask(Now())
         expired = [b for b in held if read[b][1].lease_over(now, self.clock_skew)]
         if not expired:
