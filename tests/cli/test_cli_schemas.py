@@ -57,6 +57,9 @@ def stash_url(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         stuck = stash.runs.create_run("spot")
         stash.runs.record_attempt(stuck, "item-1", 1, lease=0.01)
         durable = stash.runs.create_run("durable", run_id="pay")
+        fleet = stash.runs.fleet("thumbs")
+        fleet.start(range(30), batch_size=10, tolerated_failure_count=None)
+        fleet.work(lambda i: 1 // (i % 10 - 3), max_batches=2)  # a failure a batch, one left
     try:
         from langgraph.checkpoint.base import empty_checkpoint
 
@@ -112,6 +115,10 @@ def test_listings_shows_and_reports_validate(stash_url: dict[str, str]) -> None:
     )
     assert [i["run_id"] for i in stuck["items"]] == [stash_url["stuck"]]
     _valid("runs-show", cli("runs", "show", stash_url["done"], "--json", url=url).stdout)
+    shown = _valid("runs-show", cli("runs", "show", "thumbs", "--json", url=url).stdout)
+    assert (shown["fleet"]["done"], shown["fleet"]["failed"], shown["fleet"]["left"]) == (20, 2, 10)
+    text = cli("runs", "show", "thumbs", url=url).stdout
+    assert "20 of 30 items done (18 ok, 2 failed)" in text and "1 left of 3" in text
     threads = _valid("threads-list", cli("threads", "list", "--json", url=url).stdout)
     assert [t["thread_id"] for t in threads["items"]] == ["t-1"]
     _valid("threads-show", cli("threads", "show", "t-1", "--json", url=url).stdout)

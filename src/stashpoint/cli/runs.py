@@ -132,6 +132,13 @@ def runs_show(
             metavar="ID", help="With --html: the agent checkpoint whose transcript to add."
         ),
     ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="A fleet map: redraw its progress bar every 2 s until the map has ended.",
+        ),
+    ] = False,
     url: Url = None,
     as_json: AsJson = False,
     wide: Wide = False,
@@ -140,6 +147,8 @@ def runs_show(
 ) -> None:
     """Show a run: its attempts, errors, interrupts and snapshot size (secrets hidden).
 
+    A fleet map (`stash.runs.fleet(...)`) also shows its progress: items done, failed and
+    left, batches held by workers, items per second (`--watch` follows it to its end).
     `--html FILE` writes a page that needs no network: the attempts as a timeline (steps,
     map items, retries, waits, takeovers), a filterable table, the snapshot, and with
     `--agent ID` the agent's transcript with its tool calls.
@@ -150,12 +159,19 @@ def runs_show(
     from stashpoint.cli.output import Column, Output, when
     from stashpoint.cli.redact import parse, redact
     from stashpoint.cli.safe import safe
+    from stashpoint.runs.fleet import FLEET_GRAPH
     from stashpoint.runs.store import summary_of
 
     output = Output(as_json=as_json, wide=wide)
+    fleet = None
     with open_stash(url, existing=True) as stash:
         state = stash.runs.load_run(run_id, resolve_blobs=False)
         name = _stash_name(stash)
+        if state is not None and state.graph_name == FLEET_GRAPH:
+            fleet = stash.runs.fleet(run_id)
+            if watch and not as_json and html is None:
+                _watch(fleet, output)
+            progress = fleet.progress()
     if state is None:
         raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
     summary = summary_of(state)  # from the one read of every attempt
@@ -171,10 +187,15 @@ def runs_show(
         return
     if as_json:
         run = redact(state.model_dump(mode="json"), parse(hide, defaults=not no_redact))
-        output.emit({"run": run, "summary": summary, "snapshot_bytes": snapshot_bytes})
+        shown = {"run": run, "summary": summary, "snapshot_bytes": snapshot_bytes}
+        if fleet is not None:
+            shown["fleet"] = _fleet_fields(progress)
+        output.emit(shown)
         return
     output.say(f"[bold]{safe(state.run_id)}[/] graph [bold]{safe(state.graph_name)}[/] "
                f"status [bold]{state.status.value}[/]")  # fmt: skip
+    if fleet is not None:
+        output.say(_fleet_line(progress))
     output.say(f"created {when(state.created_at)}, updated {when(state.updated_at)}, "
                f"{summary.total_attempts} attempts over {summary.total_nodes_executed} nodes, "
                f"{summary.failed_attempts} failed, snapshot {snapshot_bytes} bytes")  # fmt: skip
@@ -201,6 +222,65 @@ def runs_show(
         rows.append([when(a.started_at), a.node_id, str(a.attempt), _status(a.status.value),
                      took, a.error or ""])  # fmt: skip
     output.table(f"attempts of {run_id}", columns, rows, stash=name, empty="no attempts")
+
+
+def _fleet_fields(progress: Any) -> dict[str, Any]:
+    """Return a fleet map's progress as `--json` shows it."""
+    import dataclasses
+
+    return {**dataclasses.asdict(progress), "done": progress.done, "left": progress.left}
+
+
+def _fleet_line(progress: Any) -> str:
+    """Return a fleet map's progress as one line."""
+    rate = progress.items_per_second
+    line = (
+        f"fleet map [bold]{progress.status}[/]: {progress.done:,} of {progress.items:,} items "
+        f"done ({progress.ok:,} ok, {progress.failed:,} failed), batches: "
+        f"{progress.done_batches:,} done, {progress.leased_batches:,} held, "
+        f"{progress.left_batches:,} left of {progress.batches:,}"
+    )
+    if rate:
+        line += f"; {rate:,.1f} items/s"
+    if progress.reason:
+        from stashpoint.cli.safe import safe
+
+        line += f"\n[red]failed:[/] {safe(progress.reason)}"
+    return line
+
+
+def _watch(fleet: Any, output: Output) -> None:
+    """Follow a fleet map to its end: a progress bar on a terminal, a line a poll elsewhere."""
+    import time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = Console()
+    progress = fleet.progress()
+    if not console.is_terminal:
+        while progress.status in ("running", "not_started"):
+            output.say(_fleet_line(progress))
+            time.sleep(2)
+            progress = fleet.progress()
+        return
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"), console=console,
+    )  # fmt: skip
+    with bar:
+        task = bar.add_task("items", total=progress.items or None, detail="")
+        while True:
+            rate = progress.items_per_second or 0.0
+            detail = (
+                f"{progress.failed:,} failed, {progress.leased_batches:,} batches held, "
+                f"{rate:,.1f}/s"
+            )
+            bar.update(task, completed=progress.done, total=progress.items or None, detail=detail)
+            if progress.status not in ("running", "not_started"):
+                break
+            time.sleep(2)
+            progress = fleet.progress()
 
 
 def _write_html(
