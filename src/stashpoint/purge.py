@@ -80,6 +80,7 @@ from stashpoint.stores.layout import (
     CHECKPOINTS,
     CONVERSATIONS,
     DATA_KEYS,
+    FLEET,
     LANGGRAPH,
     LANGGRAPH_STORE,
     LOGS,
@@ -113,6 +114,7 @@ NAMESPACE_NAMES = {
     "threads": LANGGRAPH,
     "langgraph-store": LANGGRAPH_STORE,
     "store": LANGGRAPH_STORE,
+    "fleet": FLEET,
 }
 """The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
 RECEIPT_KIND = "stashpoint.purge"

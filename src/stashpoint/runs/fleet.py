@@ -58,6 +58,7 @@ from stashpoint.errors import (
     Fenced,
     InvalidArgument,
     InvalidPayload,
+    Purged,
     RunClaimed,
     RunNotFound,
     StashpointError,
@@ -459,6 +460,13 @@ class _FleetApi:
         if item is None:
             return None
         if not isinstance(item, LogEntry):
+            # Vacated: the log was purged (`Purged` from its head) or deleted (not found).
+            try:
+                yield from self._logs.head(log_id)
+            except CheckpointNotFound as exc:
+                if isinstance(exc, Purged):
+                    raise
+                return None
             raise InvalidPayload("a fleet object was vacated", object_name=log_id)
         return item
 
