@@ -154,3 +154,20 @@ def test_lambda_example_runs_locally_with_a_fake_context(tmp_path: Path) -> None
         ("continue", 1), ("continue", 2), ("continue", 3), ("done", 4),
     ]  # fmt: skip
     assert "42" in lines[-1]["answer"]
+
+
+def test_a_fleet_map_on_an_array_of_children_finishes_every_item_once(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "fleet_batch.py"), "--url", url, "--map", "array",
+         "--items", "1500", "--local", "3"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    children = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert sorted(c["child"] for c in children) == [0, 1, 2]
+    assert sum(c["batches"] for c in children) == 15  # every batch by one child
+    assert done.stdout.splitlines()[-1] == "completed: 1500 ok, 0 failed of 1500"
+    with stashpoint.open(url) as stash:
+        values = [r.value for r in stash.runs.fleet("array").results()]
+    assert values == [n * n for n in range(1500)]

@@ -400,3 +400,22 @@ def test_one_purge_of_the_map_id_erases_the_map_and_its_run(
             stash.runs.summarize_run("erase-me")
         blobs = Path(url.removeprefix("local://").split("?")[0]) / "blobs"
         assert not blobs.exists() or not any(blobs.iterdir())  # the item chunks went too
+
+
+def test_a_worker_told_to_stop_finishes_its_batch_and_takes_no_other(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    with stashpoint.open(memory_url[0]) as stash:
+        fleet = stash.runs.fleet("reclaimed")
+        fleet.start(range(30), batch_size=10)
+        notice = threading.Event()  # a spot interruption notice, as SpotWatcher.stopping
+
+        def item(n: int) -> int:
+            notice.set()  # arrives while the first batch runs
+            return n
+
+        report = fleet.work(item, stop=notice.is_set)
+        assert (report.batches, report.status) == (1, "running")
+        assert fleet.progress().done_batches == 1
+        with pytest.raises(InvalidArgument):
+            fleet.work(item, stop=True)  # type: ignore[arg-type]

@@ -58,6 +58,9 @@ from stashpoint.status import AttemptStatus, RunStatus
 from stashpoint.steps import Call, Now, Parallel, Sleep, Steps, ask
 from stashpoint.twins import Awaiting, Blocking, operation
 
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
 
 class Semantics(StrEnum):
     """What a step promises about running its function."""
@@ -148,6 +151,34 @@ def _captured(fn: Any, *args: Any) -> Any:
 
         return settle()
     return True, result
+
+
+def _submitted(executor: Any, fn: Any, item: Any, awaiting: bool) -> Any:
+    """Run `fn(item)` on `executor`; (True, result) or (False, exception), as `_captured`.
+
+    Blocking: waits on the executor's future (on the step's own thread). `awaiting` (the
+    asyncio twin): returns a coroutine wrapping the future, which the driver awaits
+    without blocking the loop.
+    """
+    try:
+        future = executor.submit(fn, item)
+    except Exception as exc:  # a shut-down executor, a function it cannot send
+        return False, exc
+    if awaiting:
+
+        async def settle() -> tuple[bool, Any]:
+            import asyncio
+
+            try:
+                return True, await asyncio.wrap_future(future)
+            except Exception as exc:
+                return False, exc
+
+        return settle()
+    try:
+        return True, future.result()
+    except Exception as exc:
+        return False, exc
 
 
 _TIMED_OUT = "WaitTimedOut: the wait ran out at"
@@ -722,14 +753,25 @@ class _DurableApi:
         return token
 
     @operation
-    def map(self, name: str, items: Any, fn: Any, *, max_concurrency: int = 8) -> Steps[list[Any]]:
+    def map(
+        self,
+        name: str,
+        items: Any,
+        fn: Any,
+        *,
+        max_concurrency: int = 8,
+        executor: Any = None,
+    ) -> Steps[list[Any]]:
         """Run `fn(item)` for every item as step `name[i]`, `max_concurrency` at a time.
 
         Threads (sync) or tasks (async) run a batch at once; each batch costs two appends
         in all (its attempts recorded together, then ended together), not two per item.
         Items completed before return their stored results. A failed item is recorded;
         the first failure is raised once its batch has ended (no later batch starts), and
-        a replay runs the failed items again.
+        a replay runs the failed items again. `executor`: any `concurrent.futures.Executor`
+        (a `ProcessPoolExecutor`, a Dask client's `get_executor()`, Ray's) runs the items
+        instead, the run recording them as before; `fn` and the items must then travel
+        (picklable), and `max_concurrency` items are in flight at once.
         """
         _check_name(name)
         if type(max_concurrency) is not int or not 1 <= max_concurrency <= 256:
@@ -738,6 +780,10 @@ class _DurableApi:
             )
         if not callable(fn):
             raise InvalidArgument(f"fn must be callable, not {described(fn)}")
+        if executor is not None and not callable(getattr(executor, "submit", None)):
+            raise InvalidArgument(
+                f"executor must be a concurrent.futures.Executor, not {described(executor)}"
+            )
         try:
             values = list(items)
         except TypeError:
@@ -767,7 +813,11 @@ class _DurableApi:
             self._waiting = False
             measure = time.monotonic if self.deadline is None else self.deadline.clock
             started = measure()
-            calls = tuple(Call(_captured, (fn, values[i])) for i in batch)
+            if executor is None:
+                calls = tuple(Call(_captured, (fn, values[i])) for i in batch)
+            else:
+                awaiting = isinstance(self, Awaiting)
+                calls = tuple(Call(_submitted, (executor, fn, values[i], awaiting)) for i in batch)
             if self.lease is not None:
                 # The whole batch's leases are renewed in one append, three times a lease,
                 # while its items run; a beat that finds the run taken over stops it.
@@ -869,6 +919,7 @@ class DurableRun(Blocking, _DurableApi):
             fn: Callable[[_Item], _R],
             *,
             max_concurrency: int = ...,
+            executor: Executor | None = ...,
         ) -> list[_R]:
             """Run `fn(item)` for every item as step `name[i]`; return the results in order."""
 
@@ -914,11 +965,15 @@ class AsyncDurableRun(Awaiting, _DurableApi):
             fn: Callable[[_Item], Awaitable[_R]],
             *,
             max_concurrency: int = ...,
+            executor: Executor | None = ...,
         ) -> list[_R]: ...
         @overload
         async def map(
             self, name: str, items: Iterable[_Item], fn: Callable[[_Item], _R], *,
-            max_concurrency: int = ...,
+            max_concurrency: int = ..., executor: Executor | None = ...,
         ) -> list[_R]: ...  # fmt: skip
-        async def map(self, name: str, items: Any, fn: Any, *, max_concurrency: int = ...) -> Any:
+        async def map(
+            self, name: str, items: Any, fn: Any, *, max_concurrency: int = ...,
+            executor: Executor | None = ...,
+        ) -> Any:  # fmt: skip
             """Run (and await) `fn(item)` for every item as step `name[i]`, in order."""

@@ -690,6 +690,7 @@ class _FleetApi:
         max_concurrency: int = 1,
         max_batches: int | None = None,
         wait_for_plan: float = 300.0,
+        stop: Callable[[], bool] | None = None,
     ) -> Steps[WorkReport]:
         """Take batches and run `fn(item)` on their items until the map has ended.
 
@@ -700,7 +701,9 @@ class _FleetApi:
         over any whose lease runs out, so a map ends even when workers die. Returns when
         the map has ended (or after `max_batches` batches). `max_concurrency` items of a
         batch run at once (threads; tasks for coroutine functions on the asyncio twin).
-        Waits up to `wait_for_plan` seconds for `start`.
+        Waits up to `wait_for_plan` seconds for `start`. `stop` is asked before each
+        batch is taken: once it says True (`watcher.stopping.is_set` on a spot instance
+        about to go), the worker returns with the batch in hand finished.
         """
         if not callable(fn):
             raise InvalidArgument(f"fn must be callable, not {described(fn)}")
@@ -708,11 +711,15 @@ class _FleetApi:
         if max_batches is not None:
             _positive(max_batches, "max_batches", whole=True)
         _positive(wait_for_plan, "wait_for_plan", upper=86_400)
+        if stop is not None and not callable(stop):
+            raise InvalidArgument(f"stop must be callable, not {described(stop)}")
         plan = yield from self._wait_for_plan(wait_for_plan)
         report = WorkReport(self.worker_id)
         rng = random.Random(f"{self.worker_id}:{self.map_id}")
         read: dict[int, tuple[int, BatchHead]] = {}  # batch -> (version read, its state)
         while max_batches is None or report.batches + report.abandoned < max_batches:
+            if stop is not None and stop():
+                break
             view = yield from self._view()
             if view.ended:
                 break
