@@ -171,3 +171,39 @@ def test_a_fleet_map_on_an_array_of_children_finishes_every_item_once(tmp_path: 
     with stashpoint.open(url) as stash:
         values = [r.value for r in stash.runs.fleet("array").results()]
     assert values == [n * n for n in range(1500)]
+
+
+def _approval(url: str, run_id: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "approval_agent.py"), "--url", url, "--id", run_id],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_an_approval_suspends_the_agent_until_a_human_answers_through_the_cli(
+    tmp_path: Path,
+) -> None:
+    from tests.cli.test_cli import cli
+
+    url = f"local://{tmp_path / 'stash'}"
+    first = _approval(url, "refund-7")
+    assert first["status"] == "waiting" and first["reason"] == "event"
+    assert _approval(url, "refund-7") == first  # invoked again early: still waiting, same token
+    assert "refund-7" not in cli("runs", "due", url=url).stdout
+    cli("runs", "redeem", first["token"], "--payload", '{"approved": true, "by": "ana"}', url=url)
+    assert "refund-7" in cli("runs", "due", url=url).stdout  # the approval makes it due
+    done = _approval(url, "refund-7")
+    assert done == {"status": "done", "answer": "Refund: paid 120 for order A-7 (approved by ana)."}
+    with stashpoint.open(url) as stash:
+        state = stash.runs.load_run("refund-7")
+        assert state is not None and state.status.value == "completed"
+        calls = [a.node_id for a in state.attempts if a.node_id.startswith(("model", "pay"))]
+        assert calls == ["model-1", "pay", "model-2"]  # nothing ran twice across invocations
+    declined = _approval(url, "refund-8")
+    cli("runs", "signal", "refund-8", "approval", "--payload", '{"approved": false}', url=url)
+    assert _approval(url, "refund-8")["answer"] == (
+        "Refund: not paid: declined by the approver."
+    )
+    assert declined["token"] != first["token"]
