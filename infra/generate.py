@@ -129,6 +129,130 @@ def _erasure_policy() -> dict[str, Any]:
     }
 
 
+_STASH_URL = {"Fn::Sub": "s3://${CheckpointBucket}/${Prefix}?index=dynamodb://${IndexTable}"}
+
+
+def _assumed_by(service: str) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+        ],
+    }
+
+
+def _waker() -> dict[str, Any]:
+    """Return the optional waker: a schedule invoking a small Lambda that sends due runs on."""
+    send = _if(
+        "WakesQueue",
+        {
+            "Effect": "Allow",
+            "Action": ["sqs:SendMessage", "sqs:GetQueueUrl"],
+            "Resource": {"Ref": "WakeTarget"},
+        },
+        {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": {"Ref": "WakeTarget"}},
+    )
+    return {
+        "WakeRole": {
+            "Type": "AWS::IAM::Role",
+            "Condition": "Wakes",
+            "Properties": {
+                "Description": "The waker: reads the stash and its index (WorkerPolicy), logs, "
+                "and sends to WakeTarget alone.",
+                "AssumeRolePolicyDocument": _assumed_by("lambda.amazonaws.com"),
+                "ManagedPolicyArns": [
+                    {"Ref": "WorkerPolicy"},
+                    {
+                        "Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/"
+                        "AWSLambdaBasicExecutionRole"
+                    },
+                ],
+                "Policies": [
+                    {
+                        "PolicyName": "send-due-runs",
+                        "PolicyDocument": {"Version": "2012-10-17", "Statement": [send]},
+                    }
+                ],
+            },
+        },
+        "WakeFunction": {
+            "Type": "AWS::Lambda::Function",
+            "Condition": "Wakes",
+            "Metadata": _justified(
+                ("CKV_AWS_116", "invoked by EventBridge Scheduler every minute: a failed poll "
+                 "is the next minute's, so a dead-letter queue would only collect noise"),
+                ("CKV_AWS_117", "reaches S3, DynamoDB and the target over AWS endpoints; put "
+                 "it in a VPC (with endpoints) by editing the function if your account needs"),
+                ("CKV_AWS_173", "its environment holds an ARN, a namespace and the stash URL, "
+                 "no secret: Lambda's own key encrypts it at rest"),
+                ("CKV_AWS_272", "code signing is an account-wide choice (a signing profile); "
+                 "the package is stashpoint's own wheel"),
+            ),
+            "Properties": {
+                "Description": "stashpoint waker: sends due runs to WakeTarget (stashpoint.wake).",
+                "Runtime": "python3.12",
+                "Handler": "stashpoint.wake.handler",
+                "Code": {
+                    "S3Bucket": _if("HasWakeCode", {"Ref": "WakeCodeBucket"}, NO_VALUE),
+                    "S3Key": _if("HasWakeCode", {"Ref": "WakeCodeKey"}, NO_VALUE),
+                },
+                "Role": {"Fn::GetAtt": ["WakeRole", "Arn"]},
+                "Timeout": 60,
+                "MemorySize": 256,
+                # One poller at a time is enough; claims make a second one harmless anyway.
+                "ReservedConcurrentExecutions": 1,
+                "TracingConfig": {"Mode": "Active"},
+                "Environment": {
+                    "Variables": {
+                        "STASHPOINT_URL": _STASH_URL,
+                        "STASHPOINT_WAKE_TARGET": {"Ref": "WakeTarget"},
+                        "STASHPOINT_WAKE_NAMESPACE": {"Ref": "WakeNamespace"},
+                        "STASHPOINT_WAKE_RESEND": {"Ref": "WakeResendSeconds"},
+                    }
+                },
+            },
+        },
+        "WakeSchedulerRole": {
+            "Type": "AWS::IAM::Role",
+            "Condition": "Wakes",
+            "Properties": {
+                "Description": "EventBridge Scheduler invokes the waker, nothing else.",
+                "AssumeRolePolicyDocument": _assumed_by("scheduler.amazonaws.com"),
+                "Policies": [
+                    {
+                        "PolicyName": "invoke-waker",
+                        "PolicyDocument": {
+                            "Version": "2012-10-17",
+                            "Statement": [
+                                {
+                                    "Effect": "Allow",
+                                    "Action": "lambda:InvokeFunction",
+                                    "Resource": {"Fn::GetAtt": ["WakeFunction", "Arn"]},
+                                }
+                            ],
+                        },
+                    }
+                ],
+            },
+        },
+        "WakeSchedule": {
+            "Type": "AWS::Scheduler::Schedule",
+            "Condition": "Wakes",
+            "Properties": {
+                "Description": "Every minute: send the due runs on (stashpoint.wake).",
+                "ScheduleExpression": "rate(1 minute)",
+                "FlexibleTimeWindow": {"Mode": "OFF"},
+                "Target": {
+                    "Arn": {"Fn::GetAtt": ["WakeFunction", "Arn"]},
+                    "RoleArn": {"Fn::GetAtt": ["WakeSchedulerRole", "Arn"]},
+                    # A missed poll is the next minute's: no retries piling up behind it.
+                    "RetryPolicy": {"MaximumRetryAttempts": 0},
+                },
+            },
+        },
+    }
+
+
 def template() -> dict[str, Any]:
     """Return the template as a dict."""
     table = dynamodb_table_definition("unused")
@@ -209,6 +333,41 @@ def template() -> dict[str, Any]:
                 "versions cannot be deleted before their date, by stashpoint or anyone "
                 "(COMPLIANCE: not even by the root user). stashpoint doctor reports it.",
             },
+            "WakeTarget": {
+                "Type": "String",
+                "Default": "",
+                "Description": "ARN of an SQS queue or a Lambda function that due runs are sent "
+                "to every minute (stashpoint.wake: EventBridge Scheduler invokes a small Lambda "
+                "that lists due runs and sends each once per WakeResendSeconds); empty for none.",
+            },
+            "WakeTargetKind": {
+                "Type": "String",
+                "Default": "sqs",
+                "AllowedValues": ["sqs", "lambda"],
+                "Description": "What WakeTarget is: an SQS queue or a Lambda function.",
+            },
+            "WakeNamespace": {
+                "Type": "String",
+                "Default": "default",
+                "Description": "The runs' namespace whose due runs are sent.",
+            },
+            "WakeResendSeconds": {
+                "Type": "Number",
+                "Default": 900,
+                "MinValue": 60,
+                "Description": "A run still due this long after it was sent is sent again.",
+            },
+            "WakeCodeBucket": {
+                "Type": "String",
+                "Default": "",
+                "Description": "Bucket of the waker's deployment package (a zip of "
+                "`pip install stashpoint -t .`); needed with WakeTarget.",
+            },
+            "WakeCodeKey": {
+                "Type": "String",
+                "Default": "",
+                "Description": "Key of the waker's deployment package in WakeCodeBucket.",
+            },
             "ObjectLockDays": {
                 "Type": "Number",
                 "Default": 0,
@@ -230,6 +389,41 @@ def template() -> dict[str, Any]:
             "UseKms": {"Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]},
             "HasAccessLogs": {"Fn::Not": [{"Fn::Equals": [{"Ref": "AccessLogBucket"}, ""]}]},
             "ArchivesSealed": {"Fn::Not": [{"Fn::Equals": [{"Ref": "SealedArchiveDays"}, 0]}]},
+            "Wakes": {"Fn::Not": [{"Fn::Equals": [{"Ref": "WakeTarget"}, ""]}]},
+            "HasWakeCode": {
+                "Fn::Not": [
+                    {
+                        "Fn::Or": [
+                            {"Fn::Equals": [{"Ref": "WakeCodeBucket"}, ""]},
+                            {"Fn::Equals": [{"Ref": "WakeCodeKey"}, ""]},
+                        ]
+                    }
+                ]
+            },
+            "WakesQueue": {
+                "Fn::And": [
+                    {"Condition": "Wakes"},
+                    {"Fn::Equals": [{"Ref": "WakeTargetKind"}, "sqs"]},
+                ]
+            },
+        },
+        "Rules": {
+            "WakerNeedsItsCode": {
+                "RuleCondition": {"Fn::Not": [{"Fn::Equals": [{"Ref": "WakeTarget"}, ""]}]},
+                "Assertions": [
+                    {
+                        "Assert": {
+                            "Fn::Not": [{"Fn::Equals": [{"Ref": "WakeCodeBucket"}, ""]}]
+                        },
+                        "AssertDescription": "WakeTarget needs WakeCodeBucket and WakeCodeKey: "
+                        "a zip of `pip install stashpoint -t .` in S3",
+                    },
+                    {
+                        "Assert": {"Fn::Not": [{"Fn::Equals": [{"Ref": "WakeCodeKey"}, ""]}]},
+                        "AssertDescription": "WakeTarget needs WakeCodeKey",
+                    },
+                ],
+            }
         },
         "Resources": {
             "CheckpointBucket": {
@@ -413,6 +607,7 @@ def template() -> dict[str, Any]:
                     "PolicyDocument": _erasure_policy(),
                 },
             },
+            **_waker(),
         },
         "Outputs": {
             "BucketName": {"Value": {"Ref": "CheckpointBucket"}},
@@ -424,9 +619,12 @@ def template() -> dict[str, Any]:
             },
             "StashUrl": {
                 "Description": "Set STASHPOINT_URL to this.",
-                "Value": {
-                    "Fn::Sub": "s3://${CheckpointBucket}/${Prefix}?index=dynamodb://${IndexTable}"
-                },
+                "Value": _STASH_URL,
+            },
+            "WakeFunctionArn": {
+                "Condition": "Wakes",
+                "Description": "The Lambda that sends due runs to WakeTarget every minute.",
+                "Value": {"Fn::GetAtt": ["WakeFunction", "Arn"]},
             },
         },
     }

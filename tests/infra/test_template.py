@@ -187,3 +187,29 @@ def test_object_lock_is_a_parameter_off_by_default() -> None:
     plain = branches.resolve(template, False)["Resources"]["CheckpointBucket"]["Properties"]
     assert "ObjectLockEnabled" not in plain and "ObjectLockConfiguration" not in plain
     assert plain["VersioningConfiguration"] == {"Status": "Enabled"}  # Object Lock needs it
+
+
+def test_the_waker_is_off_by_default_and_sends_only_to_its_target() -> None:
+    import stashpoint.wake
+
+    template = _generator().template()
+    assert template["Parameters"]["WakeTarget"]["Default"] == ""
+    waker = {name: r for name, r in template["Resources"].items() if name.startswith("Wake")}
+    assert set(waker) == {"WakeRole", "WakeFunction", "WakeSchedulerRole", "WakeSchedule"}
+    assert all(r["Condition"] == "Wakes" for r in waker.values())  # nothing without a target
+    function = waker["WakeFunction"]["Properties"]
+    module, _, name = function["Handler"].rpartition(".")
+    assert module == "stashpoint.wake" and callable(getattr(stashpoint.wake, name))
+    assert function["ReservedConcurrentExecutions"] == 1
+    assert set(function["Environment"]["Variables"]) == {
+        "STASHPOINT_URL", "STASHPOINT_WAKE_TARGET", "STASHPOINT_WAKE_NAMESPACE",
+        "STASHPOINT_WAKE_RESEND",
+    }  # fmt: skip
+    assert waker["WakeSchedule"]["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    (send,) = waker["WakeRole"]["Properties"]["Policies"]
+    queue, function_target = send["PolicyDocument"]["Statement"][0]["Fn::If"][1:]
+    assert queue["Action"] == ["sqs:SendMessage", "sqs:GetQueueUrl"]
+    assert function_target["Action"] == "lambda:InvokeFunction"
+    assert queue["Resource"] == function_target["Resource"] == {"Ref": "WakeTarget"}
+    rule = template["Rules"]["WakerNeedsItsCode"]
+    assert len(rule["Assertions"]) == 2  # a target without a package is refused up front

@@ -49,6 +49,8 @@ log = logging.getLogger("stashpoint.index")
 Row = TypeVar("Row", RunRow, AttemptRow)
 
 _MARKER_PK = "meta#progress"
+_WAKE_PK = "wake#"
+"""Partition of a waker's marks (`claim_wake`): one item per run and wake time."""
 
 MAX_PAGE = 1000
 """Largest page a listing returns."""
@@ -89,6 +91,25 @@ class RunIndex:
         """Record the progress of a resumable job."""
         marker = {"pk": _MARKER_PK, "sk": name, "revision": time.time_ns(), "position": position}
         yield from ask(PutItems((marker,)))
+
+    def claim_wake(
+        self, run_id: str, wake_at: datetime, now: datetime, every: float
+    ) -> Steps[int | None]:
+        """Claim this `every`-second window to send the run in; None if it is taken.
+
+        One conditional write (`PutItems` writes only over a lower revision): the revision
+        is the number of the `every`-second window `now` falls in, so of wakers racing in
+        one window exactly one item is written, and the next window may send again (a
+        wake lost on its way is sent once more). The item expires two days on.
+        """
+        window = int(now.timestamp() // every)
+        item = {
+            "pk": f"{_WAKE_PK}{run_id}",
+            "sk": wake_at.isoformat(),
+            "revision": window,
+            "expires_at": int(now.timestamp()) + 2 * 86_400,
+        }
+        return window if (yield from ask(PutItems((item,)))) == 1 else None
 
     def clear_marker(self, name: str) -> Steps[None]:
         """Forget a finished job's progress."""

@@ -772,6 +772,27 @@ class RunOperations(Generic[DurableT, FleetT]):
         )
 
     @operation
+    def claim_wake(
+        self, run_id: str, wake_at: datetime, *, every: timedelta = timedelta(minutes=15)
+    ) -> Steps[int | None]:
+        """Claim the right to send a due run on now (`stashpoint.wake`): once per `every`.
+
+        For a scheduler that polls `list_due` and hands each due run to a queue or a
+        function: of pollers racing (or one polling every minute), one gets the number of
+        the current `every` window for a run's wake time, the others None, so a run is
+        sent once, and again only if it is still due a window later (the send, or the
+        worker, was lost). One conditional index write; needs an index.
+        """
+        validate_id(run_id, what="run id")
+        moment = _moment(wake_at, "wake_at")
+        seconds = _seconds(every, "every")
+        if moment is None or seconds is None:
+            raise InvalidArgument("claim_wake needs a wake_at and an every")
+        index = self._require_index()
+        now = yield from ask(Now())
+        return (yield from index.claim_wake(run_id, moment, now, seconds))
+
+    @operation
     def running_attempts(self, run_id: str) -> Steps[list[AttemptRow]]:
         """Return the run's running attempts with their leases (one read: its head)."""
         known = yield from self._read(run_id)
