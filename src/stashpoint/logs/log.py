@@ -179,6 +179,9 @@ class LogHead:
     snapshot: Any = field(default=_NO_SNAPSHOT, compare=False, repr=False)
     """A private copy of `state` as stored, which the next append patches against: the
     caller may change `state` in place before passing this head as `after`."""
+    etag: str | None = field(default=None, compare=False)
+    """The latest version's ETag, when this process wrote it and storage said (a listing
+    showing the same ETag for the version shows that very object)."""
 
     @property
     def purge_id(self) -> str | None:
@@ -191,8 +194,8 @@ class LogHead:
         return self.purge_id is not None and not self.extra.get(REUSABLE)
 
     @classmethod
-    def of(cls, entry: LogEntry, *, handed_over: bool = False) -> LogHead:
-        """Return the head whose latest version is `entry`.
+    def of(cls, entry: LogEntry, *, handed_over: bool = False, etag: str | None = None) -> LogHead:
+        """Return the head whose latest version is `entry` (stored with `etag`, if known).
 
         `handed_over`: nobody changes `entry.state` after this, so it is its own snapshot
         (no copy); otherwise the snapshot is a deep copy.
@@ -210,6 +213,7 @@ class LogHead:
             base=entry.base,
             ended=entry.ended,
             snapshot=entry.state if handed_over else copy.deepcopy(entry.state),
+            etag=etag,
         )
 
 
@@ -998,8 +1002,8 @@ class LogSteps:
             ended=ends,
         )
         key = self.keys.entry(log_id, version)
-        yield from self._create(log_id, key, entry)
-        head = LogHead.of(entry, handed_over=handed_over)
+        etag = yield from self._create(log_id, key, entry)
+        head = LogHead.of(entry, handed_over=handed_over, etag=etag)
         self._learn_top(log_id, version)
         if version >= SEGMENT_SPAN and version % SEGMENT_SPAN == 0:
             # The append is durable already; a failed seal is redone by the next seal or

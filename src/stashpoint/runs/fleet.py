@@ -32,6 +32,7 @@ Free of I/O: every operation is steps (`FleetMap` and `AsyncFleetMap` drive them
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import hashlib
@@ -106,7 +107,10 @@ CLOCK_SKEW = timedelta(seconds=1)
 """How long after its expiry a lease counts as run out (clocks of workers differ this
 much at most). Safety never rests on it: a worker taken over early is fenced."""
 _RESULTS_WINDOW = 16
-_PART = re.compile(r"(?:b(\d{8})|d(\d{8})\.(\d{1,9})\.(\d{1,9})|(plan)|(end))/(\d{20})")
+_PART = re.compile(
+    r"(?:b(\d{8})|d(\d{8})\.(\d{1,9})\.(\d{1,9})(?:\.([A-Za-z0-9]{1,64}))?|(plan)|(end))"
+    r"/(\d{20})"
+)
 
 FleetStatus = Literal["not_started", "running", "completed", "failed"]
 """Where a map stands: no plan yet, batches left, ended well, ended failed."""
@@ -279,7 +283,10 @@ class _View:
     plan: bool = False
     ended: bool = False
     tops: dict[int, int] = field(default_factory=dict)  # batch -> newest version listed
+    written: dict[int, datetime] = field(default_factory=dict)  # batch -> when (storage's)
+    etags: dict[int, str] = field(default_factory=dict)  # batch -> its newest version's tag
     marks: dict[int, tuple[int, int]] = field(default_factory=dict)  # batch -> (ok, failed)
+    tags: dict[int, str] = field(default_factory=dict)  # batch -> the done version's, per mark
     marked_twice: set[int] = field(default_factory=set)
 
     def free(self, batches: int) -> list[int]:
@@ -353,6 +360,29 @@ async def _arun_items(fn: Callable[[Any], Any], items: Sequence[Any], concurrenc
     return list(await asyncio.gather(*(one(item) for item in items)))
 
 
+def _choose(free: Sequence[int], cursor: int | None, rng: random.Random) -> int:
+    """Choose the free batch to claim: the next one of this worker's sweep, else a jump.
+
+    A worker sweeps forward from where it last claimed, so workers keep to regions of
+    their own; one whose next batch is taken (it met another sweep) jumps into a run of
+    free batches chosen by its length, past its first batch (another sweep's next). Of
+    workers listing at the same moment, few then pick the same batch: a claim seldom
+    loses (`docs/fleet.md`, the arithmetic).
+    """
+    if cursor is not None:
+        at = bisect.bisect_left(free, cursor)
+        if at < len(free) and free[at] == cursor:
+            return cursor
+    runs: list[tuple[int, int]] = []  # (first, last) of each run of consecutive free batches
+    for batch in free:
+        if runs and runs[-1][1] == batch - 1:
+            runs[-1] = (runs[-1][0], batch)
+        else:
+            runs.append((batch, batch))
+    first, last = rng.choices(runs, [max(1, last - first) for first, last in runs])[0]
+    return rng.randint(first + 1, last) if last > first else first
+
+
 def _positive(value: Any, name: str, *, whole: bool = False, upper: float = 1e9) -> Any:
     """Return `value` if it is a number > 0 (an int when `whole`) up to `upper`."""
     number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
@@ -415,19 +445,26 @@ class _FleetApi:
         prefix = self._listing_prefix()
         view = _View()
         for page in (yield from every_key_page(prefix)):
-            for key in page.keys:
+            for index, key in enumerate(page.keys):
                 match = _PART.fullmatch(key[len(prefix) :])
                 if match is None:
                     continue  # another map's whose id starts with ours, or not ours
-                claimed, marked, ok, failed, plan, end, version = match.groups()
+                claimed, marked, ok, failed, tag, plan, end, version = match.groups()
                 if claimed is not None:
                     batch = int(claimed)
-                    view.tops[batch] = max(view.tops.get(batch, -1), int(version))
+                    if int(version) > view.tops.get(batch, -1):
+                        view.tops[batch] = int(version)
+                        if page.modified is not None:
+                            view.written[batch] = page.modified[index]
+                        if page.etags is not None and page.etags[index]:
+                            view.etags[batch] = _tag(page.etags[index])
                 elif marked is not None:
                     batch = int(marked)
                     if batch in view.marks and view.marks[batch] != (int(ok), int(failed)):
                         view.marked_twice.add(batch)  # planted, or a bug: the log decides
                     view.marks.setdefault(batch, (int(ok), int(failed)))
+                    if tag is not None:
+                        view.tags.setdefault(batch, tag)
                 elif plan is not None:
                     view.plan = True
                 elif end is not None:
@@ -717,31 +754,63 @@ class _FleetApi:
         report = WorkReport(self.worker_id)
         rng = random.Random(f"{self.worker_id}:{self.map_id}")
         read: dict[int, tuple[int, BatchHead]] = {}  # batch -> (version read, its state)
+        finished_last = waited_for_end = False
+        cursor: int | None = None  # the batch after the last one this worker claimed
         while max_batches is None or report.batches + report.abandoned < max_batches:
             if stop is not None and stop():
                 break
+            just_finished, finished_last = finished_last, False
             view = yield from self._view()
             if view.ended:
                 break
             if plan.over_tolerance(view.failed) and (yield from self._confirmed(plan, view)):
                 yield from self._end(plan, view)
                 continue
+            # A held batch not written for longer than a lease (its holder's clock may be
+            # off: the head decides) is taken before any free one, so a dead worker's
+            # batch runs again within about a lease, not at the end of the map.
+            now = yield from ask(Now())
+            late = now - timedelta(seconds=plan.lease_seconds) - self.clock_skew
+            silent = [b for b in view.open() if b in view.written and view.written[b] <= late]
+            if silent:
+                taken = yield from self._take_expired(plan, view, read, report, silent)
+                if isinstance(taken, Known):
+                    yield from self._run(plan, taken, fn, max_concurrency, report)
+                    finished_last = True
+                    continue
+                if taken:
+                    continue
             free = view.free(plan.batches)
             if free:
-                batch = free[rng.randrange(len(free))]
+                held = len(view.open())
+                if len(free) < held and rng.random() > len(free) / held:
+                    # Fewer free batches than workers holding one: most who try now would
+                    # collide. Look again in a moment (a LIST is cheaper than a lost claim).
+                    yield from ask(Sleep(rng.uniform(0.05, min(1.0, plan.lease_seconds / 10))))
+                    continue
+                batch = _choose(free, cursor, rng)
                 known = yield from self._claim(plan, batch, report)
-                if known is not None:
+                if known is None:
+                    cursor = None  # another worker's sweep reached it: jump elsewhere
+                else:
+                    cursor = batch + 1
                     yield from self._run(plan, known, fn, max_concurrency, report)
+                    finished_last = True
                 continue
             taken = yield from self._take_expired(plan, view, read, report)
             if isinstance(taken, Known):
                 yield from self._run(plan, taken, fn, max_concurrency, report)
+                finished_last = True
                 continue
             if taken:
                 continue
             if not view.open():
-                yield from self._conclude(plan, view)
-                continue
+                # Every batch is marked: the worker that marked the last one ends the map
+                # (one check of every batch); the others give it one poll first, then do it.
+                if just_finished or waited_for_end:
+                    yield from self._conclude(plan, view)
+                    continue
+                waited_for_end = True
             yield from self._idle(plan, read)
         report.status = (yield from self._progress()).status
         yield from self._settle_run()
@@ -767,15 +836,17 @@ class _FleetApi:
         view: _View,
         read: dict[int, tuple[int, BatchHead]],
         report: WorkReport,
+        among: Sequence[int] | None = None,
     ) -> Steps[Known[BatchHead] | bool | None]:
         """Take over a held batch whose lease ran out: its state; True: look again; None.
 
         The newest version of each held batch is read once (again when it changes: a
-        heartbeat); its lease is judged on this worker's clock, `clock_skew` late. A held
+        heartbeat); its lease is judged on this worker's clock, `clock_skew` late; `among`:
+        only these held batches (default: every one). A held
         batch found done lacks only its mark (its finisher died first): it is marked. A
         batch given up (claimed `max_claims` times) is recorded failed here.
         """
-        held = view.open()
+        held = view.open() if among is None else list(among)
         stale = [b for b in held if b not in read or read[b][0] != view.tops[b]]
         for batch, found in zip(stale, (yield from self._heads(view, stale)), strict=True):
             if found is None:
@@ -823,7 +894,7 @@ class _FleetApi:
         if taken.state.status is BatchStatus.DONE:
             report.abandoned += 1
             report.failed += taken.state.failed
-            yield from self._mark(taken.state)
+            yield from self._mark(taken.state, None if taken.log is None else taken.log.etag)
             return True
         report.takeovers += 1
         return taken
@@ -891,7 +962,7 @@ class _FleetApi:
         report.batches += 1
         report.ok += ok
         report.failed += failed
-        yield from self._mark(done.state)
+        yield from self._mark(done.state, None if done.log is None else done.log.etag)
 
     def _renew(self, name: str, epoch: int) -> Steps[None]:
         """Renew the lease of a batch this worker holds (a heartbeat); `Fenced` if lost."""
@@ -905,9 +976,17 @@ class _FleetApi:
 
         yield from self._batches.update(name, change, write, initial=_absent)
 
-    def _mark(self, head: BatchHead) -> Steps[None]:
-        """Create the batch's done mark (its counts in its name); one there already stays."""
-        log_id = self._log(f"d{head.batch:08d}.{head.ok}.{head.failed}")
+    def _mark(self, head: BatchHead, etag: str | None = None) -> Steps[None]:
+        """Create the batch's done mark; one there already stays.
+
+        Its name says the counts and, when known, the done version's ETag: a listing that
+        shows the same ETag for the batch's newest version shows the done version itself,
+        so the map's end checks the batch without reading it.
+        """
+        name = f"d{head.batch:08d}.{head.ok}.{head.failed}"
+        if etag:
+            name += f".{_tag(etag)}"
+        log_id = self._log(name)
         state = {"map_id": self.map_id, "batch": head.batch, "ok": head.ok, "failed": head.failed}
         # Marked already (by the worker that finished it, or a repair): the same mark.
         with contextlib.suppress(CheckpointConflict):
@@ -943,9 +1022,21 @@ class _FleetApi:
         worked like any held one: its holder's lease runs out and it is taken over.
         """
         every = list(range(plan.batches))
-        found = yield from self._heads(view, every)
+        # A mark naming the ETag the listing shows for its batch's newest version is that
+        # version's own: trusted as it is. Every other batch is read.
+        shown = {
+            b for b in every
+            if b not in view.marked_twice and b in view.tags and view.tags[b] == view.etags.get(b)
+        }  # fmt: skip
+        unread = [b for b in every if b not in shown]
+        found = dict(zip(unread, (yield from self._heads(view, unread)), strict=True))
         ok = failed = 0
-        for batch, item in zip(every, found, strict=True):
+        for batch in every:
+            if batch in shown:
+                ok += view.marks[batch][0]
+                failed += view.marks[batch][1]
+                continue
+            item = found[batch]
             if item is None:
                 known = yield from self._batches.read(self._batch_log(batch), _absent)
                 head = known.state
@@ -1111,6 +1202,11 @@ class _FleetApi:
                 "a done batch's results are gone", object_name=self._batch_log(batch)
             )
         return item
+
+
+def _tag(etag: str) -> str:
+    """Return an ETag as a mark's name carries it: its letters and digits, at most 64."""
+    return re.sub(r"[^A-Za-z0-9]", "", etag)[:64]
 
 
 def _absent() -> BatchHead:
