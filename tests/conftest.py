@@ -123,3 +123,34 @@ def s3_dynamo_url(
     """S3 on SeaweedFS with its index on DynamoDB Local: the production shape, for real."""
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}") + f"&index=dynamodb://{dynamodb_table}"
     return url, {"index_endpoint_url": dynamodb_local.endpoint}
+
+
+@pytest.fixture(scope="session")
+def directory_bucket(seaweedfs: servers.S3Server) -> Iterator[str]:
+    """The directory-bucket stand-in (`tests/directory_proxy.py`) in front of SeaweedFS."""
+    from tests.directory_proxy import DirectoryBucketProxy
+
+    with DirectoryBucketProxy(seaweedfs.endpoint) as proxy:
+        yield proxy.endpoint
+
+
+@pytest.fixture
+def s3_directory_url(
+    seaweedfs: servers.S3Server, directory_bucket: str
+) -> tuple[str, dict[str, Any]]:
+    """A prefix of the unversioned bucket seen as a directory bucket: unordered listings, no
+    StartAfter, no versions, opaque ETags (`provider=s3express`)."""
+    prefix = f"t-{uuid.uuid4().hex}"
+    url = seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET, endpoint=directory_bucket)
+    return url + "&provider=s3express", {}
+
+
+@pytest.fixture
+def s3_directory_dynamo_url(
+    s3_directory_url: tuple[str, dict[str, Any]],
+    dynamodb_local: servers.DynamoDBServer,
+    dynamodb_table: str,
+) -> tuple[str, dict[str, Any]]:
+    """The directory-bucket stand-in with its index on DynamoDB Local."""
+    url = s3_directory_url[0] + f"&index=dynamodb://{dynamodb_table}"
+    return url, {"index_endpoint_url": dynamodb_local.endpoint}

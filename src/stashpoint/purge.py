@@ -120,6 +120,8 @@ NAMESPACE_NAMES = {
 RECEIPT_KIND = "stashpoint.purge"
 """Kind of a receipt log's entries."""
 _ROUNDS = 4
+_UNVERSIONED = "null"
+"""The version id of an object written without versioning: overwriting it replaces it."""
 """Listings one target's sweep makes at most before it gives up (objects kept appearing)."""
 _PARALLEL = 256
 """Requests sent in one `Parallel` (the driver keeps 16 in flight)."""
@@ -692,6 +694,8 @@ class Purger:
                         continue
                     if verdict is _Verdict.VACATE and number is not None:
                         vacate.append((number, version.etag))
+                        if version.version_id == _UNVERSIONED:
+                            continue  # its marker overwrites it: deleting it would free the key
                     doomed.append(version)
             # A small object is kept only once read as a marker: one planted under the id
             # (whatever its size) is replaced like an entry.
@@ -708,15 +712,17 @@ class Purger:
                         continue
                     kept -= 1
                     vacate.append((number, info.etag))
-                    doomed.append(version)
-            if not doomed:
+                    if version.version_id != _UNVERSIONED:
+                        doomed.append(version)
+            if not doomed and not vacate:
                 state.kept += kept
                 if target.namespace == RUN_LOGS and self.has_index:
                     yield from self._drop_index(target, receipt)
                 return
             if namespace.references_blobs:
                 yield from self._collect_references(doomed, state)
-            yield from receipt.intend(doomed)
+            if doomed:
+                yield from receipt.intend(doomed)
             if vacate:
                 # Markers first: a version's content is deleted only once it is no longer
                 # the key's current version, and a key found free is occupied again.
@@ -724,7 +730,8 @@ class Purger:
                     target.object_id, vacate, reason="purged", by=tombstone or 0
                 )
                 ours.update(etag for etag in written if etag)
-            yield from self._delete(doomed)
+            if doomed:
+                yield from self._delete(doomed)
         raise _unfinished(target)
 
     def _shred(self, target: Target, receipt: _Receipt) -> Steps[None]:

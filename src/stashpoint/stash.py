@@ -37,11 +37,13 @@ from stashpoint.stores.layout import (
     check_prefix,
     of_shape,
 )
+from stashpoint.stores.providers import PROVIDERS, Provider, provider_named
 from stashpoint.stores.store import AsyncStore, Store
 from stashpoint.twins import Awaiting, Blocking, operation
 from stashpoint.url import StashUrl, parse_url, resolve_url, shown
 
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
+    from stashpoint._backends.conformance import Conformance
     from stashpoint._backends.sqlite import SqliteIndexTransport
     from stashpoint.doctor import Check
     from stashpoint.encryption import Encryption, Rotation, Sealer
@@ -144,6 +146,7 @@ class Interception:
 
 @dataclass(frozen=True)
 class _Backend:
+    provider: Provider
     layout: Layout
     objects: Factory
     async_objects: Factory
@@ -151,6 +154,8 @@ class _Backend:
     async_index: Factory | None
     identity: Callable[[], str | None] = lambda: None
     """The caller's cloud identity for receipts (None: name the local user)."""
+    conformance: Callable[[], Any] | None = None
+    """Runs the conformance kit on the bucket (S3 only)."""
 
 
 def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -158,7 +163,7 @@ def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str
     merged: dict[str, Any] = {**parsed.params, **options.backend}
     own = {
         k: merged.pop(k)
-        for k in (*_INDEX_OPTIONS, *_STASH_OPTIONS, "index", "encryption")
+        for k in (*_INDEX_OPTIONS, *_STASH_OPTIONS, "index", "encryption", "provider")
         if k in merged
     }
     if "session" in merged:
@@ -228,6 +233,8 @@ class _Kept:
 def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, Any]) -> _Backend:
     if own.get("nested_prefix") not in (None, "allow"):
         raise ConfigurationError("nested_prefix must be 'allow' when given")
+    if parsed.scheme != "s3" and own.get("provider") not in (None, "", parsed.scheme):
+        raise ConfigurationError(f"provider= names an S3 provider; this stash is {parsed.scheme}")
     if parsed.scheme == "memory":
         from stashpoint._backends.sqlite import SqliteIndexTransport
 
@@ -249,6 +256,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
             objects, memory_index = MemoryTransport(), SqliteIndexTransport(":memory:")
         has_index = own.get("index") != "none"
         return _Backend(
+            PROVIDERS["memory"],
             Layout(),
             lambda: objects,
             lambda: ThreadedAsyncTransport(objects, offload=False),
@@ -268,6 +276,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
             raise ConfigurationError(f"unknown local options: {', '.join(sorted(object_options))}")
         index, async_index = _index_factories(own.get("index"), str(root / "index.sqlite3"), own)
         return _Backend(
+            PROVIDERS["local"],
             Layout(),
             lambda: LocalTransport(root, fsync=fsync),
             lambda: ThreadedAsyncTransport(LocalTransport(root, fsync=fsync)),
@@ -282,15 +291,20 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         layout = Layout(check_prefix(parsed.prefix, nested=own.get("nested_prefix") == "allow"))
         retention = parse_rules(object_options.pop("retention", None), layout)
         settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
-        settings = dataclasses.replace(settings, retention=retention)
+        provider = provider_named(own.get("provider"), parsed.location)
+        settings = dataclasses.replace(
+            settings, retention=retention, versioning=provider.versioning
+        )
         index, async_index = _index_factories(own.get("index"), None, own)
         return _Backend(
+            provider,
             layout,
             lambda: s3.s3_transport(settings),
             lambda: s3.async_s3_transport(settings),
             index,
             async_index,
             lambda: caller_identity(settings),
+            lambda: s3.conformance(settings, layout.prefix, provider),
         )
     raise ConfigurationError(f"unsupported scheme {parsed.scheme!r}")
 
@@ -380,6 +394,7 @@ class _Parts:
             life_field=settings.life_field,
             vacate_sealed=self.vacate_sealed,
             overhead=None if self.sealer is None else self.sealer.overhead,
+            seeks=self.backend.provider.seeks,
         )
 
     def gc(
@@ -519,6 +534,25 @@ class _StashApi(Generic[StoreT, LogStoreT]):
     def codec(self) -> Codec:
         """How this stash encodes and decodes documents, within its `Limits`."""
         return self._parts.codec
+
+    @property
+    def provider(self) -> Provider:
+        """The object store's capabilities in use (`stores.providers`; `provider=` in the URL)."""
+        return self._parts.backend.provider
+
+    def conformance(self) -> Conformance:
+        """Probe what the bucket's S3 really does (`stashpoint doctor --conformance`).
+
+        Conditional writes and their races, conditional delete, versioning, listing order,
+        `StartAfter`, read-after-write, multipart, ETags: every probe writes under
+        `{prefix}/.doctor/` and everything is removed after. S3 only (`ConfigurationError`
+        elsewhere). Returns the report, with the closest known provider profile.
+        """
+        run = self._parts.backend.conformance
+        if run is None:
+            raise ConfigurationError("the conformance kit probes S3 endpoints: open an s3:// stash")
+        report: Conformance = run()
+        return report
 
     def log_steps(self, namespace: str) -> LogSteps:
         """Return the log steps of one log namespace, with this stash's settings.
@@ -890,6 +924,10 @@ class OpenOptions(TypedDict, total=False):
     (`stashpoint.stores.retention`; the bucket must have Object Lock)."""
     extra_put: Mapping[str, Any]
     """S3: further PutObject parameters, passed through unchanged."""
+    provider: str
+    """S3: the object store's profile (`aws`, `s3express`, `r2`, `minio`, `ceph`,
+    `tigris`, `seaweedfs`; default: `s3express` for a directory bucket, else `aws`): what
+    it can do (`stores.providers`, `docs/providers.md`)."""
     index: str
     """The run index: `dynamodb://TABLE`, `sqlite://PATH` or `none`."""
     index_endpoint_url: str

@@ -15,7 +15,10 @@ import pytest
 import stashpoint
 from tests.contract.drivers import BlockingFacade
 
-BACKENDS = ["memory_url", "local_url", "local_encrypted_url", "s3_moto_url", "s3_seaweed_url"]
+BACKENDS = [
+    "memory_url", "local_url", "local_encrypted_url", "s3_moto_url", "s3_seaweed_url",
+    "s3_directory_url",
+]  # fmt: skip
 """Fixtures giving `(url, options)` for each backend under contract."""
 
 DRIVERS = ["sync", "async"]
@@ -59,7 +62,9 @@ def _open(url: str, options: dict[str, Any], driver: str) -> Iterator[Any]:
             runner.run(async_stash.close())
 
 
-RUN_BACKENDS = ["memory_url", "local_url", "local_encrypted_url", "s3_dynamo_url"]
+RUN_BACKENDS = [
+    "memory_url", "local_url", "local_encrypted_url", "s3_dynamo_url", "s3_directory_dynamo_url",
+]  # fmt: skip
 """Fixtures giving `(url, options)` for each backend under the run-store contract."""
 
 

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
-SAVER_BACKENDS = ["memory_url", "local_url", "s3_seaweed_url", "s3_dynamo_url"]
+SAVER_BACKENDS = ["memory_url", "local_url", "s3_seaweed_url", "s3_dynamo_url", "s3_directory_url"]
 """Where the saver is tested: the embedded default, a folder, S3, S3 with its index."""
 
 
@@ -20,7 +20,7 @@ def saver_url(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return url, options
 
 
-STORE_BACKENDS = ["memory_url", "local_url", "s3_seaweed_url"]
+STORE_BACKENDS = ["memory_url", "local_url", "s3_seaweed_url", "s3_directory_url"]
 """Where the store is tested: the embedded default, a folder, S3 (it uses no index)."""
 
 

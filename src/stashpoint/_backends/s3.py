@@ -113,6 +113,9 @@ class S3Settings(AwsClientSettings):
     """Further PutObject parameters passed through unchanged."""
     retention: tuple[RetentionRule, ...] = ()
     """Object Lock retentions the writes of some namespaces carry (`stores.retention`)."""
+    versioning: bool = True
+    """Whether the provider lists and reads object versions (`Provider.versioning`);
+    without, a version listing is the current objects', each its one `null` version."""
 
     @classmethod
     def from_options(
@@ -237,7 +240,9 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             key = request.key
             params: dict[str, Any] = {"Bucket": bucket, "Key": key}
             is_get = isinstance(request, GetObject)
-            if request.version_id is not None:
+            if request.version_id is not None and (
+                settings.versioning or request.version_id != "null"
+            ):
                 params["VersionId"] = request.version_id
             try:
                 method = "get_object" if is_get else "head_object"
@@ -293,11 +298,19 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             more = response.get("IsTruncated") and response.get("NextContinuationToken")
             return KeyPage(keys, more or None, modified, sizes, etags)
         case ListVersions(key):
+            if not settings.versioning:
+                raise ConfigurationError(
+                    "this provider keeps no object versions (a directory bucket, R2), so "
+                    "there is no history to read",
+                    object_name=key,
+                )
             return (yield from _list_versions(key, bucket))
         case ListVersionPage(prefix, marker, page_size):
+            if not settings.versioning:
+                return (yield from _current_page(bucket, prefix, marker, page_size))
             return (yield from _version_page(bucket, prefix, marker, page_size))
         case DeleteVersions(targets):
-            return (yield from _delete_versions(bucket, targets))
+            return (yield from _delete_versions(bucket, targets, settings.versioning))
         case SetLegalHold(key, version_id, on):
             params = {"Bucket": bucket, "Key": key, "LegalHold": {"Status": "ON" if on else "OFF"}}
             if version_id is not None:
@@ -332,6 +345,8 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
         case GetLifecycle():
             return (yield from _lifecycle(bucket))
         case GetObjectLock():
+            if not settings.versioning:
+                return None  # Object Lock needs versions: a provider without has none
             return (yield from _object_lock(bucket, settings.retention))
     raise TypeError(f"S3 storage cannot execute {request!r}")
 
@@ -568,10 +583,46 @@ def _version_page(
     )
 
 
+def _current_page(
+    bucket: str, prefix: str, marker: tuple[str, str] | None, page_size: int
+) -> Steps[VersionPage]:
+    """List current objects as versions (`null`), for a provider that keeps no versions.
+
+    The marker's second half carries the listing's continuation token (no `StartAfter`:
+    a directory bucket has none).
+    """
+    params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
+    if marker is not None:
+        params["ContinuationToken"] = marker[1]
+    try:
+        page = yield from ask(AwsCall("list_objects_v2", params))
+    except Exception as exc:
+        raise _read_failed(exc, prefix) from exc
+    listed = [
+        StoredVersion(
+            str(item["Key"]),
+            "null",
+            True,
+            False,
+            int(item.get("Size", 0)),
+            item.get("ETag"),
+            item.get("LastModified"),
+        )
+        for item in page.get("Contents", [])
+    ]
+    listed.sort(key=lambda v: v.key)
+    token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+    return VersionPage(listed, None if not token else ("", str(token)))
+
+
 def _delete_versions(
-    bucket: str, targets: tuple[tuple[str, str], ...]
+    bucket: str, targets: tuple[tuple[str, str], ...], versioning: bool = True
 ) -> Steps[list[DeleteFailure]]:
-    objects = [{"Key": key, "VersionId": version_id} for key, version_id in targets]
+    objects = [
+        {"Key": key} if not versioning and version_id == "null" else
+        {"Key": key, "VersionId": version_id}
+        for key, version_id in targets
+    ]  # fmt: skip
     params = {"Bucket": bucket, "Delete": {"Objects": objects, "Quiet": True}}
     try:
         response = yield from ask(AwsCall("delete_objects", params))
@@ -582,6 +633,18 @@ def _delete_versions(
         for e in response.get("Errors", [])
         if e.get("Code") not in ("NoSuchVersion", "NoSuchKey")  # gone already: deleted
     ]
+
+
+def conformance(settings: S3Settings, prefix: str, provider: Any) -> Any:
+    """Run the conformance kit (`_backends.conformance`) on the stash's bucket."""
+    from stashpoint._backends.aws import LazyClient
+    from stashpoint._backends.conformance import run_kit
+
+    client = LazyClient("s3", settings)
+    try:
+        return run_kit(client.get(), settings.bucket, prefix, provider)
+    finally:
+        client.close()
 
 
 def s3_transport(settings: S3Settings) -> AwsTransport:

@@ -240,16 +240,35 @@ def repair(
 
 
 @app.command()
-def doctor(url: Url = None, as_json: AsJson = False, wide: Wide = False) -> None:
+def doctor(
+    url: Url = None,
+    as_json: AsJson = False,
+    wide: Wide = False,
+    conformance: Annotated[
+        bool,
+        typer.Option(
+            "--conformance",
+            help="Probe what the S3 endpoint really does (conditional writes and their races, "
+            "conditional delete, versioning, listing order, StartAfter, multipart, ETags) and "
+            "name the provider profile that matches.",
+        ),
+    ] = False,
+) -> None:
     """Probe the bucket and index: conditional writes, versioning, GSIs, TTL, latency.
 
     Writes a probe object (and deletes it): on a read-only stash the write checks fail
-    and say so.
+    and say so. `--conformance` runs the conformance kit instead (`docs/providers.md`):
+    thirteen probes under `{prefix}/.doctor/`, all removed after; it fails when the
+    endpoint cannot keep compare-and-swap, or lacks what the stash's profile
+    (`provider=` in the URL) says it has.
     """
     from stashpoint.cli.output import Cell, Column, Output, Row
     from stashpoint.url import without_credentials
 
     output = Output(as_json=as_json, wide=wide)
+    if conformance:
+        _conformance(url, output)
+        return
     with open_stash(url) as stash:
         checks = stash.doctor()
         where = without_credentials(stash.url)
@@ -264,4 +283,50 @@ def doctor(url: Url = None, as_json: AsJson = False, wide: Wide = False) -> None
         ]
         output.table("stashpoint doctor", columns, rows, stash=where)
     if failed:
+        raise typer.Exit(1)
+
+
+def _conformance(url: str | None, output: Any) -> None:
+    """Run the conformance kit; print its probes and its matrix row."""
+    import dataclasses
+
+    from stashpoint.cli.output import Cell, Column, Row
+    from stashpoint.url import without_credentials
+
+    with open_stash(url) as stash:
+        report = stash.conformance()
+        in_use = stash.provider
+        where = without_credentials(stash.url)
+    missing = report.differences(in_use)
+    ok = report.safe and not missing and report.cleaned
+    if output.as_json:
+        output.emit(
+            {
+                "url": where,
+                "ok": ok,
+                "safe": report.safe,
+                "profile_in_use": in_use.name,
+                "matches": report.matches,
+                "missing": missing,
+                "cleaned": report.cleaned,
+                "probes": [dataclasses.asdict(p) for p in report.probes],
+                "row": report.row(),
+            }
+        )
+    else:
+        marks = {True: Cell("PASS", "green"), False: Cell("NO", "yellow"), None: Cell("?", "")}
+        columns = [Column("probe"), Column("result"), Column("detail", wrap=True)]
+        rows: list[Row] = [[p.name, marks[p.passed], p.detail] for p in report.probes]
+        output.table("stashpoint doctor --conformance", columns, rows, stash=where)
+        found = ", ".join(report.matches) or "no known profile (a custom one)"
+        output.say(f"matches: {found}; this stash uses the {in_use.name} profile")
+        if not report.safe:
+            output.say("[bold red]unsafe:[/] conditional writes do not hold here: no stash can")
+        if missing:
+            output.say(
+                f"[bold red]the {in_use.name} profile claims what this endpoint lacks:[/] "
+                f"{', '.join(missing)}; open the stash with provider= one of: {found}"
+            )
+        output.say(report.row())
+    if not ok:
         raise typer.Exit(1)

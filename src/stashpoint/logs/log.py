@@ -379,6 +379,7 @@ class LogSteps:
         vacate_sealed: bool = False,
         overhead: Callable[[str], int] | None = None,
         life_field: str | None = None,
+        seeks: bool = True,
     ) -> None:
         self.keys = keys
         """Where the logs' objects live."""
@@ -399,6 +400,10 @@ class LogSteps:
         """The state field naming the first version of the owner's current life, for
         owners that start lives in their state (`Namespace.life_field`): nothing below it
         is read, so `tidy` vacates it and seals and packs start there."""
+        self.seeks = seeks
+        """Whether listings come back in order and may start after a key (`StartAfter`):
+        then a listing skips what it does not need; without, every page is read
+        (`stores.providers.Provider.seeks`)."""
         self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
         # Entries this process wrote, by key, with their ETags: entries are immutable, so a
         # seal of their range needs no GET of them (an append costs one PUT, seals included).
@@ -423,6 +428,11 @@ class LogSteps:
         if ordered:
             entry_pages = yield from self._all_pages(entries_prefix, None)
             segment_pages = yield from self._all_pages(segments_prefix, None)
+        elif not self.seeks:
+            # Unordered pages, no StartAfter: every page of both, the first two at once.
+            first = yield from ask(Parallel((ListKeys(entries_prefix), ListKeys(segments_prefix))))
+            entry_pages = yield from self._all_pages(entries_prefix, first[0])
+            segment_pages = yield from self._all_pages(segments_prefix, first[1])
         else:
             # A log this process read or wrote lists from a segment before its last known
             # top: on S3 a 1,000-key page costs ten times a short one, and the sealed
@@ -1120,7 +1130,9 @@ class LogSteps:
                 missing.append(newest)
         written = 0
         for first in missing:
-            if not all(v in listing.entries for v in range(first, first + SEGMENT_SPAN)):
+            if self.seeks and not all(
+                v in listing.entries for v in range(first, first + SEGMENT_SPAN)
+            ):
                 # A hinted listing starts after it: list the range itself.
                 after = self.keys.entry(log_id, first - 1) if first else None
                 page = yield from ask(
@@ -1589,6 +1601,11 @@ class LogSteps:
             )
         base = self.keys.ids_prefix()
         ids: list[str] = []
+        if not self.seeks:
+            # No StartAfter, no order: every id under the prefix, paged here.
+            start = None if cursor is None else _cursor_id(cursor)
+            every = [i for i in (yield from self.list_ids(prefix)) if start is None or i > start]
+            return every[:limit], (every[limit - 1] if len(every) > limit else None)
         after = None if cursor is None else f"{base}{_cursor_id(cursor)}/~"
         while len(ids) < limit:
             page = yield from ask(ListKeys(base + prefix, start_after=after))
@@ -1615,7 +1632,8 @@ class LogSteps:
                     ids.append(log_id)
             token = page.next_token
             if token is None:
-                return ids
+                # In order, an id's keys are listed together; unordered, they may not be.
+                return ids if self.seeks else sorted(set(ids))
 
 
 def _add_entries(listing: LogListing, page: KeyPage, entries_prefix: str) -> None:

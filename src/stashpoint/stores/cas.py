@@ -24,6 +24,7 @@ from stashpoint.errors import (
     ArchivedObject,
     CheckpointConflict,
     CheckpointNotFound,
+    ConfigurationError,
     InvalidArgument,
     InvalidPayload,
     Purged,
@@ -726,7 +727,16 @@ class CompareAndSwap:
         A deleted id's history is its last incarnation's. The head is never decoded.
         """
         key = self.key(object_id)
-        versions = yield from ask(ListVersions(key))
+        try:
+            versions = yield from ask(ListVersions(key))
+        except ConfigurationError:
+            # No versions kept here (versioning off, a directory bucket): an erased id
+            # still says so; any other says why it has no history.
+            facts = yield from self.read_head(key)
+            purged = None if facts is None else facts.purged_error(object_id)
+            if purged is not None:
+                raise purged from None
+            raise
         # A life's revisions fall by one from its head; a revision that does not fall
         # belongs to an earlier life. (Delete markers alone cannot say: stores list them
         # apart from versions, ordered by a timestamp of one-second resolution.)
@@ -761,7 +771,10 @@ class CompareAndSwap:
         validate_prefix(prefix)
         base = self.layout.namespace_prefix(self.namespace)
         pages = yield from every_key_page(base + prefix, page_size=page_size)
-        return [k[len(base) :] for page in pages for k in page.keys if "/" not in k[len(base) :]]
+        # Sorted here: a directory bucket lists in no particular order.
+        return sorted(
+            k[len(base) :] for page in pages for k in page.keys if "/" not in k[len(base) :]
+        )
 
     def decode(self, info: ObjectInfo, key: str, object_id: str) -> Steps[Envelope]:
         """Decode the envelope an object read from `key` holds, refused if it is another id's."""

@@ -1,0 +1,124 @@
+"""Providers: profiles named in the URL (or inferred), unsafe ones refused before any
+request, and the conformance kit (`doctor --conformance`) on every S3 we can run here:
+SeaweedFS versioned and unversioned, the directory-bucket stand-in, moto."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import boto3
+import jsonschema
+import pytest
+from moto import mock_aws
+
+import stashpoint
+from stashpoint import ConfigurationError
+from stashpoint.stores.providers import PROVIDERS, provider_named
+from tests import servers
+from tests.cli.test_cli import cli
+from tests.cli.test_cli_schemas import _schema
+
+
+def test_a_profile_is_named_or_inferred_and_an_unsafe_one_refused() -> None:
+    assert provider_named(None, "my-bucket").name == "aws"
+    assert provider_named("", "logs--use1-az4--x-s3").name == "s3express"
+    assert provider_named("r2").versioning is False
+    with pytest.raises(ConfigurationError, match="unknown provider"):
+        provider_named("gcs")
+    with pytest.raises(ConfigurationError, match="cannot hold a stash"):
+        provider_named("garage")  # no conditional writes: never used
+    express = PROVIDERS["s3express"]
+    assert (express.ordered_listing, express.start_after, express.versioning) == (
+        False, False, False,
+    )  # fmt: skip
+    assert not express.seeks and PROVIDERS["aws"].seeks
+
+
+def test_a_stash_uses_its_profile_and_refuses_one_for_another_scheme(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    with stashpoint.open("s3://b--use1-az4--x-s3/p") as express:  # no request is sent
+        assert express.provider.name == "s3express"
+        assert express.log_steps("logs").seeks is False  # listings read whole, no StartAfter
+    with stashpoint.open("s3://bucket/p?provider=minio") as minio:
+        assert minio.provider.name == "minio" and minio.log_steps("logs").seeks
+    with pytest.raises(ConfigurationError):
+        stashpoint.open("s3://bucket/p?provider=garage")
+    with pytest.raises(ConfigurationError):
+        stashpoint.open(memory_url[0], provider="r2")
+    with stashpoint.open(memory_url[0]) as memory, pytest.raises(ConfigurationError):
+        memory.conformance()  # S3 only
+
+
+def _kit(url: str) -> Any:
+    with stashpoint.open(url) as stash:
+        return stash.conformance()
+
+
+def _left(server: servers.S3Server, bucket: str, prefix: str) -> list[str]:
+    client: Any = server.client()
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/.doctor/")
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
+def test_the_kit_on_seaweedfs_versioned_and_unversioned(seaweedfs: servers.S3Server) -> None:
+    prefix = f"kit-{uuid.uuid4().hex[:6]}"
+    versioned = _kit(seaweedfs.url(prefix) + "&provider=seaweedfs")
+    assert (
+        versioned.safe
+        and versioned.cleaned
+        and not _left(seaweedfs, servers.VERSIONED_BUCKET, prefix)
+    )
+    assert all(p.passed for p in versioned.probes), versioned.row()
+    assert "seaweedfs" in versioned.matches and versioned.differences(PROVIDERS["seaweedfs"]) == []
+    plain = _kit(seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET) + "&provider=seaweedfs")
+    found = {p.name: p.passed for p in plain.probes}
+    assert plain.safe and found["versioning"] is False and found["delete markers"] is False
+    assert plain.differences(PROVIDERS["seaweedfs"]) == ["versioning"]  # the bucket's own choice
+
+
+def test_the_kit_tells_a_directory_bucket(
+    seaweedfs: servers.S3Server, directory_bucket: str
+) -> None:
+    prefix = f"kit-{uuid.uuid4().hex[:6]}"
+    url = seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET, endpoint=directory_bucket)
+    report = _kit(url + "&provider=s3express")
+    found = {p.name: p.passed for p in report.probes}
+    assert report.safe and report.cleaned
+    assert found["listing order"] is False and found["start-after"] is False
+    assert found["versioning"] is False and found["etag is md5"] is False
+    assert report.matches == ["s3express"] and report.differences(PROVIDERS["s3express"]) == []
+    assert report.differences(PROVIDERS["aws"]) == [
+        "ordered_listing", "start_after", "versioning", "etag_is_md5",
+    ]  # fmt: skip
+    assert report.row().endswith("| s3express |")
+
+
+def test_the_kit_on_moto() -> None:
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="kit-bucket")
+        client.put_bucket_versioning(
+            Bucket="kit-bucket", VersioningConfiguration={"Status": "Enabled"}
+        )
+        report = _kit("s3://kit-bucket/p")
+        assert report.cleaned
+        found = {p.name: p.passed for p in report.probes}
+        assert found["create-only"] and found["stale etag"] and found["listing order"]
+
+
+def test_doctor_conformance_prints_a_row_and_fails_a_profile_the_endpoint_belies(
+    seaweedfs: servers.S3Server, directory_bucket: str
+) -> None:
+    prefix = f"kit-{uuid.uuid4().hex[:6]}"
+    url = seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET, endpoint=directory_bucket)
+    shown = cli("doctor", "--conformance", "--json", url=url + "&provider=s3express")
+    document = json.loads(shown.stdout)
+    jsonschema.Draft202012Validator(_schema("doctor")).validate(document)
+    assert document["ok"] and document["matches"] == ["s3express"] and document["missing"] == []
+    wrong = cli("doctor", "--conformance", url=url + "&provider=aws", check=False)
+    assert wrong.returncode == 1
+    assert "the aws profile claims what this endpoint lacks" in wrong.stdout
+    assert "ordered_listing" in wrong.stdout and "| s3express |" in wrong.stdout
