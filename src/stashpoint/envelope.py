@@ -25,6 +25,9 @@ MAX_REVISION = 2**63 - 1
 LINEAGE_DEPTH = 32
 """How many `(revision, write_id)` pairs a head remembers, its own included."""
 
+WRITERS_DEPTH = 32
+"""How many writers' last saves a head remembers (`Envelope.writers`)."""
+
 MAX_SCHEMA_VERSION = 2**32 - 1
 """The largest payload schema version an envelope can carry."""
 
@@ -71,6 +74,12 @@ class Envelope:
     codec rejects what JSON cannot carry when the envelope is encoded."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Fields written by a newer minor format version, kept and written back unchanged."""
+    writers: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    """The last save of each recent writer, most recent first: `(writer, write_id)`. A
+    writer is one thread or asyncio task of one process, which saves one revision at a
+    time, so a writer whose save's answer was lost reads here whether it landed however
+    far the head has moved since (`stores.cas`, `writer_token`). Set by the store as it
+    saves; not part of an envelope's equality."""
 
     def __post_init__(self) -> None:
         try:
@@ -150,6 +159,17 @@ class Envelope:
             object.__setattr__(following, name, value)
         return following
 
+    def saved_by(self, writer: str) -> Envelope:
+        """Return this envelope as `writer` stores it: first among `writers` (the store's)."""
+        check_writer(writer)
+        others = [pair for pair in self.writers if pair[0] != writer]
+        stored = object.__new__(Envelope)
+        for name in _ALL_FIELDS:
+            object.__setattr__(stored, name, getattr(self, name))
+        writers = ((writer, self.write_id), *others[: WRITERS_DEPTH - 1])
+        object.__setattr__(stored, "writers", writers)
+        return stored
+
     def lineage_pairs(self) -> list[tuple[int, str]]:
         """Return the `(revision, write_id)` pairs this head remembers, newest first."""
         pairs = [(self.revision, self.write_id)]
@@ -177,6 +197,8 @@ class Envelope:
             "updated_at": self.updated_at.isoformat(),
             "payload": self.payload,
         }
+        if self.writers:  # absent until a store saves it: older heads stay byte for byte
+            document["writers"] = [list(pair) for pair in self.writers]
         for name, value in self.extra.items():
             document.setdefault(name, value)
         return document
@@ -206,6 +228,18 @@ def _checked_fields(envelope: Envelope) -> dict[str, Any]:
     changed: dict[str, Any] = {}
     if type(lineage) is not tuple:
         changed["lineage"] = tuple(lineage)
+    writers = envelope.writers
+    if not isinstance(writers, list | tuple) or len(writers) > WRITERS_DEPTH:
+        raise ValueError(f"writers must be at most {WRITERS_DEPTH} (writer, write id) pairs")
+    pairs = []
+    for pair in writers:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError("writers must be (writer, write id) pairs")
+        pairs.append((check_writer(pair[0]), check_write_id(pair[1], "writers")))
+    if len({writer for writer, _ in pairs}) != len(pairs):
+        raise ValueError("writers names a writer twice")
+    if type(writers) is not tuple or any(type(p) is not tuple for p in writers):
+        changed["writers"] = tuple(pairs)
     for name in ("created_at", "updated_at"):
         value = getattr(envelope, name)
         moment = check_moment(value, name)
@@ -229,6 +263,16 @@ def check_write_id(value: Any, name: str = "write_id") -> str:
     """Return `value` if it is a valid write id; else `ValueError` naming field `name`."""
     if not isinstance(value, str) or not _WRITE_ID.fullmatch(value):
         raise ValueError(f"{name}: invalid write id {value!r}")
+    return value
+
+
+_WRITER = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def check_writer(value: Any) -> str:
+    """Return `value` if it is a valid writer token; else `ValueError`."""
+    if not isinstance(value, str) or not _WRITER.fullmatch(value):
+        raise ValueError(f"writers: invalid writer {value!r}")
     return value
 
 

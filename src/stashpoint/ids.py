@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import re
+import sys
 import threading
 import time
 
@@ -69,6 +70,37 @@ def new_id() -> str:
     # The canonical 8-4-4-4-12 text, written out: the `uuid` module costs a cold start ~5 ms.
     digits = f"{value:032x}"
     return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+_PROCESS = base64.urlsafe_b64encode(os.urandom(9)).decode("ascii")
+
+
+def _new_process() -> None:
+    global _PROCESS
+    _PROCESS = base64.urlsafe_b64encode(os.urandom(9)).decode("ascii")
+
+
+os.register_at_fork(after_in_child=_new_process)  # a forked child is another writer
+
+
+def writer_token(depth: int = 0) -> str:
+    """Return the token of the writer saving now: this process, thread and asyncio task.
+
+    A writer saves one revision at a time (a thread, or a task, waits for its save), so a
+    head that remembers each writer's last save says whether a save landed whatever
+    happened since (`Envelope.writers`). `depth` counts the saves this thread or task is
+    already inside (a save made from within another's request path is another writer).
+    16 URL-safe characters.
+    """
+    task = 0
+    asyncio = sys.modules.get("asyncio")  # never imported here: a sync program has none
+    if asyncio is not None:
+        try:
+            task = id(asyncio.current_task())
+        except RuntimeError:
+            task = 0  # no running loop in this thread
+    raw = f"{_PROCESS}:{threading.get_ident()}:{task}:{depth}".encode()
+    return base64.urlsafe_b64encode(hashlib.sha256(raw).digest()[:12]).decode("ascii")
 
 
 def new_write_id() -> str:

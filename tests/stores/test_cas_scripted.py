@@ -15,12 +15,14 @@ import pytest
 
 from stashpoint import CheckpointConflict, ConfigurationError, Envelope, StorageUnavailable
 from stashpoint.codec import Codec
-from stashpoint.envelope import LINEAGE_DEPTH
+from stashpoint.envelope import LINEAGE_DEPTH, WRITERS_DEPTH
+from stashpoint.ids import writer_token
 from stashpoint.retry import RetryPolicy
 from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
 from stashpoint.stores.layout import CHECKPOINTS, Layout
 from stashpoint.stores.objects import (
     Create,
+    GetObject,
     HeadObject,
     ListVersions,
     Match,
@@ -55,6 +57,11 @@ def chain(length: int) -> list[Envelope]:
 def head(envelope: Envelope, etag: str | None = None) -> ObjectInfo:
     """What a HEAD of `envelope` as the current object returns."""
     return ObjectInfo(etag=etag or f"etag-{envelope.revision}", metadata=head_metadata(envelope))
+
+
+def stored(envelope: Envelope) -> ObjectInfo:
+    """What a GET of `envelope` as the current object returns."""
+    return ObjectInfo(etag=f"etag-{envelope.revision}", body=Codec().encode(envelope))
 
 
 def save(store: CompareAndSwap, envelope: Envelope, expected: int | None, script: Script) -> None:
@@ -147,6 +154,7 @@ def test_head_moved_past_the_lineage_window_asks_the_version_history() -> None:
     steps: list[tuple[type[Any], Answer]] = [
         (PutObject, TIMEOUT),
         (HeadObject, head(envelopes[-1])),
+        (GetObject, stored(envelopes[-1])),  # its writers do not name ours: no one knows
         (ListVersions, _versions(envelopes)),
     ]
     # Binary search over the versions: every HEAD is answered from the stored chain.
@@ -166,6 +174,7 @@ def test_head_moved_past_the_window_finds_a_foreign_write_is_a_conflict() -> Non
     steps: list[tuple[type[Any], Answer]] = [
         (PutObject, TIMEOUT),
         (HeadObject, head(envelopes[-1])),
+        (GetObject, stored(envelopes[-1])),
         (ListVersions, _versions(envelopes)),
     ]
     script = Script(steps + [(HeadObject, _version_head(envelopes))] * 8)
@@ -182,12 +191,58 @@ def test_head_moved_past_the_window_without_versioning_is_unavailable_with_write
         [
             (PutObject, TIMEOUT),
             (HeadObject, head(envelopes[-1])),
+            (GetObject, stored(envelopes[-1])),  # written by writers it no longer remembers
             (ListVersions, ConfigurationError("versioning is off")),
         ]
     )
     with pytest.raises(StorageUnavailable) as info:
         save(cas(), ours, 0, script)
     assert info.value.write_id == ours.write_id  # the caller can look for it later
+
+
+def _after(ours: Envelope, others: int, *, writers: int = 1) -> list[Envelope]:
+    """`ours` saved by this writer, then `others` saves by `writers` other writers."""
+    saved = [ours.saved_by(writer_token())]
+    for n in range(others):
+        saved.append(saved[-1].next({"n": f"theirs {n}"}).saved_by(f"other-{n % writers}"))
+    return saved
+
+
+def test_head_moved_past_the_window_still_naming_our_save_for_us_is_success() -> None:
+    ours = chain(1)[0].next({"n": "ours"})
+    latest = _after(ours, LINEAGE_DEPTH + 10, writers=8)[-1]  # 8 writers, 41 saves since
+    script = Script(
+        [(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))]
+    )
+    save(cas(), ours, 0, script)  # landed: no version history needed, none asked
+    assert len(script.puts()) == 1
+
+
+def test_head_moved_past_the_window_naming_another_save_for_us_is_a_conflict() -> None:
+    mine = chain(1)[0].next({"n": "mine"})
+    earlier = chain(1)[0].next({"n": "an earlier save of this writer"})
+    latest = _after(earlier, LINEAGE_DEPTH + 10, writers=8)[-1]
+    script = Script(
+        [(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))]
+    )
+    with pytest.raises(CheckpointConflict):
+        save(cas(), mine, 0, script)  # never StorageUnavailable, even without versions
+
+
+def test_a_writer_the_head_forgot_falls_back_to_the_version_history() -> None:
+    ours = chain(1)[0].next({"n": "ours"})
+    latest = _after(ours, WRITERS_DEPTH + 5, writers=WRITERS_DEPTH + 5)[-1]
+    assert writer_token() not in dict(latest.writers)  # 37 other writers saved since
+    script = Script(
+        [
+            (PutObject, TIMEOUT),
+            (HeadObject, head(latest)),
+            (GetObject, stored(latest)),
+            (ListVersions, ConfigurationError("versioning is off")),
+        ]
+    )
+    with pytest.raises(StorageUnavailable):
+        save(cas(), ours, 0, script)
 
 
 def test_409_conditional_request_conflict_is_retried_with_backoff() -> None:

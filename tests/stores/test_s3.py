@@ -228,6 +228,50 @@ def test_write_that_never_landed_is_a_conflict_even_past_the_lineage_window(
     assert info.value.actual_revision == competing_saves
 
 
+@pytest.fixture
+def plain_bucket(s3_moto_url: tuple[str, dict[str, Any]]) -> str:
+    """A bucket with versioning off (no history to search), beside the versioned one."""
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="moto-plain")
+    return "s3://moto-plain/p"
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_an_unclear_save_past_the_lineage_window_is_judged_without_versions(
+    plain_bucket: str, switch: _Switch, landed: bool
+) -> None:
+    """Issue 29: on a bucket without versions a save whose answer was lost while 40 others
+    landed was `StorageUnavailable`; the head's writers now tell, exactly."""
+    retry = RetryPolicy(max_attempts=4, base_delay=0.001)
+    with stashpoint.open(plain_bucket, retry=retry, client=switch) as stash:
+        env = _created(stash)
+
+        def competitor() -> None:
+            with stashpoint.open(plain_bucket) as other:
+                head = other.checkpoints.load(env.id)
+                for _ in range(40):
+                    nxt = head.next({"count": head.payload["count"] + 1})
+                    other.checkpoints.compare_and_swap(nxt, head.revision)
+                    head = nxt
+
+        if landed:
+            _faulty(switch, ["competitor_then_timeout"], competitor=competitor)
+            stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)  # success
+            assert stash.checkpoints.load(env.id).payload == {"count": 41}
+        else:
+
+            class NotApplied(FaultyClient):
+                def put_object(self, **params: Any) -> Any:
+                    competitor()
+                    raise botocore.exceptions.ReadTimeoutError(endpoint_url="http://s3")
+
+            switch.inner = NotApplied(switch.inner, [])
+            with pytest.raises(CheckpointConflict) as info:  # not StorageUnavailable
+                stash.checkpoints.compare_and_swap(env.next({"count": 1}), 0)
+            assert info.value.actual_revision == 40
+
+
 def test_unreadable_head_after_ambiguous_write_is_unavailable_with_write_id(
     moto_stash: stashpoint.Stash,
     switch: _Switch,
@@ -480,12 +524,21 @@ def test_racing_async_creates_have_one_winner(seaweedfs: servers.S3Server) -> No
 # --- faults on the wire: a proxy between the client and SeaweedFS ----------------------------
 
 
-def test_fault_proxy_loses_and_duplicates_nothing(seaweedfs: servers.S3Server) -> None:
+@pytest.mark.parametrize("flavour", ["versioned", "unversioned", "directory"])
+def test_fault_proxy_loses_and_duplicates_nothing(
+    seaweedfs: servers.S3Server, directory_bucket: str, flavour: str
+) -> None:
+    """8 writers, 400 increments, faults on the wire: every acknowledged increment once,
+    no `StorageUnavailable` (a thread that got one would stop short of its 50), on a
+    versioned bucket, one without versions and the directory-bucket stand-in."""
     plan = FaultPlan(
         {"drop_response": 0.08, "drop_request": 0.05, "slowdown": 0.05, "conflict": 0.05}
     )
-    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
-        url = seaweedfs.url(f"t-{uuid.uuid4().hex}", endpoint=proxy.endpoint)
+    upstream = directory_bucket if flavour == "directory" else seaweedfs.endpoint
+    bucket = servers.VERSIONED_BUCKET if flavour == "versioned" else servers.UNVERSIONED_BUCKET
+    with FaultProxy(upstream, plan) as proxy:
+        url = seaweedfs.url(f"t-{uuid.uuid4().hex}", bucket, endpoint=proxy.endpoint)
+        url += "&provider=s3express" if flavour == "directory" else ""
         config = Config(
             read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
         )

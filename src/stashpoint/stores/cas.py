@@ -11,6 +11,7 @@ condition (at most one copy can land); anything else is a conflict.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +35,7 @@ from stashpoint.errors import (
     described,
     whole,
 )
-from stashpoint.ids import new_write_id, validate_id, validate_prefix
+from stashpoint.ids import new_write_id, validate_id, validate_prefix, writer_token
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
@@ -56,6 +57,9 @@ from stashpoint.stores.objects import (
     every_key_page,
 )
 from stashpoint.stores.writes import Landed, NotLanded, Refused, Rewrite, Verdict, WriteTracker
+
+_SAVING: contextvars.ContextVar[int] = contextvars.ContextVar("stashpoint_saving", default=0)
+"""How many saves this thread or task is inside (`writer_token`'s depth)."""
 
 META_KIND = "stashpoint-kind"
 """Object metadata: the envelope's kind."""
@@ -408,6 +412,16 @@ class CompareAndSwap:
 
     def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Steps[None]:
         """Store `envelope` if the head is at `expected_revision` (None: if there is none)."""
+        depth = _SAVING.get()
+        _SAVING.set(depth + 1)  # a save made from within this one's requests: another writer
+        try:
+            yield from self._compare_and_swap(envelope, expected_revision, writer_token(depth))
+        finally:
+            _SAVING.set(depth)
+
+    def _compare_and_swap(
+        self, envelope: Envelope, expected_revision: int | None, writer: str
+    ) -> Steps[None]:
         if not isinstance(envelope, Envelope):
             raise InvalidArgument(
                 f"compare_and_swap takes an Envelope (Envelope.initial(...) or .next(...)), "
@@ -422,6 +436,9 @@ class CompareAndSwap:
                 object_name=envelope.id,
             )
         key = self.key(envelope.id)
+        # The head remembers this writer's last save: a read-back can tell whether this
+        # one landed however far the head moves before it is read (`_ask_writers`).
+        envelope = envelope.saved_by(writer)
         # A payload over the limits fails here, before any I/O.
         body = yield from self.codec.encoding(envelope)
         condition: Create | Match
@@ -465,7 +482,10 @@ class CompareAndSwap:
                 facts, envelope, expected_revision, sent_etag, tracker.refused_for_sure
             )
             if verdict is _Verdict.UNKNOWN:
-                # The head has moved on too far for its lineage to tell: ask the history.
+                # The head has moved on too far for its lineage to tell: ask its writers,
+                # then the history.
+                verdict = yield from self._ask_writers(key, envelope, writer)
+            if verdict is _Verdict.UNKNOWN:
                 verdict = yield from self._search_history(key, envelope)
             if verdict is _Verdict.LANDED:
                 assert facts is not None
@@ -559,6 +579,27 @@ class CompareAndSwap:
         assert info.body is not None
         envelope = yield from self.codec.decoding(info.body, name=key)
         return facts_from_envelope(info, envelope)
+
+    def _ask_writers(self, key: str, envelope: Envelope, writer: str) -> Steps[_Verdict]:
+        """Judge a save by the head's record of its writer's last save (`Envelope.writers`).
+
+        A writer saves one revision at a time, so while this save is being judged no other
+        save of its writer can land: the head names this save's write id for the writer
+        if, and only if, it landed. Its copies were sent under a condition on a head that
+        has moved on, so one that has not landed never will. UNKNOWN when the head no
+        longer remembers the writer (more than `WRITERS_DEPTH` others saved since).
+        """
+        info = yield from ask(self._get(key))
+        if info is None or info.body is None:
+            return _Verdict.UNKNOWN
+        try:
+            head = yield from self.codec.decoding(info.body, name=key)
+        except StashpointError:
+            return _Verdict.UNKNOWN
+        last = dict(head.writers).get(writer)
+        if last is None:
+            return _Verdict.UNKNOWN
+        return _Verdict.LANDED if last == envelope.write_id else _Verdict.LOST
 
     def _search_history(self, key: str, envelope: Envelope) -> Steps[_Verdict]:
         """Find whether `envelope`'s save landed, from the stored versions (binary search).
