@@ -122,3 +122,54 @@ def test_doctor_conformance_prints_a_row_and_fails_a_profile_the_endpoint_belies
     assert wrong.returncode == 1
     assert "the aws profile claims what this endpoint lacks" in wrong.stdout
     assert "ordered_listing" in wrong.stdout and "| s3express |" in wrong.stdout
+
+
+def test_doctor_reports_the_profile_and_checks_a_directory_bucket(
+    seaweedfs: servers.S3Server, directory_bucket: str
+) -> None:
+    prefix = f"doc-{uuid.uuid4().hex[:6]}"
+    url = seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET, endpoint=directory_bucket)
+    report = json.loads(cli("doctor", "--json", url=url + "&provider=s3express").stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert report["ok"], report
+    assert checks["provider"]["detail"].startswith("s3express: S3 Express One Zone")
+    assert "without ordered listings" in checks["provider"]["detail"]
+    assert checks["versioning"]["status"] == "warn"
+    assert "not offered by s3express" in checks["versioning"]["detail"]
+    assert checks["cleanup"]["status"] == "pass"  # the probe went, with no version listing
+
+
+def test_gc_packing_and_export_work_on_a_directory_bucket_and_listings_cost_what_is_said(
+    seaweedfs: servers.S3Server, directory_bucket: str, tmp_path: Any
+) -> None:
+    from datetime import timedelta
+
+    from tests.meter import Meter
+
+    prefix = f"dir-{uuid.uuid4().hex[:6]}"
+    url = seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET, endpoint=directory_bucket)
+    ordered_url = seaweedfs.url(f"{prefix}-o", servers.UNVERSIONED_BUCKET)
+    reads = {}
+    for name, where in (("directory", url + "&provider=s3express"), ("ordered", ordered_url)):
+        with stashpoint.open(where) as stash:
+            head = None
+            for n in range(1100):  # 17 segments sealed, a pack's worth and more
+                head = stash.logs.append("long", [{"n": n}], after=head, state={"n": n})
+            report = stash.collect_garbage(dry_run=False, pack=True, min_age=timedelta(0))
+            assert report.packs == 1 and report.unreadable == []
+            fresh = stashpoint.open(where)  # a new process: no hint of the top
+            meter = Meter(fresh)
+            assert fresh.logs.head("long").state == {"n": 1099}
+            reads[name] = meter.requests.get("ListKeys", 0)
+            assert [r["n"] for r in fresh.logs.records("long")] == list(range(1100))
+            fresh.close()
+    # Both: the log's first page, the segments' listing, then one more page: ordered, the
+    # entries after the last sealed version (StartAfter); unordered, the next page of the
+    # 1,100 entries (every page is read, the top taken from all of them).
+    assert reads == {"ordered": 3, "directory": 3}
+    out = tmp_path / "dump.jsonl.zst"
+    cli("export", "--prefix", "long", "--out", str(out), url=url + "&provider=s3express")
+    import zstandard
+
+    lines = zstandard.decompress(out.read_bytes(), max_output_size=1 << 26).splitlines()
+    assert len(lines) == 1100

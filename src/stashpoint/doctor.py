@@ -33,6 +33,7 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     WriteResult,
 )
+from stashpoint.stores.providers import Provider
 
 _NO_INDEX = (
     "no index configured: list_runs and status queries are unavailable "
@@ -50,6 +51,10 @@ _IGNORES_IF_MATCH = (
 )
 _NO_VERSIONING = (
     "off: history, diff and restore of older revisions are unavailable; enable bucket versioning"
+)
+_NOT_OFFERED = (
+    "not offered by {}: history, diff and older revisions of envelope checkpoints are "
+    "unavailable (logs, runs and threads are their own history)"
 )
 
 
@@ -83,18 +88,27 @@ def _put(key: str, body: bytes, condition: Create | Match) -> Steps[tuple[WriteR
 
 
 def diagnose(
-    layout: Layout, has_index: bool, encryption: Encryption | None = None
+    layout: Layout,
+    has_index: bool,
+    encryption: Encryption | None = None,
+    provider: Provider | None = None,
 ) -> Steps[list[Check]]:
     """Run every check; return the report (the probe object is always removed).
 
     With client-side encryption the probe is sealed like every object (its tenant's data
-    key is made or read, and kept: data keys are infrastructure, not probes).
+    key is made or read, and kept: data keys are infrastructure, not probes). `provider`:
+    the object store's profile in use, reported first.
     """
     checks: list[Check] = []
+    if provider is not None:
+        checks.append(_provider(provider))
     key = layout.key(".doctor", f"probe-{new_id()}")
     try:
         checks += yield from _conditional_writes(key)
-        checks.append((yield from _versioning(key)))
+        if provider is not None and not provider.versioning:
+            checks.append(Check("versioning", Status.WARN, _NOT_OFFERED.format(provider.name)))
+        else:
+            checks.append((yield from _versioning(key)))
     except StashpointError as exc:
         checks.append(Check("storage", Status.FAIL, f"unreachable or refusing: {exc}"))
     written = any(c.name.startswith("create") and c.status is Status.PASS for c in checks)
@@ -108,6 +122,23 @@ def diagnose(
     if encryption is not None:
         checks.append(_encryption(encryption, written))
     return checks
+
+
+def _provider(provider: Provider) -> Check:
+    """Report the object store's profile and what stashpoint does without what it lacks."""
+    lacks = [
+        what
+        for what, has in (
+            ("ordered listings and StartAfter (logs list every page)", provider.seeks),
+            ("versioning (no envelope history)", provider.versioning),
+            ("conditional DELETE", provider.conditional_delete),
+        )
+        if not has
+    ]
+    said = f"{provider.name}: {provider.description}"
+    if lacks:
+        said += f"; without {', '.join(lacks)}"
+    return Check("provider", Status.PASS, said + " (`doctor --conformance` checks it)")
 
 
 def _encryption(encryption: Encryption, probed: bool) -> Check:

@@ -487,7 +487,9 @@ class _Parts:
         from stashpoint.doctor import diagnose
 
         encryption = None if self.sealer is None else self.sealer.encryption
-        return diagnose(self.backend.layout, self.backend.index is not None, encryption)
+        return diagnose(
+            self.backend.layout, self.backend.index is not None, encryption, self.backend.provider
+        )
 
     def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
         from stashpoint.runs.index import RunIndex
