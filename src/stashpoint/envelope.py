@@ -80,6 +80,11 @@ class Envelope:
     time, so a writer whose save's answer was lost reads here whether it landed however
     far the head has moved since (`stores.cas`, `writer_token`). Set by the store as it
     saves; not part of an envelope's equality."""
+    writers_since: int = field(default=0, compare=False)
+    """The revision from which `writers` is complete: every save from this revision up to
+    this one is its writer's entry there, so a writer missing from it saved none of them.
+    Restarts at the saving revision when the ledger drops a writer (more than
+    `WRITERS_DEPTH` of them) or finds a save that did not record itself (an older release)."""
 
     def __post_init__(self) -> None:
         try:
@@ -163,12 +168,27 @@ class Envelope:
         """Return this envelope as `writer` stores it: first among `writers` (the store's)."""
         check_writer(writer)
         others = [pair for pair in self.writers if pair[0] != writer]
+        # The ledger stays complete while the revision this one follows recorded itself
+        # at its top and nobody is dropped; otherwise it is complete from this save on.
+        recorded = bool(self.writers) and self.lineage[:1] == (self.writers[0][1],)
+        complete = recorded and len(others) < WRITERS_DEPTH
         stored = object.__new__(Envelope)
         for name in _ALL_FIELDS:
             object.__setattr__(stored, name, getattr(self, name))
         writers = ((writer, self.write_id), *others[: WRITERS_DEPTH - 1])
         object.__setattr__(stored, "writers", writers)
+        since = min(self.writers_since, self.revision) if complete else self.revision
+        object.__setattr__(stored, "writers_since", since)
         return stored
+
+    def missing_writer_saved_nothing(self, revision: int) -> bool:
+        """Whether a writer missing from `writers` saved no revision from `revision` on.
+
+        True when this head recorded its own save and its ledger is complete back to
+        `revision` (`writers_since`); a head from an older release is never trusted so.
+        """
+        recorded = bool(self.writers) and self.writers[0][1] == self.write_id
+        return recorded and self.writers_since <= revision
 
     def lineage_pairs(self) -> list[tuple[int, str]]:
         """Return the `(revision, write_id)` pairs this head remembers, newest first."""
@@ -199,6 +219,7 @@ class Envelope:
         }
         if self.writers:  # absent until a store saves it: older heads stay byte for byte
             document["writers"] = [list(pair) for pair in self.writers]
+            document["writers_since"] = self.writers_since
         for name, value in self.extra.items():
             document.setdefault(name, value)
         return document
@@ -238,6 +259,7 @@ def _checked_fields(envelope: Envelope) -> dict[str, Any]:
         pairs.append((check_writer(pair[0]), check_write_id(pair[1], "writers")))
     if len({writer for writer, _ in pairs}) != len(pairs):
         raise ValueError("writers names a writer twice")
+    check_bounded(envelope.writers_since, envelope.revision, "writers_since")
     if type(writers) is not tuple or any(type(p) is not tuple for p in writers):
         changed["writers"] = tuple(pairs)
     for name in ("created_at", "updated_at"):

@@ -8,12 +8,19 @@ end to end through a fault proxy against SeaweedFS in `tests/stores/test_s3.py`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from stashpoint import CheckpointConflict, ConfigurationError, Envelope, StorageUnavailable
+from stashpoint import (
+    CheckpointConflict,
+    ConfigurationError,
+    Envelope,
+    InvalidPayload,
+    StorageUnavailable,
+)
 from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH, WRITERS_DEPTH
 from stashpoint.ids import writer_token
@@ -243,6 +250,61 @@ def test_a_writer_the_head_forgot_falls_back_to_the_version_history() -> None:
     )
     with pytest.raises(StorageUnavailable):
         save(cas(), ours, 0, script)
+
+
+def _saved_by_others(
+    start: Envelope, saves: int, writers: int, *, recorded: bool = True
+) -> list[Envelope]:
+    saved = [start.saved_by("other-first") if recorded else start]
+    for n in range(saves):
+        saved.append(saved[-1].next({"n": f"theirs {n}"}).saved_by(f"other-{n % writers}"))
+    return saved
+
+
+def test_a_first_save_the_head_never_recorded_is_a_conflict_without_versions() -> None:
+    # The CI failure of stop 41: a writer whose very first save's answer was lost, the head
+    # 41 saves on. Its ledger is complete since revision 0, so a writer it does not name
+    # saved nothing since: not landed, a conflict, asked of no version history.
+    created = chain(1)[0]
+    latest = _saved_by_others(created, LINEAGE_DEPTH + 10, writers=8)[-1]
+    assert latest.writers_since == 0
+    mine = created.next({"n": "mine"})
+    script = Script(
+        [(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))]
+    )
+    with pytest.raises(CheckpointConflict):
+        save(cas(), mine, 0, script)
+
+
+def test_a_save_that_did_not_record_itself_restarts_the_ledger() -> None:
+    # An older release saves without recording itself (it carries `writers` unchanged):
+    # from then on a missing writer proves nothing about the saves before.
+    created = chain(1)[0]
+    before = _saved_by_others(created, 5, writers=2)[-1]
+    unrecorded = before.next({"n": "an older release"})  # no saved_by
+    latest = _saved_by_others(unrecorded, LINEAGE_DEPTH + 5, writers=4, recorded=False)[-1]
+    assert latest.writers_since == unrecorded.revision + 1
+    assert not unrecorded.missing_writer_saved_nothing(0)
+    mine = created.next({"n": "mine"})
+    script = Script(
+        [
+            (PutObject, TIMEOUT),
+            (HeadObject, head(latest)),
+            (GetObject, stored(latest)),
+            (ListVersions, ConfigurationError("versioning is off")),
+        ]
+    )
+    with pytest.raises(StorageUnavailable):
+        save(cas(), mine, 0, script)  # honest: the ledger cannot vouch for revision 1
+
+
+def test_writers_since_is_stored_checked_and_never_past_the_revision() -> None:
+    codec = Codec()
+    saved = _saved_by_others(chain(1)[0], 3, writers=2)[-1]
+    loaded = codec.decode(codec.encode(saved))
+    assert loaded.writers == saved.writers and loaded.writers_since == saved.writers_since == 0
+    with pytest.raises(InvalidPayload, match="writers_since"):
+        dataclasses.replace(saved, writers_since=saved.revision + 1)
 
 
 def test_409_conditional_request_conflict_is_retried_with_backoff() -> None:

@@ -598,7 +598,8 @@ class CompareAndSwap:
             return _Verdict.UNKNOWN
         last = dict(head.writers).get(writer)
         if last is None:
-            return _Verdict.UNKNOWN
+            missing = head.missing_writer_saved_nothing(envelope.revision)
+            return _Verdict.LOST if missing else _Verdict.UNKNOWN
         return _Verdict.LANDED if last == envelope.write_id else _Verdict.LOST
 
     def _search_history(self, key: str, envelope: Envelope) -> Steps[_Verdict]:
