@@ -25,8 +25,16 @@ DRIVERS = ["sync", "async"]
 """The two APIs every backend serves."""
 
 # moto's in-process mock patches botocore's sync HTTP stack only; the async driver is
-# covered on SeaweedFS, a real server.
-UNSUPPORTED = {("s3_moto_url", "async")}
+# covered on SeaweedFS, a real server. The directory-bucket stand-in runs the sync driver
+# only: both drivers execute the same request steps (`_backends/s3.py`), and what a
+# directory bucket changes (listing order, StartAfter, versions) is decided in those steps
+# and in the sans-I/O logic above them, so its async run repeated the sync one (and cost
+# a minute and a half of the suite).
+UNSUPPORTED = {
+    ("s3_moto_url", "async"),
+    ("s3_directory_url", "async"),
+    ("s3_directory_dynamo_url", "async"),
+}
 
 
 @pytest.fixture(
@@ -69,7 +77,7 @@ RUN_BACKENDS = [
 
 
 @pytest.fixture(
-    params=[(b, d) for b in RUN_BACKENDS for d in DRIVERS],
+    params=[(b, d) for b in RUN_BACKENDS for d in DRIVERS if (b, d) not in UNSUPPORTED],
     ids=lambda p: f"{p[0].removesuffix('_url')}-{p[1]}",
 )
 def run_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
