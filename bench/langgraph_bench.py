@@ -7,11 +7,16 @@ langgraph-checkpoint-objectstorage's `ObjectStorageSaver` on s3fs.
 
 Each runs the same messages agent for `--steps` steps (a coding agent: each step a user
 message and a tool result of 1-3 KB of real source text, as LangChain messages), then:
+- requests per step over the last 20 steps and GETs over the run;
+- a new saver's `get_tuple` of the latest checkpoint, as a new process does it (a new
+  stash, or a new peer saver, each time): its requests, and its ms with the saver's
+  construction (its clients) included, median of 5;
 - requests per operation, counted at botocore's HTTP send (every client, sync and async):
   get latest (`get_tuple` without id), list 20, `put_writes` of 3 writes, `put` of a step;
 - step latency, p50 of steps 10-30 and of the last 20 (late / early);
 - bytes stored at the end (S3 objects under the saver's prefix + DynamoDB item bytes)
-  / zstd size of the final state's serialized messages.
+  / zstd size of the final state's serialized messages; for stashpoint also at rest,
+  after `gc --pack`.
 
     .venv/bin/python -m bench.langgraph_bench [--steps 200]
 """
@@ -127,14 +132,38 @@ def _dynamodb_bytes(client: Any, table: str) -> int:
     return total
 
 
-def _run(name: str, saver: Any, steps: int, source: Callable[[], str]) -> dict[str, Any]:
+def _run(
+    name: str, new_saver: Callable[[], Any], steps: int, source: Callable[[], str]
+) -> dict[str, Any]:
+    """Run the agent for `steps` steps on a saver from `new_saver`, then measure it.
+
+    `new_saver` makes a saver as a new process would (no cache, nothing remembered): the
+    cold reads of the latest checkpoint use one each.
+    """
+    saver = new_saver()
     graph = _graph(saver, source)
     config = {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex[:6]}"}}
     times: list[float] = []
+    run_requests: Counter[str] = Counter()
+    late_requests: Counter[str] = Counter()
     for step in range(steps):
         started = time.perf_counter()
-        graph.invoke({"messages": [HumanMessage(content=f"step {step}: {source()[:300]}")]}, config)
+        with _requests() as seen:
+            graph.invoke(
+                {"messages": [HumanMessage(content=f"step {step}: {source()[:300]}")]}, config
+            )
         times.append(time.perf_counter() - started)
+        run_requests.update(seen)
+        if step >= steps - 20:
+            late_requests.update(seen)
+    cold_ms: list[float] = []
+    cold_get: Counter[str] = Counter()
+    for _ in range(5):  # a new process's get_state: a new saver (and its clients) each time
+        with _requests() as seen:
+            started = time.perf_counter()
+            new_saver().get_tuple(config)
+            cold_ms.append((time.perf_counter() - started) * 1000)
+        cold_get = seen
     latest = saver.get_tuple(config)
     with _requests() as get_latest:
         saver.get_tuple({"configurable": {**config["configurable"], "checkpoint_ns": ""}})
@@ -157,6 +186,10 @@ def _run(name: str, saver: Any, steps: int, source: Callable[[], str]) -> dict[s
     late = statistics.median(times[-20:])
     return {
         "name": name,
+        "requests_per_step_late": _total(dict(late_requests)) / min(20, steps),
+        "gets_over_run": sum(n for k, n in run_requests.items() if k.endswith(" GET")),
+        "cold_get": dict(cold_get),
+        "cold_get_ms": statistics.median(cold_ms),
         "get_latest": dict(get_latest),
         "list_20": dict(list_20),
         "put_writes_3": dict(writes),
@@ -175,6 +208,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
+    import os
+
+    # The servers' test credentials, as `bench.common.real_servers` sets them.
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     source = _sources()
     work = Path(tempfile.mkdtemp())
     (work / "s3").mkdir()
@@ -196,16 +235,21 @@ def main() -> None:
             if with_index:
                 url += "&index=dynamodb://stash-index"
                 options["index_endpoint_url"] = dynamo.endpoint
-            with stashpoint.open(url, **options) as stash:
-                result = _run(name, StashpointSaver(stash), args.steps, source)
+            opened: list[Any] = []
+
+            def new_saver(url: str = url, options: dict[str, Any] = options) -> Any:
+                opened.append(stashpoint.open(url, **options))
+                return StashpointSaver(opened[-1])
+
+            result = _run(name, new_saver, args.steps, source)
+            for stash in opened:
+                stash.close()
             result["bytes"], result["objects"] = _s3_bytes(s3, bucket, prefix)
             results.append(result)
-            # At rest: sealed entries are deleted after `log_delete_after` (1 h); gc does it.
+            # At rest: sealed entries are deleted after `log_delete_after` (1 h) by `gc`.
             with stashpoint.open(url, log_delete_after=timedelta(0), **options) as stash:
-                logs = stash.logs_in("langgraph")
-                for log_id in logs.list_ids():
-                    logs.seal(log_id)
-            at_rest = dict(result, name=f"{name}, at rest (sealed entries cleaned)")
+                stash.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
+            at_rest = dict(result, name=f"{name}, at rest (after gc --pack)")
             at_rest["bytes"], at_rest["objects"] = _s3_bytes(s3, bucket, prefix)
             results.append(at_rest)
         try:
@@ -221,12 +265,15 @@ def main() -> None:
                 BillingMode="PAY_PER_REQUEST",
             )  # fmt: skip
             prefix = f"aws-{uuid.uuid4().hex[:6]}"
-            saver = DynamoDBSaver(
-                table_name=table, region_name="us-east-1", endpoint_url=dynamo.endpoint,
-                s3_offload_config={"bucket_name": bucket, "endpoint_url": s3_server.endpoint,
-                                   "key_prefix": prefix},
-            )  # fmt: skip
-            result = _run("langgraph-checkpoint-aws 1.2.6", saver, args.steps, source)
+
+            def aws_saver(table: str = table, prefix: str = prefix) -> Any:
+                return DynamoDBSaver(
+                    table_name=table, region_name="us-east-1", endpoint_url=dynamo.endpoint,
+                    s3_offload_config={"bucket_name": bucket, "endpoint_url": s3_server.endpoint,
+                                       "key_prefix": prefix},
+                )  # fmt: skip
+
+            result = _run("langgraph-checkpoint-aws 1.2.6", aws_saver, args.steps, source)
             s3_bytes, objects = _s3_bytes(s3, bucket, prefix)
             result["bytes"] = s3_bytes + _dynamodb_bytes(dynamo.client(), table)
             result["objects"] = objects
@@ -237,11 +284,14 @@ def main() -> None:
             from langgraph_checkpoint_objectstorage import ObjectStorageSaver
 
             prefix = f"os-{uuid.uuid4().hex[:6]}"
-            saver = ObjectStorageSaver.from_conn_string(
-                f"s3://{bucket}/{prefix}",
-                client_kwargs={"endpoint_url": s3_server.endpoint, "region_name": "us-east-1"},
-            )
-            result = _run("langgraph-checkpoint-objectstorage 0.1.15", saver, args.steps, source)
+
+            def os_saver(prefix: str = prefix) -> Any:
+                return ObjectStorageSaver.from_conn_string(
+                    f"s3://{bucket}/{prefix}",
+                    client_kwargs={"endpoint_url": s3_server.endpoint, "region_name": "us-east-1"},
+                )
+
+            result = _run("langgraph-checkpoint-objectstorage 0.1.15", os_saver, args.steps, source)
             result["bytes"], result["objects"] = _s3_bytes(s3, bucket, prefix)
             results.append(result)
         except ImportError:
@@ -250,12 +300,18 @@ def main() -> None:
         servers.stop(s3_server)
         servers.stop(dynamo)
     print(f"\n{args.steps} steps of a messages agent (1-3 KB tool text per step)\n")
-    header = ("saver", "get latest", "list 20", "put_writes(3)", "put", "step late/early",
+    header = ("saver", "requests per step (last 20)", "GETs over the run",
+              "cold get_tuple: requests", "new saver + get_tuple ms (median of 5)",
+              "get latest (warm)", "list 20", "put_writes(3)", "put", "step late/early",
               "bytes stored / final zstd", "objects")  # fmt: skip
     print(" | ".join(header))
     for r in results:
         print(" | ".join([
             r["name"],
+            f"{r['requests_per_step_late']:.1f}",
+            str(r["gets_over_run"]),
+            f"{_total(r['cold_get'])} {r['cold_get']}",
+            f"{r['cold_get_ms']:.0f}",
             f"{_total(r['get_latest'])} {r['get_latest']}",
             f"{_total(r['list_20'])}",
             f"{_total(r['put_writes_3'])} {r['put_writes_3']}",
