@@ -103,11 +103,17 @@ def store(stash: Any) -> Any:
 
 
 @pytest.fixture
-def other_store(backend: tuple[str, dict[str, Any], str]) -> Iterator[stashpoint.Store]:
+def other_stash(backend: tuple[str, dict[str, Any], str]) -> Iterator[stashpoint.Stash]:
     """A second, independent stash on the same storage (a different process's view)."""
     url, options, _ = backend
     with stashpoint.open(url, **options) as other:
-        yield other.checkpoints
+        yield other
+
+
+@pytest.fixture
+def other_store(other_stash: stashpoint.Stash) -> stashpoint.Store:
+    """The checkpoints of `other_stash`."""
+    return other_stash.checkpoints
 
 
 @pytest.fixture

@@ -41,6 +41,14 @@ def stash(log_backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
     yield from _open(*log_backend)
 
 
+@pytest.fixture
+def other_stash(log_backend: tuple[str, dict[str, Any], str]) -> Iterator[Any]:
+    """A second, independent stash on the same storage (a new process's view)."""
+    url, options, _ = log_backend
+    with stashpoint.open(url, **options) as other:
+        yield other
+
+
 def _fill(logs: Any, log_id: str, versions: int) -> Any:
     """Append `versions` versions, version v holding records [v*10, v*10 + v % 3)."""
     head = None
@@ -255,3 +263,29 @@ def test_a_state_changed_in_place_is_still_stored_as_changed(stash: Any) -> None
         head = logs.append(log_id, [n], after=head, state=state)
     assert [e.state["n"] for e in logs.entries(log_id)] == [0, 1, 2, 3, 4]
     assert logs.head(log_id).state == {"n": 4, "tags": [1, 2, 3, 4]}
+
+
+def test_a_seal_stores_what_was_appended_not_what_the_caller_changed_since(
+    stash: Any, other_stash: Any
+) -> None:
+    """The in-place pattern across a seal. The sealing process keeps what it appended to
+    spare the seal its GETs; it once kept the caller's own objects, so the state of
+    version 0 (a full state) was sealed as changed 63 appends later: a new process read
+    `n == 64` there. Records changed after their append are the same case."""
+    logs = stash.logs
+    log_id = f"sealed-inplace-{stashpoint.new_id()}"
+    records: list[dict[str, Any]] = [{"r": 0}]
+    head = logs.append(log_id, records, after=None, state={"n": 0, "tags": []})
+    for n in range(1, SEGMENT_SPAN + 6):  # the append of version 64 seals 0..63
+        records[0]["r"] = -1  # the caller reuses its record objects
+        records = [{"r": n}]
+        state = head.state
+        state["n"] = n
+        state["tags"].append(n)
+        head = logs.append(log_id, records, after=head, state=state)
+    expected = list(range(SEGMENT_SPAN + 6))
+    for reader in (logs, other_stash.logs):  # the writer's own reads, and a new process's
+        entries = reader.entries(log_id)
+        assert [e.state["n"] for e in entries] == expected
+        assert [e.state["tags"] for e in entries] == [expected[1 : n + 1] for n in expected]
+        assert [e.records for e in entries] == [[{"r": n}] for n in expected]

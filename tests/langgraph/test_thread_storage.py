@@ -231,6 +231,33 @@ def test_request_counts(stash: Any) -> None:
     assert "PutObject" not in requests
 
 
+def test_a_warm_list_reads_only_the_top_of_what_its_saver_wrote(stash: Any) -> None:
+    saver = StashpointSaver(stash)
+    config = None
+    for step in range(30):  # 60 entries, none sealed yet
+        parent = None if config is None else config["configurable"]["checkpoint_id"]
+        config = _put(saver, "listed", {"n": step}, parent=parent)
+        saver.put_writes(config, [("a", step)], f"task-{step}")
+    gets: list[str] = []
+
+    def counting(request: Any, proceed: Any) -> Any:
+        if isinstance(request, GetObject):
+            gets.append(request.key)
+        return proceed()
+
+    thread = {"configurable": {"thread_id": "listed"}}
+    with stash.intercept(counting):
+        found = list(saver.list(thread, limit=20))
+    assert [t.checkpoint["channel_values"]["n"] for t in found] == list(range(29, 9, -1))
+    # Entries never change: the saver keeps those it appended (until they are sealed) and
+    # reads only the top from the bucket (where a purge or damage would show), not all 60.
+    assert len(gets) == 1, gets
+    with stashpoint.open(stash.url) as cold, cold.intercept(counting):  # a new process
+        again = list(StashpointSaver(cold).list(thread, limit=20))  # reads every entry
+    assert [t.checkpoint for t in again] == [t.checkpoint for t in found]
+    assert len(gets) == 1 + 60, len(gets)
+
+
 def test_delta_channel_history_matches_in_memory_saver(stash: Any) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 

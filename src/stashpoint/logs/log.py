@@ -405,9 +405,13 @@ class LogSteps:
         then a listing skips what it does not need; without, every page is read
         (`stores.providers.Provider.seeks`)."""
         self._tops: Lru[str, int] = Lru(_KNOWN_TOPS)
-        # Entries this process wrote, by key, with their ETags: entries are immutable, so a
-        # seal of their range needs no GET of them (an append costs one PUT, seals included).
-        self._written: Lru[str, tuple[LogEntry, str]] = Lru(_WRITTEN_ENTRIES)
+        # Entries this process wrote, by key: their stored bodies and ETags, as a GET would
+        # return them. Entries are immutable, so a seal of their range, or a read of them,
+        # needs no GET (an append costs one PUT, seals included). Bodies, not the entries:
+        # an entry's state and records are the caller's objects, which it may change after
+        # the append (the head's state, changed in place for the next append, is the
+        # natural pattern), and a seal must store what was appended.
+        self._written: Lru[str, ObjectInfo] = Lru(_WRITTEN_ENTRIES)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -519,19 +523,34 @@ class LogSteps:
         return items
 
     def _fetch_objects(
-        self, log_id: str, sources: list[_Source]
+        self, log_id: str, sources: list[_Source], *, kept: bool = False
     ) -> Steps[list[tuple[ObjectInfo, list[Item]]]]:
-        """Read `sources` in parallel; return each object with what it holds, in order."""
+        """Read `sources` in parallel; return each object with what it holds, in order.
+
+        With `kept`, entries this process appended and has not sealed are not read again:
+        their bodies are kept (`_written`; entries never change, a sealed range is read
+        from its segment). Reads that find a log's top never take it so: the top comes
+        from the bucket, where a purge's tombstone or a damaged object shows.
+        """
+        known = [self._kept(source) if kept else None for source in sources]
+        unknown = [s for s, info in zip(sources, known, strict=True) if info is None]
+        got: list[ObjectInfo | None] = []
+        for start in range(0, len(unknown), _FETCH_BATCH):
+            window = unknown[start : start + _FETCH_BATCH]
+            got.extend((yield from self._gets(log_id, [self._get(s.key) for s in window])))
+        answers = iter(got)
         fetched: list[tuple[ObjectInfo, list[Item]]] = []
-        for start in range(0, len(sources), _FETCH_BATCH):
-            window = sources[start : start + _FETCH_BATCH]
-            infos = yield from self._gets(log_id, [self._get(s.key) for s in window])
-            for source, info in zip(window, infos, strict=True):
-                if info is None:
-                    raise _Vanished(source.key)
-                decoded = yield from self._decode(log_id, source, info)
-                fetched.append((info, decoded))
+        for source, body in zip(sources, known, strict=True):
+            info = body if body is not None else next(answers)
+            if info is None:
+                raise _Vanished(source.key)
+            decoded = yield from self._decode(log_id, source, info)
+            fetched.append((info, decoded))
         return fetched
+
+    def _kept(self, source: _Source) -> ObjectInfo | None:
+        """Return the body this process stored as entry `source`, if it keeps it."""
+        return None if source.sealed else self._written.get(source.key)
 
     def _gets(self, log_id: str, requests: Sequence[GetObject]) -> Steps[list[ObjectInfo | None]]:
         """Send GETs at once; an archived segment among them says how to restore it."""
@@ -695,14 +714,20 @@ class LogSteps:
             for version in missing:
                 source = listing.sources(version, version)[0]
                 plan.setdefault(source.key, source)
-            sources = list(plan.values())
+            older: list[Item] = []
+            sources = []
+            for source in plan.values():
+                kept = self._kept(source)
+                if kept is None:
+                    sources.append(source)
+                else:
+                    older.extend((yield from self._decode(log_id, source, kept)))
             extra = [] if beside is None else list(beside(head))
             infos: list[ObjectInfo | None] = []
             if sources or extra:
                 infos = yield from self._gets(
                     log_id, [*(self._get(source.key) for source in sources), *extra]
                 )
-            older: list[Item] = []
             for source, info in zip(sources, infos, strict=False):
                 if info is None:
                     raise _Vanished(source.key)
@@ -736,9 +761,10 @@ class LogSteps:
         for version in sorted({top, *wanted}):
             if version > top or version < 0:
                 continue
-            written = self._written.get(self.keys.entry(log_id, version))
-            if written is not None:
-                items.append(written[0])
+            entry_source = _Source(self.keys.entry(log_id, version), version, version, False)
+            kept = self._kept(entry_source)
+            if kept is not None:
+                items.extend((yield from self._decode(log_id, entry_source, kept)))
                 continue
             if version < cut:
                 first = segment_start(version)
@@ -1065,7 +1091,7 @@ class LogSteps:
         )
         # Bounded by the decoded size: a compressible entry is small on the wire only.
         if etag is not None and max(len(body), declared_size(body)) <= _WRITTEN_BODY:
-            self._written.put(key, (entry, etag))
+            self._written.put(key, ObjectInfo(etag=etag, body=body))
         return etag
 
     def _conflict(self, log_id: str, version: int) -> Steps[StashpointError]:
@@ -1151,19 +1177,11 @@ class LogSteps:
         if not all(v in listing.entries for v in versions):
             return False  # a gap: the reader's error to report, not a seal to make
         sources = [_Source(listing.entries[v], v, v, False) for v in versions]
-        known = {s.key: self._written.get(s.key) for s in sources}
         try:
-            read = iter((yield from self._fetch_objects(
-                log_id, [s for s in sources if known[s.key] is None]
-            )))  # fmt: skip
+            # Entries this process wrote come from their kept bodies (`_fetch_objects`).
+            fetched = yield from self._fetch_objects(log_id, sources, kept=True)
         except _Vanished:
             return False
-        fetched: list[tuple[ObjectInfo, list[Item]]] = []
-        for source in sources:
-            written = known[source.key]
-            fetched.append(
-                next(read) if written is None else (ObjectInfo(etag=written[1]), [written[0]])
-            )
         if any(isinstance(item, Vacated) for _, items in fetched for item in items):
             return False  # sealed by another sealer meanwhile, or below a base
         entries = [item for _, items in fetched for item in items if isinstance(item, LogEntry)]
