@@ -36,7 +36,14 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 
 from tests import servers
-from tests.faultproxy import _error_response, _header, _read_body, _read_head, _serialise
+from tests.faultproxy import (
+    RelayHandler,
+    _error_response,
+    _header,
+    _read_body,
+    _read_head,
+    _serialise,
+)
 
 _NOT_IMPLEMENTED = _error_response(
     b"501 Not Implemented", b"NotImplemented", b"Not supported by directory buckets."
@@ -79,37 +86,16 @@ class _Etags:
             return self._real.get(fake.strip(), b'"not-an-etag-this-bucket-issued"')
 
 
-class _Handler(socketserver.StreamRequestHandler):
+class _Handler(RelayHandler):
     server: _Server
 
-    def setup(self) -> None:
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        super().setup()
-
-    def handle(self) -> None:
-        upstream = socket.create_connection(self.server.upstream)
-        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        up_rfile = upstream.makefile("rb")
-        try:
-            while self._one(upstream, up_rfile):
-                pass
-        except (ConnectionError, OSError, ValueError):
-            pass
-        finally:
-            up_rfile.close()
-            upstream.close()
-
-    def _one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
-        request = _read_head(self.rfile)
+    def relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
+        request = self.read_request()
         if request is None:
             return False
-        line, headers = request
-        method, target = line.split(b" ")[:2]
-        if (_header(headers, b"expect") or b"").lower() == b"100-continue":
-            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            self.wfile.flush()
-            headers = [(k, v) for k, v in headers if k.lower() != b"expect"]
-        body = _read_body(self.rfile, headers)
+        line, method, target, headers, body = (
+            request.line, request.method, request.target, request.headers, request.body
+        )  # fmt: skip
         parts = urlsplit(target.decode())
         query = parse_qs(parts.query, keep_blank_values=True)
         path = parts.path.strip("/")

@@ -120,19 +120,34 @@ def _serialise(line: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> 
     return head + body
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    server: _Server
+@dataclass
+class ClientRequest:
+    """One request a proxy read from its client, its body whole (`Expect` answered)."""
+
+    line: bytes
+    method: bytes
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+class RelayHandler(socketserver.StreamRequestHandler):
+    """A keep-alive connection relayed to `server.upstream`, one request at a time.
+
+    The proxies of the tests (this fault proxy, `tests.directory_proxy`) differ only in
+    what they do with each request: `relay_one`.
+    """
 
     def setup(self) -> None:
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().setup()
 
     def handle(self) -> None:
-        upstream = socket.create_connection(self.server.upstream)
+        upstream = socket.create_connection(self.server.upstream)  # type: ignore[attr-defined]
         upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         up_rfile = upstream.makefile("rb")
         try:
-            while self._relay_one(upstream, up_rfile):
+            while self.relay_one(upstream, up_rfile):
                 pass
         except (ConnectionError, OSError, ValueError):
             pass
@@ -140,17 +155,34 @@ class _Handler(socketserver.StreamRequestHandler):
             up_rfile.close()
             upstream.close()
 
-    def _relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
+    def read_request(self) -> ClientRequest | None:
+        """Read the client's next request (None: it closed the connection)."""
         request = _read_head(self.rfile)
         if request is None:
-            return False
+            return None
         line, headers = request
         method, target = line.split(b" ")[:2]
         if (_header(headers, b"expect") or b"").lower() == b"100-continue":
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.wfile.flush()
             headers = [(k, v) for k, v in headers if k.lower() != b"expect"]
-        body = _read_body(self.rfile, headers)
+        return ClientRequest(line, method, target, headers, _read_body(self.rfile, headers))
+
+    def relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
+        """Handle one request; False to close the connection."""
+        raise NotImplementedError
+
+
+class _Handler(RelayHandler):
+    server: _Server
+
+    def relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
+        request = self.read_request()
+        if request is None:
+            return False
+        line, method, target, headers, body = (
+            request.line, request.method, request.target, request.headers, request.body
+        )  # fmt: skip
         parts = urlsplit(target.decode())
         path = parts.path
         is_object_put = method == b"PUT" and path.strip("/").count("/") >= 1

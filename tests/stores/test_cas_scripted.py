@@ -207,9 +207,12 @@ def test_head_moved_past_the_window_without_versioning_is_unavailable_with_write
     assert info.value.write_id == ours.write_id  # the caller can look for it later
 
 
-def _after(ours: Envelope, others: int, *, writers: int = 1) -> list[Envelope]:
-    """`ours` saved by this writer, then `others` saves by `writers` other writers."""
-    saved = [ours.saved_by(writer_token())]
+def _after(
+    first: Envelope, others: int, *, writers: int = 1, by: str | None = ""
+) -> list[Envelope]:
+    """`first` saved by `by` (default: this writer; None: as it is, unrecorded, as an
+    older release saves), then `others` saves by `writers` other writers."""
+    saved = [first if by is None else first.saved_by(by or writer_token())]
     for n in range(others):
         saved.append(saved[-1].next({"n": f"theirs {n}"}).saved_by(f"other-{n % writers}"))
     return saved
@@ -236,11 +239,9 @@ def test_head_moved_past_the_window_naming_another_save_for_us_is_a_conflict() -
         save(cas(), mine, 0, script)  # never StorageUnavailable, even without versions
 
 
-def test_a_writer_the_head_forgot_falls_back_to_the_version_history() -> None:
-    ours = chain(1)[0].next({"n": "ours"})
-    latest = _after(ours, WRITERS_DEPTH + 5, writers=WRITERS_DEPTH + 5)[-1]
-    assert writer_token() not in dict(latest.writers)  # 37 other writers saved since
-    script = Script(
+def _unclear_without_versions(latest: Envelope) -> Script:
+    """A save whose answer is lost, the head at `latest`, on a bucket without versions."""
+    return Script(
         [
             (PutObject, TIMEOUT),
             (HeadObject, head(latest)),
@@ -248,17 +249,15 @@ def test_a_writer_the_head_forgot_falls_back_to_the_version_history() -> None:
             (ListVersions, ConfigurationError("versioning is off")),
         ]
     )
+
+
+def test_a_writer_the_head_forgot_falls_back_to_the_version_history() -> None:
+    ours = chain(1)[0].next({"n": "ours"})
+    latest = _after(ours, WRITERS_DEPTH + 5, writers=WRITERS_DEPTH + 5)[-1]
+    assert writer_token() not in dict(latest.writers)  # 37 other writers saved since
+    script = _unclear_without_versions(latest)
     with pytest.raises(StorageUnavailable):
         save(cas(), ours, 0, script)
-
-
-def _saved_by_others(
-    start: Envelope, saves: int, writers: int, *, recorded: bool = True
-) -> list[Envelope]:
-    saved = [start.saved_by("other-first") if recorded else start]
-    for n in range(saves):
-        saved.append(saved[-1].next({"n": f"theirs {n}"}).saved_by(f"other-{n % writers}"))
-    return saved
 
 
 def test_a_first_save_the_head_never_recorded_is_a_conflict_without_versions() -> None:
@@ -266,7 +265,7 @@ def test_a_first_save_the_head_never_recorded_is_a_conflict_without_versions() -
     # 41 saves on. Its ledger is complete since revision 0, so a writer it does not name
     # saved nothing since: not landed, a conflict, asked of no version history.
     created = chain(1)[0]
-    latest = _saved_by_others(created, LINEAGE_DEPTH + 10, writers=8)[-1]
+    latest = _after(created, LINEAGE_DEPTH + 10, writers=8, by="other-first")[-1]
     assert latest.writers_since == 0
     mine = created.next({"n": "mine"})
     script = Script(
@@ -280,27 +279,20 @@ def test_a_save_that_did_not_record_itself_restarts_the_ledger() -> None:
     # An older release saves without recording itself (it carries `writers` unchanged):
     # from then on a missing writer proves nothing about the saves before.
     created = chain(1)[0]
-    before = _saved_by_others(created, 5, writers=2)[-1]
+    before = _after(created, 5, writers=2, by="other-first")[-1]
     unrecorded = before.next({"n": "an older release"})  # no saved_by
-    latest = _saved_by_others(unrecorded, LINEAGE_DEPTH + 5, writers=4, recorded=False)[-1]
+    latest = _after(unrecorded, LINEAGE_DEPTH + 5, writers=4, by=None)[-1]
     assert latest.writers_since == unrecorded.revision + 1
     assert not unrecorded.missing_writer_saved_nothing(0)
     mine = created.next({"n": "mine"})
-    script = Script(
-        [
-            (PutObject, TIMEOUT),
-            (HeadObject, head(latest)),
-            (GetObject, stored(latest)),
-            (ListVersions, ConfigurationError("versioning is off")),
-        ]
-    )
+    script = _unclear_without_versions(latest)
     with pytest.raises(StorageUnavailable):
         save(cas(), mine, 0, script)  # honest: the ledger cannot vouch for revision 1
 
 
 def test_writers_since_is_stored_checked_and_never_past_the_revision() -> None:
     codec = Codec()
-    saved = _saved_by_others(chain(1)[0], 3, writers=2)[-1]
+    saved = _after(chain(1)[0], 3, writers=2, by="other-first")[-1]
     loaded = codec.decode(codec.encode(saved))
     assert loaded.writers == saved.writers and loaded.writers_since == saved.writers_since == 0
     with pytest.raises(InvalidPayload, match="writers_since"):
