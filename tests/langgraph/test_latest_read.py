@@ -180,3 +180,85 @@ def test_a_thread_this_saver_writes_is_read_in_one_or_two_requests(
             assert _messages(saver) == items
             reads.append(len(requests))
         assert max(reads) <= 2 and sum(reads) <= 1.2 * len(reads), reads
+
+
+class _OwnSerializer:
+    """A serializer of the user's own (LangGraph's inside): the saver cannot assume how it
+    unpacks msgpack, so it unpacks item by item."""
+
+    def __init__(self) -> None:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        self.inner = JsonPlusSerializer()
+        self.lists_unpacked = 0
+
+    def dumps_typed(self, value: Any) -> tuple[str, bytes]:
+        return self.inner.dumps_typed(value)  # type: ignore[no-any-return]
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        loaded = self.inner.loads_typed(data)
+        self.lists_unpacked += isinstance(loaded, list)
+        return loaded
+
+
+@pytest.mark.parametrize("serializer", ["langgraph", "own"])
+def test_a_long_list_reads_item_for_item_the_same_whatever_the_serializer(
+    memory_url: tuple[str, Any], serializer: str
+) -> None:
+    """LangGraph's serializer unpacks a snapshot, a tail and the extensions after them as
+    one msgpack array, the snapshot's items converted from their readable form once per
+    saver; any other serializer item by item. Both read every kind of item back: messages,
+    mappings, strings, bytes (not msgpack: read item by item) and a value over 256 KB (an
+    object of its own), from the writer and from a new process."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    def kind(i: int) -> Any:
+        return [
+            HumanMessage(content=f"q{i}", id=f"h{i}"),
+            AIMessage(content=f"a{i}", id=f"a{i}"),
+            {"turn": i, "tags": ["x", i]},
+            f"m{i}",
+        ][i % 4]
+
+    with stashpoint.open(memory_url[0]) as stash:
+        own = _OwnSerializer()
+        serde = None if serializer == "langgraph" else own
+        saver = StashpointSaver(stash, serde=serde)
+        config = None
+        items: list[Any] = []
+        for i in range(75):
+            if i == 50:
+                items.append(b"raw bytes")  # not msgpack: this tail is read item by item
+            elif i == 60:
+                items.append("x" * (300 * 1024))  # a large value: an object of its own
+            else:
+                items.append(kind(i))
+            config = _grow(saver, items, config)
+            if i % 3 == 0:
+                assert _messages(saver) == items, i
+        assert _messages(saver) == items
+        with stashpoint.open(memory_url[0]) as cold:
+            assert _messages(StashpointSaver(cold, serde=serde)) == items
+        assert own.lists_unpacked == 0  # the user's serializer only ever saw single items
+
+
+def test_a_kept_snapshot_followed_by_a_tail_that_is_not_msgpack_reads_the_chain(
+    memory_url: tuple[str, Any],
+) -> None:
+    """A snapshot this saver keeps only as msgpack, and a newer tail holding an item that
+    is not msgpack (bytes): the whole list cannot be joined from them, so it is read from
+    the chain, and reads right."""
+    with stashpoint.open(memory_url[0]) as stash:
+        saver = StashpointSaver(stash)
+        config = None
+        items: list[Any] = []
+        for i in range(12):  # a snapshot at 8 extensions, read: kept as msgpack
+            items.append(f"m{i}")
+            config = _grow(saver, items, config)
+        assert _messages(saver) == items
+        for i in range(12, 20):  # a tail at 16 extensions, holding bytes
+            items.append(b"bytes" if i == 13 else f"m{i}")
+            config = _grow(saver, items, config)
+        assert _messages(saver) == items
+        with stashpoint.open(memory_url[0]) as cold:
+            assert _messages(StashpointSaver(cold)) == items

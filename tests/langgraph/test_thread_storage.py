@@ -798,3 +798,34 @@ def test_a_packed_thread_reads_its_latest_and_its_past(memory_url: tuple[str, An
         assert past is not None and len(past.checkpoint["channel_values"]["messages"]) == 11
         listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(thread)]
         assert listed == history
+
+
+def test_delete_for_runs_reads_a_thread_without_those_runs_once_and_leaves_it(stash: Any) -> None:
+    """A thread holding no checkpoint of the runs is read once (the read that finds out)
+    and not written; a thread holding one is rewritten without it."""
+    from tests.meter import Meter
+
+    saver = StashpointSaver(stash)
+    for n in range(6):
+        _put(saver, f"other-{n}", {"v": n}, metadata={"source": "input", "step": -1,
+                                                     "run_id": f"keep-{n}"})  # fmt: skip
+    doomed = _put(saver, "mixed", {"v": "doomed"},
+                  metadata={"source": "input", "step": -1, "run_id": "doomed"})  # fmt: skip
+    _put(saver, "mixed", {"v": "kept"}, parent=doomed["configurable"]["checkpoint_id"],
+         metadata={"source": "loop", "step": 0, "run_id": "kept"})  # fmt: skip
+    with stashpoint.open(stash.url) as fresh:  # a new process: no head is known
+        meter = Meter(fresh)
+        StashpointSaver(fresh).delete_for_runs(["no-such-run"])
+        assert "PutObject" not in meter.sent
+        one_pass = len(meter.sent)
+        # Seven threads, each read once from a new process (two listings and its newest
+        # entry) beside the listing of thread ids: not twice (a read, then a rewrite that
+        # reads again to find nothing to drop: 66 requests here).
+        assert one_pass <= 4 * 7 + 2, meter.sent
+        meter.sent.clear()
+        StashpointSaver(fresh).delete_for_runs(["doomed"])
+        assert meter.sent.count("PutObject") == 1  # the one rewrite
+        # Reading every thread once, then the mixed one again for its rewrite.
+        assert len(meter.sent) <= one_pass + 8, (one_pass, meter.sent)
+    left = [t.metadata.get("run_id") for t in saver.list({"configurable": {"thread_id": "mixed"}})]
+    assert left == ["kept"]

@@ -47,6 +47,8 @@ from stashpoint.langgraph.thread import (
     item_key,
     large_value_name,
     list_digests,
+    msgpack_array,
+    msgpack_elements,
     pack,
     snapshots_for_latest,
     state_after_put,
@@ -84,11 +86,38 @@ however many threads."""
 KNOWN_LIST_BYTES = 32 * 1024 * 1024
 """Stored bytes of list snapshots and tails a saver keeps in memory (they are decoded on
 each read, so memory is what S3 holds, not the decoded lists)."""
+KNOWN_LIST_MSGPACK = 32 * 1024 * 1024
+"""Bytes of msgpack a saver with LangGraph's serializer keeps for the snapshots and tails it
+read (their items as `loads_typed` takes them): a read of the latest checkpoint then
+unpacks a list of any length in one call, with no decoding of the stored JSON."""
 _APPEND_ATTEMPTS = 64
 _FETCH_BATCH = 16
 
 Config = dict[str, Any]
 """LangGraph's `RunnableConfig`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Whole:
+    """A whole list as a snapshot (or a snapshot and its tail) holds it."""
+
+    count: int
+    """How many items."""
+    items: list[Any] | None
+    """The packed items (None: only `msgpack` is kept)."""
+    msgpack: bytes | None
+    """The items' msgpack back to back (`thread.msgpack_elements`); None: not all msgpack,
+    or the serializer is not LangGraph's own."""
+
+    def joined(self, after: _Whole) -> _Whole:
+        """Return this list followed by `after`'s items."""
+        items = None
+        if self.items is not None and after.items is not None:
+            items = [*self.items, *after.items]
+        both = None
+        if self.msgpack is not None and after.msgpack is not None:
+            both = self.msgpack + after.msgpack
+        return _Whole(self.count + after.count, items, both)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +222,12 @@ class SaverSteps:
         self._lists: Lru[str, bytes] = Lru(
             KNOWN_THREADS * 4, max_weight=KNOWN_LIST_BYTES, weigh=len
         )
+        self._msgpack: Lru[str, tuple[int, bytes, Any]] = Lru(
+            KNOWN_THREADS * 4, max_weight=KNOWN_LIST_MSGPACK, weigh=lambda held: len(held[1])
+        )
+        # The same snapshots' and tails' own items as msgpack (`_Whole.msgpack`), with their
+        # count and (a tail) the snapshot they follow, by object key, for a serializer that
+        # unpacks msgpack as LangGraph's does: neither fetched nor decoded again.
         # The bodies of list snapshots and tails this saver wrote or read, by object key:
         # named by their hash, they never change, so the latest read does not fetch them
         # again (bounded by their stored bytes).
@@ -228,32 +263,39 @@ class SaverSteps:
         return self._folded(plan, head, found)
 
     def _read_latest(
-        self, key: str, ns: str, checkpoint_id: str | None
-    ) -> Steps[tuple[ThreadState, ThreadModel, dict[str, Any] | None] | None]:
+        self, key: str, ns: str, checkpoint_id: str | None, fast: bool
+    ) -> Steps[tuple[ThreadState, ThreadModel, dict[str, _Whole] | None] | None]:
         """Read `ns`'s checkpoint (its latest when no id) with the list snapshots it needs.
 
         Returns what `_read` does, with the snapshots by name instead of the head (None:
         one was replaced since the head named it). A thread this process read or wrote is
         read in one round: the head it knows, the key after it (absent: still the head),
         the versions and snapshots that head names. Otherwise, or when the thread went on:
-        a listing, the newest entry, then versions and snapshots in one round.
+        a listing, the newest entry, then versions and snapshots in one round. `fast`: the
+        serializer unpacks msgpack as LangGraph's does (`_Whole.msgpack` serves it).
         """
         plan = _ReadPlan(key, ns, checkpoint_id)
         limit = self.codec.limits.max_compressed_bytes
 
         held: dict[str, bytes] = {}  # snapshot bodies this saver keeps, by name
+        kept: dict[str, tuple[int, bytes, Any]] = {}  # or their msgpack (`_msgpack`)
 
         def beside(head: LogHead) -> list[GetObject]:
             plan.snapshots = plan.snapshot_names(head)
             held.clear()
+            kept.clear()
             for name in plan.snapshots:
-                body = self._lists.get(self._value_key(key, name))
-                if body is not None:
+                object_key = self._value_key(key, name)
+                msgpack = self._msgpack.get(object_key) if fast else None
+                body = self._lists.get(object_key)
+                if msgpack is not None:
+                    kept[name] = msgpack  # nothing to fetch or decode
+                elif body is not None:
                     held[name] = body
             return [
                 GetObject(self._value_key(key, n), None, limit)
                 for n in plan.snapshots
-                if n not in held
+                if n not in held and n not in kept
             ]
 
         read = None
@@ -275,14 +317,19 @@ class SaverSteps:
         if folded is None:
             return None
         state, model, _ = folded
-        snapshots: dict[str, Any] | None = {}
+        snapshots: dict[str, _Whole] | None = {}
         if model.partial:
             fetched = iter(infos)
-            bodies = [held[n] if n in held else _body(next(fetched, None)) for n in plan.snapshots]
-            snapshots = yield from self._decoded_snapshots(key, plan.snapshots, bodies)
+            bodies = [
+                held.get(n) if n in held or n in kept else _body(next(fetched, None))
+                for n in plan.snapshots
+            ]
+            snapshots = yield from self._decoded_snapshots(
+                key, plan.snapshots, bodies, kept if fast else None
+            )
             if snapshots is not None:
                 for name, body in zip(plan.snapshots, bodies, strict=True):
-                    if body is not None and name not in held:
+                    if body is not None and name not in held and name not in kept:
                         self._lists.put(self._value_key(key, name), body)
         return state, model, snapshots
 
@@ -318,7 +365,7 @@ class SaverSteps:
         """Return the checkpoint `config` names (its latest without `checkpoint_id`)."""
         thread_id, ns, checkpoint_id = _target(config)
         key = thread_key(thread_id)
-        latest = yield from self._read_latest(key, ns, checkpoint_id)
+        latest = yield from self._read_latest(key, ns, checkpoint_id, _unpacks_msgpack(serde))
         if latest is None:
             return None
         state, model, snapshots = latest
@@ -447,7 +494,7 @@ class SaverSteps:
         model: ThreadModel,
         stored: StoredCheckpoint,
         serde: Serializer,
-        snapshots: Mapping[str, Any] | None = None,
+        snapshots: Mapping[str, _Whole] | None = None,
     ) -> Steps[TupleParts]:
         snapshots = snapshots or {}
         checkpoint = _load(serde, stored.checkpoint, key, {})
@@ -849,13 +896,31 @@ class SaverSteps:
             self._lists.put(self._value_key(key, name), body)
 
     def _decoded_snapshots(
-        self, key: str, names: Sequence[str], bodies: Sequence[bytes | None]
-    ) -> Steps[dict[str, Any] | None]:
-        """Return the named list snapshots; None when one is gone (a newer one replaced it)."""
+        self,
+        key: str,
+        names: Sequence[str],
+        bodies: Sequence[bytes | None],
+        kept: Mapping[str, tuple[int, bytes, Any]] | None,
+    ) -> Steps[dict[str, _Whole] | None]:
+        """Return the named list snapshots; None when one is gone (a newer one replaced it).
+
+        `kept`: the serializer unpacks msgpack as LangGraph's does (`_unpacks_msgpack`), and
+        these snapshots' items are kept as msgpack (`_msgpack`): used as they are, and the
+        others' kept so from now on, instead of decoding a body on every read.
+        """
         object_keys = [self._value_key(key, name) for name in names]
-        found: dict[str, Any] = {}
-        tails: dict[str, tuple[Any, list[Any], str]] = {}
+        found: dict[str, _Whole] = {}
+        tails: dict[str, tuple[Any, _Whole, str]] = {}
+        fast = kept is not None
         for name, object_key, body in zip(names, object_keys, bodies, strict=True):
+            msgpack = None if kept is None else kept.get(name)
+            if msgpack is not None:
+                own = _Whole(msgpack[0], None, msgpack[1])
+                if name.startswith("t-"):
+                    tails[name] = (msgpack[2], own, object_key)
+                else:
+                    found[name] = own
+                continue
             if body is None:
                 return None
             if name[:2] + hashlib.sha256(body).hexdigest() != name:
@@ -868,17 +933,25 @@ class SaverSteps:
             items = document.get("items")
             if not isinstance(items, list):
                 raise InvalidPayload("list snapshot without items", object_name=object_key)
+            own = _Whole(len(items), items, msgpack_elements(items, object_key) if fast else None)
+            after = document.get("after") if name.startswith("t-") else None
+            if own.msgpack is not None:
+                self._msgpack.put(object_key, (own.count, own.msgpack, after))
+                self._lists.pop(object_key)  # kept as msgpack instead
             if name.startswith("t-"):
-                tails[name] = (document.get("after"), items, object_key)
+                tails[name] = (after, own, object_key)
             else:
-                found[name] = items
-        for name, (after, items, object_key) in tails.items():
+                found[name] = own
+        for name, (after, own, object_key) in tails.items():
             # A tail is the items after one snapshot: the whole list with it.
             if not isinstance(after, str) or not after.startswith("s-"):
                 raise InvalidPayload("list tail names no snapshot", object_name=object_key)
             if after not in found:
                 return None  # its snapshot was replaced: read the chain
-            found[name] = [*found[after], *items]
+            whole = found[after].joined(own)
+            if whole.items is None and whole.msgpack is None:
+                return None  # a snapshot kept as msgpack, a tail that is not: read the chain
+            found[name] = whole
         return found
 
     def put_writes(
@@ -1070,11 +1143,14 @@ class SaverSteps:
                 continue
             thread_id = str(read[0].thread_id or key)
 
-            def without_runs(model: ThreadModel, key: str = key) -> bool:
-                return model.keep(
-                    lambda c: _load(serde, c.metadata, key, {}).get("run_id") not in doomed
-                )
+            def of_doomed_run(stored: StoredCheckpoint, key: str = key) -> bool:
+                return _load(serde, stored.metadata, key, {}).get("run_id") in doomed
 
+            def without_runs(model: ThreadModel) -> bool:
+                return model.keep(lambda c: not of_doomed_run(c))
+
+            if not any(map(of_doomed_run, _every_checkpoint(read[1]))):
+                continue  # nothing of those runs: not read again, not rewritten
             yield from self._rewrite(thread_id, without_runs, serde)
 
     def copy_thread(self, source_id: str, target_id: str, serde: Serializer) -> Steps[None]:
@@ -1089,6 +1165,11 @@ class SaverSteps:
         yield from self._rewrite(
             target_id, lambda model: bool(model.checkpoints), serde, source=source_id
         )
+
+
+def _every_checkpoint(model: ThreadModel) -> Iterator[StoredCheckpoint]:
+    for checkpoints in model.checkpoints.values():
+        yield from checkpoints.values()
 
 
 def _has_checkpoints(state: ThreadState) -> bool:
@@ -1135,7 +1216,7 @@ def _body(info: ObjectInfo | None) -> bytes | None:
     return None if info is None else info.body
 
 
-def _whole_at(part: Mapping[str, Any], snapshots: Mapping[str, Any]) -> str | None:
+def _whole_at(part: Mapping[str, Any], snapshots: Mapping[str, _Whole]) -> str | None:
     """Return the fetched snapshot or tail holding the whole list at this part, if any."""
     for field in ("tail", "snapshot"):
         name = part.get(field)
@@ -1148,16 +1229,19 @@ def _refs_in_values(
     model: ThreadModel,
     ns: str,
     docs: Mapping[str, dict[str, Any]],
-    snapshots: Mapping[str, Any] | None = None,
+    snapshots: Mapping[str, _Whole] | None = None,
 ) -> Iterator[Mapping[str, Any]]:
-    """Yield every packed item of the given channel values, following list chains."""
+    """Yield every packed item of the given channel values, following list chains.
+
+    A snapshot kept only as msgpack has no large values to fetch (each item is msgpack).
+    """
     snapshots = snapshots or {}
     for channel, doc in docs.items():
         current: dict[str, Any] | None = doc
         while current is not None:
             held = _whole_at(current, snapshots)
             if held is not None:
-                yield from snapshots[held]
+                yield from snapshots[held].items or ()
                 break
             if "list" in current:
                 yield from current["list"]
@@ -1178,23 +1262,20 @@ def _value(
     version: Any,
     name: str,
     objects: Mapping[str, Any],
-    snapshots: Mapping[str, Any] | None = None,
+    snapshots: Mapping[str, _Whole] | None = None,
 ) -> Any:
     """Return a channel's value at `version`, joining a list's chain of extensions.
 
     A list extension that names a snapshot the caller fetched is the whole list there.
     """
     snapshots = snapshots or {}
-    parts: list[list[Any]] = []
+    parts: list[list[Any]] = []  # packed items of each extension, newest first
     current = model.values.get((ns, channel, version))
     while current is not None and "list_after" in current:
         held = _whole_at(current, snapshots)
         if held is not None:
-            whole = [_load(serde, item, name, objects) for item in snapshots[held]]
-            for extension in reversed(parts):
-                whole.extend(extension)
-            return whole
-        parts.append([_load(serde, item, name, objects) for item in current["items"]])
+            return _joined(serde, snapshots[held], parts, name, objects)
+        parts.append(current["items"])
         previous = current["list_after"]
         current = model.values.get((ns, channel, previous))
         if current is None:
@@ -1206,11 +1287,60 @@ def _value(
     if current is None:
         raise InvalidPayload(f"channel {channel!r} has no stored value", object_name=name)
     if "list" in current:
-        whole = [_load(serde, item, name, objects) for item in current["list"]]
-        for extension in reversed(parts):
-            whole.extend(extension)
-        return whole
+        items = current["list"]
+        base = _Whole(len(items), items, None)
+        if _unpacks_msgpack(serde):
+            base = _Whole(base.count, items, msgpack_elements(items, name))
+        return _joined(serde, base, parts, name, objects)
     return _load(serde, current, name, objects)
+
+
+def _joined(
+    serde: Serializer,
+    base: _Whole,
+    parts: Sequence[Sequence[Any]],
+    name: str,
+    objects: Mapping[str, Any],
+) -> list[Any]:
+    """Return `base`'s items followed by the extensions' (`parts`, newest first), unpacked.
+
+    When every item is msgpack and the serializer unpacks it as LangGraph's does, the
+    whole list is one msgpack array and one `loads_typed` (the same values, item for item).
+    """
+    after = [item for part in reversed(parts) for item in part]
+    if base.msgpack is not None and _unpacks_msgpack(serde):
+        extra = msgpack_elements(after, name)
+        if extra is not None:
+            return _loaded_array(serde, base.count + len(after), base.msgpack + extra)
+        whole = _loaded_array(serde, base.count, base.msgpack)
+    else:
+        assert base.items is not None  # kept without items only as msgpack
+        whole = [_load(serde, item, name, objects) for item in base.items]
+    whole.extend(_load(serde, item, name, objects) for item in after)
+    return whole
+
+
+def _loaded_array(serde: Serializer, count: int, elements: bytes) -> list[Any]:
+    loaded = serde.loads_typed(("msgpack", msgpack_array(count, elements)))
+    if not isinstance(loaded, list) or len(loaded) != count:  # never, for msgpack: say so
+        raise InvalidPayload("a stored list did not unpack to its items")
+    return loaded
+
+
+@functools.cache
+def _jsonplus_loads() -> Any:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    return JsonPlusSerializer.loads_typed
+
+
+def _unpacks_msgpack(serde: Serializer) -> bool:
+    """Whether `serde` unpacks msgpack as LangGraph's own serializer does.
+
+    Any subclass that keeps its `loads_typed`, whatever its allow-lists: an array unpacks
+    item by item, as each item alone would.
+    """
+    return getattr(type(serde), "loads_typed", None) is _jsonplus_loads()
 
 
 def _dumped(serde: Serializer, value: Any, what: str, key: str) -> tuple[str, bytes]:

@@ -219,6 +219,32 @@ def _from_readable(value: Any) -> Any:
     return value
 
 
+def msgpack_elements(items: Sequence[Any], name: str) -> bytes | None:
+    """Return the msgpack of each packed item, back to back; None when one is not msgpack.
+
+    msgpack is compositional: an array header followed by these bytes is the msgpack of the
+    list, so a list of N items is unpacked by one `loads_typed` instead of N (the items of
+    a snapshot are converted from their readable form once, `msgpack_array`).
+    """
+    out: list[bytes] = []
+    for item in items:
+        if not isinstance(item, Mapping) or item.get("type") != "msgpack" or "object" in item:
+            return None
+        out.append(unpack_bytes(item, name)[1])
+    return b"".join(out)
+
+
+def msgpack_array(count: int, elements: bytes) -> bytes:
+    """Return the msgpack array of `count` elements already encoded back to back."""
+    if count < 16:
+        header = bytes([0x90 | count])  # fixarray
+    elif count < 1 << 16:
+        header = b"\xdc" + count.to_bytes(2, "big")  # array 16
+    else:
+        header = b"\xdd" + count.to_bytes(4, "big")  # array 32
+    return header + elements
+
+
 def large_value_name(data: bytes) -> str:
     """Return the content address of a large value's object."""
     return hashlib.sha256(data).hexdigest()
