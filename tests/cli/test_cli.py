@@ -21,23 +21,63 @@ from tests.cli.fake_s3 import FakeS3
 
 
 def cli(
-    *args: str, url: str | None = None, check: bool = True, columns: int | None = None
+    *args: str,
+    url: str | None = None,
+    check: bool = True,
+    columns: int | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the command; with `columns`, as on a terminal that wide (else stdout is a pipe)."""
+    """Run the command; with `columns`, as on a terminal that wide (else stdout is a pipe).
+
+    In this process (`stashpoint.cli.app.main`, its environment and output swapped for the
+    call's): a new Python per command cost the suite minutes. `process`: as a real
+    `python -m stashpoint` (the entry point, exit codes as the shell sees them).
+    """
     env = dict(os.environ)
     if url is not None:
         env["STASHPOINT_URL"] = url
     if columns is not None:
         env.update(TTY_COMPATIBLE="1", COLUMNS=str(columns), NO_COLOR="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "stashpoint", *args], capture_output=True, text=True, env=env,
-        timeout=180, check=False,
-    )  # fmt: skip
+    if process:
+        result = subprocess.run(
+            [sys.executable, "-m", "stashpoint", *args], capture_output=True, text=True,
+            env=env, timeout=180, check=False,
+        )  # fmt: skip
+    else:
+        result = _in_process(list(args), env)
     if check:
         assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
     if columns is not None:  # what the terminal shows, without its styles
         result.stdout = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
     return result
+
+
+def _in_process(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `stashpoint *args` here, as a new process would: its own environment, its own
+    settings, its output captured (a pipe: not a terminal unless the environment says)."""
+    import contextlib
+    import io
+
+    from stashpoint.cli.app import main
+    from stashpoint.cli.options import settings
+
+    saved_env, saved = dict(os.environ), (settings.url, settings.debug)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    os.environ.clear()
+    os.environ.update(env)
+    settings.url, settings.debug = None, False
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(args)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        settings.url, settings.debug = saved
+    return subprocess.CompletedProcess(["stashpoint", *args], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(params=["local_url", "s3_dynamo_url"], ids=["local", "s3-dynamodb"])
@@ -263,7 +303,7 @@ def test_doctor_fails_on_a_server_that_ignores_conditions() -> None:
 def test_errors_are_one_line_with_a_kind_and_an_exit_code(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()  # an empty stash (a missing one is its own not_found)
     url = f"local://{tmp_path / 'empty'}"
-    missing = cli("show", "nope", url=url, check=False)
+    missing = cli("show", "nope", url=url, check=False, process=True)  # as the shell sees it
     assert missing.returncode == 3
     assert missing.stderr.strip().count("\n") == 0 and "not_found" in missing.stderr
     assert "Traceback" not in missing.stderr and "[nope]" in missing.stderr
@@ -281,6 +321,7 @@ def test_errors_are_one_line_with_a_kind_and_an_exit_code(tmp_path: Path) -> Non
     assert bad_url.returncode == 6 and "unknown scheme" in bad_url.stderr
     usage = cli("diff", "job-1", check=False)
     assert usage.returncode == 2
+    assert cli("diff", "job-1", check=False, process=True).returncode == 2
 
 
 def test_demo_kills_resumes_and_verifies(tmp_path: Path) -> None:

@@ -37,14 +37,36 @@ UNSUPPORTED = {
 }
 
 
-@pytest.fixture(
-    params=[(b, d) for b in BACKENDS for d in DRIVERS if (b, d) not in UNSUPPORTED],
-    ids=lambda p: f"{p[0].removesuffix('_url')}-{p[1]}",
-)
-def backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
-    name, driver = request.param
-    url, options = request.getfixturevalue(name)
-    return url, options, driver
+def backend_fixture(without: frozenset[str] = frozenset()) -> Any:
+    """Return the `backend` fixture over `BACKENDS` and `DRIVERS`, less the `without` ones.
+
+    moto (AWS's S3, emulated) runs the contracts of the write mechanisms: the store, the
+    log, purges. The suites built on them (agents, fleet maps) leave it out
+    (`backend = backend_fixture(MECHANISMS_ONLY)` in their module): they run on SeaweedFS,
+    a real S3, and its directory-bucket stand-in.
+    """
+
+    @pytest.fixture(
+        params=[
+            (b, d)
+            for b in BACKENDS
+            for d in DRIVERS
+            if (b, d) not in UNSUPPORTED and b not in without
+        ],
+        ids=lambda p: f"{p[0].removesuffix('_url')}-{p[1]}",
+    )
+    def backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
+        name, driver = request.param
+        url, options = request.getfixturevalue(name)
+        return url, options, driver
+
+    return backend
+
+
+MECHANISMS_ONLY = frozenset({"s3_moto_url"})
+"""Backends only the write mechanisms' contracts run on (see `backend_fixture`)."""
+
+backend = backend_fixture()
 
 
 @pytest.fixture

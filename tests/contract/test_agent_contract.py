@@ -1,5 +1,6 @@
 """The agent layer's contract: handles, cursors, runners and conversations behave the same
-on every backend (memory, local, S3 on moto and SeaweedFS) and both drivers.
+on every backend (memory, local, S3 on SeaweedFS and its directory-bucket stand-in; not
+moto, which runs the store's and log's contracts they build on) and both drivers.
 
 `agent` is the driver's agent API (`conftest.AgentKit`); `other_store` is an independent
 blocking stash on the same storage, reading what another process would see.
@@ -30,9 +31,12 @@ from stashpoint.agent import (
     ResumePolicy,
     TurnInFlight,
 )
+from tests.contract.conftest import MECHANISMS_ONLY, backend_fixture
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 import fake_model
+
+backend = backend_fixture(MECHANISMS_ONLY)  # not moto: see `backend_fixture`
 
 
 class Boom(Exception):

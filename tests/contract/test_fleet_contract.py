@@ -14,7 +14,10 @@ from stashpoint import (
     RunStatus,
 )
 from stashpoint.runs.fleet import AsyncFleetMap
+from tests.contract.conftest import MECHANISMS_ONLY, backend_fixture
 from tests.contract.drivers import as_coroutine
+
+backend = backend_fixture(MECHANISMS_ONLY)  # not moto: see `backend_fixture`
 
 
 def _fn(stash: Any, function: Any) -> Any:
