@@ -327,10 +327,6 @@ class SaverSteps:
             snapshots = yield from self._decoded_snapshots(
                 key, plan.snapshots, bodies, kept if fast else None
             )
-            if snapshots is not None:
-                for name, body in zip(plan.snapshots, bodies, strict=True):
-                    if body is not None and name not in held and name not in kept:
-                        self._lists.put(self._value_key(key, name), body)
         return state, model, snapshots
 
     def _folded(
@@ -906,7 +902,8 @@ class SaverSteps:
 
         `kept`: the serializer unpacks msgpack as LangGraph's does (`_unpacks_msgpack`), and
         these snapshots' items are kept as msgpack (`_msgpack`): used as they are, and the
-        others' kept so from now on, instead of decoding a body on every read.
+        others' kept so from now on, instead of decoding a body on every read. A body read
+        and not kept so is kept as it is (`_lists`): named by its hash, it never changes.
         """
         object_keys = [self._value_key(key, name) for name in names]
         found: dict[str, _Whole] = {}
@@ -938,6 +935,8 @@ class SaverSteps:
             if own.msgpack is not None:
                 self._msgpack.put(object_key, (own.count, own.msgpack, after))
                 self._lists.pop(object_key)  # kept as msgpack instead
+            else:
+                self._lists.put(object_key, body)
             if name.startswith("t-"):
                 tails[name] = (after, own, object_key)
             else:
