@@ -250,12 +250,44 @@ def test_a_warm_list_reads_only_the_top_of_what_its_saver_wrote(stash: Any) -> N
         found = list(saver.list(thread, limit=20))
     assert [t.checkpoint["channel_values"]["n"] for t in found] == list(range(29, 9, -1))
     # Entries never change: the saver keeps those it appended (until they are sealed) and
-    # reads only the top from the bucket (where a purge or damage would show), not all 60.
-    assert len(gets) == 1, gets
+    # asks the bucket only for the key after the head it knows (a purge's tombstone, or
+    # another process's put, would be there), not for all 60.
+    assert gets == [stash.log_steps("langgraph").keys.entry("listed", 60)], gets
     with stashpoint.open(stash.url) as cold, cold.intercept(counting):  # a new process
         again = list(StashpointSaver(cold).list(thread, limit=20))  # reads every entry
     assert [t.checkpoint for t in again] == [t.checkpoint for t in found]
     assert len(gets) == 1 + 60, len(gets)
+
+
+def test_a_warm_list_of_a_sealed_thread_reads_no_segment_its_saver_sealed(stash: Any) -> None:
+    """Issue 27 #3: `list(config, limit=20)` in at most 4 requests, for the process that
+    wrote the thread: the segments it sealed are kept as it wrote them (they hold exactly
+    its entries), so the read is a listing, the top, and nothing older. A new process
+    reads the segments, and reads the same."""
+    saver = StashpointSaver(stash)
+    config = None
+    for step in range(100):  # 200 entries: three segments sealed
+        parent = None if config is None else config["configurable"]["checkpoint_id"]
+        config = _put(saver, "sealed", {"n": step}, parent=parent)
+        saver.put_writes(config, [("a", step)], f"task-{step}")
+    prefix = stash.layout.namespace_prefix("sealed")
+    assert len(stash.driver(ListKeys(prefix)).keys) == 3
+    sent: list[str] = []
+
+    def counting(request: Any, proceed: Any) -> Any:
+        sent.append(type(request).__name__)
+        return proceed()
+
+    thread = {"configurable": {"thread_id": "sealed"}}
+    with stash.intercept(counting):
+        found = list(saver.list(thread, limit=20))
+    assert [t.checkpoint["channel_values"]["n"] for t in found] == list(range(99, 79, -1))
+    assert len(sent) <= 4 and "GetObject" in sent, sent  # the key after the top, at least
+    sent.clear()
+    with stashpoint.open(stash.url) as cold, cold.intercept(counting):  # a new process
+        again = list(StashpointSaver(cold).list(thread, limit=20))
+    assert [t.checkpoint for t in again] == [t.checkpoint for t in found]
+    assert sent.count("GetObject") >= 3  # the segments, at least
 
 
 def test_delta_channel_history_matches_in_memory_saver(stash: Any) -> None:
@@ -279,12 +311,16 @@ def test_delta_channel_history_matches_in_memory_saver(stash: Any) -> None:
             config=theirs, channels=["log", "seed", "x", "none"]
         )
         assert got == want
-    # One read of the thread however long the chain: one listing.
+    # One read of the thread however long the chain: the writer knows its head, so no
+    # listing, and keeps what it appended: the key after the head is the one request.
     requests: list[str] = []
     real = stash.driver
     stash.driver = lambda r: (requests.append(type(r).__name__), real(r))[1]
     ours.get_delta_channel_history(config=configs["ours"][-1], channels=["log"])
-    assert requests.count("ListKeys") == 2
+    assert requests == ["GetObject"], requests
+    requests.clear()
+    StashpointSaver(stash).get_delta_channel_history(config=configs["ours"][-1], channels=["log"])
+    assert requests.count("ListKeys") == 2  # a saver that knows nothing of it: one listing
 
 
 def test_threads_list_show_and_export(tmp_path: Any) -> None:
@@ -680,7 +716,8 @@ def test_a_put_landing_while_prune_folds_the_thread_is_kept(
     memory_url: tuple[str, dict[str, Any]],
 ) -> None:
     """On main, prune folded the thread, then read its head again and appended the rebase
-    after it: a put landing between the two was acknowledged and dropped by the rebase."""
+    after it: a put landing between the two was acknowledged and dropped by the rebase.
+    Here the put lands at the last moment: right before the rebase's own PUT."""
     config = {"configurable": {"thread_id": "pruned", "checkpoint_ns": ""}}
     with (
         stashpoint.open(memory_url[0]) as pruning,
@@ -690,15 +727,14 @@ def test_a_put_landing_while_prune_folds_the_thread_is_kept(
         first = _put(writer, "pruned", {"v": 1})
         second = _put(writer, "pruned", {"v": 2}, parent=first["configurable"]["checkpoint_id"])
         prefix = pruning.layout.key("langgraph", f"{thread_key('pruned')}/")
-        listings: list[Any] = []
         landed: list[Any] = []
 
         def a_put_lands(request: Any, proceed: Any) -> Any:
-            if _listings_of(request, prefix):
-                listings.append(request)
-                if len(listings) == 2:
-                    parent = second["configurable"]["checkpoint_id"]
-                    landed.append(_put(writer, "pruned", {"v": 3}, parent=parent))
+            from stashpoint.stores.objects import PutObject
+
+            if isinstance(request, PutObject) and request.key.startswith(prefix) and not landed:
+                parent = second["configurable"]["checkpoint_id"]
+                landed.append(_put(writer, "pruned", {"v": 3}, parent=parent))
             return proceed()
 
         with pruning.intercept(a_put_lands):

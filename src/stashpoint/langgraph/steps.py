@@ -253,9 +253,17 @@ class SaverSteps:
         Returns the head's state, the model folded and the head it was folded at.
 
         The latest checkpoint of a recently written namespace costs a listing, the newest
-        entry and one parallel round; anything else reads the thread from its base.
+        entry and one parallel round; anything else reads the thread from its base. A
+        thread whose head this process knows is read in one round, without a listing.
         """
         plan = _ReadPlan(key, ns, checkpoint_id)
+        known = self.threads.cached(key)
+        if known is not None and known.log is not None and not known.log.ended:
+            # A head this process knows: one round, no listing (`_read_latest`); what it
+            # wrote, entries and segments, is not fetched again.
+            read = yield from self.logs.read_at_top(key, known.log.version, plan.wanted(known.log))
+            if read is not None and all(v in read[1] for v in plan.wanted(read[0])):
+                return self._folded(plan, read[0], read[1])
         try:
             head, found, _ = yield from self.logs.head_with(key, plan.wanted)
         except CheckpointNotFound:

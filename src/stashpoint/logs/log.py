@@ -143,6 +143,9 @@ _WRITTEN_ENTRIES = 4096
 
 _WRITTEN_BODY = 16 * 1024
 """Largest entry (its JSON, decoded) kept for a seal (a bigger one is read back then)."""
+
+_SEALED_BYTES = 16 * 1024 * 1024
+"""Stored bytes of the segments this process sealed that a `LogSteps` keeps for its reads."""
 """Unsealed ranges one append seals at most (the newest); `gc` seals every one."""
 
 
@@ -412,6 +415,13 @@ class LogSteps:
         # the append (the head's state, changed in place for the next append, is the
         # natural pattern), and a seal must store what was appended.
         self._written: Lru[str, ObjectInfo] = Lru(_WRITTEN_ENTRIES)
+        # Segments this process sealed, by key: what it wrote, which holds exactly the
+        # entries (a segment found there is judged by them before it counts as sealed), so
+        # its reads of the range need no GET, packed or not. Never segments it only read: a
+        # damaged or planted one is replaced by the next sealer, and a reader must see that.
+        self._sealed: Lru[str, ObjectInfo] = Lru(
+            _KNOWN_TOPS, max_weight=_SEALED_BYTES, weigh=lambda info: len(info.body or b"")
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -549,8 +559,11 @@ class LogSteps:
         return fetched
 
     def _kept(self, source: _Source) -> ObjectInfo | None:
-        """Return the body this process stored as entry `source`, if it keeps it."""
-        return None if source.sealed else self._written.get(source.key)
+        """Return the body this process stored as `source`, if it keeps it.
+
+        An entry it appended (until sealed), or a segment it sealed.
+        """
+        return (self._sealed if source.sealed else self._written).get(source.key)
 
     def _gets(self, log_id: str, requests: Sequence[GetObject]) -> Steps[list[ObjectInfo | None]]:
         """Send GETs at once; an archived segment among them says how to restore it."""
@@ -758,6 +771,7 @@ class LogSteps:
         cut = segment_start(top)
         plan: dict[str, _Source] = {}
         items: list[Item] = []
+        held: set[str] = set()  # segments this process sealed, read from memory
         for version in sorted({top, *wanted}):
             if version > top or version < 0:
                 continue
@@ -771,6 +785,12 @@ class LogSteps:
                 source = _Source(
                     self.keys.segment(log_id, first), first, first + SEGMENT_SPAN - 1, True
                 )
+                sealed = self._kept(source)
+                if sealed is not None:
+                    if source.key not in held:
+                        held.add(source.key)
+                        items.extend((yield from self._decode(log_id, source, sealed)))
+                    continue
             else:
                 source = _Source(self.keys.entry(log_id, version), version, version, False)
             plan.setdefault(source.key, source)
@@ -1203,7 +1223,7 @@ class LogSteps:
             # they exist): replaced over its own ETag, before any entry is vacated.
             return Found.OURS if [item.write_id for item in held] == ours else Found.OTHER
 
-        yield from writes.create_named(
+        etag = yield from writes.create_named(
             PutObject(key, body, Create()),
             judge,
             self.retry,
@@ -1211,6 +1231,7 @@ class LogSteps:
             limit=self.codec.limits.max_compressed_bytes,
             refresh=False,
         )
+        self._sealed.put(key, ObjectInfo(etag=etag or "", body=body))
         listing.segments[first] = key
         for source in sources:
             self._written.pop(source.key)  # sealed: never needed again
