@@ -25,6 +25,7 @@ import re
 import socket
 import socketserver
 import threading
+from dataclasses import replace
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, urlsplit
 from xml.sax.saxutils import escape
@@ -37,11 +38,10 @@ from botocore.credentials import Credentials
 
 from tests import servers
 from tests.faultproxy import (
+    ClientRequest,
     RelayHandler,
     _error_response,
     _header,
-    _read_body,
-    _read_head,
     _serialise,
 )
 
@@ -76,7 +76,9 @@ class _Etags:
 
     def fake(self, real: bytes) -> bytes:
         stripped = real.strip(b'"')
-        made = b'"' + hashlib.sha256(b"directory-bucket:" + stripped).hexdigest()[:32].encode() + b'"'
+        made = (
+            b'"' + hashlib.sha256(b"directory-bucket:" + stripped).hexdigest()[:32].encode() + b'"'
+        )
         with self._lock:
             self._real[made] = real
         return made
@@ -89,14 +91,16 @@ class _Etags:
 class _Handler(RelayHandler):
     server: _Server
 
-    def relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
-        request = self.read_request()
-        if request is None:
-            return False
-        line, method, target, headers, body = (
-            request.line, request.method, request.target, request.headers, request.body
-        )  # fmt: skip
-        parts = urlsplit(target.decode())
+    def relay_one(
+        self, request: ClientRequest, upstream: socket.socket, up_rfile: BinaryIO
+    ) -> bool:
+        method, target, headers, body = (
+            request.method,
+            request.target,
+            request.headers,
+            request.body,
+        )
+        parts = request.url
         query = parse_qs(parts.query, keep_blank_values=True)
         path = parts.path.strip("/")
         if {"versions", "versioning", "versionId"} & set(query):
@@ -111,15 +115,11 @@ class _Handler(RelayHandler):
                 (k, self.server.etags.real(v) if k.lower() == b"if-match" else v)
                 for k, v in headers
             ]
-            headers = self._signed(method, target, headers, body)
-        upstream.sendall(_serialise(line, headers, body))
-        response = _read_head(up_rfile)
+            request = replace(request, headers=self._signed(method, target, headers, body))
+        response = self.forward(request, upstream, up_rfile)
         if response is None:
             return False
-        status_line, response_headers = response
-        status = int(status_line.split(b" ")[1])
-        no_body = method == b"HEAD" or status in (204, 304) or 100 <= status < 200
-        response_body = b"" if no_body else _read_body(up_rfile, response_headers)
+        status_line, response_headers, response_body = response
         response_headers = [
             (k, self.server.etags.fake(v) if k.lower() == b"etag" else v)
             for k, v in response_headers
@@ -150,7 +150,9 @@ class _Handler(RelayHandler):
         request = AWSRequest(
             method=method.decode(), url=f"http://{host}{target.decode()}", data=body, headers=kept
         )
-        _KeepPayload(Credentials(servers.ACCESS_KEY, servers.SECRET_KEY), "s3", "us-east-1").add_auth(request)
+        _KeepPayload(
+            Credentials(servers.ACCESS_KEY, servers.SECRET_KEY), "s3", "us-east-1"
+        ).add_auth(request)
         signed = [(b"Host", host.encode())]
         signed += [(k.encode(), v.encode()) for k, v in request.headers.items()]
         return signed
@@ -194,7 +196,11 @@ class _Handler(RelayHandler):
             f"<Name>{escape(bucket)}</Name><Prefix>{escape(prefix)}</Prefix>"
             f"<KeyCount>{len(page)}</KeyCount><MaxKeys>{size}</MaxKeys>"
             f"<IsTruncated>{'true' if more else 'false'}</IsTruncated>"
-            + (f"<ContinuationToken>{escape(quote(query['continuation-token'][0]))}</ContinuationToken>" if token else "")
+            + (
+                f"<ContinuationToken>{escape(quote(query['continuation-token'][0]))}</ContinuationToken>"
+                if token
+                else ""
+            )
             + next_token
             + entries
             + "</ListBucketResult>"

@@ -22,7 +22,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import BinaryIO
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 FAULTS = ("drop_response", "drop_request", "slowdown", "conflict")
 
@@ -130,6 +130,15 @@ class ClientRequest:
     headers: list[tuple[bytes, bytes]]
     body: bytes
 
+    @property
+    def url(self) -> SplitResult:
+        """The target, split (path, query)."""
+        return urlsplit(self.target.decode())
+
+
+Response = tuple[bytes, list[tuple[bytes, bytes]], bytes]
+"""An upstream response, whole: its status line, headers and body."""
+
 
 class RelayHandler(socketserver.StreamRequestHandler):
     """A keep-alive connection relayed to `server.upstream`, one request at a time.
@@ -147,7 +156,9 @@ class RelayHandler(socketserver.StreamRequestHandler):
         upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         up_rfile = upstream.makefile("rb")
         try:
-            while self.relay_one(upstream, up_rfile):
+            while (request := self.read_request()) is not None and self.relay_one(
+                request, upstream, up_rfile
+            ):
                 pass
         except (ConnectionError, OSError, ValueError):
             pass
@@ -168,7 +179,26 @@ class RelayHandler(socketserver.StreamRequestHandler):
             headers = [(k, v) for k, v in headers if k.lower() != b"expect"]
         return ClientRequest(line, method, target, headers, _read_body(self.rfile, headers))
 
-    def relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
+    def forward(
+        self, request: ClientRequest, upstream: socket.socket, up_rfile: BinaryIO
+    ) -> Response | None:
+        """Send `request` upstream; return its response, whole (None: upstream closed)."""
+        upstream.sendall(_serialise(request.line, request.headers, request.body))
+        response = _read_head(up_rfile)
+        if response is None:
+            return None
+        status_line, response_headers = response
+        status = int(status_line.split(b" ")[1])
+        no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
+        return (
+            status_line,
+            response_headers,
+            b"" if no_body else _read_body(up_rfile, response_headers),
+        )
+
+    def relay_one(
+        self, request: ClientRequest, upstream: socket.socket, up_rfile: BinaryIO
+    ) -> bool:
         """Handle one request; False to close the connection."""
         raise NotImplementedError
 
@@ -176,17 +206,12 @@ class RelayHandler(socketserver.StreamRequestHandler):
 class _Handler(RelayHandler):
     server: _Server
 
-    def relay_one(self, upstream: socket.socket, up_rfile: BinaryIO) -> bool:
-        request = self.read_request()
-        if request is None:
-            return False
-        line, method, target, headers, body = (
-            request.line, request.method, request.target, request.headers, request.body
-        )  # fmt: skip
-        parts = urlsplit(target.decode())
-        path = parts.path
-        is_object_put = method == b"PUT" and path.strip("/").count("/") >= 1
-        is_bulk_delete = method == b"POST" and "delete" in parts.query.split("&")
+    def relay_one(
+        self, request: ClientRequest, upstream: socket.socket, up_rfile: BinaryIO
+    ) -> bool:
+        parts = request.url
+        is_object_put = request.method == b"PUT" and parts.path.strip("/").count("/") >= 1
+        is_bulk_delete = request.method == b"POST" and "delete" in parts.query.split("&")
         fault = self.server.plan.draw() if is_object_put or is_bulk_delete else "pass"
         if fault == "drop_request":
             return False
@@ -196,17 +221,10 @@ class _Handler(RelayHandler):
         if fault == "conflict":
             self.wfile.write(_CONFLICT)
             return True
-        upstream.sendall(_serialise(line, headers, body))
-        response = _read_head(up_rfile)
-        if response is None:
-            return False
-        status_line, response_headers = response
-        status = int(status_line.split(b" ")[1])
-        no_body = method == b"HEAD" or status in (204, 304) or 100 <= status < 200
-        response_body = b"" if no_body else _read_body(up_rfile, response_headers)
-        if fault == "drop_response":
-            return False  # applied upstream; the client never hears of it
-        self.wfile.write(_serialise(status_line, response_headers, response_body))
+        response = self.forward(request, upstream, up_rfile)
+        if response is None or fault == "drop_response":
+            return False  # applied upstream (or not); the client never hears of it
+        self.wfile.write(_serialise(*response))
         self.wfile.flush()
         return True
 
