@@ -241,34 +241,43 @@ class SaverSteps:
     def _listed(self, key: str) -> Steps[tuple[ThreadState, ThreadModel, LogHead] | None]:
         """Read a thread met in a listing of every thread: a purged one is passed over."""
         try:
-            return (yield from self._read(key, None, None))
+            return (yield from self._read(key))
         except Purged:
             return None
 
-    def _read(
-        self, key: str, ns: str | None, checkpoint_id: str | None
-    ) -> Steps[tuple[ThreadState, ThreadModel, LogHead] | None]:
-        """Read what rebuilds `ns`'s checkpoint (its latest when no id); None: no thread.
+    def _read(self, key: str) -> Steps[tuple[ThreadState, ThreadModel, LogHead] | None]:
+        """Read the whole thread (from its base); None: no thread.
 
         Returns the head's state, the model folded and the head it was folded at.
-
-        The latest checkpoint of a recently written namespace costs a listing, the newest
-        entry and one parallel round; anything else reads the thread from its base. A
-        thread whose head this process knows is read in one round, without a listing.
         """
-        plan = _ReadPlan(key, ns, checkpoint_id)
+        plan = _ReadPlan(key, None, None)
+        read = yield from self._read_for(plan)
+        return None if read is None else self._folded(plan, read[0], read[1])
+
+    def _read_for(
+        self, plan: _ReadPlan, beside: Callable[[LogHead], list[GetObject]] | None = None
+    ) -> Steps[tuple[LogHead, dict[int, LogEntry], list[ObjectInfo | None]] | None]:
+        """Read the versions `plan` wants, and `beside`'s objects; None: no thread.
+
+        A thread whose head this process knows (it read or wrote it) is read in one round
+        with no listing: the head, the key after it (absent: still the head), the versions
+        and objects that head names, less what this process wrote (entries, segments it
+        sealed). Otherwise, or when the thread went on: a listing, the newest entry, then
+        the rest in one round.
+        """
+        key = plan.key
         known = self.threads.cached(key)
         if known is not None and known.log is not None and not known.log.ended:
-            # A head this process knows: one round, no listing (`_read_latest`); what it
-            # wrote, entries and segments, is not fetched again.
-            read = yield from self.logs.read_at_top(key, known.log.version, plan.wanted(known.log))
-            if read is not None and all(v in read[1] for v in plan.wanted(read[0])):
-                return self._folded(plan, read[0], read[1])
+            guess = known.log
+            extra = [] if beside is None else beside(guess)
+            read = yield from self.logs.read_at_top(key, guess.version, plan.wanted(guess), extra)
+            if read is not None and plan.covered(read[0], read[1]):
+                return read
+            # else the head names what the one we knew did not: read with a listing
         try:
-            head, found, _ = yield from self.logs.head_with(key, plan.wanted)
+            return (yield from self.logs.head_with(key, plan.wanted, beside))
         except CheckpointNotFound:
             return None
-        return self._folded(plan, head, found)
 
     def _read_latest(
         self, key: str, ns: str, checkpoint_id: str | None, fast: bool
@@ -306,20 +315,9 @@ class SaverSteps:
                 if n not in held and n not in kept
             ]
 
-        read = None
-        known = self.threads.cached(key)
-        if known is not None and known.log is not None and not known.log.ended:
-            guess = known.log
-            read = yield from self.logs.read_at_top(
-                key, guess.version, plan.wanted(guess), beside(guess)
-            )
-            if read is not None and not plan.covered(read[0], read[1]):
-                read = None  # the head names what the one we knew did not
+        read = yield from self._read_for(plan, beside)
         if read is None:
-            try:
-                read = yield from self.logs.head_with(key, plan.wanted, beside)
-            except CheckpointNotFound:
-                return None
+            return None
         head, found, infos = read
         folded = self._folded(plan, head, found)
         if folded is None:
@@ -376,7 +374,7 @@ class SaverSteps:
         if state.deleted:
             return None
         if snapshots is None:  # replaced under us: read the whole thread instead
-            read = yield from self._read(key, None, None)
+            read = yield from self._read(key)
             if read is None:
                 return None
             state, model, _ = read
@@ -420,7 +418,7 @@ class SaverSteps:
         before_id = None if before is None else before["configurable"].get("checkpoint_id")
         out: list[TupleParts] = []
         for index, key in enumerate(keys):
-            read = yield from (self._read(key, None, None) if thread_ids else self._listed(key))
+            read = yield from (self._read(key) if thread_ids else self._listed(key))
             if read is None or read[0].deleted:
                 continue
             state, model, _ = read
@@ -455,7 +453,7 @@ class SaverSteps:
         thread_id, ns, checkpoint_id = _target(config)
         key = thread_key(thread_id)
         result: dict[str, dict[str, Any]] = {c: {"writes": []} for c in channels}
-        read = yield from self._read(key, None, None)
+        read = yield from self._read(key)
         if read is None or read[0].deleted:
             return result
         model = read[1]
@@ -634,7 +632,7 @@ class SaverSteps:
             ):
                 # The thread has had more namespaces than its state names: this one's
                 # latest checkpoint is found in the thread itself.
-                read = yield from self._read(key, None, None)
+                read = yield from self._read(key)
                 stored = None if read is None else read[1].latest(ns)
                 latest = None if stored is None else stored.checkpoint_id
             check_put(
@@ -1099,7 +1097,7 @@ class SaverSteps:
                     expected_revision=None,
                     message=f"thread {thread_id!r} already has checkpoints; copy to a new thread",
                 )
-            read = yield from self._read(source_key, None, None)
+            read = yield from self._read(source_key)
             if source is None and read is not None:
                 after = self.threads.known_of(read[2])
             model = ThreadModel() if read is None or read[0].deleted else read[1]
@@ -1162,7 +1160,7 @@ class SaverSteps:
 
     def copy_thread(self, source_id: str, target_id: str, serde: Serializer) -> Steps[None]:
         """Copy every checkpoint and write of a thread to another (refused if it has any)."""
-        target = yield from self._read(thread_key(target_id), None, None)
+        target = yield from self._read(thread_key(target_id))
         if target is not None and not target[0].deleted and target[1].checkpoints:
             raise CheckpointConflict(
                 target_id,
