@@ -135,6 +135,7 @@ _MARKER_MARGIN = 24
 """Bytes a marker may take beyond the widest one measured (zstd varies on random ids);
 the smallest entry of any log id is about 55 bytes larger than its widest marker."""
 _SEALS_PER_APPEND = 2
+"""Unsealed ranges one append seals at most (the newest); `gc` seals every one."""
 _PURGE_ATTEMPTS = 32
 """Tombstones a purge tries to append before it gives up on writers that keep racing it."""
 
@@ -146,7 +147,6 @@ _WRITTEN_BODY = 16 * 1024
 
 _SEALED_BYTES = 16 * 1024 * 1024
 """Stored bytes of the segments this process sealed that a `LogSteps` keeps for its reads."""
-"""Unsealed ranges one append seals at most (the newest); `gc` seals every one."""
 
 
 _NO_SNAPSHOT: Any = object()
