@@ -5,8 +5,10 @@ and the index agrees with storage once a read has repaired it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -212,6 +214,14 @@ WORKER = textwrap.dedent(
 )
 
 
+def _drain(worker: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+    """Put each line a worker prints on `lines`, until its pipe closes (it was killed)."""
+    assert worker.stdout is not None
+    for line in worker.stdout:
+        lines.put(line)
+    worker.stdout.close()
+
+
 def _told(lines: list[str], ledger: _Ledger) -> None:
     """Fill the ledger from a killed worker's output: what it was told before it died."""
     for line in lines:
@@ -242,27 +252,33 @@ def test_workers_killed_mid_transition_lose_and_duplicate_nothing(
             )
             for i in range(3)
         ]
+        lines: queue.Queue[str] = queue.Queue()
+        readers = [threading.Thread(target=_drain, args=(w, lines)) for w in workers]
+        for reader in readers:
+            reader.start()
+        # Killed one by one as the workers' completions together reach 3, 10 and 21: each
+        # mid-flight, at a point set by the run's progress rather than by one worker's
+        # (three writers racing on one log do not take turns fairly, so one of them may
+        # wait for long while the others append).
+        told: list[str] = []
+        completed = 0
         deadline = time.monotonic() + 90
-        lines: list[str] = []
-        for i, worker in enumerate(workers):
-            assert worker.stdout is not None
-            wanted = 3 + 4 * i  # killed after different numbers of transitions, mid-flight
-            while time.monotonic() < deadline:
-                line = worker.stdout.readline()
-                lines.append(line)
-                if not line or (line.startswith("completed") and line.endswith(f"-{wanted}\n")):
-                    break
+        for worker, wanted in zip(workers, (3, 10, 21), strict=True):
+            while completed < wanted and time.monotonic() < deadline:
+                with contextlib.suppress(queue.Empty):
+                    line = lines.get(timeout=1)
+                    told.append(line)
+                    completed += line.startswith("completed")
             worker.send_signal(signal.SIGKILL)
-        for worker in workers:
+        for worker, reader in zip(workers, readers, strict=True):
             assert worker.wait(timeout=60) == -signal.SIGKILL
-            assert worker.stdout is not None
-            # Not communicate(timeout=...): it reads the pipe past readline's buffer.
-            lines += worker.stdout.read().splitlines()
-            worker.stdout.close()
-        _told(lines, ledger)
+            reader.join(timeout=60)
+        while not lines.empty():
+            told.append(lines.get())
+        _told(told, ledger)
         with stashpoint.open(url, **options) as stash:
             ledger.check(stash, run_id)  # after every round: a new worker sees it all
-    assert len(ledger.completed) >= 2 * (3 + 7 + 11)
+    assert len(ledger.completed) >= 2 * 21
     with stashpoint.open(url, **options) as stash:
         stash.runs.record_attempt(run_id, "after", 1)  # the run goes on
         stash.runs.complete_run(run_id)
