@@ -1,7 +1,8 @@
 """`delete_thread` and `prune` of a long LangGraph thread, and what `gc` does after them.
 
 A 200-turn thread (each put adds a 1-3 KB message of real source text to a list channel),
-on SeaweedFS, from a new process (no cached head). Printed: the requests `delete_thread`
+on SeaweedFS, from a new process (no cached head), and `delete_thread` by the saver that
+wrote the thread (`delete_thread_warm`). Printed: the requests `delete_thread`
 and `prune(keep_latest)` send, and the requests of the `gc` pass that vacates what they
 left below (`LogSteps.tidy`); the two together are what a deletion cost before issue 27
 (the vacating was done inside `delete_thread`).
@@ -62,11 +63,14 @@ def _counted(stash: stashpoint.Stash, work: Any) -> dict[str, int]:
 
 
 def run(url: str, turns: int) -> dict[str, Any]:
+    result: dict[str, Any] = {"turns": turns}
     with stashpoint.open(url) as stash:
         saver = StashpointSaver(stash)
         _grow(saver, "deleted", turns)
         _grow(saver, "pruned", turns)
-    result: dict[str, Any] = {"turns": turns}
+        _grow(saver, "deleted-warm", turns)
+        # The saver that wrote the thread deletes it (it knows the head).
+        result["delete_thread_warm"] = _counted(stash, lambda: saver.delete_thread("deleted-warm"))
     with stashpoint.open(url) as stash:  # a new process, as a Lambda is
         saver = StashpointSaver(stash)
         result["delete_thread"] = _counted(stash, lambda: saver.delete_thread("deleted"))

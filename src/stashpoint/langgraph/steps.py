@@ -1015,16 +1015,20 @@ class SaverSteps:
     def delete_thread(self, thread_id: str) -> Steps[None]:
         """Delete a thread, leaving a tombstone: a late write cannot bring it back.
 
-        One PUT after reading the head, then the large values of the lives it ended. The
-        entries below stay whole (readers never read below the tombstone's life, and their
-        keys stay occupied) until `gc` vacates them (`LogSteps.tidy`): one PUT each there,
-        not here.
+        One PUT after the head (this saver's own when it knows one: a head that is not the
+        latest loses the race and is read again), then the large values of the lives it
+        ended. The entries below stay whole (readers never read below the tombstone's life,
+        and their keys stay occupied) until `gc` vacates them (`LogSteps.tidy`): one PUT
+        each there, not here.
         """
         key = thread_key(thread_id)
+        ended_lists: list[str] = []
 
         def tombstone(known: Known[_Thread], fresh: bool) -> Steps[_Thread | None]:
             if known.log is None:
                 return None  # no thread: nothing to delete
+            state = known.state.state
+            ended_lists[:] = [n for ns in state.ns for n in snapshots_for_latest(state, ns)]
             return _Thread(empty_state(thread_id, known.next_version, deleted=True))
             yield  # a generator, like every change
 
@@ -1033,42 +1037,50 @@ class SaverSteps:
                 return None
             return (yield from self.threads.append(key, known.log, [{"op": "delete"}], deleted))
 
-        self.threads.forget(key)
         try:
             head = yield from self.threads.update(
-                key, tombstone, write, initial=self._empty(thread_id), trust_cached=False
+                key, tombstone, write, initial=self._empty(thread_id)
             )
         except Purged:
             return  # erased already, more thoroughly than a deletion would
         if head is not None:
-            yield from self._drop_values(key, head.state.state.base)
+            yield from self._drop_values(key, head.state.state.base, frozenset(ended_lists))
         self.threads.forget(key)
 
-    def _drop_values(self, key: str, below: int) -> Steps[None]:
+    def _drop_values(self, key: str, below: int, ended_lists: frozenset[str]) -> Steps[None]:
         """Delete the thread's value objects written for lives before `below` (deleted).
 
         Each is judged by what it holds and deleted only if it is still the object judged
         (conditional on its ETag): a put of the new life that reuses a value writes it
         over with its own life first, so this never frees a key a new checkpoint names.
+        `ended_lists`: the list snapshots and tails the ended life's last state names,
+        deleted without a read. Their names are the hash of bytes that hold their life, so
+        no later life writes an object of that name.
         """
         prefix = self._value_key(key, "")
         limit = self.codec.limits.max_compressed_bytes
         token: str | None = None
         while True:
             page = yield from ask(ListKeys(prefix, token))
-            for start in range(0, len(page.keys), _FETCH_BATCH):
-                batch = page.keys[start : start + _FETCH_BATCH]
+            ended = [k for k in page.keys if k[len(prefix) :] in ended_lists]
+            rest = [k for k in page.keys if k[len(prefix) :] not in ended_lists]
+            doomed = [DeleteObject(k) for k in ended]
+            for start in range(0, len(rest), _FETCH_BATCH):
+                batch = rest[start : start + _FETCH_BATCH]
                 infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in batch)))
-                doomed = []
                 for object_key, info in zip(batch, infos, strict=True):
                     if info is None:
                         continue
-                    format_name = SNAPSHOT_FORMAT if "/s-" in object_key else VALUE_FORMAT
+                    listed = object_key[len(prefix) :]
+                    # Snapshots and tails alike (a tail read as a value would not decode,
+                    # and be taken for another life's).
+                    is_list = listed.startswith(("s-", "t-"))
+                    format_name = SNAPSHOT_FORMAT if is_list else VALUE_FORMAT
                     document = yield from self._value_document(info, object_key, format_name)
                     if document is None or _life(document) < below:
                         doomed.append(DeleteObject(object_key, info.etag))
-                if doomed:
-                    yield from ask(Parallel(tuple(doomed)))
+            for start in range(0, len(doomed), _FETCH_BATCH):
+                yield from ask(Parallel(tuple(doomed[start : start + _FETCH_BATCH])))
             token = page.next_token
             if token is None:
                 return
