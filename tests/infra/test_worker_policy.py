@@ -159,8 +159,11 @@ def _needed(operation: str, params: dict[str, Any]) -> tuple[str, str, str | Non
 @pytest.fixture
 def recorded() -> Iterator[list[tuple[str, dict[str, Any]]]]:
     """Every botocore call made in the test: (operation, parameters)."""
+    import botocore.session
+
     calls: list[tuple[str, dict[str, Any]]] = []
-    real_client = boto3.session.Session.client
+    # botocore's: boto3's clients are made there too, and stashpoint makes its own there.
+    real_client = botocore.session.Session.create_client
 
     def client(self: Any, *args: Any, **kwargs: Any) -> Any:
         made = real_client(self, *args, **kwargs)
@@ -172,7 +175,7 @@ def recorded() -> Iterator[list[tuple[str, dict[str, Any]]]]:
         return made
 
     with mock_aws(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(boto3.session.Session, "client", client)
+        patch.setattr(botocore.session.Session, "create_client", client)
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=BUCKET)
         s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
