@@ -922,7 +922,7 @@ def commit_conversation(
         if planned is None:
             return known.state.version
         records, new = planned
-        yield from states.append(key, known.log, records, new)
+        yield from states.append(key, known.log, records, new, retried=True)
         return new.version
 
     return (yield from states.update(key, change, write, initial=lambda: _NO_CONVERSATION))

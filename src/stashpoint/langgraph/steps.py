@@ -804,7 +804,7 @@ class SaverSteps:
 
         def write(known: Known[_Thread], planned: tuple[Any, _Thread]) -> Steps[Known[_Thread]]:
             record, thread = planned
-            return (yield from self.threads.append(key, known.log, [record], thread))
+            return (yield from self.threads.append(key, known.log, [record], thread, retried=True))
 
         try:
             return (
@@ -1035,7 +1035,11 @@ class SaverSteps:
         def write(known: Known[_Thread], deleted: _Thread | None) -> Steps[Known[_Thread] | None]:
             if deleted is None:
                 return None
-            return (yield from self.threads.append(key, known.log, [{"op": "delete"}], deleted))
+            return (
+                yield from self.threads.append(
+                    key, known.log, [{"op": "delete"}], deleted, retried=True
+                )
+            )
 
         try:
             head = yield from self.threads.update(
@@ -1122,7 +1126,7 @@ class SaverSteps:
             if planned is None:
                 return None
             after, record, thread = planned
-            return (yield from self.threads.append(key, after.log, [record], thread))
+            return (yield from self.threads.append(key, after.log, [record], thread, retried=True))
 
         self.threads.forget(key)
         head = yield from self.threads.update(

@@ -971,6 +971,7 @@ class LogSteps:
         schema_version: int | None = None,
         extra: dict[str, Any] | None = None,
         handed_over: bool = False,
+        retried: bool = False,
     ) -> Steps[LogHead]:
         """Append `records` (and the new `state`) after `after`; None creates the log.
 
@@ -978,7 +979,10 @@ class LogSteps:
         `CheckpointConflict` with the winner's version. Creating a log that was deleted
         starts its new life after the deletion. Returns the new head. `handed_over`: the
         caller never changes `state` after the call (a document made for it), so the head
-        keeps it without a copy.
+        keeps it without a copy. `retried`: the caller reads the head again after a lost
+        race (the update loop of `logs.state`), so the conflict is raised without the
+        listing that names the winner (a round trip less per lost race; the read that
+        follows also finds a purge).
         """
         log_id = check_log_id(log_id)
         if not isinstance(records, list):
@@ -989,7 +993,7 @@ class LogSteps:
             return (
                 yield from self._append(
                     log_id, records, after, state, kind, schema_version, extra,
-                    handed_over=handed_over,
+                    handed_over=handed_over, retried=retried,
                 )
             )  # fmt: skip
         except CheckpointConflict:
@@ -1004,9 +1008,10 @@ class LogSteps:
                 raise ended_error(log_id, top) from None
         return (
             yield from self._append(
-                log_id, records, top, state, kind, schema_version, extra, handed_over=handed_over
+                log_id, records, top, state, kind, schema_version, extra,
+                handed_over=handed_over, retried=retried,
             )
-        )
+        )  # fmt: skip
 
     def _append(
         self,
@@ -1020,6 +1025,7 @@ class LogSteps:
         *,
         ends: bool = False,
         handed_over: bool = False,
+        retried: bool = False,
     ) -> Steps[LogHead]:
         if after is not None and after.refuses_writes:
             raise ended_error(log_id, after)
@@ -1058,7 +1064,7 @@ class LogSteps:
             ended=ends,
         )
         key = self.keys.entry(log_id, version)
-        etag = yield from self._create(log_id, key, entry)
+        etag = yield from self._create(log_id, key, entry, retried=retried)
         head = LogHead.of(entry, handed_over=handed_over, etag=etag)
         self._learn_top(log_id, version)
         if version >= SEGMENT_SPAN and version % SEGMENT_SPAN == 0:
@@ -1083,23 +1089,33 @@ class LogSteps:
     def _top_plan(self, log_id: str, versions: int = 0) -> Callable[[LogListing], list[_Source]]:
         return lambda listing: _top_sources(listing, log_id, self._base, versions)
 
-    def _create(self, log_id: str, key: str, entry: LogEntry) -> Steps[str | None]:
-        """Create the entry object; settle an unclear answer by reading the version back."""
+    def _create(
+        self, log_id: str, key: str, entry: LogEntry, *, retried: bool = False
+    ) -> Steps[str | None]:
+        """Create the entry object; settle an unclear answer by reading the version back.
+
+        `retried`: a lost race is raised without naming the winner (`append`).
+        """
         body = yield from self.codec.document_encoding(entry_document(entry), name=key)
+
+        def lost() -> Steps[Verdict]:
+            if retried:
+                return Refused(_lost(log_id, entry.version, None))
+            return Refused((yield from self._conflict(log_id, entry.version)))
 
         def read_back(tracker: WriteTracker) -> Steps[Verdict]:
             if tracker.refused_for_sure:
-                return Refused((yield from self._conflict(log_id, entry.version)))
+                return (yield from lost())
             try:
                 found = yield from self.read_version(log_id, entry.version)
             except (InvalidPayload, UnsupportedFormat):
                 # Ours always decodes: whatever is there is another writer's (or planted).
-                return Refused((yield from self._conflict(log_id, entry.version)))
+                return (yield from lost())
             if found is None:
                 return NotLanded()
             if found.write_id == entry.write_id:
                 return Landed()  # ours, perhaps sealed and vacated since
-            return Refused((yield from self._conflict(log_id, entry.version)))
+            return (yield from lost())
 
         etag = yield from writes.put(
             PutObject(key, body, Create()),
@@ -1130,13 +1146,7 @@ class LogSteps:
                         return ended
         except StashpointError:
             top = None
-        return CheckpointConflict(
-            log_id,
-            expected_revision=None if version == 0 else version - 1,
-            actual_revision=top if top is not None else version,
-            message=f"append lost: version {version} of log {log_id!r} was written by another "
-            f"writer (latest is {top if top is not None else f'at least {version}'})",
-        )
+        return _lost(log_id, version, top)
 
     def seal(self, log_id: str, *, below: int | None = None, base: int | None = None) -> Steps[int]:
         """Seal the complete ranges of the current life below `below`; return how many.
@@ -1687,6 +1697,20 @@ def _add_entries(listing: LogListing, page: KeyPage, entries_prefix: str) -> Non
             listing.sizes[version] = page.sizes[index]
         if page.etags is not None and page.etags[index]:
             listing.etags[version] = page.etags[index]
+
+
+def _lost(log_id: str, version: int, top: int | None) -> CheckpointConflict:
+    """Return the conflict of an append that lost the race for `version`.
+
+    `top`: the latest version, when a listing said.
+    """
+    return CheckpointConflict(
+        log_id,
+        expected_revision=None if version == 0 else version - 1,
+        actual_revision=top if top is not None else version,
+        message=f"append lost: version {version} of log {log_id!r} was written by another "
+        f"writer (latest is {top if top is not None else f'at least {version}'})",
+    )
 
 
 def _top_sources(

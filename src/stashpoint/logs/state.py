@@ -147,11 +147,14 @@ class LoggedState(Generic[S]):
         state: S,
         *,
         extra: dict[str, Any] | None = None,
+        retried: bool = False,
     ) -> Steps[Known[S]]:
         """Append `records` and the new `state` after the head `after` (None: create the log).
 
         One create-only PUT; `CheckpointConflict` if another writer appended first. The new
-        head is remembered.
+        head is remembered. `retried`: the append is the `write` of `update`, which reads
+        the head again after a lost race, so the conflict does not name the winner (no
+        listing for it: a round trip less per lost race).
         """
         head = yield from self.logs.append(
             log_id,
@@ -162,6 +165,7 @@ class LoggedState(Generic[S]):
             schema_version=self.form.schema_version,
             extra=extra,
             handed_over=True,  # a document made for this append alone
+            retried=retried,
         )
         known = Known(state, head)
         self.remember(log_id, known)
