@@ -131,8 +131,10 @@ def test_two_runners_resuming_one_transcript_cannot_both_save(tmp_path: Path) ->
         first_cursor, first_state = runner.resume()
         second_cursor, second_state = runner.resume()
         runner.run_turn(first_cursor, first_state, lambda s, n: _talk(n))
-        with pytest.raises(CheckpointConflict):
+        with pytest.raises(CheckpointConflict, match="latest is") as lost:
             runner.run_turn(second_cursor, second_state, lambda s, n: _talk(n))
+        # The save hands its conflict to the caller: it names the version that won.
+        assert lost.value.actual_revision == handle.load()[0].revision
         assert isinstance(handle.load()[1].phase, ReadyForTurn)
         assert len(handle.load()[1].transcript) == 2
 

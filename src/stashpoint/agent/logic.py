@@ -463,8 +463,9 @@ def save_saved(storage: AgentStorage, saved: Saved, state: AgentCheckpointState)
     records = [m.model_dump(mode="json") for m in new_messages]
     extra = {"run_id": saved.run_id} if saved.run_id is not None else None
     known = yield from storage.agent_states.append(
-        saved.checkpoint_id, saved.head, records, AgentHead.of(state, start), extra=extra
-    )
+        saved.checkpoint_id, saved.head, records, AgentHead.of(state, start), extra=extra,
+        names_winner=True,  # the caller's conflict: no loop reads the head again here
+    )  # fmt: skip
     return Saved(saved.checkpoint_id, known.log, state, start, saved.run_id)
 
 
@@ -922,7 +923,7 @@ def commit_conversation(
         if planned is None:
             return known.state.version
         records, new = planned
-        yield from states.append(key, known.log, records, new, retried=True)
+        yield from states.append(key, known.log, records, new)
         return new.version
 
     return (yield from states.update(key, change, write, initial=lambda: _NO_CONVERSATION))

@@ -804,7 +804,7 @@ class SaverSteps:
 
         def write(known: Known[_Thread], planned: tuple[Any, _Thread]) -> Steps[Known[_Thread]]:
             record, thread = planned
-            return (yield from self.threads.append(key, known.log, [record], thread, retried=True))
+            return (yield from self.threads.append(key, known.log, [record], thread))
 
         try:
             return (
@@ -1035,11 +1035,7 @@ class SaverSteps:
         def write(known: Known[_Thread], deleted: _Thread | None) -> Steps[Known[_Thread] | None]:
             if deleted is None:
                 return None
-            return (
-                yield from self.threads.append(
-                    key, known.log, [{"op": "delete"}], deleted, retried=True
-                )
-            )
+            return (yield from self.threads.append(key, known.log, [{"op": "delete"}], deleted))
 
         try:
             head = yield from self.threads.update(
@@ -1126,7 +1122,7 @@ class SaverSteps:
             if planned is None:
                 return None
             after, record, thread = planned
-            return (yield from self.threads.append(key, after.log, [record], thread, retried=True))
+            return (yield from self.threads.append(key, after.log, [record], thread))
 
         self.threads.forget(key)
         head = yield from self.threads.update(

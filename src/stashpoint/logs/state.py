@@ -147,14 +147,16 @@ class LoggedState(Generic[S]):
         state: S,
         *,
         extra: dict[str, Any] | None = None,
-        retried: bool = False,
+        names_winner: bool = False,
     ) -> Steps[Known[S]]:
         """Append `records` and the new `state` after the head `after` (None: create the log).
 
         One create-only PUT; `CheckpointConflict` if another writer appended first. The new
-        head is remembered. `retried`: the append is the `write` of `update`, which reads
-        the head again after a lost race, so the conflict does not name the winner (no
-        listing for it: a round trip less per lost race).
+        head is remembered. The conflict does not name the winner: `update`, whose `write`
+        this usually is, reads the head again after a lost race, which names it (and finds
+        a purge), so no listing is spent on it (a round trip less per lost race).
+        `names_winner`: a caller outside `update` that hands the conflict on gets the
+        listing that says which version won.
         """
         head = yield from self.logs.append(
             log_id,
@@ -165,7 +167,7 @@ class LoggedState(Generic[S]):
             schema_version=self.form.schema_version,
             extra=extra,
             handed_over=True,  # a document made for this append alone
-            retried=retried,
+            retried=not names_winner,
         )
         known = Known(state, head)
         self.remember(log_id, known)

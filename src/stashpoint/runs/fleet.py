@@ -883,11 +883,7 @@ class _FleetApi:
         def write(
             known: Known[BatchHead], planned: tuple[BatchHead, list[Any]]
         ) -> Steps[Known[BatchHead]]:
-            return (
-                yield from self._batches.append(
-                    name, known.log, planned[1], planned[0], retried=True
-                )
-            )
+            return (yield from self._batches.append(name, known.log, planned[1], planned[0]))
 
         try:
             taken = yield from self._batches.update(name, change, write, initial=_absent)
@@ -956,7 +952,7 @@ class _FleetApi:
             yield  # a generator: finishing needs no request
 
         def write(known: Known[BatchHead], head: BatchHead) -> Steps[Known[BatchHead]]:
-            return (yield from self._batches.append(name, known.log, records, head, retried=True))
+            return (yield from self._batches.append(name, known.log, records, head))
 
         try:
             done = yield from self._batches.update(name, change, write, initial=_absent)
@@ -976,7 +972,7 @@ class _FleetApi:
             return batches.renew(known.state, epoch, now, name)
 
         def write(known: Known[BatchHead], head: BatchHead) -> Steps[None]:
-            yield from self._batches.append(name, known.log, [], head, retried=True)
+            yield from self._batches.append(name, known.log, [], head)
 
         yield from self._batches.update(name, change, write, initial=_absent)
 

@@ -1148,9 +1148,7 @@ class RunOperations(Generic[DurableT, FleetT]):
     def _append(self, known: Known[RunHead], change: Change) -> Steps[None]:
         """Append a change after `known` (no log: create the run's), then index it."""
         run_id = change.head.run_id
-        saved = yield from self._runs.append(
-            run_id, known.log, list(change.records), change.head, retried=True
-        )
+        saved = yield from self._runs.append(run_id, known.log, list(change.records), change.head)
         if self._index is not None:
             yield from self._index.record(
                 change.head, change.touched, _revision(saved), before=known.state
