@@ -43,7 +43,8 @@ S3_OBJECT = {
     "PutObjectLegalHold": "s3:PutObjectLegalHold",
 }
 S3_BULK = {"DeleteObjects": "s3:DeleteObjectVersion"}
-"""Calls that name many objects: each object needs the permission (purge deletes versions)."""
+"""Calls that name many objects: each object needs the permission (purge deletes versions;
+an object named without a version is a plain delete, `s3:DeleteObject`)."""
 S3_BUCKET = {
     "ListObjectsV2": "s3:ListBucket",
     "ListObjectVersions": "s3:ListBucketVersions",
@@ -122,7 +123,11 @@ def _needs(operation: str, params: dict[str, Any]) -> list[tuple[str, str, str |
     """Return every (IAM action, resource ARN, s3:prefix) one botocore call needs."""
     if operation in S3_BULK:
         return [
-            (S3_BULK[operation], f"arn:aws:s3:::{params['Bucket']}/{item['Key']}", None)
+            (
+                S3_BULK[operation] if item.get("VersionId") else "s3:DeleteObject",
+                f"arn:aws:s3:::{params['Bucket']}/{item['Key']}",
+                None,
+            )
             for item in params["Delete"]["Objects"]
         ]
     return [_needed(operation, params)]

@@ -57,6 +57,7 @@ from stashpoint.stores.layout import NAMESPACES, is_namespace_name
 from stashpoint.stores.objects import (
     Create,
     DeleteFailure,
+    DeleteKeys,
     DeleteObject,
     DeleteVersions,
     GetLifecycle,
@@ -213,6 +214,10 @@ class LocalTransport:
                     return self._version_page(prefix, marker, page_size)
                 case DeleteVersions(targets):
                     return self._delete_versions(targets)
+                case DeleteKeys(keys):
+                    for key in keys:
+                        self._delete(key, None)
+                    return []
                 case SetLegalHold():
                     raise ConfigurationError("a local folder has no Object Lock")
                 case RestoreObject():

@@ -16,6 +16,7 @@ from typing import Any
 from stashpoint.errors import ConfigurationError, LimitExceeded
 from stashpoint.stores.objects import (
     Create,
+    DeleteKeys,
     DeleteObject,
     DeleteVersions,
     GetLifecycle,
@@ -93,6 +94,10 @@ class MemoryTransport:
                 case DeleteVersions(targets):
                     for key, version_id in targets:
                         self._remove_version(key, version_id, drop_empty=True)
+                    return []
+                case DeleteKeys(keys):
+                    for key in keys:
+                        self._delete(key, None)
                     return []
                 case SetLegalHold():
                     raise ConfigurationError("memory storage has no Object Lock")

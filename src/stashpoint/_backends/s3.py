@@ -40,6 +40,7 @@ from stashpoint.steps import Steps, ask
 from stashpoint.stores.objects import (
     Create,
     DeleteFailure,
+    DeleteKeys,
     DeleteObject,
     DeleteVersions,
     GetLifecycle,
@@ -311,6 +312,8 @@ def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
             return (yield from _version_page(bucket, prefix, marker, page_size))
         case DeleteVersions(targets):
             return (yield from _delete_versions(bucket, targets, settings.versioning))
+        case DeleteKeys(keys):
+            return (yield from _delete_objects(bucket, [{"Key": key} for key in keys]))
         case SetLegalHold(key, version_id, on):
             params = {"Bucket": bucket, "Key": key, "LegalHold": {"Status": "ON" if on else "OFF"}}
             if version_id is not None:
@@ -623,15 +626,20 @@ def _delete_versions(
         {"Key": key, "VersionId": version_id}
         for key, version_id in targets
     ]  # fmt: skip
+    return (yield from _delete_objects(bucket, objects))
+
+
+def _delete_objects(bucket: str, objects: list[dict[str, str]]) -> Steps[list[DeleteFailure]]:
+    """One DeleteObjects request; return what it could not delete (gone already: deleted)."""
     params = {"Bucket": bucket, "Delete": {"Objects": objects, "Quiet": True}}
     try:
         response = yield from ask(AwsCall("delete_objects", params))
     except Exception as exc:
-        raise _read_failed(exc, targets[0][0] if targets else bucket) from exc
+        raise _read_failed(exc, objects[0]["Key"] if objects else bucket) from exc
     return [
-        DeleteFailure(str(e.get("Key")), str(e.get("VersionId")), str(e.get("Code")))
+        DeleteFailure(str(e.get("Key")), str(e.get("VersionId") or ""), str(e.get("Code")))
         for e in response.get("Errors", [])
-        if e.get("Code") not in ("NoSuchVersion", "NoSuchKey")  # gone already: deleted
+        if e.get("Code") not in ("NoSuchVersion", "NoSuchKey")
     ]
 
 

@@ -71,6 +71,7 @@ from stashpoint.stores.objects import (
     ListKeys,
     ObjectInfo,
     PutObject,
+    delete_keys,
     every_version,
 )
 from stashpoint.stores.writes import Found, Judge, ReadBack, named_read_back, put_all
@@ -718,7 +719,7 @@ class SaverSteps:
             # Readers of older heads that miss it fall back to reading the whole chain.
             for name in replaced:
                 self._lists.pop(self._value_key(key, name))
-            yield from ask(Parallel(tuple(DeleteObject(self._value_key(key, n)) for n in replaced)))
+            yield from delete_keys([self._value_key(key, n) for n in replaced], best_effort=True)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -1064,7 +1065,8 @@ class SaverSteps:
             page = yield from ask(ListKeys(prefix, token))
             ended = [k for k in page.keys if k[len(prefix) :] in ended_lists]
             rest = [k for k in page.keys if k[len(prefix) :] not in ended_lists]
-            doomed = [DeleteObject(k) for k in ended]
+            yield from delete_keys(ended)  # one request for all of them
+            doomed: list[DeleteObject] = []
             for start in range(0, len(rest), _FETCH_BATCH):
                 batch = rest[start : start + _FETCH_BATCH]
                 infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in batch)))

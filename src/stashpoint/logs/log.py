@@ -102,6 +102,7 @@ from stashpoint.stores.objects import (
     RestoreState,
     WriteOutcome,
     check_restore,
+    delete_keys,
 )
 from stashpoint.stores.writes import (
     Found,
@@ -1492,9 +1493,7 @@ class LogSteps:
         vacated = len((yield from self._vacate(log_id, targets, reason=reason, by=version)))
         segments = [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
         segments += [k for first, k in listing.packs.items() if first + PACK_SPAN <= version]
-        for start in range(0, len(segments), _FETCH_BATCH):
-            deletes = tuple(DeleteObject(k) for k in segments[start : start + _FETCH_BATCH])
-            yield from ask(Parallel(deletes))
+        yield from delete_keys(segments)
         return vacated + len(segments)
 
     def delete(self, log_id: str) -> Steps[int]:

@@ -7,14 +7,14 @@ envelopes, revisions or retries; that lives once in `stores.cas`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import Protocol
 
-from stashpoint.errors import InvalidArgument, described
-from stashpoint.steps import Request, Steps, ask
+from stashpoint.errors import InvalidArgument, StorageUnavailable, described
+from stashpoint.steps import Parallel, Request, Steps, ask
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,12 +404,12 @@ def every_version(prefix: str, *, exact: bool = False) -> Steps[list[StoredVersi
 
 @dataclass(frozen=True, slots=True)
 class DeleteFailure:
-    """One version a `DeleteVersions` could not delete."""
+    """One version a `DeleteVersions` (or one key a `DeleteKeys`) could not delete."""
 
     key: str
     """The object key."""
     version_id: str
-    """The version."""
+    """The version ("" for a `DeleteKeys` key)."""
     code: str
     """Storage's error code (`AccessDenied` for a version a retention or legal hold keeps)."""
 
@@ -428,6 +428,53 @@ class DeleteVersions(Request["list[DeleteFailure]"]):
 
     targets: tuple[tuple[str, str], ...]
     """(key, version id) of each version."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteKeys(Request["list[DeleteFailure]"]):
+    """Request: delete the current objects of up to `MAX_DELETE_BATCH` keys in one request.
+
+    Unconditional, as `DeleteObject(key)` is (on a versioned bucket each key gets a delete
+    marker; its versions stay for `purge`): for objects no later write can name again.
+    Result: the keys that could not be deleted (empty: all gone; a key already gone counts
+    as deleted, so a repeat is harmless).
+    """
+
+    keys: tuple[str, ...]
+    """The object keys."""
+
+
+def delete_keys(keys: Sequence[str], *, best_effort: bool = False) -> Steps[None]:
+    """Delete the current objects of `keys`, unconditionally, in as few requests as it takes.
+
+    One `DeleteObject` for a single key, otherwise `DeleteKeys` batches of up to
+    `MAX_DELETE_BATCH` sent together (the one batch-delete helper). A key storage did not
+    delete raises `StorageUnavailable` naming it; a repeat deletes what is left.
+    `best_effort`: clean-up after a write that has already landed, whose caller must not
+    see an error for it: what is left stays for the next clean-up.
+    """
+    try:
+        failures: list[DeleteFailure] = []
+        if len(keys) == 1:
+            result = yield from ask(DeleteObject(keys[0]))
+            if result.outcome not in (WriteOutcome.STORED, WriteOutcome.NOT_FOUND):
+                failures.append(DeleteFailure(keys[0], "", result.outcome.value))
+        elif keys:
+            batches = tuple(
+                DeleteKeys(tuple(keys[start : start + MAX_DELETE_BATCH]))
+                for start in range(0, len(keys), MAX_DELETE_BATCH)
+            )
+            results = yield from ask(Parallel(batches))
+            failures = [failure for result in results for failure in result]
+        if failures:
+            raise StorageUnavailable(
+                f"storage did not delete {len(failures)} object(s) ({failures[0].code}); "
+                "deleting again deletes what is left",
+                object_name=failures[0].key,
+            )
+    except StorageUnavailable:
+        if not best_effort:
+            raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,8 +543,8 @@ def source_parts(url: str) -> tuple[str, str, str]:
 
 ObjectRequest = (
     GetObject | HeadObject | PutObject | DeleteObject | ListVersions | ListKeys | RestoreObject
-    | GetLifecycle | GetObjectLock | ListVersionPage | DeleteVersions | SetLegalHold
-    | ListSource | ReadSource
+    | GetLifecycle | GetObjectLock | ListVersionPage | DeleteVersions | DeleteKeys
+    | SetLegalHold | ListSource | ReadSource
 )  # fmt: skip
 """Every request an object transport executes."""
 
