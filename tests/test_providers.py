@@ -171,3 +171,13 @@ def test_gc_packing_and_export_work_on_a_directory_bucket_and_listings_cost_what
 
     lines = zstandard.decompress(out.read_bytes(), max_output_size=1 << 26).splitlines()
     assert len(lines) == 1100
+    from stashpoint.cli.export import WINDOW, log_lines
+
+    with stashpoint.open(url + "&provider=s3express") as fresh:
+        meter = Meter(fresh)
+        exported = [line["version"] for line in log_lines(fresh.logs, "logs", "long", 1099)]
+        assert exported == list(range(1100))
+        # The log is listed once for all its windows (two pages of entries, the
+        # segments): a listing per window grows with the square of the length on a
+        # bucket that cannot start a listing after a key.
+        assert 1100 // WINDOW >= 8 and meter.requests.get("ListKeys", 0) == 3, meter.requests

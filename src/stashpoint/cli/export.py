@@ -48,11 +48,17 @@ def log_lines(
     `first`: the oldest version kept (a LangGraph thread rewritten by `prune` starts later).
     """
     from stashpoint.cli.output import rfc3339
+    from stashpoint.steps import run_sync
 
+    # One listing for every window: listing the log again per window costs the square of
+    # its length where storage cannot start a listing after a key (a directory bucket).
+    listing = run_sync(logs.steps.listing(log_id), logs.driver)
     start = first
     while start <= top:
         stop = min(top, start - start % WINDOW + WINDOW - 1)
-        entries: list[LogEntry] = logs.entries(log_id, start, stop)
+        entries: list[LogEntry] = run_sync(
+            logs.steps.entries(log_id, start, stop, listed=listing), logs.driver
+        )
         start = stop + 1
         for entry in entries:
             yield {

@@ -822,9 +822,20 @@ class LogSteps:
         return head, found, infos[1 + len(sources) :]
 
     def entries(
-        self, log_id: str, start: int = 0, stop: int | None = None
+        self,
+        log_id: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        listed: LogListing | None = None,
     ) -> Steps[list[LogEntry]]:
-        """Return versions `start .. stop` (default: to the latest) of the current life."""
+        """Return versions `start .. stop` (default: to the latest) of the current life.
+
+        `listed`: a listing of the log made earlier (`listing`), read from instead of
+        listing again: a reader of a long log a window at a time lists it once, and reads
+        the log as it stood then. An object gone since (a sealed entry vacated) is listed
+        again, completely, for that read.
+        """
         if (
             type(start) is not int
             or start < 0
@@ -850,7 +861,10 @@ class LogSteps:
             return sources
 
         def read(complete: bool) -> Steps[list[LogEntry]]:
-            listing, sources = yield from self._planned(log_id, plan, complete)
+            if listed is not None and not complete:
+                listing, sources = listed, plan(listed)  # a gap: `_relisting` lists again
+            else:
+                listing, sources = yield from self._planned(log_id, plan, complete)
             items = yield from self._fetch(log_id, sources)
             newest = items[-1]
             base = None
