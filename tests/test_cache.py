@@ -32,6 +32,16 @@ def test_update_is_a_read_modify_write_and_none_removes() -> None:
     assert cache.get("n") is None and cache.pop("n") is None
 
 
+def test_forget_where_drops_the_matching_keys_and_their_weight() -> None:
+    cache: Lru[str, bytes] = Lru(8, max_weight=10, weigh=len)
+    for key in ("logs/a/0", "logs/a/1", "logs/b/0"):
+        cache.put(key, b"xxx")
+    assert cache.forget_where(lambda key: key.startswith("logs/a/")) == 2
+    assert cache.get("logs/a/0") is None and cache.get("logs/b/0") == b"xxx"
+    cache.put("logs/c/0", b"1234567")  # fits: the forgotten weight was given back
+    assert cache.get("logs/b/0") == b"xxx" and len(cache) == 2
+
+
 def test_a_weighed_cache_keeps_its_total_weight_under_its_bound() -> None:
     cache: Lru[str, bytes] = Lru(100, max_weight=10, weigh=len)
     cache.put("a", b"1234")

@@ -76,6 +76,14 @@ class Lru(Generic[K, V]):
         with self._lock:
             return self._drop(key)
 
+    def forget_where(self, doomed: Callable[[K], bool]) -> int:
+        """Forget every key `doomed(key)` is true of; return how many (a scan: rare use)."""
+        with self._lock:
+            keys = [key for key in self._entries if doomed(key)]
+            for key in keys:
+                self._drop(key)
+            return len(keys)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)

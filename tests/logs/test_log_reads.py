@@ -151,3 +151,58 @@ def test_the_seal_cache_keeps_small_entries_only_by_their_decoded_size(
             head = writer.logs.append("squeezed", [big], after=head)
         assert meter.requests["GetObject"] == 1  # version 5 alone, read back for the seal
         assert writer.logs.records("squeezed")[5] == "x" * 20_000
+
+
+@pytest.fixture(params=["memory_url", "s3_seaweed_url"])
+def listed_etags_url(request: pytest.FixtureRequest) -> str:
+    """A stash whose listings give each object's ETag (memory, a real S3)."""
+    url, _ = request.getfixturevalue(request.param)
+    return str(url)
+
+
+def test_a_second_read_of_a_head_gets_only_the_versions_written_since(
+    listed_etags_url: str,
+) -> None:
+    """Entries a process read are kept by their ETag: reading the head again (a writer
+    that lost a race does) costs one GET per version written since, not one per version
+    since the last whole state. The top is always read from storage."""
+    with stashpoint.open(listed_etags_url) as writer, stashpoint.open(listed_etags_url) as reader:
+        head = None
+        for v in range(10):  # versions 0-9 patch the whole state of version 0
+            head = writer.logs.append("l", [v], after=head, state={"v": v})
+        counts = _counting(reader)
+        assert reader.logs.head("l").state == {"v": 9}
+        assert counts["GetObject"] == 10
+        for v in (10, 11):
+            head = writer.logs.append("l", [v], after=head, state={"v": v})
+        counts.clear()
+        assert reader.logs.head("l").state == {"v": 11}
+        assert counts["GetObject"] == 2, counts  # versions 10 and 11
+        counts.clear()
+        assert reader.logs.head("l").state == {"v": 11}
+        assert counts["GetObject"] == 1, counts  # the top, from storage each time
+        # The writer's own entries are kept as it stored them: only the top is read.
+        counts = _counting(writer)
+        assert writer.logs.head("l").state == {"v": 11}
+        assert counts["GetObject"] == 1, counts
+
+
+def test_an_entry_replaced_in_storage_is_read_again_not_taken_from_memory(
+    listed_etags_url: str,
+) -> None:
+    """An object planted over a kept entry's key has another ETag: the reader reads and
+    judges what storage holds (here, refuses it), never the copy it kept."""
+    from stashpoint.stores.objects import DeleteObject, PutObject
+
+    with stashpoint.open(listed_etags_url) as writer, stashpoint.open(listed_etags_url) as reader:
+        head = None
+        for v in range(6):
+            head = writer.logs.append("l", [v], after=head, state={"v": v})
+        assert reader.logs.head("l").state == {"v": 5}  # versions 0-5 kept
+        key = reader.logs.steps.keys.entry("l", 3)
+        reader.driver(DeleteObject(key))
+        reader.driver(PutObject(key, b"not an entry", None, content_encoding=None))
+        counts = _counting(reader)
+        with pytest.raises(stashpoint.InvalidPayload):
+            reader.logs.head("l")
+        assert counts["GetObject"] == 2, counts  # the planted object and the top

@@ -149,6 +149,13 @@ _WRITTEN_BODY = 16 * 1024
 _SEALED_BYTES = 16 * 1024 * 1024
 """Stored bytes of the segments this process sealed that a `LogSteps` keeps for its reads."""
 
+_READ_ENTRIES = 4096
+"""Entries this process read that a `LogSteps` keeps, to skip their GETs while the listing
+names the same object (its ETag)."""
+
+_READ_BYTES = 16 * 1024 * 1024
+"""Stored bytes of those entries kept (bounded memory however long the logs)."""
+
 
 _NO_SNAPSHOT: Any = object()
 """A head made by hand carries no snapshot: the append after it stores the whole state."""
@@ -253,6 +260,8 @@ class _Source:
     first: int
     last: int
     sealed: bool
+    etag: str | None = None
+    """The object's ETag as the listing gave it (an entry's, where storage says)."""
 
 
 @dataclass(slots=True)
@@ -312,7 +321,8 @@ class LogListing:
                 sources.append(_Source(self.segments[first], first, first + SEGMENT_SPAN - 1, True))
                 version = first + SEGMENT_SPAN
             elif version in self.entries:
-                sources.append(_Source(self.entries[version], version, version, False))
+                key = self.entries[version]
+                sources.append(_Source(key, version, version, False, self.etags.get(version)))
                 version += 1
             else:
                 raise _Gap(version, self.above(version))
@@ -422,6 +432,15 @@ class LogSteps:
         # damaged or planted one is replaced by the next sealer, and a reader must see that.
         self._sealed: Lru[str, ObjectInfo] = Lru(
             _KNOWN_TOPS, max_weight=_SEALED_BYTES, weigh=lambda info: len(info.body or b"")
+        )
+        # Entries this process read, by key, as stored. A read below a log's top takes one
+        # from here (or from `_written`) only while its listing names the same object (its
+        # ETag): an entry vacated, repaired or planted since has another ETag and is read
+        # again, as is every entry of storage whose listing gives no ETag. A writer that
+        # lost a race reads the head again with one GET per version written since, not one
+        # per version since the last whole state.
+        self._read_entries: Lru[str, ObjectInfo] = Lru(
+            _READ_ENTRIES, max_weight=_READ_BYTES, weigh=lambda info: len(info.body or b"")
         )
 
     # -- reading ---------------------------------------------------------------------------
@@ -543,7 +562,10 @@ class LogSteps:
         from its segment). Reads that find a log's top never take it so: the top comes
         from the bucket, where a purge's tombstone or a damaged object shows.
         """
-        known = [self._kept(source) if kept else None for source in sources]
+        newest = max((source.last for source in sources), default=-1)
+        known = [
+            self._kept(source) if kept else self._verified(source, newest) for source in sources
+        ]
         unknown = [s for s, info in zip(sources, known, strict=True) if info is None]
         got: list[ObjectInfo | None] = []
         for start in range(0, len(unknown), _FETCH_BATCH):
@@ -556,8 +578,35 @@ class LogSteps:
             if info is None:
                 raise _Vanished(source.key)
             decoded = yield from self._decode(log_id, source, info)
+            if body is None:
+                self._remember_read(source, info)
             fetched.append((info, decoded))
         return fetched
+
+    def _verified(self, source: _Source, newest: int) -> ObjectInfo | None:
+        """Return the stored body of entry `source` if this process holds the object listed.
+
+        Only below `newest`, the highest version the read asks for: the top of a log comes
+        from the bucket, where a purge's tombstone or a damaged object shows first.
+        """
+        if source.sealed or source.etag is None or source.last >= newest:
+            return None
+        for kept in (self._read_entries, self._written):
+            info = kept.get(source.key)
+            if info is not None and info.etag == source.etag:
+                return info
+        return None
+
+    def _remember_read(self, source: _Source, info: ObjectInfo) -> None:
+        """Keep an entry read (and decoded) from storage, by its ETag, for later reads."""
+        if not source.sealed and info.etag and info.body is not None:
+            self._read_entries.put(source.key, ObjectInfo(etag=info.etag, body=info.body))
+
+    def _forget_bodies(self, log_id: str) -> None:
+        """Drop every stored body of `log_id` this process keeps (its payload is purged)."""
+        prefixes = (self.keys.entries_prefix(log_id), self.keys.segments_prefix(log_id))
+        for kept in (self._read_entries, self._written, self._sealed):
+            kept.forget_where(lambda key: key.startswith(prefixes))
 
     def _kept(self, source: _Source) -> ObjectInfo | None:
         """Return the body this process stored as `source`, if it keeps it.
@@ -731,7 +780,7 @@ class LogSteps:
             older: list[Item] = []
             sources = []
             for source in plan.values():
-                kept = self._kept(source)
+                kept = self._kept(source) or self._verified(source, head.version)
                 if kept is None:
                     sources.append(source)
                 else:
@@ -746,6 +795,7 @@ class LogSteps:
                 if info is None:
                     raise _Vanished(source.key)
                 older.extend((yield from self._decode(log_id, source, info)))
+                self._remember_read(source, info)
             for entry in self._current(log_id, older, head.base):
                 found.setdefault(entry.version, entry)
             return head, found, infos[len(sources) :]
@@ -1587,6 +1637,7 @@ class LogSteps:
                 yield from self._vacate(
                     log_id, [(v, None) for v in skipped], reason="purged", by=tombstone.version
                 )
+            self._forget_bodies(log_id)
             return tombstone
         raise AssertionError("unreachable")
 
