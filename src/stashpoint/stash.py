@@ -86,6 +86,12 @@ class Options:
     stays occupied), so a log's bytes at rest are about its segments'. Costs one more PUT
     per version (S3 charges PUTs, not DELETEs); off, entries stay whole beside their
     segments (twice the bytes of the hot prefix, no extra request)."""
+    log_read_cache_bytes: int = 16 * 1024 * 1024
+    """Stored bytes of log entries a process keeps, per log namespace, after reading them:
+    a later read takes one from memory while the listing names the same object (its ETag),
+    so a writer that lost a race reads only the versions written since. 0 keeps none, and
+    reads take no entry from memory (a process short of memory: every read GETs every entry
+    it needs)."""
     encryption: Encryption | None = None
     """Client-side encryption of every stored object (`stashpoint.encryption`): key rules
     per tenant, a local keyring or AWS KMS. None: objects are stored as zstd JSON (use the
@@ -113,6 +119,11 @@ class Options:
             raise ConfigurationError("clock must be a stashpoint.clock.Clock")
         if not isinstance(self.vacate_sealed_entries, bool):
             raise ConfigurationError("vacate_sealed_entries must be a bool")
+        cache_bytes = self.log_read_cache_bytes
+        if type(cache_bytes) is not int or cache_bytes < 0:
+            raise ConfigurationError(
+                f"log_read_cache_bytes must be an int >= 0, not {described(cache_bytes)}"
+            )
         if not isinstance(self.backend, dict):
             raise ConfigurationError("backend must be a dict of backend options")
         if self.encryption is not None:
@@ -320,6 +331,7 @@ class _Parts:
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
         self.vacate_sealed = options.vacate_sealed_entries
+        self.log_read_cache_bytes = options.log_read_cache_bytes
         self.sealer = self._sealer(options.encryption, own.get("encryption"))
         if self.sealer is not None:
             self.backend = self._encrypted(self.backend, self.sealer, options.clock)
@@ -395,6 +407,7 @@ class _Parts:
             vacate_sealed=self.vacate_sealed,
             overhead=None if self.sealer is None else self.sealer.overhead,
             seeks=self.backend.provider.seeks,
+            read_cache_bytes=self.log_read_cache_bytes,
         )
 
     def gc(
@@ -897,6 +910,8 @@ class OpenOptions(TypedDict, total=False):
     """Deprecated, without effect."""
     vacate_sealed_entries: bool
     """Replace sealed log entries by small markers (`Options.vacate_sealed_entries`)."""
+    log_read_cache_bytes: int
+    """Bytes of log entries kept after reads, per namespace (`Options.log_read_cache_bytes`)."""
     encryption: Encryption | str
     """Client-side encryption: an `Encryption`, or the path of its JSON settings file."""
     clock: Clock
@@ -971,6 +986,7 @@ def _options(options: dict[str, Any]) -> Options:
         "compression_level",
         "log_delete_after",
         "vacate_sealed_entries",
+        "log_read_cache_bytes",
         "clock",
     )
     if not isinstance(options.get("encryption", ""), str | Path):

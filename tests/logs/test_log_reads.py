@@ -187,6 +187,31 @@ def test_a_second_read_of_a_head_gets_only_the_versions_written_since(
         assert counts["GetObject"] == 1, counts
 
 
+def test_a_stash_that_keeps_no_entries_reads_every_one_again(listed_etags_url: str) -> None:
+    """`log_read_cache_bytes=0`: a process short of memory keeps no entry it read, and its
+    reads take none from memory (not even its own appends)."""
+    with (
+        stashpoint.open(listed_etags_url, log_read_cache_bytes=0) as writer,
+        stashpoint.open(listed_etags_url, log_read_cache_bytes=0) as reader,
+    ):
+        head = None
+        for v in range(10):
+            head = writer.logs.append("l", [v], after=head, state={"v": v})
+        assert reader.logs.head("l").state == {"v": 9}
+        counts = _counting(reader)
+        assert reader.logs.head("l").state == {"v": 9}
+        assert counts["GetObject"] == 10, counts
+        counts = _counting(writer)
+        assert writer.logs.head("l").state == {"v": 9}
+        assert counts["GetObject"] == 10, counts
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "16MB", True])
+def test_the_read_cache_size_is_an_int_of_bytes(bad: object) -> None:
+    with pytest.raises(stashpoint.ConfigurationError, match="log_read_cache_bytes"):
+        stashpoint.open("memory://cache-size", log_read_cache_bytes=bad)  # type: ignore[arg-type]
+
+
 def test_an_entry_replaced_in_storage_is_read_again_not_taken_from_memory(
     listed_etags_url: str,
 ) -> None:

@@ -153,8 +153,8 @@ _READ_ENTRIES = 4096
 """Entries this process read that a `LogSteps` keeps, to skip their GETs while the listing
 names the same object (its ETag)."""
 
-_READ_BYTES = 16 * 1024 * 1024
-"""Stored bytes of those entries kept (bounded memory however long the logs)."""
+READ_CACHE_BYTES = 16 * 1024 * 1024
+"""Stored bytes of those entries kept by default (`Options.log_read_cache_bytes`)."""
 
 
 _NO_SNAPSHOT: Any = object()
@@ -394,6 +394,7 @@ class LogSteps:
         overhead: Callable[[str], int] | None = None,
         life_field: str | None = None,
         seeks: bool = True,
+        read_cache_bytes: int = READ_CACHE_BYTES,
     ) -> None:
         self.keys = keys
         """Where the logs' objects live."""
@@ -439,9 +440,11 @@ class LogSteps:
         # again, as is every entry of storage whose listing gives no ETag. A writer that
         # lost a race reads the head again with one GET per version written since, not one
         # per version since the last whole state.
-        self._read_entries: Lru[str, ObjectInfo] = Lru(
-            _READ_ENTRIES, max_weight=_READ_BYTES, weigh=lambda info: len(info.body or b"")
-        )
+        self._read_entries: Lru[str, ObjectInfo] | None = None
+        if read_cache_bytes > 0:
+            self._read_entries = Lru(
+                _READ_ENTRIES, max_weight=read_cache_bytes, weigh=lambda i: len(i.body or b"")
+            )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -589,9 +592,10 @@ class LogSteps:
         Only below `newest`, the highest version the read asks for: the top of a log comes
         from the bucket, where a purge's tombstone or a damaged object shows first.
         """
-        if source.sealed or source.etag is None or source.last >= newest:
+        read = self._read_entries
+        if read is None or source.sealed or source.etag is None or source.last >= newest:
             return None
-        for kept in (self._read_entries, self._written):
+        for kept in (read, self._written):
             info = kept.get(source.key)
             if info is not None and info.etag == source.etag:
                 return info
@@ -599,14 +603,15 @@ class LogSteps:
 
     def _remember_read(self, source: _Source, info: ObjectInfo) -> None:
         """Keep an entry read (and decoded) from storage, by its ETag, for later reads."""
-        if not source.sealed and info.etag and info.body is not None:
+        if self._read_entries is not None and not source.sealed and info.etag and info.body:
             self._read_entries.put(source.key, ObjectInfo(etag=info.etag, body=info.body))
 
     def _forget_bodies(self, log_id: str) -> None:
         """Drop every stored body of `log_id` this process keeps (its payload is purged)."""
         prefixes = (self.keys.entries_prefix(log_id), self.keys.segments_prefix(log_id))
         for kept in (self._read_entries, self._written, self._sealed):
-            kept.forget_where(lambda key: key.startswith(prefixes))
+            if kept is not None:
+                kept.forget_where(lambda key: key.startswith(prefixes))
 
     def _kept(self, source: _Source) -> ObjectInfo | None:
         """Return the body this process stored as `source`, if it keeps it.
