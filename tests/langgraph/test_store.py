@@ -77,6 +77,43 @@ def test_another_process_reads_and_replaces_what_one_wrote(store_kit: StoreKit) 
     assert one.search(NS) == [] and one.get(NS, "k") is None
 
 
+def test_a_delete_from_a_stale_known_item_deletes_the_item_saved_since(
+    store_kit: StoreKit,
+) -> None:
+    """The ETag a store knows is only where its delete starts: an item another process
+    saved since fails it, is read, and is deleted (a delete removes what is there)."""
+    one, two = store_kit.store(), store_kit.store()
+    one.put(NS, "k", {"n": 1})
+    two.put(NS, "k", {"n": 2})  # two read nothing: its put is a lost create, then a save
+    one.delete(NS, "k")
+    assert one.get(NS, "k") is None and two.get(NS, "k") is None
+
+
+def test_a_delete_from_a_known_item_never_frees_a_purged_key(store_kit: StoreKit) -> None:
+    """A purge's tombstone lands after the store read the item: the one-request delete
+    fails on it and leaves it, so a later put is still refused (`reusable=False`)."""
+    one = store_kit.store()
+    one.put(NS, "k", {"n": 1})
+    with _raw(store_kit) as raw:  # another process purges the user's memories
+        StashpointStore(raw).purge(NS, reusable=False)
+    one.delete(NS, "k")  # does nothing: the item is erased, its tombstone stays
+    with pytest.raises(stashpoint.Purged):
+        one.put(NS, "k", {"n": 2})
+    assert one.get(NS, "k") is None
+
+
+def test_a_delete_from_a_known_item_clears_an_object_planted_since(store_kit: StoreKit) -> None:
+    one = store_kit.store()
+    one.put(NS, "k", {"n": 1})
+    with _raw(store_kit) as raw:
+        key = _key(raw, NS, "k")
+        raw.driver(DeleteObject(key))
+        raw.driver(PutObject(key, b"planted", None, content_encoding=None))
+    one.delete(NS, "k")  # its ETag fails; the object cannot be read, so it goes as it is
+    with _raw(store_kit) as raw:
+        assert raw.driver(GetObject(key)) is None
+
+
 def test_keys_and_labels_of_any_text_round_trip(store_kit: StoreKit) -> None:
     store = store_kit.store()
     namespaces = [("a b", "ü/ñ", "x:y"), ("a b",), ("日本", "x*y?"), ("a_b-c",)]
@@ -188,6 +225,9 @@ def test_requests_per_operation(store_kit: StoreKit) -> None:
         meter.reset()
         store.search(NS, limit=20)
         assert meter.sent == ["ListKeys"]
+    meter.reset()
+    store.delete(NS, "k5")  # an item this store read: one DELETE, If-Match on its ETag
+    assert meter.sent == ["DeleteObject"] and store.get(NS, "k5") is None
 
 
 def test_no_update_is_lost_under_sixteen_writers(store_kit: StoreKit) -> None:

@@ -365,3 +365,20 @@ def test_update_retries_a_lost_race_on_the_fresh_head_and_mutate_can_abort() -> 
     with pytest.raises(CheckpointConflict, match="abort"):
         abort.run(store.update("job", refuse))
     assert abort.puts() == []  # nothing written
+
+
+def test_a_delete_from_a_seen_etag_is_one_conditional_request() -> None:
+    from stashpoint.stores.objects import DeleteObject
+
+    script = Script([(DeleteObject, STORED)])
+    script.run(cas().delete("job", seen_etag='"seen"'))
+    (sent,) = script.requests
+    assert sent.etag == '"seen"'  # If-Match: a head saved or purged since fails it
+
+
+def test_a_delete_from_a_seen_etag_that_finds_the_head_gone_is_done() -> None:
+    from stashpoint.stores.objects import DeleteObject, WriteOutcome, WriteResult
+
+    script = Script([(DeleteObject, WriteResult(WriteOutcome.NOT_FOUND))])
+    script.run(cas().delete("job", seen_etag='"seen"'))
+    assert len(script.requests) == 1

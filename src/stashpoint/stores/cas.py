@@ -640,11 +640,24 @@ class CompareAndSwap:
             _check_home(facts.envelope, key, object_id)
         return facts.info(object_id)
 
-    def delete(self, object_id: str, expected_revision: int | None = None) -> Steps[None]:
-        """Delete the head; with `expected_revision`, only if the head is still at it."""
+    def delete(
+        self,
+        object_id: str,
+        expected_revision: int | None = None,
+        *,
+        seen_etag: str | None = None,
+    ) -> Steps[None]:
+        """Delete the head; with `expected_revision`, only if the head is still at it.
+
+        `seen_etag` (without `expected_revision`): the ETag of the head the caller last
+        read or wrote. The delete is tried on it, in one request, without reading the head
+        first; a head saved or purged since fails it, and is read and judged as below.
+        """
         key = self.key(object_id)
         etag: str | None = None
-        if expected_revision is None:
+        if expected_revision is None and seen_etag is not None:
+            etag = seen_etag
+        elif expected_revision is None:
             # A purge's tombstone keeps its key occupied (a freed key could be created
             # again by a writer that never saw the purge): deleting it does nothing, and
             # the delete is conditional on the head judged, so a purge's tombstone that
@@ -679,7 +692,13 @@ class CompareAndSwap:
             if result.outcome is WriteOutcome.CONDITION_CONFLICT:
                 yield Sleep(self.retry.delay(attempt))
                 continue
-            facts = yield from self.read_head(key)
+            try:
+                facts = yield from self.read_head(key)
+            except (InvalidPayload, UnsupportedFormat):
+                if expected_revision is not None:
+                    raise
+                etag = None  # unreadable (planted since the head seen): deleted as it is
+                continue
             if facts is None:
                 return  # gone: ours landed, or someone else's delete did the same
             if facts.purge is not None:
