@@ -43,6 +43,7 @@ def test_fault_proxy_loses_and_duplicates_no_increment(seaweedfs: servers.S3Serv
     acknowledged: list[int] = []
     unknown: list[int] = []
     puts: dict[str, dict[str, Any]] = {}
+    deleted: set[str] = set()
     lock = threading.Lock()
     with FaultProxy(seaweedfs.endpoint, plan) as proxy:
         url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
@@ -63,7 +64,16 @@ def test_fault_proxy_loses_and_duplicates_no_increment(seaweedfs: servers.S3Serv
                         store.put(("puts",), key, value)
                         puts[key] = value
                     except stashpoint.StorageUnavailable:
+                        continue
+                    if n % 2:
+                        continue
+                    try:  # a known item: one DELETE with If-Match, through the faults
+                        store.delete(("puts",), key)
+                        with lock:
+                            deleted.add(key)
+                    except stashpoint.StorageUnavailable:
                         pass
+                    puts.pop(key)  # deleted, or of unknown outcome
 
         threads = [threading.Thread(target=work, args=(w,)) for w in range(6)]
         for thread in threads:
@@ -75,6 +85,7 @@ def test_fault_proxy_loses_and_duplicates_no_increment(seaweedfs: servers.S3Serv
         stored = {item.key: item.value for item in clean.search(("puts",), limit=1000)}
     assert len(acknowledged) <= counted <= len(acknowledged) + len(unknown)  # none lost, none twice
     assert all(stored.get(key) == value for key, value in puts.items())  # every acknowledged put
+    assert deleted and not deleted & stored.keys()  # every acknowledged delete
     assert plan.injected["drop_response"] > 0 and plan.injected["conflict"] > 0
 
 
