@@ -562,8 +562,10 @@ class LogSteps:
 
         With `kept`, entries this process appended and has not sealed are not read again:
         their bodies are kept (`_written`; entries never change, a sealed range is read
-        from its segment). Reads that find a log's top never take it so: the top comes
-        from the bucket, where a purge's tombstone or a damaged object shows.
+        from its segment). Without, an entry below the newest asked for is taken from
+        memory only while its listing names the object kept (`_verified`). Reads that find
+        a log's top never take it so: the top comes from the bucket, where a purge's
+        tombstone or a damaged object shows.
         """
         newest = max((source.last for source in sources), default=-1)
         known = [
