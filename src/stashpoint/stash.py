@@ -388,7 +388,14 @@ class _Parts:
         return lambda run_id: sealer.encryption.rule_for(RUN_LOGS, run_id).tenant
 
     def cas(self, namespace: str) -> CompareAndSwap:
-        return CompareAndSwap(namespace, self.backend.layout, self.codec, self.retry, self.cache)
+        return CompareAndSwap(
+            namespace,
+            self.backend.layout,
+            self.codec,
+            self.retry,
+            self.cache,
+            conditional_delete=self.backend.provider.conditional_delete,
+        )
 
     def logs(self, namespace: str) -> LogSteps:
         from stashpoint.logs.format import LogKeys

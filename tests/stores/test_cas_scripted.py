@@ -221,9 +221,7 @@ def _after(
 def test_head_moved_past_the_window_still_naming_our_save_for_us_is_success() -> None:
     ours = chain(1)[0].next({"n": "ours"})
     latest = _after(ours, LINEAGE_DEPTH + 10, writers=8)[-1]  # 8 writers, 41 saves since
-    script = Script(
-        [(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))]
-    )
+    script = Script([(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))])
     save(cas(), ours, 0, script)  # landed: no version history needed, none asked
     assert len(script.puts()) == 1
 
@@ -232,9 +230,7 @@ def test_head_moved_past_the_window_naming_another_save_for_us_is_a_conflict() -
     mine = chain(1)[0].next({"n": "mine"})
     earlier = chain(1)[0].next({"n": "an earlier save of this writer"})
     latest = _after(earlier, LINEAGE_DEPTH + 10, writers=8)[-1]
-    script = Script(
-        [(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))]
-    )
+    script = Script([(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))])
     with pytest.raises(CheckpointConflict):
         save(cas(), mine, 0, script)  # never StorageUnavailable, even without versions
 
@@ -268,9 +264,7 @@ def test_a_first_save_the_head_never_recorded_is_a_conflict_without_versions() -
     latest = _after(created, LINEAGE_DEPTH + 10, writers=8, by="other-first")[-1]
     assert latest.writers_since == 0
     mine = created.next({"n": "mine"})
-    script = Script(
-        [(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))]
-    )
+    script = Script([(PutObject, TIMEOUT), (HeadObject, head(latest)), (GetObject, stored(latest))])
     with pytest.raises(CheckpointConflict):
         save(cas(), mine, 0, script)
 
@@ -382,3 +376,17 @@ def test_a_delete_from_a_seen_etag_that_finds_the_head_gone_is_done() -> None:
     script = Script([(DeleteObject, WriteResult(WriteOutcome.NOT_FOUND))])
     script.run(cas().delete("job", seen_etag='"seen"'))
     assert len(script.requests) == 1
+
+
+def test_without_conditional_deletes_a_seen_etag_still_reads_the_head_first() -> None:
+    """Storage that ignores If-Match on a DELETE (R2) would delete a purge's tombstone
+    planted since the ETag was seen: the head is read and judged first."""
+    from stashpoint.stores.objects import DeleteObject
+
+    retry = RetryPolicy(max_attempts=4, base_delay=0, max_delay=0)
+    steps = CompareAndSwap(
+        CHECKPOINTS, Layout(), Codec(), retry, EtagCache(), conditional_delete=False
+    )
+    script = Script([(HeadObject, None), (DeleteObject, STORED)])
+    script.run(steps.delete("job", seen_etag='"seen"'))
+    assert isinstance(script.requests[0], HeadObject)

@@ -221,11 +221,7 @@ class _StoreApi(BaseStore):
         """The TTL settings."""
         self.embeddings = self._config.embeddings
         """The embedding function, as LangChain `Embeddings` (None without an index)."""
-        self._steps = StoreSteps(
-            stash.head_steps(LANGGRAPH_STORE),
-            cache_bytes,
-            conditional_delete=stash.provider.conditional_delete,
-        )
+        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE), cache_bytes)
 
     @property
     def steps(self) -> StoreSteps:

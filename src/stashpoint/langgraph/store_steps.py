@@ -146,19 +146,9 @@ class Reading:
 class StoreSteps:
     """The store's operations as steps, over one compare-and-swap namespace."""
 
-    def __init__(
-        self,
-        cas: CompareAndSwap,
-        cache_bytes: int = KNOWN_ITEM_WEIGHT,
-        *,
-        conditional_delete: bool = True,
-    ) -> None:
+    def __init__(self, cas: CompareAndSwap, cache_bytes: int = KNOWN_ITEM_WEIGHT) -> None:
         self.cas = cas
         """The compare-and-swap steps of the store's namespace (`langgraph-store`)."""
-        self.conditional_delete = conditional_delete
-        """Whether storage honours `If-Match` on a DELETE (`Provider.conditional_delete`):
-        then a delete of an item this store knows is one request. Without, the head is read
-        first, so a purge's tombstone is never deleted (its key must stay occupied)."""
         if type(cache_bytes) is not int or cache_bytes < 1:
             raise ConfigurationError(f"cache_bytes is an int >= 1, not {described(cache_bytes)}")
         self.known: Lru[str, Found] = Lru(
@@ -445,10 +435,9 @@ class StoreSteps:
         """Delete an item (nothing happens if there is none)."""
         object_id = item_id(check_namespace(namespace), key)
         known = self.known.pop(object_id)
-        seen = None if known is None or not self.conditional_delete else known.etag
         try:
             # One DELETE for an item this store read or wrote (If-Match on its ETag).
-            yield from self.cas.delete(object_id, seen_etag=seen)
+            yield from self.cas.delete(object_id, seen_etag=None if known is None else known.etag)
         except CheckpointNotFound:
             return
 

@@ -315,7 +315,14 @@ class CompareAndSwap:
     """Load, compare-and-swap, update, delete and list envelopes in one namespace, as steps."""
 
     def __init__(
-        self, namespace: str, layout: Layout, codec: Codec, retry: RetryPolicy, cache: EtagCache
+        self,
+        namespace: str,
+        layout: Layout,
+        codec: Codec,
+        retry: RetryPolicy,
+        cache: EtagCache,
+        *,
+        conditional_delete: bool = True,
     ) -> None:
         self.namespace = namespace
         """The namespace (`checkpoints`, `runs`) these steps work in."""
@@ -327,6 +334,10 @@ class CompareAndSwap:
         """Retry policy for 409s and resends."""
         self.cache = cache
         """ETags of revisions seen, shared by every namespace of the stash."""
+        self.conditional_delete = conditional_delete
+        """Whether storage honours `If-Match` on a DELETE (`Provider.conditional_delete`).
+        Without, a delete reads the head first even when given the ETag seen, so a purge's
+        tombstone is never deleted (its key must stay occupied)."""
 
     def key(self, object_id: str) -> str:
         """Return the object key of a (validated) id."""
@@ -650,12 +661,13 @@ class CompareAndSwap:
         """Delete the head; with `expected_revision`, only if the head is still at it.
 
         `seen_etag` (without `expected_revision`): the ETag of the head the caller last
-        read or wrote. The delete is tried on it, in one request, without reading the head
-        first; a head saved or purged since fails it, and is read and judged as below.
+        read or wrote. Where storage honours `If-Match` on a DELETE, the delete is tried on
+        it, in one request, without reading the head first; a head saved or purged since
+        fails it, and is read and judged as below.
         """
         key = self.key(object_id)
         etag: str | None = None
-        if expected_revision is None and seen_etag is not None:
+        if expected_revision is None and seen_etag is not None and self.conditional_delete:
             etag = seen_etag
         elif expected_revision is None:
             # A purge's tombstone keeps its key occupied (a freed key could be created
