@@ -562,6 +562,11 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         """The object store's capabilities in use (`stores.providers`; `provider=` in the URL)."""
         return self._parts.backend.provider
 
+    @property
+    def indexed(self) -> bool:
+        """Whether this stash has an index (SQLite on the embedded default, DynamoDB on S3)."""
+        return self._parts.backend.index is not None
+
     def conformance(self) -> Conformance:
         """Probe what the bucket's S3 really does (`stashpoint doctor --conformance`).
 

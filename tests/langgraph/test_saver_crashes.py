@@ -98,7 +98,7 @@ def test_crash_at_any_request_of_a_put_keeps_every_acknowledged_checkpoint(
 
 KILLED_GRAPH = textwrap.dedent(
     """
-    import operator, sys
+    import operator, os, sys
     from typing import Annotated, TypedDict
     from langgraph.graph import END, START, StateGraph
     import stashpoint
@@ -112,11 +112,16 @@ KILLED_GRAPH = textwrap.dedent(
     builder.add_edge(START, "reply")
     builder.add_edge("reply", END)
     with stashpoint.open(sys.argv[1]) as stash:
-        graph = builder.compile(checkpointer=StashpointSaver(stash))
-        config = {"configurable": {"thread_id": "victim"}}
+        saver = StashpointSaver(stash)
+        saver.setup()  # with an index: delete_for_runs reads it (tested after the kills)
+        graph = builder.compile(checkpointer=saver)
+        turn = 0
         while True:
+            # A run id per invocation, as LangGraph's server sets one.
+            config = {"configurable": {"thread_id": "victim", "run_id": f"{os.getpid()}-{turn}"}}
             done = graph.invoke({"messages": ["user " + "x" * 500]}, config)
             print(len(done["messages"]), done["messages"][-1], sep="\t", flush=True)
+            turn += 1
     """
 )
 
@@ -160,6 +165,15 @@ def test_sigkill_mid_conversation_loses_no_acknowledged_turn(
         assert replies <= len(stored_replies) <= replies + 1  # none lost
         replies = len(stored_replies)
         stored = len(messages)
+    # Every checkpoint carries its invocation's run id; deleting every run the thread names
+    # leaves nothing, on the local folder through its index: none was stored unindexed.
+    with stashpoint.open(url) as stash:
+        saver = StashpointSaver(stash)
+        victim = {"configurable": {"thread_id": "victim"}}
+        runs = {t.metadata["run_id"] for t in saver.list(victim)}
+        assert len(runs) >= 5
+        saver.delete_for_runs(sorted(runs))
+        assert list(saver.list(victim)) == []
 
 
 KILLED_AT_THE_SEAL = textwrap.dedent(

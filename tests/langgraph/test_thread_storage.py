@@ -742,8 +742,9 @@ def test_a_put_landing_while_prune_folds_the_thread_is_kept(
         assert landed
         latest = StashpointSaver(pruning).get_tuple(config)  # type: ignore[arg-type]
         assert latest is not None
-        assert latest.config["configurable"]["checkpoint_id"] == (
-            landed[0]["configurable"]["checkpoint_id"]
+        assert (
+            latest.config["configurable"]["checkpoint_id"]
+            == (landed[0]["configurable"]["checkpoint_id"])
         )
         assert latest.checkpoint["channel_values"] == {"v": 3}
 
@@ -837,8 +838,9 @@ def test_a_packed_thread_reads_its_latest_and_its_past(memory_url: tuple[str, An
 
 
 def test_delete_for_runs_reads_a_thread_without_those_runs_once_and_leaves_it(stash: Any) -> None:
-    """A thread holding no checkpoint of the runs is read once (the read that finds out)
-    and not written; a thread holding one is rewritten without it."""
+    """Without an index (every thread walked): a thread holding no checkpoint of the runs is
+    read once (the read that finds out) and not written; a thread holding one is rewritten
+    without it. (With an index: `test_run_threads.py`.)"""
     from tests.meter import Meter
 
     saver = StashpointSaver(stash)
@@ -849,7 +851,8 @@ def test_delete_for_runs_reads_a_thread_without_those_runs_once_and_leaves_it(st
                   metadata={"source": "input", "step": -1, "run_id": "doomed"})  # fmt: skip
     _put(saver, "mixed", {"v": "kept"}, parent=doomed["configurable"]["checkpoint_id"],
          metadata={"source": "loop", "step": 0, "run_id": "kept"})  # fmt: skip
-    with stashpoint.open(stash.url) as fresh:  # a new process: no head is known
+    # A new process, on a stash without an index: no head is known, every thread is walked.
+    with stashpoint.open(f"{stash.url}?index=none") as fresh:
         meter = Meter(fresh)
         StashpointSaver(fresh).delete_for_runs(["no-such-run"])
         assert "PutObject" not in meter.sent

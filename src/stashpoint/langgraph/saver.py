@@ -97,7 +97,7 @@ def _serde(serde: SerializerProtocol | None, allowed: AllowedModules) -> Seriali
 
 
 def _steps_of(stash: Stash | AsyncStash) -> SaverSteps:
-    return SaverSteps(stash.log_steps(LANGGRAPH), stash.layout, stash.codec)
+    return SaverSteps(stash.log_steps(LANGGRAPH), stash.layout, stash.codec, indexed=stash.indexed)
 
 
 def _tuple(parts: TupleParts | None) -> CheckpointTuple | None:
@@ -171,11 +171,16 @@ class StashpointSaver(BaseCheckpointSaver[str]):
             yield saver
 
     def setup(self) -> None:
-        """Do nothing: a stash needs no tables or migrations.
+        """Prepare the stash for this saver: no tables or migrations, at most one walk.
 
         Kept for code written for the SQL savers, which must call it once. The DynamoDB
         index, where there is one, comes with the deployment (`infra/stashpoint.yaml`).
+        On a stash with an index, the first call writes which threads hold which runs for
+        the threads already stored (one walk of every thread, then a marker), so that
+        `delete_for_runs` reads the index instead of walking; later calls are one request.
+        Without an index, no request.
         """
+        self._run(self._steps.index_runs(self.serde))
 
     @property
     def steps(self) -> SaverSteps:
@@ -383,7 +388,8 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
             yield saver
 
     async def setup(self) -> None:
-        """Do nothing: a stash needs no tables or migrations (see `StashpointSaver.setup`)."""
+        """Prepare the stash for this saver (see `StashpointSaver.setup`)."""
+        await self._arun(self._steps.index_runs(self.serde))
 
     @property
     def steps(self) -> SaverSteps:

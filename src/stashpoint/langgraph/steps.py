@@ -26,6 +26,7 @@ from stashpoint.errors import (
     whole,
 )
 from stashpoint.ids import thread_key
+from stashpoint.langgraph.run_threads import RunThreads
 from stashpoint.langgraph.thread import (
     LARGE_VALUE,
     LATEST_MARKER,
@@ -213,9 +214,14 @@ class TupleParts:
 class SaverSteps:
     """LangGraph checkpoint operations over one stash, as steps."""
 
-    def __init__(self, logs: LogSteps, layout: Layout, codec: Codec) -> None:
+    def __init__(
+        self, logs: LogSteps, layout: Layout, codec: Codec, *, indexed: bool = False
+    ) -> None:
         self.logs = logs
         """The threads' logs (whole state with every version)."""
+        self.run_threads = RunThreads(layout.prefix) if indexed else None
+        """Which threads may hold which runs (`run_threads`); None: the stash has no index,
+        and `delete_for_runs` walks every thread."""
         self.layout = layout
         """Where large values live."""
         self.codec = codec
@@ -412,7 +418,11 @@ class SaverSteps:
             thread_ids: list[str] = [str(config["configurable"]["thread_id"])]
             keys = [thread_key(thread_ids[0])]
         else:
-            keys = yield from self.logs.list_ids()
+            named = None
+            if self.run_threads is not None and filter and filter.get("run_id") is not None:
+                # Only the threads that may hold the run (`run_threads`), when that is known.
+                named = yield from self.run_threads.threads_of([str(filter["run_id"])])
+            keys = sorted(named) if named is not None else (yield from self.logs.list_ids())
             thread_ids = []
         want_ns = None if config is None else config["configurable"].get("checkpoint_ns")
         want_id = None if config is None else config["configurable"].get("checkpoint_id")
@@ -603,9 +613,9 @@ class SaverSteps:
         skeleton = dict(checkpoint)
         channel_values = skeleton.pop("channel_values", {})
         packed_checkpoint = pack(*_dumped(serde, skeleton, "checkpoint", key))
-        packed_metadata = pack(
-            *_dumped(serde, get_checkpoint_metadata(config, dict(metadata)), "metadata", key)  # type: ignore[arg-type]
-        )
+        merged_metadata = get_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
+        packed_metadata = pack(*_dumped(serde, merged_metadata, "metadata", key))
+        run = _run_of(merged_metadata) if self.run_threads is not None else None
         # Serialize once; which list values may be stored as extensions depends on the head.
         serialized: dict[str, Any] = {}
         for channel in new_versions:
@@ -691,6 +701,9 @@ class SaverSteps:
                     doc = _packed(ser[0], ser[1], large)
                     locations[channel] = ValueLocation(channel_version, version, [version], None)
                 values[channel] = {"version": channel_version, "value": doc}
+            if run is not None and self.run_threads is not None and state.run != run:
+                # Ahead of the append: the index never misses a thread that holds the run.
+                yield from self.run_threads.note([run], key, version)
             yield from self._store_large(key, large, base, values_sent)
             yield from self._store_snapshots(key, snapshots)
             record = {
@@ -711,7 +724,7 @@ class SaverSteps:
                 value_versions=locations,
                 version=version,
             )
-            new_state = new_state.model_copy(update={"thread_id": thread_id})
+            new_state = new_state.model_copy(update={"thread_id": thread_id, "run": run})
             return record, _Thread(new_state)
 
         yield from self._place(key, thread_id, plan)
@@ -1117,6 +1130,11 @@ class SaverSteps:
             model = ThreadModel() if read is None or read[0].deleted else read[1]
             if not change(model):
                 return None
+            if source is not None and self.run_threads is not None:
+                # A copy brings the source's runs into this thread: their items go first.
+                yield from self.run_threads.note(
+                    _runs_in(model, serde, key), key, after.next_version
+                )
             state = state_of_model(model, thread_id, after.next_version)
             return after, {"op": "rebase", "records": model.records()}, _Thread(state)
 
@@ -1151,26 +1169,77 @@ class SaverSteps:
             yield from self._rewrite(thread_id, keep_latest, serde)
 
     def delete_for_runs(self, run_ids: Sequence[str], serde: Serializer) -> Steps[None]:
-        """Delete, in every thread, the checkpoints (and writes) of the given runs."""
-        doomed = set(run_ids)
+        """Delete, in every thread, the checkpoints (and writes) of the given runs.
+
+        With an index whose (run, thread) items cover every thread (`run_threads`), only
+        the threads the items name are read: one request for the marker and one per run,
+        then each named thread. Without one, every thread is walked; with an index whose
+        items are not complete yet, the walk also writes every thread's items and then the
+        marker, so the next call reads the index.
+        """
+        doomed = {str(run_id) for run_id in run_ids}
         if not doomed:
             return
-        keys = yield from self.logs.list_ids()
+        named = None
+        if self.run_threads is not None:
+            named = yield from self.run_threads.threads_of(sorted(doomed))
+        backfill = self.run_threads is not None and named is None
+        keys = sorted(named) if named is not None else (yield from self.logs.list_ids())
         for key in keys:
             read = yield from self._listed(key)
             if read is None or read[0].deleted:
+                if named is not None and read is not None:
+                    yield from self._forget_items(key, named[key], read[2].version)
                 continue
             thread_id = str(read[0].thread_id or key)
+            runs = _runs_in(read[1], serde, key)
+            if backfill and self.run_threads is not None:
+                # A checkpoint put after this read writes its own item (ahead of its append).
+                yield from self.run_threads.note(runs, key, 0)
 
-            def of_doomed_run(stored: StoredCheckpoint, key: str = key) -> bool:
-                return _load(serde, stored.metadata, key, {}).get("run_id") in doomed
+            def without_runs(model: ThreadModel, key: str = key) -> bool:
+                return model.keep(
+                    lambda c: _run_of(_load(serde, c.metadata, key, {})) not in doomed
+                )
 
-            def without_runs(model: ThreadModel) -> bool:
-                return model.keep(lambda c: not of_doomed_run(c))
+            if runs & doomed:
+                # Read again inside the rewrite: a put landing meanwhile is folded, not lost.
+                yield from self._rewrite(thread_id, without_runs, serde)
+            if named is not None:
+                yield from self._forget_items(key, named[key], read[2].version)
+        if backfill and self.run_threads is not None:
+            yield from self.run_threads.complete()
 
-            if not any(map(of_doomed_run, _every_checkpoint(read[1]))):
-                continue  # nothing of those runs: not read again, not rewritten
-            yield from self._rewrite(thread_id, without_runs, serde)
+    def index_runs(self, serde: Serializer) -> Steps[int]:
+        """Write every thread's (run, thread) items once, then the marker; say how many threads.
+
+        Nothing to do without an index, or when the marker says it was done: the saver's
+        puts keep the items from then on. Safe beside running puts (theirs go ahead of
+        their appends) and idempotent (a walk cut short writes no marker and runs again).
+        """
+        if self.run_threads is None or (yield from self.run_threads.is_complete()):
+            return 0
+        walked = 0
+        for key in (yield from self.logs.list_ids()):
+            read = yield from self._listed(key)
+            if read is not None and not read[0].deleted:
+                yield from self.run_threads.note(_runs_in(read[1], serde, key), key, 0)
+                walked += 1
+        yield from self.run_threads.complete()
+        return walked
+
+    def _forget_items(self, key: str, runs: Mapping[str, int], read_at: int) -> Steps[None]:
+        """Remove a thread's items of runs just deleted from it (or that it no longer holds).
+
+        Only items written at or below the version the thread was read at: a put of the run
+        planned later wrote a higher revision (it is in flight, or landed after the rewrite)
+        and its item stays. A put that planned at or below that version cannot append there
+        (the version is taken): it plans again and writes its item again, higher.
+        """
+        assert self.run_threads is not None
+        for run_id, revision in sorted(runs.items()):
+            if revision <= read_at:
+                yield from self.run_threads.forget(run_id, key, revision)
 
     def copy_thread(self, source_id: str, target_id: str, serde: Serializer) -> Steps[None]:
         """Copy every checkpoint and write of a thread to another (refused if it has any)."""
@@ -1206,6 +1275,21 @@ def _target(config: Config) -> tuple[str, str, str | None]:
         configurable.get("checkpoint_ns", ""),
         configurable.get("checkpoint_id") or None,
     )
+
+
+def _runs_in(model: ThreadModel, serde: Serializer, key: str) -> set[str]:
+    """Return the runs a thread's checkpoints name."""
+    return {
+        run
+        for stored in _every_checkpoint(model)
+        if (run := _run_of(_load(serde, stored.metadata, key, {}))) is not None
+    }
+
+
+def _run_of(metadata: Mapping[str, Any]) -> str | None:
+    """Return the run a checkpoint's metadata names (`run_id`, set by LangGraph's server)."""
+    run_id = metadata.get("run_id")
+    return None if run_id is None else str(run_id)
 
 
 def _life(document: Mapping[str, Any]) -> int:

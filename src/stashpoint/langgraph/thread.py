@@ -508,6 +508,9 @@ class ThreadState(BaseModel):
     """Whether the thread has had more namespaces than the state names."""
     ns: dict[str, Slot] = Field(default_factory=dict)
     """The most recently written namespaces."""
+    run: str | None = None
+    """The run of the latest put, when the stash's index already has its (run, thread)
+    item (`run_threads`): the next put of that run writes no item. None without an index."""
 
     def document(self) -> dict[str, Any]:
         """Return the JSON an entry stores (defaults left out)."""
