@@ -51,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--way", choices=("kept", "again", "short-backoff"), default="kept")
+    parser.add_argument("--workers", type=int, default=WORKERS)
     args = parser.parse_args()
     with real_servers("fairness") as (url, options):
         if args.way == "again":
@@ -60,12 +61,12 @@ def main() -> None:
         with stashpoint.open(url, **options) as stash:
             run_id = stash.runs.create_run("fairness")
         context = multiprocessing.get_context("fork")
-        barrier, queue = context.Barrier(WORKERS), context.Queue()
+        barrier, queue = context.Barrier(args.workers), context.Queue()
         workers = [
             context.Process(
                 target=_work, args=(url, options, run_id, who, args.seconds, barrier, queue)
             )
-            for who in range(WORKERS)
+            for who in range(args.workers)
         ]
         for worker in workers:
             worker.start()

@@ -29,7 +29,9 @@ def _one_lost_race(url: str, stale: Any, fresh: Any) -> list[str]:
         return meter.sent
 
 
-def test_a_run_transition_that_loses_a_race_lists_once() -> None:
+def test_a_run_transition_that_loses_a_race_reads_on_in_one_round_without_listing() -> None:
+    """The winner is one version ahead: the loser GETs that version and the one after it
+    (absent) at once, applies the winner's patch to the state it had, and appends."""
     url = f"memory://state-{uuid.uuid4().hex}"
     with stashpoint.open(url) as stash:
         run_id = stash.runs.create_run("race")
@@ -39,11 +41,70 @@ def test_a_run_transition_that_loses_a_race_lists_once() -> None:
         stash.runs.record_attempt(run_id, f"n{next(labels)}", 1)
 
     sent = _one_lost_race(url, record, record)
-    # The refused PUT, one listing (entries and segments at once), the newest entries,
-    # the PUT that lands, and the index.
+    # The refused PUT, the two GETs, the PUT that lands, and the index.
     assert sent.count("PutObject") == 2, sent
-    assert sent.count("ListKeys") == 2, sent
-    assert sent.index("ListKeys") > sent.index("PutObject")
+    assert "ListKeys" not in sent, sent
+    assert sent[1:3] == ["GetObject", "GetObject"], sent
+    with stashpoint.open(url) as stash:  # what a listing's read says: all three
+        state = stash.runs.load_run(run_id)
+        assert sorted(a.node_id for a in state.attempts) == ["n0", "n1", "n2"]
+
+
+def test_a_writer_more_than_one_version_behind_lists() -> None:
+    """When the log went further than the version after the lost head, the loser reads
+    with a listing, as before; nothing of either writer is lost."""
+    url = f"memory://state-{uuid.uuid4().hex}"
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run("race")
+    labels = iter(range(100))
+
+    def record(stash: Any) -> None:
+        stash.runs.record_attempt(run_id, f"n{next(labels)}", 1)
+
+    def twice(stash: Any) -> None:
+        record(stash)
+        record(stash)
+
+    sent = _one_lost_race(url, record, twice)
+    assert sent.count("ListKeys") == 2 and sent.count("PutObject") == 2, sent
+    with stashpoint.open(url) as stash:
+        assert len(stash.runs.load_run(run_id).attempts) == 4
+
+
+def test_a_loser_meeting_a_planted_version_reads_with_a_listing() -> None:
+    """An object at the version after the lost head that does not follow it (another log's
+    entry, planted) is not taken as the head: the listing's read judges it (a typed
+    error naming the log), and nothing is written after it."""
+    url = f"memory://state-{uuid.uuid4().hex}"
+    with stashpoint.open(url) as first, stashpoint.open(url) as second:
+        run_id = first.runs.create_run("race")
+        first.runs.record_attempt(run_id, "a", 1)
+        other = second.runs.create_run("other")
+        second.runs.record_attempt(other, "x", 1)
+        second.runs.record_attempt(other, "y", 1)
+        # Version 2 of `other`'s log, copied under `run_id`'s version 2.
+        from stashpoint.stores.objects import GetObject, PutObject
+
+        assert second.logs_in("run-logs").head(run_id).version == 1
+        keys = [k for k in _keys(second) if f"/{other}/" in k and k.endswith("2")]
+        assert len(keys) == 1
+        body = second.driver(GetObject(keys[0], None, 10**7)).body
+        second.driver(PutObject(keys[0].replace(other, run_id), body, None))
+        with pytest.raises(stashpoint.InvalidPayload):
+            first.runs.record_attempt(run_id, "b", 1)
+
+
+def _keys(stash: Any) -> list[str]:
+    from stashpoint.stores.objects import ListKeys
+
+    found: list[str] = []
+    token = None
+    while True:
+        page = stash.driver(ListKeys("", token))
+        found.extend(page.keys)
+        token = page.next_token
+        if token is None:
+            return found
 
 
 def test_a_lost_race_still_ends_in_purged_for_a_purged_log() -> None:

@@ -262,17 +262,26 @@ def make_patch(before: Any, after: Any) -> tuple[dict[str, Any], tuple[str, ...]
     return patch, unset
 
 
-def resolve(entries: list[LogEntry], before: Any, name: str) -> list[LogEntry]:
+def resolve(
+    entries: list[LogEntry],
+    before: Any,
+    name: str,
+    *,
+    kind_before: tuple[str, int] | None = None,
+) -> list[LogEntry]:
     """Return `entries` (consecutive) with every patch applied to the state before it.
 
     A patch entry also takes its kind and schema version from the entry before it.
     `before` is the state of the version before the first entry (unused when that entry
-    stores its whole state). A patch with no whole state to apply it to is refused.
+    stores its whole state), and `kind_before` that version's kind and schema version. A
+    patch with no whole state to apply it to is refused.
     """
     resolved: list[LogEntry] = []
     state = before
     known = before is not UNKNOWN_STATE
     kind, schema = (entries[0].kind, entries[0].schema_version) if entries else ("", 0)
+    if kind_before is not None:
+        kind, schema = kind_before
     for entry in entries:
         if entry.patch is None:
             state, known = entry.state, True

@@ -809,6 +809,50 @@ class LogSteps:
 
         return (yield from self._relisting(log_id, read))
 
+    def read_after(self, after: LogHead) -> Steps[LogHead | None]:
+        """Read the version another writer appended after `after`, in one round, no listing.
+
+        For a writer that lost the race to append after `after`: GETs the two versions
+        after it at once. A live entry right after `after` that follows it (its write id,
+        its records) with nothing after it is the head; a patch is applied to `after`'s
+        state as stored. Keys are never freed, so nothing after it means it is the latest.
+        None when the log went further, the version is not a live entry of the same log
+        (an end, a purge's tombstone, a marker), or it does not follow `after`: the caller
+        reads with a listing, which says what happened. A lost race thus costs the loser
+        one round before it plans again, not two (a listing, then the newest entry).
+        """
+        log_id = after.log_id
+        version = after.version + 1
+        source = _Source(self.keys.entry(log_id, version), version, version, False)
+        infos = yield from self._gets(
+            log_id, [self._get(source.key), self._get(self.keys.entry(log_id, version + 1))]
+        )
+        found, beyond = infos
+        if found is None or beyond is not None or not found.body:
+            return None  # not written (the race was lost to something else), or went on
+        items = yield from self._decode(log_id, source, found)
+        entry = items[0] if items else None
+        if (
+            not isinstance(entry, LogEntry)
+            or entry.ended
+            or after.ended
+            or (entry.prev is not None and entry.prev != after.write_id)
+            or (not entry.starts_life and entry.first_record != after.next_record)
+            or (entry.patch is not None and after.snapshot is _NO_SNAPSHOT)
+        ):
+            return None
+        self._remember_read(source, found)
+        name = self.keys.entries_prefix(log_id)
+        try:
+            before = UNKNOWN_STATE if entry.patch is None else after.snapshot
+            (resolved,) = resolve(
+                [entry], before, name, kind_before=(after.kind, after.schema_version)
+            )
+        except InvalidPayload:
+            return None  # the listing's read judges it, with its whole chain
+        self._learn_top(log_id, version)
+        return LogHead.of(resolved)
+
     def read_at_top(
         self,
         log_id: str,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from stashpoint.cache import Lru
-from stashpoint.errors import CheckpointNotFound, Purged
+from stashpoint.errors import CheckpointConflict, CheckpointNotFound, Purged
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Steps
@@ -188,12 +188,34 @@ class LoggedState(Generic[S]):
         refuses it (a `StashpointError`) is judged again on a fresh read. `write` raises
         `CheckpointConflict` when another writer got there first: the head is forgotten,
         read again, and the change computed again, with back-off, `max_attempts` times.
+        The read after a lost race first tries the version after the head it lost on, in
+        one round (`LogSteps.read_after`): the winner is usually one version ahead, and a
+        loser that needed a listing and a GET before planning again kept losing to writers
+        that knew their head (issue 27's fairness measurement).
         """
+        lost_on: list[LogHead] = []
+
+        def write_noting(known: Known[S], what: C) -> Steps[R]:
+            try:
+                return (yield from write(known, what))
+            except CheckpointConflict:
+                lost_on[:] = [] if known.log is None else [known.log]
+                raise
+
+        def read() -> Steps[Known[S]]:
+            if lost_on:
+                head = yield from self.logs.read_after(lost_on.pop())
+                if head is not None and not head.ended:
+                    known = self.known_of(head)
+                    self.remember(log_id, known)
+                    return known
+            return (yield from self.read(log_id, initial))
+
         return (
             yield from optimistic_update(
-                lambda: self.read(log_id, initial),
+                read,
                 change,
-                write,
+                write_noting,
                 retry=self.retry,
                 max_attempts=self.max_attempts,
                 known=self.cached(log_id) if trust_cached else None,
