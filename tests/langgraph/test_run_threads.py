@@ -6,6 +6,7 @@ of the appends that store a run's checkpoints, read instead of walking every thr
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -378,3 +379,58 @@ def test_puts_racing_delete_for_runs_on_real_servers_leave_nothing_unfound(
             for thread_id in (f"w{n}-a", f"w{n}-b"):
                 runs = _runs(saver, thread_id)
                 assert "r" not in runs and runs.count("kept") == 1, (thread_id, runs)
+
+
+def test_the_fault_proxy_leaves_no_checkpoint_of_a_run_undeletable(
+    seaweedfs: Any, dynamodb_local: Any, dynamodb_table: str
+) -> None:
+    """Puts of runs through the fault proxy (answers dropped after the write landed,
+    requests dropped, 503s, 409s) and `delete_for_runs` through it too: every checkpoint a
+    put acknowledged is deleted by a clean process's `delete_for_runs` through the index,
+    and every checkpoint of a kept run stays."""
+    from botocore.config import Config
+
+    from stashpoint import StashpointError
+    from tests.faultproxy import FaultPlan, FaultProxy
+
+    plan = FaultPlan(
+        {"drop_response": 0.1, "drop_request": 0.05, "slowdown": 0.05, "conflict": 0.05}
+    )
+    config = Config(
+        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
+    )
+    prefix = f"t-{uuid.uuid4().hex}"
+    index = f"&index=dynamodb://{dynamodb_table}"
+    options = {"index_endpoint_url": dynamodb_local.endpoint}
+    with stashpoint.open(seaweedfs.url(prefix) + index, **options) as stash:
+        StashpointSaver(stash).setup()
+    acknowledged: dict[str, list[str]] = {}
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        url = seaweedfs.url(prefix, endpoint=proxy.endpoint) + index
+        with stashpoint.open(url, client_config=config, **options) as stash:
+            saver = StashpointSaver(stash)
+            for n in range(8):
+                thread_id, parent = f"t{n}", None
+                for run in ("kept", f"doomed-{n % 3}", "kept"):
+                    try:
+                        parent = _put(saver, thread_id, run, n, parent=parent)["configurable"][
+                            "checkpoint_id"
+                        ]
+                    except StashpointError:
+                        continue  # not acknowledged: may or may not be stored
+                    acknowledged.setdefault(thread_id, []).append(run)
+            for _ in range(5):  # bounded: a delete through the faults may fail
+                try:
+                    saver.delete_for_runs(["doomed-0", "doomed-1"])
+                    break
+                except StashpointError:
+                    continue
+    with stashpoint.open(seaweedfs.url(prefix) + index, **options) as clean:
+        saver = StashpointSaver(clean)
+        saver.delete_for_runs(["doomed-0", "doomed-1", "doomed-2"])
+        for thread_id, runs in acknowledged.items():
+            left = _runs(saver, thread_id)
+            assert not any(r.startswith("doomed") for r in left), (thread_id, left)
+            assert left.count("kept") >= runs.count("kept"), (thread_id, runs, left)
+    assert sum(len(r) for r in acknowledged.values()) > 12
+    assert plan.injected["drop_response"] > 0
