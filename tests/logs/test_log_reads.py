@@ -79,6 +79,41 @@ def test_list_page_skips_past_long_logs_and_pages_by_cursor() -> None:
         assert stash.logs.list_page(prefix="c", limit=5) == (["c"], None)
 
 
+def test_list_ids_lists_each_long_log_once() -> None:
+    """Every id, in order, skipping the rest of each log's entries past a page: 2,500
+    versions of one log cost one LIST for it, not three pages."""
+    with stashpoint.open(f"memory://ids-{stashpoint.new_id()}") as stash:
+        sizes = {"a": 2500, "b": 3, "c": 1200, "d": 1}
+        for log_id, versions in sizes.items():
+            head = None
+            for v in range(versions):
+                head = stash.logs.append(log_id, [v], after=head)
+        counts = _counting(stash)
+        assert stash.logs.list_ids() == ["a", "b", "c", "d"]
+        assert counts["ListKeys"] <= 3, counts  # a (with b), c (with d), the end
+        assert stash.logs.list_ids("c") == ["c"]
+
+
+@pytest.mark.parametrize("listing", ["list_ids", "list_page"])
+def test_objects_planted_without_a_slash_never_bring_a_listing_back(listing: str) -> None:
+    """A page that ends in keys naming no log (1,500 planted objects) is passed by its last
+    key: the listing ends, with every log, instead of reading the same page forever."""
+    from stashpoint.stores.objects import PutObject
+
+    with stashpoint.open(f"memory://planted-{stashpoint.new_id()}") as stash:
+        stash.logs.append("a", ["x"], after=None)
+        base = stash.logs.steps.keys.ids_prefix()
+        for n in range(1500):
+            stash.driver(PutObject(f"{base}b-planted-{n:05d}", b"x", None))
+        stash.logs.append("c", ["x"], after=None)
+        counts = _counting(stash)
+        if listing == "list_ids":
+            assert stash.logs.list_ids() == ["a", "c"]
+        else:
+            assert stash.logs.list_page(limit=10) == (["a", "c"], None)
+        assert counts["ListKeys"] <= 3
+
+
 def test_an_append_costs_the_same_requests_with_thousands_of_entries_awaiting_clean_up() -> None:
     """Sealed entries stay an hour: at 40 segments' worth, the seal an append makes still
     lists the recent entries and the oldest page only (not every page, twice)."""

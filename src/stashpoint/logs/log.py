@@ -1764,27 +1764,47 @@ class LogSteps:
                 f"limit must be an int >= 1, not {type(limit).__name__} {limit!r}"[:120]
             )
         base = self.keys.ids_prefix()
-        ids: list[str] = []
         if not self.seeks:
             # No StartAfter, no order: every id under the prefix, paged here.
             start = None if cursor is None else _cursor_id(cursor)
             every = [i for i in (yield from self.list_ids(prefix)) if start is None or i > start]
             return every[:limit], (every[limit - 1] if len(every) > limit else None)
         after = None if cursor is None else f"{base}{_cursor_id(cursor)}/~"
-        while len(ids) < limit:
+        ids, ended = yield from self._ids_after(prefix, after, limit)
+        if ended:
+            return ids[:limit], (ids[limit - 1] if len(ids) > limit else None)
+        return ids[:limit], ids[limit - 1]
+
+    def _ids_after(
+        self, prefix: str, after: str | None, limit: int | None
+    ) -> Steps[tuple[list[str], bool]]:
+        """Return the log ids after the key `after`, and whether the listing ended.
+
+        At least `limit` ids unless it ended. Storage that lists in order only: each page
+        starts after the last log it named (`start_after` past the rest of that log's
+        entries), so a log costs one LIST at most however long it is. A page whose last
+        key names no log (an object planted without a `/`) is passed by that key, so such
+        objects never bring a page back.
+        """
+        base = self.keys.ids_prefix()
+        ids: list[str] = []
+        while limit is None or len(ids) < limit:
             page = yield from ask(ListKeys(base + prefix, start_after=after))
             for key in page.keys:
                 log_id, slash, _ = key[len(base) :].partition("/")
                 if slash and (not ids or ids[-1] != log_id):
                     ids.append(log_id)
             if not page.keys or page.next_token is None:
-                return ids[:limit], (ids[limit - 1] if len(ids) > limit else None)
-            after = f"{base}{ids[-1]}/~"  # the rest of the last log's entries: skipped
-        return ids[:limit], ids[limit - 1]
+                return ids, True
+            skip = f"{base}{ids[-1]}/~" if ids else page.keys[-1]
+            after = max(skip, page.keys[-1])  # the rest of the last log's entries: skipped
+        return ids, False
 
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of logs with entries in this namespace that start with `prefix`."""
         validate_prefix(prefix)
+        if self.seeks:
+            return (yield from self._ids_after(prefix, None, None))[0]
         base = self.keys.ids_prefix()
         ids: list[str] = []
         token: str | None = None
