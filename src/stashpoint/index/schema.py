@@ -14,6 +14,8 @@ Layout 2 (sharded, keys only; `runs/indexing.py` builds the items, `docs/run-ind
                             aspk = lease#{ns}#{shard}             assk = {lease expiry}#{id}
     TTL attribute: expires_at (epoch seconds), set when a retention is configured.
 
+    pk = lgrun#{prefix}#{run_id}   sk = thread#{thread log id}   (`langgraph/run_threads.py`)
+
 `shard` is a hash of the run id modulo `SHARDS`: no GSI partition takes more than its share
 of a namespace's writes, and a listing queries every shard at once and merges them. The GSIs
 project keys only, so a transition that changes no key writes no GSI; a listing reads the
