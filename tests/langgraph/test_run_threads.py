@@ -6,6 +6,7 @@ of the appends that store a run's checkpoints, read instead of walking every thr
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -434,3 +435,67 @@ def test_the_fault_proxy_leaves_no_checkpoint_of_a_run_undeletable(
             assert left.count("kept") >= runs.count("kept"), (thread_id, runs, left)
     assert sum(len(r) for r in acknowledged.values()) > 12
     assert plan.injected["drop_response"] > 0
+
+
+def _index_runs(stash: Any) -> int:
+    """What `setup()` does, returning how many threads this call walked."""
+    from stashpoint.steps import run_sync
+
+    saver = StashpointSaver(stash)
+    walked: int = run_sync(saver.steps.index_runs(saver.serde), stash.driver)
+    return walked
+
+
+def test_setup_cut_short_is_taken_on_by_the_next_call(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """A walk of every thread records how far it got after each page of threads: a
+    `setup()` that dies partway (a Lambda's deadline) is continued by the next call, which
+    walks only the threads after that point, and every thread ends up indexed."""
+    from tests.crashes import Crash
+
+    url, _ = memory_url
+    with stashpoint.open(f"{url}?index=none") as unindexed:
+        saver = StashpointSaver(unindexed)
+        for n in range(250):
+            _put(saver, f"t-{n:03d}", f"run-{n}", n)
+    with stashpoint.open(url) as stash:
+        recorded: list[int] = []
+
+        def die_after_the_first_record(request: Any, proceed: Any) -> Any:
+            result = proceed()
+            progress = isinstance(request, PutItems) and any(
+                str(item["sk"]).startswith("run-threads-walked:") for item in request.items
+            )
+            if recorded and len(recorded) >= 20:
+                raise Crash("deadline")  # twenty requests after the first record
+            if progress or recorded:
+                recorded.append(1)
+            return result
+
+        with stash.intercept(die_after_the_first_record), contextlib.suppress(Crash):
+            StashpointSaver(stash).setup()
+        assert recorded, "the walk recorded no progress"
+        assert _items(stash, "run-0") == ["t-000"]
+        assert _items(stash, "run-249") == []
+        walked = _index_runs(stash)
+        assert 100 <= walked <= 150, walked  # from the recorded page on, not from the start
+        assert _items(stash, "run-249") == ["t-249"]
+        assert _items(stash, "run-120") == ["t-120"]
+        assert _index_runs(stash) == 0
+
+
+def test_a_planted_progress_record_starts_the_walk_over(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    url, _ = memory_url
+    with stashpoint.open(f"{url}?index=none") as unindexed:
+        _put(StashpointSaver(unindexed), "t", "r", 1)
+    with stashpoint.open(url) as stash:
+        threads = RunThreads(stash.layout.prefix)
+        for position in ("../../x", 7, None):
+            stash.driver(PutItems(({"pk": "meta#langgraph",
+                                    "sk": f"run-threads-walked:{threads.scope}",
+                                    "revision": 99, "position": position},)))  # fmt: skip
+        assert _index_runs(stash) == 1
+        assert _items(stash, "r") == ["t"]

@@ -73,3 +73,19 @@ def test_a_long_run_id_is_hashed_into_a_bounded_key() -> None:
     partition = RunThreads("p").run_partition("r" * 5000)
     assert partition.startswith("lgrun#p#~sha256-") and len(partition) < 100
     assert RunThreads("p").run_partition("short") == "lgrun#p#short"
+
+
+def test_a_walk_records_its_progress_and_the_marker_ends_it() -> None:
+    threads = RunThreads("p")
+    script = Script([(PutItems, 1)])
+    script.run(threads.walking("t-099", 100))
+    assert script.requests[0].items == (
+        {"pk": "meta#langgraph", "sk": "run-threads-walked:p", "revision": 100,
+         "position": "t-099"},
+    )  # fmt: skip
+    stored = dict(script.requests[0].items[0])
+    assert Script([(GetItem, stored)]).run(threads.walked()) == ("t-099", 100)
+    assert Script([(GetItem, None)]).run(threads.walked()) == (None, 0)
+    script = Script([(PutItems, 1), (DeleteItem, None)])
+    script.run(threads.complete())
+    assert script.requests[1] == DeleteItem("meta#langgraph", "run-threads-walked:p")

@@ -41,6 +41,7 @@ _RUN_PARTITION = "lgrun#"
 _THREAD_SORT = "thread#"
 _MARKER_PK = "meta#langgraph"
 _MARKER_SK = "run-threads:"
+_PROGRESS_SK = "run-threads-walked:"
 _MARKER_LAYOUT = 1
 """What the marker's revision says: every thread's runs were written by this layout."""
 _LONGEST_RUN_ID = 256
@@ -64,6 +65,10 @@ class RunThreads:
     @property
     def _marker(self) -> str:
         return _MARKER_SK + self.scope
+
+    @property
+    def _progress(self) -> str:
+        return _PROGRESS_SK + self.scope
 
     def thread_item(self, run_id: str, thread_key: str, revision: int) -> dict[str, Any]:
         """Return the item saying that thread `thread_key` may hold checkpoints of `run_id`."""
@@ -119,6 +124,30 @@ class RunThreads:
         """Record that every thread's runs are written (after a walk of every thread)."""
         marker = {"pk": _MARKER_PK, "sk": self._marker, "revision": _MARKER_LAYOUT}
         yield from ask(PutItems((marker,)))
+        yield from ask(DeleteItem(_MARKER_PK, self._progress))
+
+    def walked(self) -> Steps[tuple[str | None, int]]:
+        """Return where an unfinished walk of every thread got to, and its count of threads.
+
+        The position is a page cursor of the thread listing (None: from the start).
+        """
+        item = yield from ask(GetItem(_MARKER_PK, self._progress))
+        position = item.get("position") if isinstance(item, dict) else None
+        if not isinstance(position, str):
+            return None, 0
+        try:
+            # A cursor is a thread's log id; anything else (planted) starts the walk over.
+            return validate_id(position), max(_revision(item), 0)
+        except InvalidId:
+            return None, 0
+
+    def walking(self, position: str, walked: int) -> Steps[None]:
+        """Record how far a walk of every thread got, so that the next one goes on from it.
+
+        Written over a lower count only: of two walks at once, the further one's stays.
+        """
+        item = {"pk": _MARKER_PK, "sk": self._progress, "revision": walked, "position": position}
+        yield from ask(PutItems((item,)))
 
     def is_complete(self) -> Steps[bool]:
         """Whether every thread's runs were written once (the marker is there)."""

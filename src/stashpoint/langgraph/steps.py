@@ -93,6 +93,8 @@ KNOWN_LIST_MSGPACK = 32 * 1024 * 1024
 read (their items as `loads_typed` takes them): a read of the latest checkpoint then
 unpacks a list of any length in one call, with no decoding of the stored JSON."""
 _APPEND_ATTEMPTS = 64
+_WALK_PAGE = 100
+"""Threads a walk of every thread (`index_runs`) reads between two records of its progress."""
 _FETCH_BATCH = 16
 
 Config = dict[str, Any]
@@ -1215,16 +1217,24 @@ class SaverSteps:
 
         Nothing to do without an index, or when the marker says it was done: the saver's
         puts keep the items from then on. Safe beside running puts (theirs go ahead of
-        their appends) and idempotent (a walk cut short writes no marker and runs again).
+        their appends) and resumable: the walk records in the index how far it got after
+        every page of `_WALK_PAGE` threads, so a call cut short (a Lambda's deadline) is
+        taken on by the next one. Returns the threads walked by this call.
         """
         if self.run_threads is None or (yield from self.run_threads.is_complete()):
             return 0
+        cursor, total = yield from self.run_threads.walked()
         walked = 0
-        for key in (yield from self.logs.list_ids()):
-            read = yield from self._listed(key)
-            if read is not None and not read[0].deleted:
-                yield from self.run_threads.note(_runs_in(read[1], serde, key), key, 0)
+        while True:
+            keys, cursor = yield from self.logs.list_page("", _WALK_PAGE, cursor)
+            for key in keys:
+                read = yield from self._listed(key)
+                if read is not None and not read[0].deleted:
+                    yield from self.run_threads.note(_runs_in(read[1], serde, key), key, 0)
                 walked += 1
+            if cursor is None:
+                break
+            yield from self.run_threads.walking(cursor, total + walked)
         yield from self.run_threads.complete()
         return walked
 
