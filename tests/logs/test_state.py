@@ -126,3 +126,36 @@ def test_a_direct_append_that_loses_names_the_winner() -> None:
         with pytest.raises(CheckpointConflict, match="latest is 3") as lost:
             stash.logs.append("l", ["late"], after=head)
         assert lost.value.actual_revision == 3
+
+
+def test_after_a_one_round_read_misses_the_update_lists_at_once() -> None:
+    """Many writers at once: when the version after the lost head is not the head (the log
+    went further), the rest of that update reads with a listing straight away, without
+    spending two GETs on every lost race."""
+    url = f"memory://state-{uuid.uuid4().hex}"
+    labels = iter(range(100))
+    with stashpoint.open(url) as first, stashpoint.open(url) as second:
+        run_id = first.runs.create_run("race")
+        first.runs.record_attempt(run_id, "mine-0", 1)  # first knows the head
+        second.runs.record_attempt(run_id, f"n{next(labels)}", 1)
+        second.runs.record_attempt(run_id, f"n{next(labels)}", 1)  # two ahead
+        sent: list[str] = []
+        moved: list[bool] = []
+
+        def hook(request: Any, proceed: Any) -> Any:
+            sent.append(type(request).__name__)
+            result = proceed()
+            if type(request).__name__ == "ListKeys" and not moved:
+                moved.append(True)  # the head moves once more while first reads it
+                second.runs.record_attempt(run_id, f"n{next(labels)}", 1)
+            return result
+
+        with first.intercept(hook):
+            first.runs.record_attempt(run_id, "mine-1", 1)
+    # Refused PUT, the two GETs (a miss), a listing read, a refused PUT, a listing read
+    # (no GET pair first), the PUT that lands.
+    first_put, second_put = [i for i, name in enumerate(sent) if name == "PutObject"][:2]
+    assert sent[first_put + 1 : first_put + 3] == ["GetObject", "GetObject"], sent
+    assert sent[second_put + 1] == "ListKeys", sent
+    with stashpoint.open(url) as stash:
+        assert len(stash.runs.load_run(run_id).attempts) == 5

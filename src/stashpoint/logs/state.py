@@ -194,12 +194,13 @@ class LoggedState(Generic[S]):
         that knew their head (issue 27's fairness measurement).
         """
         lost_on: list[LogHead] = []
+        crowded: list[bool] = []  # a one-round read missed: the rest of this update lists
 
         def write_noting(known: Known[S], what: C) -> Steps[R]:
             try:
                 return (yield from write(known, what))
             except CheckpointConflict:
-                lost_on[:] = [] if known.log is None else [known.log]
+                lost_on[:] = [] if known.log is None or crowded else [known.log]
                 raise
 
         def read() -> Steps[Known[S]]:
@@ -209,6 +210,7 @@ class LoggedState(Generic[S]):
                     known = self.known_of(head)
                     self.remember(log_id, known)
                     return known
+                crowded.append(True)  # many writers at once: their winners run ahead
             return (yield from self.read(log_id, initial))
 
         return (
