@@ -499,3 +499,28 @@ def test_a_planted_progress_record_starts_the_walk_over(
                                     "revision": 99, "position": position},)))  # fmt: skip
         assert _index_runs(stash) == 1
         assert _items(stash, "r") == ["t"]
+
+
+def test_a_put_whose_item_cannot_be_written_stores_nothing(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """The index refuses the (run, thread) item (unreachable): the put raises a typed error
+    and no checkpoint is stored, so none exists that `delete_for_runs` could not find; the
+    put made again once the index answers lands, with its item."""
+    from stashpoint import StorageUnavailable
+
+    url, _ = memory_url
+    with stashpoint.open(url) as stash:
+        saver = StashpointSaver(stash)
+        saver.setup()
+
+        def unreachable(request: Any, proceed: Any) -> Any:
+            if isinstance(request, PutItems):
+                raise StorageUnavailable("index unreachable (test)")
+            return proceed()
+
+        with stash.intercept(unreachable), pytest.raises(StorageUnavailable):
+            _put(saver, "t", "r", 1)
+        assert _runs(saver, "t") == []
+        _put(saver, "t", "r", 1)
+        assert _runs(saver, "t") == ["r"] and _items(stash, "r") == ["t"]
