@@ -1175,9 +1175,9 @@ class SaverSteps:
 
         With an index whose (run, thread) items cover every thread (`run_threads`), only
         the threads the items name are read: one request for the marker and one per run,
-        then each named thread. Without one, every thread is walked; with an index whose
-        items are not complete yet, the walk also writes every thread's items and then the
-        marker, so the next call reads the index.
+        then each named thread. With an index whose items are not complete yet, every
+        thread is walked once to write them (`index_runs`, as `setup()` does), then the
+        index is read. Without an index, every thread is walked.
         """
         doomed = {str(run_id) for run_id in run_ids}
         if not doomed:
@@ -1185,7 +1185,9 @@ class SaverSteps:
         named = None
         if self.run_threads is not None:
             named = yield from self.run_threads.threads_of(sorted(doomed))
-        backfill = self.run_threads is not None and named is None
+            if named is None:
+                yield from self.index_runs(serde)
+                named = yield from self.run_threads.threads_of(sorted(doomed))
         keys = sorted(named) if named is not None else (yield from self.logs.list_ids())
         for key in keys:
             read = yield from self._listed(key)
@@ -1194,23 +1196,17 @@ class SaverSteps:
                     yield from self._forget_items(key, named[key], read[2].version)
                 continue
             thread_id = str(read[0].thread_id or key)
-            runs = _runs_in(read[1], serde, key)
-            if backfill and self.run_threads is not None:
-                # A checkpoint put after this read writes its own item (ahead of its append).
-                yield from self.run_threads.note(runs, key, 0)
 
             def without_runs(model: ThreadModel, key: str = key) -> bool:
                 return model.keep(
                     lambda c: _run_of(_load(serde, c.metadata, key, {})) not in doomed
                 )
 
-            if runs & doomed:
+            if _runs_in(read[1], serde, key) & doomed:
                 # Read again inside the rewrite: a put landing meanwhile is folded, not lost.
                 yield from self._rewrite(thread_id, without_runs, serde)
             if named is not None:
                 yield from self._forget_items(key, named[key], read[2].version)
-        if backfill and self.run_threads is not None:
-            yield from self.run_threads.complete()
 
     def index_runs(self, serde: Serializer) -> Steps[int]:
         """Write every thread's (run, thread) items once, then the marker; say how many threads.
