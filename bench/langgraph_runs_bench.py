@@ -15,20 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import empty_checkpoint
 
 import stashpoint
+from bench.common import real_servers
 from stashpoint.langgraph import StashpointSaver
-from tests import servers
 
 
 def _put(saver: StashpointSaver, thread_id: str, run_id: str, parent: str | None) -> str:
@@ -109,22 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1000)
     args = parser.parse_args()
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    with tempfile.TemporaryDirectory() as data:
-        s3 = servers.start_seaweedfs(Path(data))
-        dynamo = servers.start_dynamodb_local(Path(data))
-        try:
-            from stashpoint._backends.dynamodb import create_table
-
-            table = f"bench-{uuid.uuid4().hex[:8]}"
-            create_table(dynamo.client(), table)
-            url = s3.url(f"bench-{uuid.uuid4().hex}") + f"&index=dynamodb://{table}"
-            result = run(url, {"index_endpoint_url": dynamo.endpoint}, args.threads)
-        finally:
-            servers.stop(s3)
-            servers.stop(dynamo)
+    with real_servers("runs-bench") as (url, options):
+        result = run(url, options, args.threads)
     print(json.dumps(result, indent=2))
 
 

@@ -9,6 +9,7 @@ transitions (agent conversations and LangGraph threads go through the same loop)
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,9 +30,8 @@ def _one_lost_race(url: str, stale: Any, fresh: Any) -> list[str]:
         return meter.sent
 
 
-def test_a_run_transition_that_loses_a_race_reads_on_in_one_round_without_listing() -> None:
-    """The winner is one version ahead: the loser GETs that version and the one after it
-    (absent) at once, applies the winner's patch to the state it had, and appends."""
+def _run_recorder() -> tuple[str, str, Callable[[Any], None]]:
+    """A new stash's URL, a run in it, and a transition of that run for any stash."""
     url = f"memory://state-{uuid.uuid4().hex}"
     with stashpoint.open(url) as stash:
         run_id = stash.runs.create_run("race")
@@ -39,6 +39,14 @@ def test_a_run_transition_that_loses_a_race_reads_on_in_one_round_without_listin
 
     def record(stash: Any) -> None:
         stash.runs.record_attempt(run_id, f"n{next(labels)}", 1)
+
+    return url, run_id, record
+
+
+def test_a_run_transition_that_loses_a_race_reads_on_in_one_round_without_listing() -> None:
+    """The winner is one version ahead: the loser GETs that version and the one after it
+    (absent) at once, applies the winner's patch to the state it had, and appends."""
+    url, run_id, record = _run_recorder()
 
     sent = _one_lost_race(url, record, record)
     # The refused PUT, the two GETs, the PUT that lands, and the index.
@@ -53,13 +61,7 @@ def test_a_run_transition_that_loses_a_race_reads_on_in_one_round_without_listin
 def test_a_writer_more_than_one_version_behind_lists() -> None:
     """When the log went further than the version after the lost head, the loser reads
     with a listing, as before; nothing of either writer is lost."""
-    url = f"memory://state-{uuid.uuid4().hex}"
-    with stashpoint.open(url) as stash:
-        run_id = stash.runs.create_run("race")
-    labels = iter(range(100))
-
-    def record(stash: Any) -> None:
-        stash.runs.record_attempt(run_id, f"n{next(labels)}", 1)
+    url, run_id, record = _run_recorder()
 
     def twice(stash: Any) -> None:
         record(stash)
