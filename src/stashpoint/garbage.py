@@ -69,6 +69,9 @@ class GcReport:
     """Purges a crash had left open that this collection finished (none in a dry run)."""
     open_purges: list[str] = field(default_factory=list)
     """Purges still open afterwards (one under way elsewhere, or a dry run's)."""
+    unreadable_receipts: list[str] = field(default_factory=list)
+    """Receipts under `purges/` that could not be read (damaged, planted, or of a newer
+    version), as `purge id: error kind`: skipped, never obeyed."""
     purge_leftovers: int = 0
     """Versions writers that never saw a finished purge left beside its ids (removed and
     recorded in its receipt; none in a dry run)."""
@@ -244,10 +247,14 @@ def storage_now(layout: Layout) -> Steps[datetime]:
             f"could not read storage's clock ({result.detail or result.outcome.value})",
             object_name=key,
         )
+    # Deleted whatever the read says (no `finally`: a step closed mid-request, as when its
+    # process is dying, must not send another).
     try:
         info = yield from ask(HeadObject(key))
-    finally:
+    except StashpointError:
         yield from ask(DeleteObject(key))
+        raise
+    yield from ask(DeleteObject(key))
     if info is None or info.last_modified is None:
         raise StorageUnavailable(
             "storage did not say when the clock probe was written", object_name=key

@@ -40,7 +40,8 @@ Free of I/O, like every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
@@ -61,6 +62,7 @@ from stashpoint.errors import (
     CheckpointNotFound,
     ConfigurationError,
     InvalidArgument,
+    InvalidPayload,
     RetentionLocked,
     StashpointError,
     StorageUnavailable,
@@ -69,8 +71,8 @@ from stashpoint.errors import (
 from stashpoint.garbage import GcReport, references
 from stashpoint.ids import new_id, thread_key, validate_id, validate_prefix
 from stashpoint.index.requests import DeleteItem, GetPartition
-from stashpoint.logs.format import parse_entry_name
-from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.logs.format import LogEntry, parse_entry_name
+from stashpoint.logs.log import LogHead, LogSteps, purge_of
 from stashpoint.runs.indexing import run_pk
 from stashpoint.steps import Now, Parallel, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
@@ -93,6 +95,7 @@ from stashpoint.stores.layout import (
 )
 from stashpoint.stores.objects import (
     MAX_DELETE_BATCH,
+    DeleteObject,
     DeleteVersions,
     GetObject,
     GetObjectLock,
@@ -125,6 +128,8 @@ _UNVERSIONED = "null"
 """Listings one target's sweep makes at most before it gives up (objects kept appearing)."""
 _PARALLEL = 256
 """Requests sent in one `Parallel` (the driver keeps 16 in flight)."""
+_LIVES_WALKED = 64
+"""Lives of a log a resumed purge walks down looking for its tombstone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +196,9 @@ class PurgeReceipt:
     shredded: list[str] = field(default_factory=list)
     """A shred (`tenant=..., shred=True`): what the key service did with each master key
     (a KMS deletion scheduled, a keyring entry removed)."""
+    spared: list[str] = field(default_factory=list)
+    """A retention purge (`older_than`): the ids it chose that were written again before
+    it reached them, so no longer old enough; they were left whole."""
 
     @property
     def objects(self) -> int:
@@ -221,6 +229,11 @@ class _State:
     kept: int = 0
     unreadable: list[str] = field(default_factory=list)
     shredded: list[str] = field(default_factory=list)
+    cutoff: str | None = None
+    spared: list[str] = field(default_factory=list)
+    ends: dict[str, int] = field(default_factory=dict)
+    """The version of each log target's tombstone, by the target's index (the lives rule:
+    what lies above it belongs to later lives of a reusable id, never to this purge)."""
     status: str = "in_progress"
     verified: bool = False
     finished_at: str | None = None
@@ -230,13 +243,52 @@ class _State:
 
     @classmethod
     def parse(cls, document: Any, name: str) -> _State:
+        """Return the state a receipt's entry stores; `InvalidPayload` for anything else.
+
+        Strict: every field of its type, every target a known namespace and a valid id,
+        times that parse, so nothing planted or damaged reaches the purge engine.
+        """
+        import pydantic
+
         try:
-            return cls(**document)
-        except TypeError as exc:
-            raise InvalidArgument(f"not a purge receipt ({exc})", object_name=name) from None
+            if not isinstance(document, dict):
+                raise ValueError("a receipt's state is an object")
+            hints = typing.get_type_hints(cls)
+            unknown = sorted(set(document) - set(hints))
+            if unknown:
+                raise ValueError(f"unknown fields {unknown}")
+            for field_name, value in document.items():  # strict: refused, never coerced
+                pydantic.TypeAdapter(hints[field_name]).validate_python(value, strict=True)
+            state = cls(**document)
+            for pair in state.targets:
+                namespace, object_id = pair  # a pair, or ValueError
+                if namespace not in NAMESPACES or NAMESPACES[namespace].shape not in (
+                    Shape.HEADS, Shape.LOGS, Shape.KEYS,
+                ):  # fmt: skip
+                    raise ValueError(f"unknown namespace {namespace!r}")
+                validate_id(object_id, what="purge target")
+            if state.status not in ("in_progress", "complete"):
+                raise ValueError(f"unknown status {state.status!r}")
+            for moment in (state.started_at, state.finished_at, state.cutoff):
+                if moment is not None:
+                    datetime.fromisoformat(moment)
+            if any(not 0 <= i < len(state.targets) for i in state.swept):
+                raise ValueError("a swept index names no target")
+            if any(not k.isdigit() or int(k) >= len(state.targets) for k in state.ends):
+                raise ValueError("a tombstone names no target")
+        except (pydantic.ValidationError, ValueError, TypeError, StashpointError) as exc:
+            problem = str(exc).splitlines()[0][:200]
+            raise InvalidPayload(f"not a purge receipt ({problem})", object_name=name) from None
+        if state.purge_id != name:
+            raise InvalidPayload("a receipt names another purge", object_name=name)
+        return state
 
     def target_list(self) -> list[Target]:
         return [Target(ns, object_id) for ns, object_id in self.targets]
+
+    def cutoff_time(self) -> datetime | None:
+        """Return a retention purge's bound: only ids last written before it are erased."""
+        return None if self.cutoff is None else datetime.fromisoformat(self.cutoff)
 
 
 @dataclass(frozen=True)
@@ -421,6 +473,8 @@ class Purger:
         """The receipts' logs."""
         self.encryption = encryption
         """The stash's encryption (its tenants' master keys, for a shred), if any."""
+        self.unreadable_receipts: list[str] = []
+        """Receipts the last `maintain` could not read (purge id and error kind): skipped."""
 
     # -- choosing what to purge -----------------------------------------------------------
 
@@ -474,15 +528,15 @@ class Purger:
     ) -> Steps[PurgeReceipt]:
         """Erase what `chosen` selects (see `run`); return the receipt."""
         targets = list(chosen.targets)
+        cutoff = None
         if chosen.prefix is not None:
-            cutoff = None
             if chosen.older_than is not None:
                 cutoff = (yield from ask(Now())) - chosen.older_than
             targets = yield from self.select(chosen.prefix, chosen.namespaces, cutoff)
         return (
             yield from self.run(
                 targets, purge_id=f"purge-{new_id()}", actor=actor, selector=chosen.asked,
-                reusable=reusable, dry_run=dry_run,
+                reusable=reusable, dry_run=dry_run, cutoff=cutoff,
             )
         )  # fmt: skip
 
@@ -521,8 +575,13 @@ class Purger:
         selector: dict[str, Any],
         reusable: bool,
         dry_run: bool,
+        cutoff: datetime | None = None,
     ) -> Steps[PurgeReceipt]:
-        """Purge `targets`; return the receipt (a dry run writes nothing and plans)."""
+        """Purge `targets`; return the receipt (a dry run writes nothing and plans).
+
+        `cutoff` (a retention purge): each id is erased only if, when its tombstone is
+        written, it was last written before it; one saved since it was chosen is spared.
+        """
         now = yield from ask(Now())
         lock = yield from ask(GetObjectLock())
         if dry_run or (lock is not None and lock.enabled):
@@ -541,6 +600,7 @@ class Purger:
         state = _State(
             purge_id, actor, now.isoformat(), selector,
             [[t.namespace, t.object_id] for t in targets], reusable,
+            cutoff=None if cutoff is None else cutoff.isoformat(),
         )  # fmt: skip
         head = yield from self.receipts.append(
             purge_id, [], after=None, state=state.document(), kind=RECEIPT_KIND
@@ -575,12 +635,16 @@ class Purger:
         finished: list[PurgeReceipt] = []
         still_open: list[str] = []
         swept = 0
+        self.unreadable_receipts = []
         for purge_id in (yield from self.receipts.list_ids()):
             try:
                 head = yield from self.receipts.head(purge_id)
                 state = _State.parse(head.state, purge_id)
-            except StashpointError:
-                continue  # not a receipt this version can read: left alone
+            except StashpointError as exc:
+                # Damaged, planted, or written by a newer version: never obeyed, never
+                # fatal to the collection; said in the report.
+                self.unreadable_receipts.append(f"{purge_id}: {exc.kind.value}")
+                continue
             if state.status != "complete":
                 if now - head.written_at < idle:
                     still_open.append(purge_id)
@@ -599,28 +663,54 @@ class Purger:
         return still_open
 
     def _sweep_leftovers(self, receipt: _Receipt) -> Steps[int]:
+        """Remove what landed beside a finished purge's logs, of the purged lives only.
+
+        The lives rule: a purge owns a log's versions up to its tombstone; a reusable id's
+        later lives (entries above the tombstone, their segments and packs, their large
+        values) are never touched. A reusable purge whose tombstone cannot be placed (a
+        receipt written before receipts recorded it, on a log that has moved on) sweeps
+        nothing of that log.
+        """
+        state = receipt.state
         doomed: list[StoredVersion] = []
-        for target in receipt.state.target_list():
+        guarded: dict[str, str] = {}
+        for index, target in enumerate(state.target_list()):
             if NAMESPACES[target.namespace].shape is not Shape.LOGS:
                 continue  # a head's tombstone keeps its one key: nothing lands beside it
-            entries = self.logs(target.namespace).keys.entries_prefix(target.object_id)
+            if str(target) in state.spared:
+                continue  # a retention purge left it whole: it is not this purge's
+            logs = self.logs(target.namespace)
+            tombstone = state.ends.get(str(index))
+            if tombstone is None and state.reusable:
+                tombstone = yield from self._own_tombstone(logs, target.object_id, state.purge_id)
+                if tombstone is None:
+                    continue
+            later = _Lives(tombstone, state.reusable)
+            entries = logs.keys.entries_prefix(target.object_id)
             for prefix, exact in self._prefixes(target):
                 if prefix != entries:  # entries keep their markers; appends are refused
-                    doomed += yield from self._versions(prefix, exact)
+                    listed = yield from self._versions(prefix, exact)
+                    doomed += yield from self._of_this_life(target, prefix, listed, later)
+            guarded.update(later.guarded)
         if doomed:
             yield from receipt.intend(doomed)
-            yield from self._delete(doomed)
+            yield from self._delete(doomed, guarded)
         return len(doomed)
 
     def receipt(self, purge_id: str) -> Steps[PurgeReceipt]:
         """Read a purge's receipt (every version it removed, from its log's records)."""
         entries = yield from self.receipts.entries(purge_id)
         state = _State.parse(entries[-1].state, purge_id)
-        removed = [
-            RemovedVersion(str(r["key"]), str(r["version_id"]), int(r["bytes"]))
-            for entry in entries
-            for r in entry.records
-        ]
+        try:
+            removed = [
+                RemovedVersion(str(r["key"]), str(r["version_id"]), int(r["bytes"]))
+                for entry in entries
+                for r in entry.records
+            ]
+        except (KeyError, TypeError, ValueError):
+            raise InvalidPayload(
+                "a receipt's record is not a removed version", object_name=purge_id
+            ) from None
         return PurgeReceipt(
             purge_id=state.purge_id,
             status=state.status,
@@ -640,6 +730,7 @@ class Purger:
             reusable=state.reusable,
             unreadable=state.unreadable,
             shredded=state.shredded,
+            spared=state.spared,
         )
 
     def _carry_on(self, head: LogHead, state: _State) -> Steps[None]:
@@ -647,7 +738,7 @@ class Purger:
         for index, target in enumerate(state.target_list()):
             if index in state.swept:
                 continue
-            yield from self._erase(target, receipt)
+            yield from self._erase(target, receipt, index)
             state.swept.append(index)  # written with the next entry
         if state.candidates:
             yield from self._drop_blobs(receipt)
@@ -658,7 +749,7 @@ class Purger:
 
     # -- one target -----------------------------------------------------------------------
 
-    def _erase(self, target: Target, receipt: _Receipt) -> Steps[None]:
+    def _erase(self, target: Target, receipt: _Receipt, index: int) -> Steps[None]:
         state = receipt.state
         namespace = NAMESPACES[target.namespace]
         if namespace.shape is Shape.HEADS:
@@ -668,10 +759,23 @@ class Purger:
             yield from self._shred(target, receipt)
             return
         logs = self.logs(target.namespace)
-        ended = yield from logs.end_for_purge(
-            target.object_id, state.purge_id, reusable=state.reusable
-        )
-        tombstone = None if ended is None else ended.version
+        tombstone = state.ends.get(str(index))
+        if tombstone is None and state.reusable:
+            # A crash after the tombstone and before the receipt said so: a new life may
+            # have started on it since, which ending the log again would erase.
+            tombstone = yield from self._own_tombstone(logs, target.object_id, state.purge_id)
+        if tombstone is None:
+            ended = yield from logs.end_for_purge(
+                target.object_id, state.purge_id, reusable=state.reusable,
+                written_before=state.cutoff_time(),
+            )  # fmt: skip
+            if ended is not None and ended.purge_id is None:
+                state.spared.append(str(target))  # saved since it was chosen: not old enough
+                return
+            tombstone = None if ended is None else ended.version
+        if tombstone is not None:
+            state.ends[str(index)] = tombstone
+        later = _Lives(tombstone, state.reusable)
         ceiling = yield from logs.marker_ceiling(target.object_id)
         entries = logs.keys.entries_prefix(target.object_id)
         ours: set[str] = set()  # markers this purge wrote: known to hold no payload
@@ -681,7 +785,8 @@ class Purger:
             unsure: list[tuple[int, StoredVersion]] = []
             kept = 0
             for prefix, exact in self._prefixes(target):
-                for version in (yield from self._versions(prefix, exact)):
+                listed = yield from self._versions(prefix, exact)
+                for version in (yield from self._of_this_life(target, prefix, listed, later)):
                     verdict, number = (
                         _judge_entry(version, prefix, tombstone, ceiling)
                         if prefix == entries
@@ -731,8 +836,91 @@ class Purger:
                 )
                 ours.update(etag for etag in written if etag)
             if doomed:
-                yield from self._delete(doomed)
+                yield from self._delete(doomed, later.guarded)
         raise _unfinished(target)
+
+    # -- the lives rule ---------------------------------------------------------------------
+
+    def _own_tombstone(self, logs: LogSteps, log_id: str, purge_id: str) -> Steps[int | None]:
+        """Return the version of `purge_id`'s tombstone of `log_id`, walking its lives down.
+
+        Each life starts right after the version that ended the one before (its `base`):
+        from the top, one read per life, until the purge's tombstone (its version) or a
+        life this purge did not end (None: the tombstone was never written).
+        """
+        try:
+            head = yield from logs.top(log_id)
+        except StashpointError:
+            return None  # no log, or one the purge ends as unreadable
+        item: Any = head
+        for _ in range(_LIVES_WALKED):
+            if purge_of(item.ended, item.extra) == purge_id:
+                return int(item.version)
+            if item.base == 0:
+                return None
+            try:
+                item = yield from logs.read_version(log_id, item.base - 1)
+            except StashpointError:
+                return None
+            if not isinstance(item, LogEntry):
+                return None  # vacated, or gone: not a tombstone this purge can name
+        return None
+
+    def _of_this_life(
+        self, target: Target, prefix: str, listed: list[StoredVersion], lives: _Lives
+    ) -> Steps[list[StoredVersion]]:
+        """Return the listed versions that belong to the lives this purge ended.
+
+        After a reusable purge a create starts a new life above the tombstone: its entries
+        (named by version), its segments and packs (named by their range, wholly above the
+        tombstone), its quarantined objects and its large values (whose documents name the
+        life they were written for) are never this purge's. A value of a later life whose
+        key still holds an old life's object is judged by content and removed only if it
+        still holds that object (`lives.guarded`: conditional on its ETag).
+        """
+        if not lives.reusable or lives.tombstone is None:
+            return listed
+        tombstone = lives.tombstone
+        namespace = NAMESPACES[target.namespace]
+        logs = self.logs(target.namespace)
+        quarantine = self.layout.namespace_prefix(QUARANTINE)
+        values = (
+            None
+            if namespace.values is None
+            else self.layout.key(namespace.values, target.object_id) + "/"
+        )
+        ours: list[StoredVersion] = []
+        unsure: list[StoredVersion] = []
+        for version in listed:
+            name = version.key[len(prefix) :]
+            if prefix == logs.keys.entries_prefix(target.object_id):
+                first = _number(name)
+            elif prefix == logs.keys.segments_prefix(target.object_id):
+                first = _segment_first(name)
+            elif prefix.startswith(quarantine):
+                first = _number(name.split(".", 1)[0])
+            elif prefix == values:
+                if not version.is_delete_marker:
+                    unsure.append(version)
+                    continue
+                first = None
+            else:
+                first = None
+            if first is not None and first > tombstone:
+                continue  # a later life's
+            ours.append(version)
+        for start in range(0, len(unsure), _PARALLEL):
+            batch = unsure[start : start + _PARALLEL]
+            infos = yield from ask(Parallel(tuple(GetObject(v.key, v.version_id) for v in batch)))
+            for version, info in zip(batch, infos, strict=True):
+                if info is None:
+                    continue  # gone since the listing
+                if _life_of(self.codec, info.body, version.key) > tombstone:
+                    continue  # written for a later life
+                if version.version_id == _UNVERSIONED and info.etag:
+                    lives.guarded[version.key] = info.etag
+                ours.append(version)
+        return ours
 
     def _shred(self, target: Target, receipt: _Receipt) -> Steps[None]:
         """Retire a tenant's master key, then erase every version of its data keys.
@@ -794,9 +982,13 @@ class Purger:
             )
             if not tombstone:
                 # A tombstone first (again, if a writer got in since): the key stays occupied.
-                yield from cas.end_for_purge(
-                    target.object_id, state.purge_id, reusable=state.reusable
-                )
+                ended = yield from cas.end_for_purge(
+                    target.object_id, state.purge_id, reusable=state.reusable,
+                    written_before=state.cutoff_time(),
+                )  # fmt: skip
+                if not ended:
+                    state.spared.append(str(target))  # saved since it was chosen
+                    return
                 continue
             doomed = [v for v in versions if v is not latest]
             if not doomed:
@@ -868,7 +1060,23 @@ class Purger:
                 references(document, found)
         state.candidates = sorted(found)
 
-    def _delete(self, doomed: list[StoredVersion]) -> Steps[None]:
+    def _delete(
+        self, doomed: list[StoredVersion], guarded: Mapping[str, str] | None = None
+    ) -> Steps[None]:
+        """Delete `doomed`; an unversioned key in `guarded` only while it has that ETag.
+
+        A guarded key that another writer replaced since it was judged stays: the next
+        listing judges it again.
+        """
+        guarded = guarded or {}
+        conditional = [
+            DeleteObject(v.key, guarded[v.key])
+            for v in doomed
+            if v.version_id == _UNVERSIONED and v.key in guarded
+        ]
+        doomed = [v for v in doomed if not (v.version_id == _UNVERSIONED and v.key in guarded)]
+        for start in range(0, len(conditional), _PARALLEL):
+            yield from ask(Parallel(tuple(conditional[start : start + _PARALLEL])))
         # A key's older versions go before its current one, so a store that keeps the
         # current version as a copy (the local folder) never promotes an old one.
         ordered = sorted(doomed, key=lambda v: (v.key, v.is_latest))
@@ -918,6 +1126,37 @@ class Purger:
         state.kept_blobs = sorted(set(kept) - set(state.blobs))
         yield from receipt.intend(doomed)
         yield from self._delete(doomed)
+
+
+@dataclass
+class _Lives:
+    """Which lives of a log a purge owns: those up to its tombstone (all, unless reusable)."""
+
+    tombstone: int | None
+    reusable: bool
+    guarded: dict[str, str] = field(default_factory=dict)
+    """Unversioned objects judged ours by content, deleted only while their ETag holds."""
+
+
+def _number(name: str) -> int | None:
+    return int(name) if name.isdigit() and name.isascii() else None
+
+
+def _segment_first(name: str) -> int | None:
+    first, _, last = name.partition("-")
+    return int(first) if _number(first) is not None and _number(last) is not None else None
+
+
+def _life_of(codec: Codec, body: bytes | None, name: str) -> int:
+    """Return the life a large value's document names (-1: none, or not readable)."""
+    if body is None:
+        return -1
+    try:
+        document = jsontext.parse(codec.unwrap(body, name=name))
+    except (StashpointError, ValueError):
+        return -1
+    life = document.get("life") if isinstance(document, dict) else None
+    return life if type(life) is int else -1
 
 
 class _Verdict(Enum):

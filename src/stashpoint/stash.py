@@ -441,6 +441,7 @@ class _Parts:
             purges_resumed=len(finished),
             open_purges=still_open,
             purge_leftovers=swept,
+            unreadable_receipts=purger.unreadable_receipts,
         )
 
     def collect(
@@ -784,6 +785,8 @@ class _StashApi(Generic[StoreT, LogStoreT]):
             )
         if not isinstance(body, bytes):
             raise InvalidArgument(f"body must be bytes, not {described(body)}")
+        if key is not None and not isinstance(key, str):
+            raise InvalidArgument(f"key must be an object key (a str), not {described(key)}")
         return (yield from sealer.decrypting(body, key))
 
     def __repr__(self) -> str:

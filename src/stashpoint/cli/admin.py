@@ -146,6 +146,8 @@ def gc(
         if report.store_items_expired:
             verb = "would sweep" if dry_run else "swept"
             output.say(f"{verb} {report.store_items_expired} expired LangGraph store item(s)")
+        for unreadable in report.unreadable_receipts:
+            output.say(f"skipped an unreadable purge receipt ({unreadable})")
         if report.purges_resumed or report.open_purges:
             output.say(
                 f"{report.purges_resumed} open purge(s) finished; "

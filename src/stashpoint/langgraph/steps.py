@@ -124,6 +124,18 @@ class _Whole:
         return _Whole(self.count + after.count, items, both)
 
 
+def _life_state(known: Known[_Thread]) -> tuple[ThreadState, int]:
+    """Return the state a plan starts from and the version its append takes.
+
+    A thread whose log ended (deleted, or purged for reuse) starts its next life right
+    after that version: its state's base names it, so no read looks below it.
+    """
+    state, version = known.state.state, known.next_version
+    if known.log is None and version:
+        state = state.model_copy(update={"base": version})
+    return state, version
+
+
 @dataclass(frozen=True, slots=True)
 class _Thread:
     """A thread's state as its log's head stores it."""
@@ -635,7 +647,7 @@ class SaverSteps:
         fresh_start = metadata.get("source") == "input" and metadata.get("step") == -1
 
         def plan(known: Known[_Thread]) -> Steps[tuple[dict[str, Any], _Thread]]:
-            state, version = known.state.state, known.next_version
+            state, version = _life_state(known)
             latest: str | None = None
             if (
                 (extends_latest or fresh_start)
@@ -820,7 +832,9 @@ class SaverSteps:
 
         def write(known: Known[_Thread], planned: tuple[Any, _Thread]) -> Steps[Known[_Thread]]:
             record, thread = planned
-            return (yield from self.threads.append(key, known.log, [record], thread))
+            # After a deletion or a purge for reuse, right after the version that ended it.
+            after = known.log or known.ended
+            return (yield from self.threads.append(key, after, [record], thread))
 
         try:
             return (
@@ -1009,7 +1023,7 @@ class SaverSteps:
         }
 
         def plan(known: Known[_Thread]) -> Steps[tuple[dict[str, Any], _Thread]]:
-            state, version = known.state.state, known.next_version
+            state, version = _life_state(known)
             if state.deleted:
                 raise CheckpointConflict(
                     thread_id,

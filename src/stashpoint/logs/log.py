@@ -1637,7 +1637,12 @@ class LogSteps:
         return (yield from self.vacate_below(log_id, head.version, reason="deleted"))
 
     def end_for_purge(
-        self, log_id: str, purge_id: str, *, reusable: bool = False
+        self,
+        log_id: str,
+        purge_id: str,
+        *,
+        reusable: bool = False,
+        written_before: datetime | None = None,
     ) -> Steps[LogHead | None]:
         """Append the version that ends a log for a purge: its tombstone; return it.
 
@@ -1645,7 +1650,10 @@ class LogSteps:
         (unless `reusable`: then a create starts a new life, as after a deletion). A log
         already ended by a purge keeps that tombstone. None: there is no log. A top that
         cannot be read (damaged, or planted) is ended all the same, after its version:
-        a purge never depends on what it erases being readable.
+        a purge never depends on what it erases being readable. `written_before` (a
+        retention purge): only a log last written before it is ended, judged on the top the
+        tombstone follows (create-only, so an append since loses it the race and is judged
+        again); a spared log's top is returned as it is (no `purge_id`).
         """
         log_id = check_log_id(log_id)
         extra = {PURGED: purge_id, REUSABLE: reusable}
@@ -1661,10 +1669,15 @@ class LogSteps:
                     return None
                 now = yield from ask(Now())
                 head = LogHead(
-                    log_id, top, 0, None, "stashpoint.log", 1, "unreadable", now, ended=True
-                )
+                    log_id, top, 0, None, "stashpoint.log", 1, "unreadable", now,
+                    ended=written_before is None,
+                )  # fmt: skip
+                if written_before is not None:
+                    return head  # of unknown age: never purged by age (spared)
             if head.purge_id is not None:
                 return head
+            if written_before is not None and (head.ended or head.written_at >= written_before):
+                return head  # written since the purge chose it (or deleted): spared
             # Writers that keep appending could win every race for the next version: after
             # a lost one the tombstone goes further ahead (an ending version needs no
             # predecessor), and the versions it skipped are occupied by markers after it.

@@ -25,7 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from stashpoint.cache import Lru
 from stashpoint.errors import CheckpointConflict, CheckpointNotFound, Purged
-from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.logs.log import LogHead, LogSteps, ended_error
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Steps
 from stashpoint.stores.cas import optimistic_update
@@ -46,6 +46,9 @@ class Known(Generic[S]):
     """The typed state (for a log not created yet: the state it starts from)."""
     log: LogHead | None
     """The log version it was read from or written at; None: no log yet."""
+    ended: LogHead | None = None
+    """With no `log`: the version that ended the log's last life (a deletion, a purge that
+    let the id be reused), after which a create starts the next life."""
 
     @property
     def version(self) -> int:
@@ -54,7 +57,9 @@ class Known(Generic[S]):
 
     @property
     def next_version(self) -> int:
-        """The version an append after this state takes."""
+        """The version an append after this state takes (a new life: after its end)."""
+        if self.log is None and self.ended is not None:
+            return self.ended.version + 1
         return self.version + 1
 
 
@@ -130,11 +135,17 @@ class LoggedState(Generic[S]):
         may raise instead (a run that must exist). A purged log raises `Purged`.
         """
         try:
-            head = yield from self.logs.head(log_id)
+            head = yield from self.logs.top(log_id)
         except Purged:
             raise  # erased: neither read as absent nor written again
         except CheckpointNotFound:
             return Known(initial(), None)
+        if head.ended:
+            if head.refuses_writes:
+                raise ended_error(log_id, head)  # `Purged`: never written again
+            # Deleted, or purged for reuse: the next life starts after this version, so a
+            # plan that names its own version (a LangGraph thread's) names the right one.
+            return Known(initial(), None, ended=head)
         known = self.known_of(head)
         self.remember(log_id, known)
         return known

@@ -726,8 +726,13 @@ class CompareAndSwap:
         raise StorageUnavailable("delete did not complete", object_name=object_id)
 
     def end_for_purge(
-        self, object_id: str, purge_id: str, *, reusable: bool = False
-    ) -> Steps[None]:
+        self,
+        object_id: str,
+        purge_id: str,
+        *,
+        reusable: bool = False,
+        written_before: datetime | None = None,
+    ) -> Steps[bool]:
         """Put a purge's tombstone in place of the head; older revisions stay to be swept.
 
         Once it is there, every load, history and describe raises `Purged`, and every
@@ -735,7 +740,10 @@ class CompareAndSwap:
         nothing a writer that never saw the purge sends can land. A head that cannot be
         decoded is replaced all the same (judged by its ETag alone); an id with no head
         (deleted, its revisions kept) gets the tombstone by a create. An id already purged
-        keeps its tombstone.
+        keeps its tombstone. `written_before` (a retention purge): only a head last written
+        before it is ended, judged on the head the tombstone replaces (If-Match), so a save
+        acknowledged since the purge chose the id is never erased. Returns whether the
+        tombstone is in place (False: the head is spared).
         """
         key = self.key(object_id)
         for attempt in range(1, self.retry.max_attempts + 1):
@@ -748,6 +756,10 @@ class CompareAndSwap:
                 found = None if raw is None else raw.etag
             if facts is not None and facts.purge is not None:
                 break
+            if written_before is not None and (
+                facts is None or facts.written_at is None or facts.written_at >= written_before
+            ):
+                return False  # saved since it was chosen, or of unknown age: never by age
             now = utc_now()
             tombstone = Envelope(
                 id=object_id,
@@ -791,6 +803,7 @@ class CompareAndSwap:
                     raise
                 yield Sleep(self.retry.delay(attempt))
         self.cache.forget(key)
+        return True
 
     def history(self, object_id: str, limit: int | None = None) -> Steps[list[Envelope]]:
         """Return older revisions of a head, newest first (the head itself excluded).
