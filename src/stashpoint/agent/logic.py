@@ -530,13 +530,21 @@ def start(
     durable: DurableConversationCheckpoint | None,
 ) -> Steps[tuple[Saved, AgentCheckpointState]]:
     """Create the checkpoint with a ready state."""
-    state = AgentCheckpointState(
-        execution_id=execution_id or new_id(),
-        agent=agent,
-        model=model,
-        transcript=transcript,
-        durable_conversation=durable,
-    )
+    try:
+        state = AgentCheckpointState(
+            execution_id=execution_id or new_id(),
+            agent=agent,
+            model=model,
+            transcript=transcript,
+            durable_conversation=durable,
+        )
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
+        )
+        raise InvalidArgument(
+            f"cannot start the agent ({problems})", object_name=checkpoint_id
+        ) from None
     saved = yield from create(storage, checkpoint_id, state, run_id)
     return saved, state
 
@@ -632,7 +640,14 @@ def run_turn(
         raise
     took = (yield from ask(Call(clock, ()))) - started
     if not isinstance(result, TurnResult):
-        raise TypeError(f"a turn must return a TurnResult, not {type(result).__name__}")
+        raise InvalidArgument(f"a turn must return a TurnResult, not {described(result)}")
+    if not isinstance(result.messages, list) or not all(
+        isinstance(message, Message) for message in result.messages
+    ):
+        raise InvalidArgument(
+            "a TurnResult's messages must be a list of stashpoint.agent.Message, not "
+            f"{described(result.messages)}"
+        )
     after = after_turn(state, result)
     durations = [*state.turn_seconds, round(max(0.0, took), 3)][-TURN_HISTORY:]
     after = after.model_copy(update={"turn_seconds": durations})

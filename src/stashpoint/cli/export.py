@@ -81,7 +81,17 @@ class Sink:
     def __init__(self, target: Path) -> None:
         self.target = target
         self.partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        descriptor = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            descriptor = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as exc:
+            from stashpoint.errors import ConfigurationError
+
+            # Named by the file asked for, not the hidden one written beside it.
+            raise ConfigurationError(
+                f"cannot write the export to {target}: {exc.strerror or exc}; choose a "
+                "folder you may write to",
+                object_name=str(target),
+            ) from None
         self._raw = os.fdopen(descriptor, "wb")
         self._out: IO[bytes] = self._raw
         if target.name.endswith(".zst"):

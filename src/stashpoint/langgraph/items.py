@@ -69,7 +69,18 @@ def check_namespace(namespace: Any, *, what: str = "namespace") -> tuple[str, ..
             raise InvalidArgument(
                 f"{what} label {label!r} is invalid: labels are non-empty str without '.'"
             )
+        if not _encodable(label):
+            raise InvalidArgument(f"{what} label {label!r} is not valid Unicode (a lone surrogate)")
     return labels
+
+
+def _encodable(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (a lone surrogate does not: it names no object)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def namespace_prefix_id(prefix: Sequence[str]) -> str:
@@ -81,6 +92,8 @@ def item_id(namespace: Sequence[str], key: str) -> str:
     """Return the id of the item `key` in `namespace`; `InvalidArgument` if too long."""
     if not isinstance(key, str):
         raise InvalidArgument(f"an item key is a str, not {described(key)}")
+    if not _encodable(key):
+        raise InvalidArgument(f"item key {key!r} is not valid Unicode (a lone surrogate)")
     found = namespace_prefix_id(namespace) + "." + _escaped(key)
     if len(found) > MAX_ID_LENGTH:
         raise InvalidArgument(

@@ -534,6 +534,8 @@ class _DurableApi:
         (slept, or the run suspends when it is long); when every try failed, the last
         exception is raised, and a replay raises `StepFailed`.
         """
+        if not callable(fn):
+            raise InvalidArgument(f"a step runs a function, not {described(fn)}")
         try:
             semantics = Semantics(semantics)
         except ValueError:
