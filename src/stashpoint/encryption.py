@@ -156,6 +156,10 @@ class Encryption:
     """Longest time a process seals objects with one data key before asking for a new one."""
     max_uses: int = 1_000_000
     """Most objects one data key seals (far below AES-GCM's 2^32 random-nonce bound)."""
+    shred_check: timedelta = timedelta(minutes=1)
+    """Longest time a process seals or opens objects with a tenant's keys held in memory
+    before it reads the tenant's shred mark again: a process opened before a shred gets
+    `KeyShredded` within this bound (one GET per tenant per bound)."""
     allow_plaintext: bool = False
     """Read objects stored in plain (written before encryption was turned on); by default
     a plain object in an encrypted stash is refused (`Undecryptable`)."""
@@ -185,6 +189,8 @@ class Encryption:
             raise ConfigurationError("max_age must be a positive timedelta")
         if type(self.max_uses) is not int or not 1 <= self.max_uses <= 1 << 32:
             raise ConfigurationError("max_uses must be an int from 1 to 2**32")
+        if not isinstance(self.shred_check, timedelta) or self.shred_check <= timedelta(0):
+            raise ConfigurationError("shred_check must be a positive timedelta")
 
     @classmethod
     def local(cls, keyring: str | Path, *tenants: tuple[str, str]) -> Encryption:
@@ -551,6 +557,7 @@ class Sealer:
         """Bounds the resends of a data-key object."""
         self._current: Lru[str, DataKey] = Lru(1024)
         self._known: Lru[str, bytes] = Lru(4096)
+        self._checked: Lru[str, datetime] = Lru(1024)  # by tenant: its shred mark read then
         self._making = threading.Lock()
 
     def data_key_object(self, tenant: str, key_id: str) -> str:
@@ -601,8 +608,27 @@ class Sealer:
                 "sealed for another key: the object was moved or copied here",
                 object_name=key,
             )
+        if header["tenant"] != where.tenant:
+            # The rules say whose key seals an object; one sealed with another tenant's key
+            # (planted, or copied in) would outlive the rightful tenant's shred.
+            raise Undecryptable(
+                f"sealed with tenant {header['tenant']!r}'s key where the key rules assign "
+                f"tenant {where.tenant!r}",
+                object_name=key,
+            )
         plaintext_key = yield from self._unwrapped(header["tenant"], header["data_key"], key)
         return replace(info, body=open_frame(info.body, plaintext_key, key))
+
+    def heading(self, key: str, info: ObjectInfo | None) -> Steps[ObjectInfo | None]:
+        """Return a HEAD's answer: its body opened when it carries one that opens.
+
+        A HEAD asks for metadata: a body that cannot be opened (a shredded tenant's, a
+        damaged one) is dropped rather than failing the HEAD; a GET of it says why.
+        """
+        try:
+            return (yield from self.opening(key, info))
+        except StashpointError:
+            return None if info is None else replace(info, body=None)
 
     def _data_key(self, tenant: str) -> Steps[DataKey]:
         """Return the tenant's current data key, counted as used once; made when due."""
@@ -618,6 +644,7 @@ class Sealer:
 
         current = self._current.update(tenant, use)
         if current is not None:
+            yield from self._still_live(tenant, now)
             return current
         made = yield from self._make(tenant, now)
         self._current.put(tenant, replace(made, uses=1))
@@ -632,6 +659,7 @@ class Sealer:
                 f"tenant {tenant!r} was shredded: nothing more is sealed for it",
                 object_name=tenant,
             )
+        self._checked.put(tenant, now)
         key_id = new_id()
         fresh = yield from ask(GenerateDataKey(rule.key, context_of(tenant, key_id)))
         record = DataKeyRecord(tenant, key_id, fresh.master, fresh.wrapped, now.isoformat())
@@ -672,8 +700,10 @@ class Sealer:
 
     def _unwrapped(self, tenant: str, key_id: str, name: str) -> Steps[bytes]:
         """Return a data key's plaintext: known, or read and unwrapped (then known)."""
+        now = yield from ask(Now())
         known = self._known.get(f"{tenant}/{key_id}")
         if known is not None:
+            yield from self._still_live(tenant, now)
             return known
         record = yield from self.record(tenant, key_id, name)
         try:
@@ -683,7 +713,27 @@ class Sealer:
         except Undecryptable as exc:  # named after the object read, not the key
             raise type(exc)(f"{exc.message} (key {exc.object_name})", object_name=name) from None
         self._known.put(f"{tenant}/{key_id}", plaintext)
+        if self._checked.get(tenant) is None:
+            self._checked.put(tenant, now)  # the key read and unwrapped just now
         return plaintext
+
+    def _still_live(self, tenant: str, now: datetime) -> Steps[None]:
+        """Raise `KeyShredded` if the tenant was shredded; read at most once per bound.
+
+        A key held in memory outlives the objects a shred erases: this is what bounds how
+        long a process opened before a shred keeps using it (`Encryption.shred_check`).
+        """
+        checked = self._checked.get(tenant)
+        if checked is not None and checked <= now < checked + self.encryption.shred_check:
+            return
+        mark = yield from ask(GetObject(self.shred_mark(tenant)))
+        if mark is not None:
+            self.forget(tenant)
+            raise KeyShredded(
+                f"tenant {tenant!r} was shredded: its keys are no longer used",
+                object_name=tenant,
+            )
+        self._checked.put(tenant, now)
 
     def record(self, tenant: str, key_id: str, name: str) -> Steps[DataKeyRecord]:
         """Read a data-key object; `KeyShredded` if it is gone."""
@@ -752,6 +802,7 @@ class Sealer:
     def forget(self, tenant: str) -> None:
         """Drop what this process holds of a tenant's data keys (after a shred)."""
         self._current.pop(tenant)
+        self._checked.pop(tenant)
         # Unwrapped keys are found by `{tenant}/{id}`: an Lru cannot list them, so the
         # shredded tenant's entries are dropped by clearing the whole map (rare).
         self._known = Lru(self._known.capacity)

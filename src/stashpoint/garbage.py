@@ -20,6 +20,7 @@ from stashpoint.codec import Codec
 from stashpoint.errors import (
     CheckpointNotFound,
     ConfigurationError,
+    KeyShredded,
     StashpointError,
     StorageUnavailable,
 )
@@ -69,6 +70,9 @@ class GcReport:
     """Purges a crash had left open that this collection finished (none in a dry run)."""
     open_purges: list[str] = field(default_factory=list)
     """Purges still open afterwards (one under way elsewhere, or a dry run's)."""
+    shredded: list[str] = field(default_factory=list)
+    """Heads and logs of shredded tenants: known, unreadable for good, skipped (they never
+    hold a collection back; a purge of their prefix erases them without reading them)."""
     unreadable_receipts: list[str] = field(default_factory=list)
     """Receipts under `purges/` that could not be read (damaged, planted, or of a newer
     version), as `purge id: error kind`: skipped, never obeyed."""
@@ -137,6 +141,7 @@ def collect_garbage(
     blobs = yield from _all_keys(blob_prefix)
     referenced: set[str] = set()
     unreadable: list[str] = []
+    shredded: list[str] = []
     heads: list[str] = []
     for namespace in namespaces:
         heads += yield from _all_keys(layout.namespace_prefix(namespace))
@@ -146,11 +151,15 @@ def collect_garbage(
         if history:
             versions += yield from _older_versions(key)
         for version_id in versions:
-            info = yield from ask(GetObject(key, version_id, codec.limits.max_compressed_bytes))
-            if info is None or info.body is None:
-                continue  # deleted since it was listed
             try:
+                info = yield from ask(GetObject(key, version_id, codec.limits.max_compressed_bytes))
+                if info is None or info.body is None:
+                    continue  # deleted since it was listed
                 envelope = yield from codec.decoding(info.body, name=key)
+            except KeyShredded:
+                # Known, and unreadable for good: its blobs are its tenant's, as unreadable.
+                shredded.append(key if version_id is None else f"{key}@{version_id}")
+                continue
             except StashpointError:
                 unreadable.append(key if version_id is None else f"{key}@{version_id}")
                 continue
@@ -175,6 +184,9 @@ def collect_garbage(
                     segments_deleted += packing.segments_deleted
             except CheckpointNotFound:
                 pass  # a deleted log: nothing to seal
+            except KeyShredded:
+                shredded.append(steps.keys.entries_prefix(log_id))
+                continue
             except StashpointError as exc:
                 unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc.kind.value}")
                 continue
@@ -184,6 +196,9 @@ def collect_garbage(
             entries = yield from steps.entries(log_id)
         except CheckpointNotFound:
             continue  # deleted since it was listed
+        except KeyShredded:
+            shredded.append(steps.keys.entries_prefix(log_id))
+            continue
         except StashpointError as exc:
             unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc}")
             continue
@@ -230,6 +245,7 @@ def collect_garbage(
         packs=packs,
         entries_vacated=vacated,
         segments_deleted=segments_deleted,
+        shredded=sorted(set(shredded)),
     )
 
 

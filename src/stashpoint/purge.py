@@ -63,6 +63,7 @@ from stashpoint.errors import (
     ConfigurationError,
     InvalidArgument,
     InvalidPayload,
+    KeyShredded,
     RetentionLocked,
     StashpointError,
     StorageUnavailable,
@@ -199,6 +200,9 @@ class PurgeReceipt:
     spared: list[str] = field(default_factory=list)
     """A retention purge (`older_than`): the ids it chose that were written again before
     it reached them, so no longer old enough; they were left whole."""
+    keyless: list[str] = field(default_factory=list)
+    """Ids of a shredded tenant: erased whole without being read, and with no tombstone
+    (the tenant's shred mark refuses every write sealed for it)."""
 
     @property
     def objects(self) -> int:
@@ -231,6 +235,7 @@ class _State:
     shredded: list[str] = field(default_factory=list)
     cutoff: str | None = None
     spared: list[str] = field(default_factory=list)
+    keyless: list[str] = field(default_factory=list)
     ends: dict[str, int] = field(default_factory=dict)
     """The version of each log target's tombstone, by the target's index (the lives rule:
     what lies above it belongs to later lives of a reusable id, never to this purge)."""
@@ -731,6 +736,7 @@ class Purger:
             unreadable=state.unreadable,
             shredded=state.shredded,
             spared=state.spared,
+            keyless=state.keyless,
         )
 
     def _carry_on(self, head: LogHead, state: _State) -> Steps[None]:
@@ -765,10 +771,14 @@ class Purger:
             # have started on it since, which ending the log again would erase.
             tombstone = yield from self._own_tombstone(logs, target.object_id, state.purge_id)
         if tombstone is None:
-            ended = yield from logs.end_for_purge(
-                target.object_id, state.purge_id, reusable=state.reusable,
-                written_before=state.cutoff_time(),
-            )  # fmt: skip
+            try:
+                ended = yield from logs.end_for_purge(
+                    target.object_id, state.purge_id, reusable=state.reusable,
+                    written_before=state.cutoff_time(),
+                )  # fmt: skip
+            except KeyShredded:
+                yield from self._erase_keyless(target, receipt)
+                return
             if ended is not None and ended.purge_id is None:
                 state.spared.append(str(target))  # saved since it was chosen: not old enough
                 return
@@ -975,11 +985,15 @@ class Purger:
             if not versions:
                 return  # nothing was ever stored under it
             latest = next((v for v in versions if v.is_latest), None)
-            tombstone = (
-                latest is not None
-                and not latest.is_delete_marker
-                and (yield from self._is_tombstone(target, latest))
-            )
+            try:
+                tombstone = (
+                    latest is not None
+                    and not latest.is_delete_marker
+                    and (yield from self._is_tombstone(target, latest))
+                )
+            except KeyShredded:
+                yield from self._erase_keyless(target, receipt)
+                return
             if not tombstone:
                 # A tombstone first (again, if a writer got in since): the key stays occupied.
                 ended = yield from cas.end_for_purge(
@@ -995,6 +1009,28 @@ class Purger:
                 state.kept += 1
                 return
             yield from self._collect_references(doomed, state)
+            yield from receipt.intend(doomed)
+            yield from self._delete(doomed)
+        raise _unfinished(target)
+
+    def _erase_keyless(self, target: Target, receipt: _Receipt) -> Steps[None]:
+        """Erase every version of an id whose tenant was shredded, reading none of them.
+
+        Its objects cannot be read, nor a tombstone sealed for it: none is needed, since
+        the tenant's shred mark already refuses every write sealed for the tenant, so its
+        keys stay occupied by nothing a reader could open. Recorded in `keyless`.
+        """
+        state = receipt.state
+        if str(target) not in state.keyless:
+            state.keyless.append(str(target))
+        for _ in range(_ROUNDS):
+            doomed: list[StoredVersion] = []
+            for prefix, exact in self._prefixes(target):
+                doomed += yield from self._versions(prefix, exact)
+            if not doomed:
+                if target.namespace == RUN_LOGS and self.has_index:
+                    yield from self._drop_index(target, receipt)
+                return
             yield from receipt.intend(doomed)
             yield from self._delete(doomed)
         raise _unfinished(target)
@@ -1201,6 +1237,13 @@ def shreddable(encryption: Encryption | None, tenant: str) -> KeyRule:
             "its encryption settings)"
         )
     rule = encryption.tenant(tenant)
+    if rule.catch_all:
+        raise ConfigurationError(
+            f"tenant {tenant!r} is the catch-all rule, whose key seals erasure receipts, "
+            "probes and every id no other tenant claims: shredding it would block every "
+            "purge; give the ids to erase a tenant of their own",
+            object_name=tenant,
+        )
     sharing = [r.tenant for r in encryption.rules if r.key == rule.key and r is not rule]
     if sharing:
         raise ConfigurationError(

@@ -95,7 +95,10 @@ class EncryptingTransport:
         if isinstance(request, PutObject):
             sealed = run_sync(self.sealer.sealing(request), self._step)
             return self.inner.execute(sealed)
-        if isinstance(request, GetObject | HeadObject):  # a local HEAD may carry the body
+        if isinstance(request, HeadObject):  # a local HEAD may carry the body
+            found = self.inner.execute(request)
+            return run_sync(self.sealer.heading(request.key, found), self._step)
+        if isinstance(request, GetObject):
             found = self.inner.execute(request)
             return run_sync(self.sealer.opening(request.key, found), self._step)
         return self.inner.execute(request)
@@ -137,7 +140,10 @@ class AsyncEncryptingTransport:
         if isinstance(request, PutObject):
             sealed = await run_async(self.sealer.sealing(request), self._step)
             return await self.inner.execute(sealed)
-        if isinstance(request, GetObject | HeadObject):
+        if isinstance(request, HeadObject):
+            found = await self.inner.execute(request)
+            return await run_async(self.sealer.heading(request.key, found), self._step)
+        if isinstance(request, GetObject):
             found = await self.inner.execute(request)
             return await run_async(self.sealer.opening(request.key, found), self._step)
         return await self.inner.execute(request)

@@ -146,6 +146,11 @@ def gc(
         if report.store_items_expired:
             verb = "would sweep" if dry_run else "swept"
             output.say(f"{verb} {report.store_items_expired} expired LangGraph store item(s)")
+        if report.shredded:
+            output.say(
+                f"skipped {len(report.shredded)} object(s) of shredded tenants (unreadable for "
+                "good: purge their prefix to erase them)"
+            )
         for unreadable in report.unreadable_receipts:
             output.say(f"skipped an unreadable purge receipt ({unreadable})")
         if report.purges_resumed or report.open_purges:

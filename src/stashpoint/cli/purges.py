@@ -89,6 +89,8 @@ def receipt_json(receipt: PurgeReceipt, *, versions: bool = True) -> dict[str, A
         "reusable": receipt.reusable,
         "unreadable": receipt.unreadable,
         "shredded": receipt.shredded,
+        "spared": receipt.spared,
+        "keyless": receipt.keyless,
     }
     if versions:
         document["removed"] = [
