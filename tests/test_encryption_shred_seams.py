@@ -8,6 +8,7 @@ outlive the rightful tenant's shred.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,71 @@ def test_the_catch_all_tenant_cannot_be_shredded(tmp_path: Path) -> None:
             stash.purge(tenant="default", shred=True)
         assert sent == [] and "catch-all" in str(refused.value)
         assert stash.purge(checkpoint="other-1").status == "complete"
+
+
+# -- item 8 and the must-show scan: nothing of a shredded tenant is readable anywhere ------
+
+
+def _plain_forms(data: bytes) -> list[bytes]:
+    """The bytes as stored, and every zstd frame in them decompressed."""
+    import zstandard
+
+    forms = [data]
+    with contextlib.suppress(zstandard.ZstdError):
+        forms.append(zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 26))
+    return forms
+
+
+def test_after_a_shred_no_byte_of_the_tenant_is_readable_in_objects_or_the_index(
+    tmp_path: Path,
+) -> None:
+    from tests.test_encryption import SECRETS, _fill
+
+    root = tmp_path / "s"
+    url = f"local://{root}"
+    with stashpoint.open(url, encryption=_encryption(tmp_path)) as stash:
+        for tenant in SECRETS:
+            _fill(stash, tenant)
+            run = stash.runs.create_run("etl", run_id=f"{tenant}-failing")
+            attempt = stash.runs.record_attempt(run, "x", 1, None)
+            stash.runs.fail_attempt(attempt, f"ValueError: {SECRETS[tenant]} in row 7")
+            stash.runs.fail_run(run, f"{SECRETS[tenant]} broke it")
+        failed = stash.runs.list_runs(status=stashpoint.RunStatus.FAILED).items
+        assert {r.error for r in failed} == {
+            f"error ({len(SECRETS[t]) + 9} characters: sealed in the run's log)" for t in SECRETS
+        }
+        assert stash.runs.load_run("globex-failing").error == f"{SECRETS['globex']} broke it"
+        stash.purge(tenant="acme", shred=True)
+    found = [
+        str(path.relative_to(root))
+        for path in root.rglob("*")
+        if path.is_file()
+        for form in _plain_forms(path.read_bytes())
+        if SECRETS["acme"].encode() in form
+    ]
+    assert found == []
+    with stashpoint.open(url, encryption=_encryption(tmp_path)) as stash:
+        assert stash.runs.load_run("globex-failing").error == f"{SECRETS['globex']} broke it"
+
+
+def test_after_a_shred_no_index_item_on_dynamodb_holds_the_tenants_text(
+    s3_dynamo_url: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    import boto3
+
+    from tests.test_encryption import SECRETS
+
+    url, options = s3_dynamo_url
+    with stashpoint.open(url, encryption=_encryption(tmp_path), **options) as stash:
+        run = stash.runs.create_run("etl", run_id="acme-failing")
+        attempt = stash.runs.record_attempt(run, "x", 1, None)
+        stash.runs.fail_attempt(attempt, f"KeyError: {SECRETS['acme']}")
+        stash.runs.fail_run(run, f"{SECRETS['acme']} broke it")
+        stash.purge(tenant="acme", shred=True)
+    table = url.split("index=dynamodb://")[1].split("&")[0]
+    client = boto3.client(
+        "dynamodb", endpoint_url=options["index_endpoint_url"], region_name="us-east-1"
+    )
+    items = client.scan(TableName=table)["Items"]
+    assert items and not any(SECRETS["acme"] in repr(item) for item in items)
+    assert any("KeyError (" in repr(item) for item in items)

@@ -517,7 +517,11 @@ class _Parts:
         from stashpoint.stores.blobs import DEFAULT_THRESHOLD, Blobs
         from stashpoint.stores.layout import FLEET, RUN_LOGS
 
-        index = None if self.backend.index is None else RunIndex(self.ttl_seconds)
+        index = (
+            None
+            if self.backend.index is None
+            else RunIndex(self.ttl_seconds, plain_errors=self.sealer is None)
+        )
         threshold = DEFAULT_THRESHOLD if self.blob_threshold is None else self.blob_threshold
         blobs = Blobs(self.backend.layout, self.codec, threshold, self.retry, self.blob_tenant)
         return store_type(self.logs(RUN_LOGS), blobs, index, execute, fleet_logs=self.logs(FLEET))

@@ -120,6 +120,16 @@ def runs(run_stash: Any) -> Any:
 
 
 @pytest.fixture
+def listed(run_backend: tuple[str, dict[str, Any], str]) -> Any:
+    """What a listing shows of an error: the text, or on an encrypted stash its kind and
+    length (the text stays in the sealed run log: `runs.indexing.listed_error`)."""
+    from stashpoint.runs.indexing import listed_error
+
+    plain = "encryption" not in run_backend[1]
+    return lambda error: listed_error(error, plain=plain)
+
+
+@pytest.fixture
 def store(stash: Any) -> Any:
     return stash.checkpoints
 

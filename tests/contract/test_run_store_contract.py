@@ -157,7 +157,7 @@ def test_graph_drift_is_an_error_unless_allowed(runs: Any) -> None:
     assert state.checkpoint.step == 3 and state.state_snapshot == {"k": "v"}
 
 
-def test_list_runs_by_graph_status_and_namespace_newest_first(runs: Any) -> None:
+def test_list_runs_by_graph_status_and_namespace_newest_first(runs: Any, listed: Any) -> None:
     ns = f"ns-{stashpoint.new_id()}"
     etl = [runs.create_run("etl", namespace=ns) for _ in range(3)]
     ml = [runs.create_run("train", namespace=ns) for _ in range(2)]
@@ -166,7 +166,7 @@ def test_list_runs_by_graph_status_and_namespace_newest_first(runs: Any) -> None
     assert [r.run_id for r in runs.list_runs(namespace=ns, graph_name="etl").items] == etl[::-1]
     assert [r.run_id for r in runs.list_runs(namespace=ns).items] == (etl + ml)[::-1]
     failed = runs.list_runs(namespace=ns, status=RunStatus.FAILED).items
-    assert [(r.run_id, r.error) for r in failed] == [(ml[1], "nan loss")]
+    assert [(r.run_id, r.error) for r in failed] == [(ml[1], listed("nan loss"))]
     running_etl = runs.list_runs(namespace=ns, graph_name="etl", status=RunStatus.RUNNING)
     assert [r.run_id for r in running_etl.items] == etl[:0:-1]
     assert runs.list_runs(namespace="other-" + ns).items == []
@@ -192,7 +192,7 @@ def test_list_runs_pages_without_duplicates_or_gaps(runs: Any) -> None:
     assert pages in (5, 6)
 
 
-def test_running_and_failed_attempts_are_listed_from_the_index(runs: Any) -> None:
+def test_running_and_failed_attempts_are_listed_from_the_index(runs: Any, listed: Any) -> None:
     ns = f"ns-{stashpoint.new_id()}"
     run_id = runs.create_run("g", namespace=ns)
     a1 = runs.record_attempt(run_id, "a", 1, None)
@@ -201,7 +201,7 @@ def test_running_and_failed_attempts_are_listed_from_the_index(runs: Any) -> Non
     running = runs.list_attempts(AttemptStatus.RUNNING, namespace=ns).items
     failed = runs.list_attempts(AttemptStatus.FAILED, namespace=ns).items
     assert [a.attempt_id for a in running] == [a2]
-    assert [(a.attempt_id, a.error) for a in failed] == [(a1, "boom")]
+    assert [(a.attempt_id, a.error) for a in failed] == [(a1, listed("boom"))]
     row = runs.list_runs(namespace=ns).items[0]
     assert (row.attempts, row.failed_attempts, row.running_attempts) == (2, 1, 1)
 

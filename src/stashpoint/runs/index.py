@@ -61,9 +61,11 @@ _GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
 class RunIndex:
     """Keeps the run/attempt index in step with storage, and answers listings from it."""
 
-    def __init__(self, ttl_seconds: int | None = None) -> None:
+    def __init__(self, ttl_seconds: int | None = None, *, plain_errors: bool = True) -> None:
         self.ttl_seconds = ttl_seconds
         """Retention of index items (DynamoDB TTL), None to keep them."""
+        self.plain_errors = plain_errors
+        """Whether error text is listed (False on an encrypted stash: kind and length)."""
 
     def _expires_at(self) -> int | None:
         return None if self.ttl_seconds is None else int(time.time()) + self.ttl_seconds
@@ -80,7 +82,9 @@ class RunIndex:
 
         The run's item is left out if it lists nothing new since `before`.
         """
-        return mapping.items_for(head, attempts, revision, self._expires_at(), before=before)
+        return mapping.items_for(
+            head, attempts, revision, self._expires_at(), before=before, plain=self.plain_errors
+        )
 
     def read_marker(self, name: str) -> Steps[str | None]:
         """Return the progress a resumable job (reindex) recorded under `name`."""

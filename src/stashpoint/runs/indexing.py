@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -105,11 +106,28 @@ def every_shard(partition: Callable[[int], str]) -> list[str]:
     return [partition(shard) for shard in range(SHARDS)]
 
 
-def _short(error: str | None) -> str | None:
-    return None if error is None else error[:ERROR_CHARS]
+_KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}(?=:|$)")
 
 
-def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, Any]:
+def listed_error(error: str | None, *, plain: bool = True) -> str | None:
+    """Return what the index lists of an error: its start, or (`plain` False) its kind.
+
+    An encrypted stash keeps error text in its (sealed) run log alone: the index, which is
+    not encrypted, lists the error's kind (the exception's name it starts with, or
+    `error`) and its length, so no payload is readable there, before or after a shred.
+    """
+    if error is None:
+        return None
+    if plain:
+        return error[:ERROR_CHARS]
+    match = _KIND.match(error)
+    kind = match.group(0) if match else "error"
+    return f"{kind} ({len(error)} characters: sealed in the run's log)"
+
+
+def run_item(
+    head: RunHead, revision: int, expires_at: int | None, *, plain: bool = True
+) -> dict[str, Any]:
     """Return the index item of a run at `revision` (counts come from the head)."""
     created, updated = sortable(head.created_at), sortable(head.updated_at)
     shard, ns = shard_of(head.run_id), head.namespace
@@ -138,7 +156,7 @@ def run_item(head: RunHead, revision: int, expires_at: int | None) -> dict[str, 
         "attempts": head.attempt_count,
         "failed_attempts": head.failed_count,
         "running_attempts": len(head.running),
-        "error": _short(head.error),
+        "error": listed_error(head.error, plain=plain),
         "created_at": created,
         "updated_at": updated,
         "wake_at": wake,
@@ -164,7 +182,7 @@ def due_bound(now: datetime) -> str:
 
 
 def attempt_item(
-    row: AttemptRow, namespace: str, revision: int, expires_at: int | None
+    row: AttemptRow, namespace: str, revision: int, expires_at: int | None, *, plain: bool = True
 ) -> dict[str, Any]:
     """Return the index item of an attempt, as of run `revision`."""
     started = sortable(row.started_at)
@@ -193,7 +211,7 @@ def attempt_item(
         "node_id": row.node_id,
         "attempt": row.attempt,
         "status": row.status.value,
-        "error": _short(row.error),
+        "error": listed_error(row.error, plain=plain),
         "started_at": started,
         "finished_at": None if row.finished_at is None else sortable(row.finished_at),
         "lease_expires_at": expires,
@@ -207,15 +225,20 @@ def items_for(
     expires_at: int | None,
     *,
     before: RunHead | None = None,
+    plain: bool = True,
 ) -> tuple[dict[str, Any], ...]:
     """Return the run's item and those of `attempts` (the ones a transition touched).
 
     The run's item is left out when it would say what it said at `before` (a heartbeat
     changes no listed field): the index write then costs the attempt's item alone.
+    `plain` False (an encrypted stash): errors are listed by kind (`listed_error`).
     """
-    run = run_item(head, revision, expires_at)
-    attempt_items = tuple(attempt_item(a, head.namespace, revision, expires_at) for a in attempts)
-    if before is not None and attempt_items and same_listing(run_item(before, 0, expires_at), run):
+    run = run_item(head, revision, expires_at, plain=plain)
+    attempt_items = tuple(
+        attempt_item(a, head.namespace, revision, expires_at, plain=plain) for a in attempts
+    )
+    before_item = None if before is None else run_item(before, 0, expires_at, plain=plain)
+    if before_item is not None and attempt_items and same_listing(before_item, run):
         return attempt_items
     return (run, *attempt_items)
 
