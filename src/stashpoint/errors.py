@@ -471,8 +471,11 @@ class AmbiguousResume(StashpointError):
         self.turn = turn
         """The one-based turn that may have partially executed."""
         super().__init__(
-            f"turn {turn} was in flight when the agent stopped; its model call and tools may "
-            "have run. Resume with ResumePolicy.RETRY_INTERRUPTED_TURN to run it again",
+            f"turn {turn} of agent {checkpoint_id!r} was in flight when it stopped; its model "
+            "call and tools may have run. Settle it once: `stashpoint agent resolve "
+            f"{checkpoint_id} --retry-turn` (run it again) or `--abandon-turn` (count it as "
+            "done), or resume with ResumePolicy.RETRY_INTERRUPTED_TURN when turns are safe "
+            "to repeat",
             object_name=checkpoint_id,
         )
 

@@ -14,6 +14,7 @@ from stashpoint.agent.conversation import AsyncConversationStore, ConversationSt
 from stashpoint.agent.logic import (
     AsyncTurn,
     Turn,
+    TurnNotStarted,
     TurnResult,
     after_turn,
     parse_state,
@@ -67,6 +68,7 @@ __all__ = [
     "ToolCall",
     "Turn",
     "TurnInFlight",
+    "TurnNotStarted",
     "TurnResult",
     "Usage",
     "after_turn",

@@ -10,6 +10,7 @@ store and a driver.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import time
@@ -91,6 +92,18 @@ class TurnResult:
     """Successful delegations completed in the turn."""
 
 
+class TurnNotStarted(Exception):
+    """Raise it from a turn that had no effect yet: the turn runs again, no operator needed.
+
+    For a model call refused (a 503) before anything ran, or a tool that failed before it
+    touched anything; usually raised `from` the cause. The runner clears the turn's
+    in-flight mark, so the next `run` runs the turn again without `AmbiguousResume`: the
+    turn is not counted, and its attempt (in a run) is recorded failed. Any other exception
+    leaves the turn in flight, since its model call or tools may have had effects. It is
+    raised on to the caller.
+    """
+
+
 Turn = Callable[[AgentCheckpointState, int], TurnResult]
 """A turn: given the stable state and the one-based turn number, call the model and tools,
 and return a `TurnResult` (with `response` only on the last turn). It may raise: the turn
@@ -116,7 +129,9 @@ def parse_state(envelope: Envelope) -> AgentCheckpointState:
     )
 
 
-def resume_state(state: AgentCheckpointState, policy: ResumePolicy) -> AgentCheckpointState:
+def resume_state(
+    state: AgentCheckpointState, policy: ResumePolicy, checkpoint_id: str | None = None
+) -> AgentCheckpointState:
     """Return the state to continue from, applying the resume policy.
 
     `TurnInFlight` under `REJECT_AMBIGUOUS` raises `AmbiguousResume`; under
@@ -127,7 +142,8 @@ def resume_state(state: AgentCheckpointState, policy: ResumePolicy) -> AgentChec
         case TurnInFlight(turn=turn):
             if policy is ResumePolicy.RETRY_INTERRUPTED_TURN:
                 return state.model_copy(update={"phase": ReadyForTurn()})
-            raise AmbiguousResume(state.execution_id, turn)
+            # Named by the agent's id, which `stashpoint agent resolve` takes.
+            raise AmbiguousResume(checkpoint_id or state.execution_id, turn)
         case _:
             return state
 
@@ -559,7 +575,7 @@ def resume(
     """Load the checkpoint, check its identity and apply the resume policy."""
     saved = yield from load_saved(storage, checkpoint_id)
     check_identity(checkpoint_id, saved.state, agent, model)
-    return saved, resume_state(saved.state, policy)
+    return saved, resume_state(saved.state, policy, checkpoint_id=checkpoint_id)
 
 
 @dataclass(frozen=True)
@@ -576,6 +592,9 @@ class TurnSteps:
     """(attempt id, output, error): the turn ended; with an error, it failed."""
     finish: Callable[[str], Steps[None]]
     """(run id): the agent completed, so its run completes (a completed run stays so)."""
+    refuse: Callable[[str, str], Steps[None]] | None = None
+    """(run id, error): the run was handed an agent that belongs elsewhere: it fails, so
+    it never stays running with nothing to run it."""
 
 
 def _turn_summary(number: int, result: TurnResult) -> dict[str, Any]:
@@ -637,6 +656,12 @@ def run_turn(
     except Exception as exc:
         if steps is not None and attempt_id is not None:
             yield from steps.end(attempt_id, None, f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, TurnNotStarted):
+            # The turn says it had no effect: the in-flight mark goes, so the next run
+            # runs the turn again without an operator settling it.
+            yield from save_saved(
+                storage, saved, state.model_copy(update={"phase": ReadyForTurn()})
+            )
         raise
     took = (yield from ask(Call(clock, ()))) - started
     if not isinstance(result, TurnResult):
@@ -705,6 +730,8 @@ def run(
             storage, checkpoint_id, agent=agent, model=model, transcript=transcript,
             execution_id=None, run_id=run_id, durable=durable,
         )  # fmt: skip
+    if run_id is not None and run_id != saved.run_id:
+        yield from _refuse_run(checkpoint_id, saved, state, run_id, steps)
     shortfall: list[tuple[float, float]] = []
 
     def fits(after: AgentCheckpointState, first: bool = False) -> Steps[bool]:
@@ -744,6 +771,32 @@ def run(
         # checkpoint is run again, which writes nothing; a run ended otherwise conflicts).
         yield from steps.finish(saved.run_id)
     return outcome
+
+
+def _refuse_run(
+    checkpoint_id: str,
+    saved: Saved,
+    state: AgentCheckpointState,
+    run_id: str,
+    steps: TurnSteps | None,
+) -> Steps[None]:
+    """End a run handed an agent that belongs to another run (or none), and say so.
+
+    A completed agent answers from its checkpoint and runs nothing: the run it was handed
+    would otherwise stay `running` forever. It fails with the reason, and the caller gets
+    `IdentityMismatch` naming the agent, its run and what to do.
+    """
+    where = "outside any run" if saved.run_id is None else f"in run {saved.run_id!r}"
+    done = "completed" if state.outcome() is not None else "was started"
+    reason = (
+        f"agent {checkpoint_id!r} {done} {where}, not in run {run_id!r}: a new run needs a "
+        "new agent id (or pass the agent's own run id)"
+    )
+    if steps is not None and steps.refuse is not None:
+        # Refused before (a retried invocation): the run has ended already.
+        with contextlib.suppress(TerminalStateConflict):
+            yield from steps.refuse(run_id, f"IdentityMismatch: {reason}")
+    raise IdentityMismatch(reason, object_name=checkpoint_id)
 
 
 def resolve(

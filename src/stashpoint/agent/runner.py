@@ -60,6 +60,10 @@ class TurnAttempts(Protocol):
         """Complete a run (a completed run is left as it is)."""
         ...
 
+    def fail_run(self, run_id: str, error: str) -> Steps[None]:
+        """Fail a run (`TerminalStateConflict` if it has ended already)."""
+        ...
+
 
 class RunRecorder(Protocol):
     """A run store (`stash.runs`), as far as a runner needs it."""
@@ -112,7 +116,7 @@ class _RunnerApi(Generic[HandleT, CursorT]):
                 return attempts.fail_attempt(attempt_id, error)
             return attempts.complete_attempt(attempt_id, output)
 
-        return logic.TurnSteps(begin, end, attempts.complete_run)
+        return logic.TurnSteps(begin, end, attempts.complete_run, attempts.fail_run)
 
     @operation
     def start(
