@@ -524,3 +524,54 @@ def test_a_put_whose_item_cannot_be_written_stores_nothing(
         assert _runs(saver, "t") == []
         _put(saver, "t", "r", 1)
         assert _runs(saver, "t") == ["r"] and _items(stash, "r") == ["t"]
+
+
+def _unindexed_url(url: str) -> str:
+    return f"{url}&index=none" if "?" in url else f"{url}?index=none"
+
+
+@pytest.mark.parametrize("backend", ["local_url", "s3_dynamo_url"])
+def test_a_saver_without_the_index_refuses_run_puts_once_the_index_covers_every_thread(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """Issue 47 item 11: a checkpoint written without the index would be missed by
+    `delete_for_runs` through it; such a put is refused, and nothing is stored."""
+    url, options = request.getfixturevalue(backend)
+    with stashpoint.open(url, **options) as stash:
+        saver = StashpointSaver(stash)
+        _put(saver, "t-1", "r1", 1)
+        saver.setup()  # every thread's runs are in the index from now on
+    with stashpoint.open(_unindexed_url(url), **options) as unindexed:
+        saver = StashpointSaver(unindexed)
+        with pytest.raises(stashpoint.ConfigurationError) as refused:
+            _put(saver, "t-2", "r2", 2)
+        assert "index" in str(refused.value) and "r2" in str(refused.value)
+        assert saver.get_tuple({"configurable": {"thread_id": "t-2"}}) is None
+        _put(saver, "t-3", None, 3)  # no run id: nothing for delete_for_runs to miss
+    with stashpoint.open(url, **options) as stash:
+        saver = StashpointSaver(stash)
+        saver.delete_for_runs(["r1"])
+        assert saver.get_tuple({"configurable": {"thread_id": "t-1"}}) is None
+        assert saver.get_tuple({"configurable": {"thread_id": "t-3"}}) is not None
+
+
+def test_a_marker_written_before_the_mark_existed_is_announced_by_setup(
+    local_url: tuple[str, dict[str, Any]],
+) -> None:
+    from stashpoint.langgraph.steps import RUN_INDEX_MARK
+    from stashpoint.stores.objects import DeleteObject
+
+    url, options = local_url
+    with stashpoint.open(url, **options) as stash:
+        saver = StashpointSaver(stash)
+        saver.setup()
+        stash.driver(DeleteObject(f"langgraph-values/{RUN_INDEX_MARK}"))  # an older version's
+    with stashpoint.open(_unindexed_url(url), **options) as unindexed:
+        _put(StashpointSaver(unindexed), "t-0", "r0", 0)  # not refused: nothing says so yet
+    with stashpoint.open(url, **options) as stash:
+        StashpointSaver(stash).setup()  # what the upgrade notes ask of older stashes
+    with (
+        stashpoint.open(_unindexed_url(url), **options) as unindexed,
+        pytest.raises(stashpoint.ConfigurationError),
+    ):
+        _put(StashpointSaver(unindexed), "t-2", "r2", 2)

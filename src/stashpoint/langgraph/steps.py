@@ -11,6 +11,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from stashpoint.cache import Lru
@@ -18,6 +19,7 @@ from stashpoint.codec import Codec
 from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
+    ConfigurationError,
     InvalidArgument,
     InvalidPayload,
     Purged,
@@ -61,7 +63,7 @@ from stashpoint.langgraph.thread import (
 from stashpoint.logs.format import LogEntry
 from stashpoint.logs.log import LogHead, LogSteps, ended_error
 from stashpoint.logs.state import Known, LoggedState
-from stashpoint.steps import Parallel, Steps, ask
+from stashpoint.steps import Now, Parallel, Steps, ask
 from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
 from stashpoint.stores.objects import (
     MAX_DELETE_BATCH,
@@ -72,6 +74,7 @@ from stashpoint.stores.objects import (
     ListKeys,
     ObjectInfo,
     PutObject,
+    WriteOutcome,
     delete_keys,
     every_version,
 )
@@ -79,6 +82,12 @@ from stashpoint.stores.writes import Found, Judge, ReadBack, named_read_back, pu
 
 VALUE_FORMAT = "stashpoint.langgraph-value"
 """Format name of a large value's object."""
+RUN_INDEX_MARK = "~run-index"
+"""Name (beside the threads' values, no thread's) of the object saying the stash's index
+holds every thread's (run, thread) items: a saver opened without the index refuses puts
+that carry a run id once it is there, since `delete_for_runs` would never find them."""
+_MARK_RECHECK = timedelta(minutes=1)
+"""How long a saver without an index trusts that the mark was absent."""
 SNAPSHOT_FORMAT = "stashpoint.langgraph-list"
 """Format name of a list snapshot's object (`{"items": [packed item, ...]}`)."""
 KNOWN_THREADS = 256
@@ -256,6 +265,44 @@ class SaverSteps:
             logs, _ThreadForm(), max_attempts=_APPEND_ATTEMPTS, cache_size=KNOWN_THREADS
         )
         """The threads' states: the one log-backed state, with its cached heads."""
+        self._announced = False  # the run-index mark is known to be in the bucket
+        self._unmarked_at: datetime | None = None  # no mark was there then (no index)
+
+    def _run_index_mark(self) -> str:
+        return self.layout.key(LANGGRAPH_VALUES, RUN_INDEX_MARK)
+
+    def _announce_run_index(self) -> Steps[None]:
+        """Leave the mark that the index holds every thread's runs (once per saver)."""
+        if self._announced:
+            return
+        key = self._run_index_mark()
+        body = yield from self.codec.document_encoding(
+            {"format": "stashpoint.langgraph-run-index/1"}, name=key
+        )
+        result = yield from ask(PutObject(key, body, Create()))
+        # Stored, or there already (a create that found it): either way it is there.
+        self._announced = result.outcome in (WriteOutcome.STORED, WriteOutcome.PRECONDITION_FAILED)
+
+    def _refuse_unindexed(self, run: str) -> Steps[None]:
+        """Refuse a put carrying a run id from a saver without the stash's index.
+
+        Its thread would get no (run, thread) item, so `delete_for_runs` through the index
+        would never find its checkpoints. One GET per minute while the mark is absent.
+        """
+        now = yield from ask(Now())
+        if self._unmarked_at is not None and now - self._unmarked_at < _MARK_RECHECK:
+            return
+        mark = yield from ask(GetObject(self._run_index_mark()))
+        if mark is None:
+            self._unmarked_at = now
+            return
+        raise ConfigurationError(
+            f"this stash indexes LangGraph runs, but this saver was opened without its index: "
+            f"a checkpoint of run {run!r} written here would be missed by delete_for_runs; "
+            "open the stash with its index (?index=dynamodb://TABLE, or the default SQLite "
+            "index of a local folder)",
+            object_name=run,
+        )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -630,6 +677,8 @@ class SaverSteps:
         merged_metadata = get_checkpoint_metadata(config, dict(metadata))  # type: ignore[arg-type]
         packed_metadata = pack(*_dumped(serde, merged_metadata, "metadata", key))
         run = _run_of(merged_metadata) if self.run_threads is not None else None
+        if self.run_threads is None and (unindexed := _run_of(merged_metadata)) is not None:
+            yield from self._refuse_unindexed(unindexed)
         # Serialize once; which list values may be stored as extensions depends on the head.
         serialized: dict[str, Any] = {}
         for channel in new_versions:
@@ -1202,6 +1251,7 @@ class SaverSteps:
             if named is None:
                 yield from self.index_runs(serde)
                 named = yield from self.run_threads.threads_of(sorted(doomed))
+
         keys = sorted(named) if named is not None else (yield from self.logs.list_ids())
         for key in keys:
             read = yield from self._listed(key)
@@ -1231,7 +1281,10 @@ class SaverSteps:
         every page of `_WALK_PAGE` threads, so a call cut short (a Lambda's deadline) is
         taken on by the next one. Returns the threads walked by this call.
         """
-        if self.run_threads is None or (yield from self.run_threads.is_complete()):
+        if self.run_threads is None:
+            return 0
+        if (yield from self.run_threads.is_complete()):
+            yield from self._announce_run_index()
             return 0
         cursor, total = yield from self.run_threads.walked()
         walked = 0
@@ -1246,6 +1299,7 @@ class SaverSteps:
                 break
             yield from self.run_threads.walking(cursor, total + walked)
         yield from self.run_threads.complete()
+        yield from self._announce_run_index()
         return walked
 
     def _forget_items(self, key: str, runs: Mapping[str, int], read_at: int) -> Steps[None]:
