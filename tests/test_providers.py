@@ -181,3 +181,33 @@ def test_gc_packing_and_export_work_on_a_directory_bucket_and_listings_cost_what
         # segments): a listing per window grows with the square of the length on a
         # bucket that cannot start a listing after a key.
         assert 1100 // WINDOW >= 8 and meter.requests.get("ListKeys", 0) == 3, meter.requests
+
+
+# -- issue 47: provider facts a purge and a lock depend on ------------------------------------
+
+
+def test_retention_on_r2_is_refused_with_the_reason() -> None:
+    with pytest.raises(stashpoint.ConfigurationError) as refused:
+        stashpoint.open("s3://bucket/p?provider=r2&retention=sealed:GOVERNANCE:30&index=none")
+    assert "bucket lock" in str(refused.value) and "Object Lock" in str(refused.value)
+
+
+def test_a_purge_on_a_store_that_keeps_copies_says_what_it_did_not_reach(
+    s3_moto_url: tuple[str, dict[str, Any]],
+) -> None:
+    url, options = s3_moto_url
+    with stashpoint.open(f"{url}?index=none&provider=tigris", **options) as stash:
+        stash.logs.append("t1", [{"text": "x"}], after=None)
+        receipt = stash.purge(log="t1")
+        assert "snapshots" in receipt.beyond_reach
+        assert stash.purge_receipt(receipt.purge_id).beyond_reach == receipt.beyond_reach
+    with stashpoint.open(f"{url}?index=none", **options) as stash:  # aws: replicas
+        stash.logs.append("t2", [{"text": "x"}], after=None)
+        assert "replication" in stash.purge(log="t2").beyond_reach
+
+
+def test_minio_s_profile_says_its_repository_is_archived() -> None:
+    from stashpoint.stores.providers import PROVIDERS
+
+    assert "archived" in PROVIDERS["minio"].description
+    assert not PROVIDERS["r2"].object_lock and PROVIDERS["aws"].object_lock

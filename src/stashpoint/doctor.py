@@ -92,6 +92,7 @@ def diagnose(
     has_index: bool,
     encryption: Encryption | None = None,
     provider: Provider | None = None,
+    erasure_key: bool | None = None,
 ) -> Steps[list[Check]]:
     """Run every check; return the report (the probe object is always removed).
 
@@ -121,7 +122,22 @@ def diagnose(
         checks.append(Check("index", Status.WARN, _NO_INDEX))
     if encryption is not None:
         checks.append(_encryption(encryption, written))
+    if erasure_key is not None:
+        checks.append(_receipts(erasure_key))
     return checks
+
+
+def _receipts(sealed: bool) -> Check:
+    """Say whether purge receipts are sealed, so `gc` obeys only the operator's."""
+    if sealed:
+        return Check("receipts", Status.PASS, "purge receipts are sealed with an erasure key")
+    return Check(
+        "receipts",
+        Status.WARN,
+        "no erasure key: purge receipts are unsealed, so gc resumes none and sweeps beside "
+        "none (a worker could plant one); set STASHPOINT_ERASURE_KEY for whoever purges "
+        "(docs/purge.md, receipts)",
+    )
 
 
 def _provider(provider: Provider) -> Check:
@@ -138,6 +154,8 @@ def _provider(provider: Provider) -> Check:
     said = f"{provider.name}: {provider.description}"
     if lacks:
         said += f"; without {', '.join(lacks)}"
+    if provider.beyond_purge:
+        said += f"; beyond a purge's reach: {provider.beyond_purge}"
     return Check("provider", Status.PASS, said + " (`doctor --conformance` checks it)")
 
 

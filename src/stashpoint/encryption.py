@@ -73,7 +73,6 @@ from stashpoint.stores.objects import (
     ObjectInfo,
     PutObject,
     StoredVersion,
-    WriteOutcome,
     every_version,
 )
 
@@ -671,14 +670,30 @@ class Sealer:
         key = self.data_key_object(record.tenant, record.key_id)
         body = yield from self.codec.document_encoding(_record_document(record), name=key)
         if isinstance(condition, Match):
-            result = yield from ask(PutObject(key, body, condition))
-            if result.outcome is not WriteOutcome.STORED:
-                raise CheckpointConflict(
-                    key,
-                    expected_revision=None,
-                    message=f"the data key changed while it was re-wrapped "
-                    f"({result.outcome.value}): run the rotation again",
+            judged = condition.etag
+
+            def rewrapped(tracker: writes.WriteTracker) -> Steps[writes.Verdict]:
+                found = yield from ask(GetObject(key, None, self.codec.limits.max_compressed_bytes))
+                if found is not None and found.etag == judged:
+                    return writes.NotLanded()  # still the one judged: the same write again
+                try:
+                    now = None if found is None else read_record(self.codec, found.body or b"", key)
+                except StashpointError:
+                    now = None
+                if now is not None and now.wrapped == record.wrapped:
+                    return writes.Landed(found.etag if found is not None else None)
+                return writes.Refused(
+                    CheckpointConflict(
+                        key,
+                        expected_revision=None,
+                        message="the data key changed while it was re-wrapped: run the "
+                        "rotation again",
+                    )
                 )
+
+            yield from writes.put(
+                PutObject(key, body, condition), rewrapped, self.retry, what="data key re-wrap"
+            )
             return
 
         def judge(existing: ObjectInfo) -> Steps[writes.Found]:

@@ -27,7 +27,9 @@ from stashpoint.errors import (
 from stashpoint.ids import new_write_id
 from stashpoint.logs.log import LogSteps
 from stashpoint.progress import OnProgress, Progress, silent
+from stashpoint.retry import DEFAULT_RETRY
 from stashpoint.steps import Steps, ask
+from stashpoint.stores import writes
 from stashpoint.stores.blobs import REF_KEY, is_ref
 from stashpoint.stores.layout import BLOBS, CLOCK, Layout
 from stashpoint.stores.objects import (
@@ -73,6 +75,9 @@ class GcReport:
     shredded: list[str] = field(default_factory=list)
     """Heads and logs of shredded tenants: known, unreadable for good, skipped (they never
     hold a collection back; a purge of their prefix erases them without reading them)."""
+    unsealed_receipts: list[str] = field(default_factory=list)
+    """Receipts not obeyed: their seal does not verify under the stash's erasure key (or
+    no key is set), or an open shred waiting for the operator (`receipt_seal`)."""
     unreadable_receipts: list[str] = field(default_factory=list)
     """Receipts under `purges/` that could not be read (damaged, planted, or of a newer
     version), as `purge id: error kind`: skipped, never obeyed."""
@@ -229,9 +234,13 @@ def collect_garbage(
         for digest, etag in doomed:
             # Only the object judged: a save that reused the blob since wrote its own copy
             # over it (`Blobs.offload`), whose new ETag makes this delete fail.
-            result = yield from ask(DeleteObject(layout.key(BLOBS, digest), etag))
-            if result.outcome is WriteOutcome.STORED:
-                deleted += 1
+            key = layout.key(BLOBS, digest)
+            deleted += yield from writes.delete(
+                DeleteObject(key, etag),
+                writes.judged_read_back(key, etag),
+                DEFAULT_RETRY,
+                what="blob delete",
+            )
     return GcReport(
         len(blobs),
         len(blobs) - len(doomed) - young,

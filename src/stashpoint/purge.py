@@ -47,7 +47,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, TypedDict, Unpack
 
-from stashpoint import jsontext, tracing
+from stashpoint import jsontext, receipt_seal, tracing
 from stashpoint.agent.logic import conversation_key
 from stashpoint.codec import Codec
 from stashpoint.encryption import (
@@ -74,8 +74,10 @@ from stashpoint.ids import new_id, thread_key, validate_id, validate_prefix
 from stashpoint.index.requests import DeleteItem, GetPartition
 from stashpoint.logs.format import LogEntry, parse_entry_name
 from stashpoint.logs.log import LogHead, LogSteps, purge_of
+from stashpoint.retry import DEFAULT_RETRY
 from stashpoint.runs.indexing import run_pk
 from stashpoint.steps import Now, Parallel, Steps, ask
+from stashpoint.stores import writes
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import (
     AGENTS,
@@ -96,11 +98,13 @@ from stashpoint.stores.layout import (
 )
 from stashpoint.stores.objects import (
     MAX_DELETE_BATCH,
+    Create,
     DeleteObject,
     DeleteVersions,
     GetObject,
     GetObjectLock,
     HeadObject,
+    ObjectInfo,
     PutObject,
     SetLegalHold,
     StoredVersion,
@@ -203,6 +207,9 @@ class PurgeReceipt:
     keyless: list[str] = field(default_factory=list)
     """Ids of a shredded tenant: erased whole without being read, and with no tombstone
     (the tenant's shred mark refuses every write sealed for it)."""
+    beyond_reach: str = ""
+    """Copies the object store keeps where no purge reaches (snapshots, replicas), as its
+    profile says (`Provider.beyond_purge`): to be erased there."""
 
     @property
     def objects(self) -> int:
@@ -236,6 +243,10 @@ class _State:
     cutoff: str | None = None
     spared: list[str] = field(default_factory=list)
     keyless: list[str] = field(default_factory=list)
+    beyond_reach: str = ""
+    seal: str | None = None
+    """The plan's seal under the erasure key (`receipt_seal`): obeyed by maintenance only
+    when it verifies."""
     ends: dict[str, int] = field(default_factory=dict)
     """The version of each log target's tombstone, by the target's index (the lives rule:
     what lies above it belongs to later lives of a reusable id, never to this purge)."""
@@ -461,6 +472,8 @@ class Purger:
         *,
         has_index: bool,
         encryption: Encryption | None = None,
+        erasure_key: bytes | None = None,
+        beyond_reach: str = "",
     ) -> None:
         self.layout = layout
         """Where the stash's objects live."""
@@ -480,6 +493,13 @@ class Purger:
         """The stash's encryption (its tenants' master keys, for a shred), if any."""
         self.unreadable_receipts: list[str] = []
         """Receipts the last `maintain` could not read (purge id and error kind): skipped."""
+        self.erasure_key = erasure_key
+        """The secret receipts are sealed and checked with (`receipt_seal`); None: none."""
+        self.beyond_reach = beyond_reach
+        """What the object store keeps beyond a purge's reach, said in every receipt."""
+        self.unsealed_receipts: list[str] = []
+        """Receipts the last `maintain` did not obey: their seal does not verify (planted,
+        tampered, or unsealed), or an open shred that waits for the operator."""
 
     # -- choosing what to purge -----------------------------------------------------------
 
@@ -606,28 +626,81 @@ class Purger:
             purge_id, actor, now.isoformat(), selector,
             [[t.namespace, t.object_id] for t in targets], reusable,
             cutoff=None if cutoff is None else cutoff.isoformat(),
+            beyond_reach=self.beyond_reach,
         )  # fmt: skip
+        if self.erasure_key is not None:
+            state.seal = receipt_seal.seal(self.erasure_key, state.document())
         head = yield from self.receipts.append(
             purge_id, [], after=None, state=state.document(), kind=RECEIPT_KIND
         )
         yield from self._carry_on(head, state)
         return (yield from self.receipt(purge_id))
 
-    def resume(self, purge_id: str) -> Steps[PurgeReceipt]:
-        """Carry an open purge on from its receipt's last state; return the receipt."""
+    def resume(self, purge_id: str, *, confirm_shred: bool = False) -> Steps[PurgeReceipt]:
+        """Carry an open purge on from its receipt's last state; return the receipt.
+
+        The operator's own request: an unsealed receipt is carried on where no erasure key
+        is set; one whose seal does not verify is `InvalidPayload` (never obeyed); a shred
+        needs `confirm_shred`.
+        """
         head = yield from self.receipts.head(purge_id)
         state = _State.parse(head.state, purge_id)
         if state.status != "complete":
+            self._check_obeyable(state, explicit=True, confirm_shred=confirm_shred)
             yield from self._carry_on(head, state)
         return (yield from self.receipt(purge_id))
 
-    def resume_open(self, idle: timedelta) -> Steps[list[PurgeReceipt]]:
-        """Resume every open purge whose receipt last moved at least `idle` ago."""
-        done, _, _ = yield from self.maintain(idle, leftovers=False)
+    def _check_obeyable(self, state: _State, *, explicit: bool, confirm_shred: bool) -> None:
+        """Raise unless maintenance may carry this receipt on (`receipt_seal`)."""
+        name = state.purge_id
+        if self.erasure_key is not None:
+            if not receipt_seal.verifies(self.erasure_key, state.document()):
+                raise InvalidPayload(
+                    "this receipt's seal does not verify under the stash's erasure key "
+                    "(planted, tampered, or written without the key): it is not obeyed",
+                    object_name=name,
+                )
+        elif state.seal is not None:
+            raise ConfigurationError(
+                "this receipt is sealed: open the stash with its erasure key "
+                f"(erasure_key, or {receipt_seal.ENVIRONMENT}) to carry it on",
+                object_name=name,
+            )
+        elif not explicit:
+            raise ConfigurationError(
+                "no erasure key is set, so receipts are unsealed: gc obeys none; resume it "
+                "yourself (stashpoint purge --resume)",
+                object_name=name,
+            )
+        shreds = [t for t in state.target_list() if NAMESPACES[t.namespace].shape is Shape.KEYS]
+        if shreds and not (explicit and confirm_shred):
+            raise ConfigurationError(
+                f"this receipt shreds tenant {shreds[0].object_id!r}: carry it on only with "
+                "the operator's confirmation (resume_purges(confirm_shred=True), stashpoint "
+                "purge --resume --confirm-shred)",
+                object_name=name,
+            )
+
+    def resume_open(
+        self, idle: timedelta, *, confirm_shred: bool = False
+    ) -> Steps[list[PurgeReceipt]]:
+        """Resume every open purge whose receipt last moved at least `idle` ago.
+
+        The operator's own request (see `resume`): receipts it may not obey are skipped
+        (`unsealed_receipts` says which).
+        """
+        done, _, _ = yield from self.maintain(
+            idle, leftovers=False, explicit=True, confirm_shred=confirm_shred
+        )
         return done
 
     def maintain(
-        self, idle: timedelta, *, leftovers: bool = True
+        self,
+        idle: timedelta,
+        *,
+        leftovers: bool = True,
+        explicit: bool = False,
+        confirm_shred: bool = False,
     ) -> Steps[tuple[list[PurgeReceipt], list[str], int]]:
         """Finish the open purges idle for `idle` and sweep leftovers (what `gc` does).
 
@@ -641,6 +714,7 @@ class Purger:
         still_open: list[str] = []
         swept = 0
         self.unreadable_receipts = []
+        self.unsealed_receipts = []
         for purge_id in (yield from self.receipts.list_ids()):
             try:
                 head = yield from self.receipts.head(purge_id)
@@ -655,12 +729,27 @@ class Purger:
                     still_open.append(purge_id)
                     continue
                 try:
-                    finished.append((yield from self.resume(purge_id)))
+                    self._check_obeyable(state, explicit=explicit, confirm_shred=confirm_shred)
+                except StashpointError:
+                    self.unsealed_receipts.append(purge_id)
+                    still_open.append(purge_id)
+                    continue
+                try:
+                    finished.append((yield from self._resume_checked(head, state)))
                 except ConfigurationError:
                     still_open.append(purge_id)  # a shred whose keys this stash lacks
             elif leftovers:
+                if not receipt_seal.verifies(self.erasure_key, state.document()):
+                    # Its targets are not to be trusted: a planted "finished" receipt
+                    # would have gc sweep beside any id.
+                    self.unsealed_receipts.append(purge_id)
+                    continue
                 swept += yield from self._sweep_leftovers(_Receipt(self.receipts, head, state))
         return finished, still_open, swept
+
+    def _resume_checked(self, head: LogHead, state: _State) -> Steps[PurgeReceipt]:
+        yield from self._carry_on(head, state)
+        return (yield from self.receipt(state.purge_id))
 
     def open_purges(self) -> Steps[list[str]]:
         """Return the purges whose receipt is still open."""
@@ -737,6 +826,7 @@ class Purger:
             shredded=state.shredded,
             spared=state.spared,
             keyless=state.keyless,
+            beyond_reach=state.beyond_reach,
         )
 
     def _carry_on(self, head: LogHead, state: _State) -> Steps[None]:
@@ -955,7 +1045,14 @@ class Purger:
             mark = {"format": "stashpoint.shredded/1", "tenant": target.object_id,
                     "purge_id": state.purge_id}  # fmt: skip
             body = yield from self.codec.document_encoding(mark, name=target.object_id)
-            yield from ask(PutObject(shred_mark, body, None))
+            yield from writes.create_named(
+                PutObject(shred_mark, body, Create()),
+                self._shred_mark_judge(target.object_id, shred_mark),
+                DEFAULT_RETRY,
+                what="shred mark",
+                limit=self.codec.limits.max_compressed_bytes,
+                refresh=False,
+            )
             for master in sorted(masters):
                 state.shredded.append((yield from ask(ShredMasterKey(master))))
             yield from receipt.write([])
@@ -966,6 +1063,29 @@ class Purger:
             yield from receipt.intend(doomed)
             yield from self._delete(doomed)
         raise _unfinished(target)
+
+    def _shred_mark_judge(self, tenant: str, key: str) -> writes.Judge:
+        """Return the judge of an object found where a tenant's shred mark goes.
+
+        Any shred's mark of the tenant is as good as ours (the tenant is shredded either
+        way); anything else is replaced.
+        """
+
+        def judge(found: ObjectInfo) -> Steps[writes.Found]:
+            try:
+                document = jsontext.parse(self.codec.unwrap(found.body or b"", name=key))
+            except (StashpointError, ValueError):
+                return writes.Found.OTHER
+            if (
+                isinstance(document, dict)
+                and str(document.get("format", "")).startswith("stashpoint.shredded/")
+                and document.get("tenant") == tenant
+            ):
+                return writes.Found.SAME
+            return writes.Found.OTHER
+            yield  # a generator, like every judge
+
+        return judge
 
     def _master_of(self, version: StoredVersion) -> Steps[str | None]:
         info = yield from ask(GetObject(version.key, version.version_id))
@@ -1106,13 +1226,12 @@ class Purger:
         """
         guarded = guarded or {}
         conditional = [
-            DeleteObject(v.key, guarded[v.key])
+            (DeleteObject(v.key, guarded[v.key]), writes.judged_read_back(v.key, guarded[v.key]))
             for v in doomed
             if v.version_id == _UNVERSIONED and v.key in guarded
         ]
         doomed = [v for v in doomed if not (v.version_id == _UNVERSIONED and v.key in guarded)]
-        for start in range(0, len(conditional), _PARALLEL):
-            yield from ask(Parallel(tuple(conditional[start : start + _PARALLEL])))
+        yield from writes.delete_all(conditional, DEFAULT_RETRY, what="large value delete")
         # A key's older versions go before its current one, so a store that keeps the
         # current version as a copy (the local folder) never promotes an old one.
         ordered = sorted(doomed, key=lambda v: (v.key, v.is_latest))

@@ -96,6 +96,11 @@ class Options:
     """Client-side encryption of every stored object (`stashpoint.encryption`): key rules
     per tenant, a local keyring or AWS KMS. None: objects are stored as zstd JSON (use the
     bucket's SSE for encryption at rest); also the `encryption=PATH` URL option."""
+    erasure_key: bytes | str | None = None
+    """The secret purge receipts are sealed with, so maintenance obeys only receipts the
+    erasing identity wrote (`stashpoint.receipt_seal`): at least 32 bytes or characters, or
+    `file:PATH`; default: `STASHPOINT_ERASURE_KEY`, else a key of the stash's own for a
+    local folder or `memory://`, else none (S3: `gc` then obeys no receipt)."""
     backend: dict[str, Any] = field(default_factory=dict)
     """Backend options (S3: `client_config`, `sse`, `kms_key_id`, `storage_class`,
     `endpoint_url`...; index: `index_endpoint_url`, `index_client_config`; `ttl_days`,
@@ -126,6 +131,8 @@ class Options:
             )
         if not isinstance(self.backend, dict):
             raise ConfigurationError("backend must be a dict of backend options")
+        if not isinstance(self.erasure_key, bytes | str | None):
+            raise ConfigurationError("erasure_key must be bytes, a str, or 'file:PATH'")
         if self.encryption is not None:
             from stashpoint.encryption import Encryption
 
@@ -167,6 +174,8 @@ class _Backend:
     """The caller's cloud identity for receipts (None: name the local user)."""
     conformance: Callable[[], Any] | None = None
     """Runs the conformance kit on the bucket (S3 only)."""
+    erasure_key: Callable[[], bytes | None] | None = None
+    """The stash's own erasure key, where it can keep one (a local folder, `memory://`)."""
 
 
 def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -266,6 +275,9 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         else:
             objects, memory_index = MemoryTransport(), SqliteIndexTransport(":memory:")
         has_index = own.get("index") != "none"
+        from stashpoint import receipt_seal
+
+        name = parsed.location
         return _Backend(
             PROVIDERS["memory"],
             Layout(),
@@ -273,6 +285,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
             lambda: ThreadedAsyncTransport(objects, offload=False),
             (lambda: memory_index) if has_index else None,
             (lambda: ThreadedAsyncTransport(memory_index)) if has_index else None,
+            erasure_key=lambda: receipt_seal.process_key(name),
         )
     if parsed.scheme == "local":
         root = Path(parsed.location).expanduser()
@@ -286,6 +299,8 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         if object_options:
             raise ConfigurationError(f"unknown local options: {', '.join(sorted(object_options))}")
         index, async_index = _index_factories(own.get("index"), str(root / "index.sqlite3"), own)
+        from stashpoint import receipt_seal
+
         return _Backend(
             PROVIDERS["local"],
             Layout(),
@@ -293,6 +308,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
             lambda: ThreadedAsyncTransport(LocalTransport(root, fsync=fsync)),
             index,
             async_index,
+            erasure_key=lambda: receipt_seal.folder_key(root),
         )
     if parsed.scheme == "s3":
         import stashpoint._backends.s3 as s3  # boto3 loads only for S3 stashes
@@ -303,6 +319,12 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         retention = parse_rules(object_options.pop("retention", None), layout)
         settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
         provider = provider_named(own.get("provider"), parsed.location)
+        if retention and not provider.object_lock:
+            raise ConfigurationError(
+                f"retention= needs S3 Object Lock, which {provider.name} does not have "
+                f"({provider.description}): set the store's own lock on the bucket instead "
+                "(R2: a bucket lock rule for the prefix), and open without retention="
+            )
         settings = dataclasses.replace(
             settings, retention=retention, versioning=provider.versioning
         )
@@ -333,6 +355,7 @@ class _Parts:
         self.vacate_sealed = options.vacate_sealed_entries
         self.log_read_cache_bytes = options.log_read_cache_bytes
         self.sealer = self._sealer(options.encryption, own.get("encryption"))
+        self.erasure_key_option = options.erasure_key
         if self.sealer is not None:
             self.backend = self._encrypted(self.backend, self.sealer, options.clock)
         self.cache = EtagCache()
@@ -442,6 +465,7 @@ class _Parts:
             open_purges=still_open,
             purge_leftovers=swept,
             unreadable_receipts=purger.unreadable_receipts,
+            unsealed_receipts=purger.unsealed_receipts,
         )
 
     def collect(
@@ -481,7 +505,18 @@ class _Parts:
             garbage,
             has_index=self.backend.index is not None,
             encryption=None if self.sealer is None else self.sealer.encryption,
+            erasure_key=self.erasure_key(),
+            beyond_reach=self.backend.provider.beyond_purge,
         )
+
+    def erasure_key(self) -> bytes | None:
+        """Return the erasure key receipts are sealed with: the option's, else the stash's."""
+        from stashpoint import receipt_seal
+
+        key = receipt_seal.resolve(self.erasure_key_option)
+        if key is None and self.backend.erasure_key is not None:
+            key = self.backend.erasure_key()
+        return key
 
     def actor(self) -> str:
         """Who the caller is, for receipts: the cloud identity, else `user@host`."""
@@ -509,7 +544,11 @@ class _Parts:
 
         encryption = None if self.sealer is None else self.sealer.encryption
         return diagnose(
-            self.backend.layout, self.backend.index is not None, encryption, self.backend.provider
+            self.backend.layout,
+            self.backend.index is not None,
+            encryption,
+            self.backend.provider,
+            erasure_key=self.erasure_key() is not None,
         )
 
     def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
@@ -719,9 +758,18 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         return self._parts.purger().receipt(purge_id)
 
     @operation
-    def resume_purges(self, *, idle: timedelta = timedelta(0)) -> Steps[list[PurgeReceipt]]:
-        """Finish every purge a crash left open (its receipt idle for at least `idle`)."""
-        return self._parts.purger().resume_open(idle)
+    def resume_purges(
+        self, *, idle: timedelta = timedelta(0), confirm_shred: bool = False
+    ) -> Steps[list[PurgeReceipt]]:
+        """Finish every purge a crash left open (its receipt idle for at least `idle`).
+
+        Only receipts this stash may obey (`stashpoint.receipt_seal`): sealed under its
+        erasure key, or, where none is set, unsealed ones; a shred only with
+        `confirm_shred`. Others are left open (`gc` reports them).
+        """
+        if not isinstance(confirm_shred, bool):
+            raise InvalidArgument(f"confirm_shred must be a bool, not {described(confirm_shred)}")
+        return self._parts.purger().resume_open(idle, confirm_shred=confirm_shred)
 
     @operation
     def legal_hold(self, on: bool, **selector: Unpack[Selector]) -> Steps[int]:
@@ -935,6 +983,8 @@ class OpenOptions(TypedDict, total=False):
     """Client-side encryption: an `Encryption`, or the path of its JSON settings file."""
     clock: Clock
     """The clock leases, waits and retries read (a `FakeClock` in tests)."""
+    erasure_key: bytes | str
+    """The secret purge receipts are sealed with (`Options.erasure_key`)."""
     endpoint_url: str
     """S3: the endpoint of an S3-compatible store."""
     region_name: str
@@ -1007,6 +1057,7 @@ def _options(options: dict[str, Any]) -> Options:
         "vacate_sealed_entries",
         "log_read_cache_bytes",
         "clock",
+        "erasure_key",
     )
     if not isinstance(options.get("encryption", ""), str | Path):
         names = (*names, "encryption")

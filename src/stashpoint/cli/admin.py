@@ -151,6 +151,11 @@ def gc(
                 f"skipped {len(report.shredded)} object(s) of shredded tenants (unreadable for "
                 "good: purge their prefix to erase them)"
             )
+        for unsealed in report.unsealed_receipts:
+            output.say(
+                f"did not obey purge receipt {unsealed}: its seal does not verify under this "
+                "stash's erasure key, or it shreds (stashpoint purge --resume --confirm-shred)"
+            )
         for unreadable in report.unreadable_receipts:
             output.say(f"skipped an unreadable purge receipt ({unreadable})")
         if report.purges_resumed or report.open_purges:

@@ -91,6 +91,7 @@ def receipt_json(receipt: PurgeReceipt, *, versions: bool = True) -> dict[str, A
         "shredded": receipt.shredded,
         "spared": receipt.spared,
         "keyless": receipt.keyless,
+        "beyond_reach": receipt.beyond_reach,
     }
     if versions:
         document["removed"] = [
@@ -114,12 +115,17 @@ def _summary(receipt: PurgeReceipt) -> str:
             f"{receipt.objects} data-key version(s) removed; {check}; receipt "
             f"{safe(receipt.purge_id)}"
         )
-    return (
+    said = (
         f"purged {len(receipt.targets)} id(s): {receipt.objects} version(s), {receipt.bytes} "
         f"bytes, {receipt.index_items} index item(s), {len(receipt.blobs)} blob(s) removed; "
         f"{receipt.kept} tombstone(s) and marker(s) kept; {check}; receipt "
         f"{safe(receipt.purge_id)}"
     )
+    if receipt.spared:
+        said += f"; {len(receipt.spared)} id(s) written since they were chosen left whole"
+    if receipt.beyond_reach:
+        said += f"; not reached: {safe(receipt.beyond_reach)}"
+    return said
 
 
 @app.command()
@@ -148,6 +154,13 @@ def purge(
     ),
     resume: Annotated[
         bool, typer.Option("--resume", help="Finish every purge a crash left open.")
+    ] = False,
+    confirm_shred: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-shred",
+            help="With --resume: also carry on open shreds (they retire a tenant's keys).",
+        ),
     ] = False,
     actor: Annotated[
         str | None, typer.Option(metavar="WHO", help="Who asks (default: STS or user@host).")
@@ -180,7 +193,7 @@ def purge(
     output = Output(as_json=as_json)
     with open_stash(url) as stash:
         if resume:
-            done = stash.resume_purges()
+            done = stash.resume_purges(confirm_shred=confirm_shred)
             if as_json:
                 output.page([receipt_json(r, versions=False) for r in done], None)
             else:

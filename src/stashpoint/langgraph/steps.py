@@ -78,7 +78,15 @@ from stashpoint.stores.objects import (
     delete_keys,
     every_version,
 )
-from stashpoint.stores.writes import Found, Judge, ReadBack, named_read_back, put_all
+from stashpoint.stores.writes import (
+    Found,
+    Judge,
+    ReadBack,
+    delete_all,
+    judged_read_back,
+    named_read_back,
+    put_all,
+)
 
 VALUE_FORMAT = "stashpoint.langgraph-value"
 """Format name of a large value's object."""
@@ -1144,7 +1152,7 @@ class SaverSteps:
             ended = [k for k in page.keys if k[len(prefix) :] in ended_lists]
             rest = [k for k in page.keys if k[len(prefix) :] not in ended_lists]
             yield from delete_keys(ended)  # one request for all of them
-            doomed: list[DeleteObject] = []
+            doomed: list[tuple[DeleteObject, ReadBack]] = []
             for start in range(0, len(rest), _FETCH_BATCH):
                 batch = rest[start : start + _FETCH_BATCH]
                 infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in batch)))
@@ -1158,9 +1166,13 @@ class SaverSteps:
                     format_name = SNAPSHOT_FORMAT if is_list else VALUE_FORMAT
                     document = yield from self._value_document(info, object_key, format_name)
                     if document is None or _life(document) < below:
-                        doomed.append(DeleteObject(object_key, info.etag))
-            for start in range(0, len(doomed), _FETCH_BATCH):
-                yield from ask(Parallel(tuple(doomed[start : start + _FETCH_BATCH])))
+                        doomed.append(
+                            (
+                                DeleteObject(object_key, info.etag),
+                                judged_read_back(object_key, info.etag),
+                            )
+                        )
+            yield from delete_all(doomed, self.logs.retry, what="large value delete")
             token = page.next_token
             if token is None:
                 return

@@ -86,8 +86,9 @@ from stashpoint.logs.format import (
     vacated_from_document,
 )
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Now, Parallel, Sleep, Steps, ask
+from stashpoint.steps import Now, Parallel, Steps, ask
 from stashpoint.stores import writes
+from stashpoint.stores.cas import optimistic_update
 from stashpoint.stores.objects import (
     Create,
     DeleteObject,
@@ -100,7 +101,6 @@ from stashpoint.stores.objects import (
     RestoreObject,
     RestoreReport,
     RestoreState,
-    WriteOutcome,
     check_restore,
     delete_keys,
 )
@@ -1422,8 +1422,13 @@ class LogSteps:
                 info, items = fetched[0]
                 offset = start - first
                 if [item.write_id for item in items] == write_ids[offset : offset + SEGMENT_SPAN]:
-                    result = yield from ask(DeleteObject(key, info.etag))
-                    deleted += result.outcome is WriteOutcome.STORED
+                    gone = yield from writes.delete(
+                        DeleteObject(key, info.etag),
+                        writes.judged_read_back(key, info.etag),
+                        self.retry,
+                        what="packed segment delete",
+                    )
+                    deleted += gone
         return PackReport(log_id, packed, vacated, deleted, tuple(too_large))
 
     def pack_range(self, log_id: str, listing: LogListing, first: int) -> Steps[list[str] | None]:
@@ -1618,23 +1623,33 @@ class LogSteps:
         hold) loses its append; creating the log again starts a new life after it.
         """
         log_id = check_log_id(log_id)
-        for attempt in range(1, self.retry.max_attempts + 1):
+
+        def read() -> Steps[LogHead | None]:
             try:
-                head = yield from self.top(log_id)
+                return (yield from self.top(log_id))
             except CheckpointNotFound:
-                return 0
-            if head.ended:
-                break
-            try:
-                head = yield from self._append(
-                    log_id, [], head, None, head.kind, head.schema_version, None, ends=True
+                return None
+
+        def change(head: LogHead | None, fresh: bool) -> Steps[LogHead | None]:
+            return head  # the version that ends it follows the top, whatever it holds
+            yield  # a generator, like every change
+
+        def end(head: LogHead | None, top: LogHead | None) -> Steps[LogHead | None]:
+            if top is None or top.ended:
+                return top  # no log, or ended already
+            return (
+                yield from self._append(
+                    log_id, [], top, None, top.kind, top.schema_version, None, ends=True
                 )
-                break
-            except CheckpointConflict:
-                if attempt == self.retry.max_attempts:
-                    raise
-                yield Sleep(self.retry.delay(attempt))
-        return (yield from self.vacate_below(log_id, head.version, reason="deleted"))
+            )
+
+        # The one optimistic-update loop: a lost race reads the top again and ends after it.
+        ended = yield from optimistic_update(
+            read, change, end, retry=self.retry, max_attempts=self.retry.max_attempts
+        )
+        if ended is None:
+            return 0
+        return (yield from self.vacate_below(log_id, ended.version, reason="deleted"))
 
     def end_for_purge(
         self,
@@ -1657,10 +1672,11 @@ class LogSteps:
         """
         log_id = check_log_id(log_id)
         extra = {PURGED: purge_id, REUSABLE: reusable}
-        ahead = 0
-        for attempt in range(1, _PURGE_ATTEMPTS + 1):
+        ahead = [0]  # versions the next tombstone skips: doubled after every lost race
+
+        def read() -> Steps[LogHead | None]:
             try:
-                head = yield from self.top(log_id)
+                return (yield from self.top(log_id))
             except CheckpointNotFound:
                 return None
             except (InvalidPayload, UnsupportedFormat):
@@ -1668,42 +1684,64 @@ class LogSteps:
                 if top is None:
                     return None
                 now = yield from ask(Now())
-                head = LogHead(
+                return LogHead(
                     log_id, top, 0, None, "stashpoint.log", 1, "unreadable", now,
                     ended=written_before is None,
                 )  # fmt: skip
+
+        def plan(head: LogHead | None, fresh: bool) -> Steps[LogHead | None]:
+            """Return the head the tombstone follows; None: none is written."""
+            if head is None or head.purge_id is not None:
+                return None  # no log, or a purge's tombstone already
+            if head.kind == "stashpoint.log" and head.write_id == "unreadable":
                 if written_before is not None:
-                    return head  # of unknown age: never purged by age (spared)
-            if head.purge_id is not None:
+                    return None  # of unknown age: never purged by age (spared)
                 return head
             if written_before is not None and (head.ended or head.written_at >= written_before):
-                return head  # written since the purge chose it (or deleted): spared
+                return None  # written since the purge chose it (or deleted): spared
             # Writers that keep appending could win every race for the next version: after
             # a lost one the tombstone goes further ahead (an ending version needs no
             # predecessor), and the versions it skipped are occupied by markers after it.
-            after = (
-                head
-                if not ahead
-                else dataclasses.replace(head, version=head.version + ahead, ended=True)
-            )
+            if not ahead[0]:
+                return head
+            return dataclasses.replace(head, version=head.version + ahead[0], ended=True)
+            yield  # a generator, like every change
+
+        def end(head: LogHead | None, after: LogHead | None) -> Steps[LogHead | None]:
+            if after is None:
+                return head
             try:
-                tombstone = yield from self._append(
-                    log_id, [], after, None, head.kind, head.schema_version, extra, ends=True
-                )
+                return (
+                    yield from self._append(
+                        log_id, [], after, None, after.kind, after.schema_version, extra,
+                        ends=True,
+                    )
+                )  # fmt: skip
             except CheckpointConflict:
-                if attempt == _PURGE_ATTEMPTS:
-                    raise
-                ahead = max(1, 2 * ahead)
-                yield Sleep(self.retry.delay(min(attempt, 6)))
-                continue
-            skipped = range(head.version + 1, tombstone.version)
-            if skipped:
-                yield from self._vacate(
-                    log_id, [(v, None) for v in skipped], reason="purged", by=tombstone.version
-                )
-            self._forget_bodies(log_id)
-            return tombstone
-        raise AssertionError("unreachable")
+                ahead[0] = max(1, 2 * ahead[0])
+                raise
+
+        heads: list[LogHead | None] = []
+
+        def read_noting() -> Steps[LogHead | None]:
+            head = yield from read()
+            heads.append(head)
+            return head
+
+        # The one optimistic-update loop: a lost race reads the top again.
+        tombstone = yield from optimistic_update(
+            read_noting, plan, end, retry=self.retry, max_attempts=_PURGE_ATTEMPTS
+        )
+        head = heads[-1] if heads else None
+        if tombstone is None or head is None or tombstone is head:
+            return tombstone  # no log, already purged, or spared: nothing written here
+        skipped = range(head.version + 1, tombstone.version)
+        if skipped:
+            yield from self._vacate(
+                log_id, [(v, None) for v in skipped], reason="purged", by=tombstone.version
+            )
+        self._forget_bodies(log_id)
+        return tombstone
 
     def _listed_top(self, log_id: str) -> Steps[int | None]:
         """Return the highest version any object of the log is named for, read or not.

@@ -26,7 +26,6 @@ from stashpoint.stores.objects import (
     GetObject,
     ObjectInfo,
     PutObject,
-    WriteOutcome,
 )
 from stashpoint.stores.writes import Found
 
@@ -108,8 +107,13 @@ def repair_log(
                 limit=len(body) + 1,
                 refresh=False,
             )
-            result = yield from ask(DeleteObject(key, info.etag))
-            if result.outcome is WriteOutcome.STORED:
+            gone = yield from writes.delete(
+                DeleteObject(key, info.etag),
+                writes.judged_read_back(key, info.etag),
+                logs.retry,
+                what="quarantined object's delete",
+            )
+            if gone:
                 moved.append(target)
             else:
                 kept.append(key)  # rewritten since it was read: the operator looks again

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from stashpoint.cache import Lru
 from stashpoint.codec import Codec
-from stashpoint.envelope import LINEAGE_DEPTH, MAX_REVISION, CheckpointInfo, Envelope, utc_now
+from stashpoint.envelope import LINEAGE_DEPTH, MAX_REVISION, CheckpointInfo, Envelope
 from stashpoint.errors import (
     ArchivedObject,
     CheckpointConflict,
@@ -37,7 +37,7 @@ from stashpoint.errors import (
 )
 from stashpoint.ids import new_write_id, validate_id, validate_prefix, writer_token
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Parallel, Sleep, Steps, ask
+from stashpoint.steps import Now, Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
@@ -52,7 +52,6 @@ from stashpoint.stores.objects import (
     RestoreObject,
     RestoreReport,
     RestoreState,
-    WriteOutcome,
     check_restore,
     every_key_page,
 )
@@ -697,33 +696,37 @@ class CompareAndSwap:
                     )
                 etag = facts.etag
         self.cache.forget(key)
-        for attempt in range(1, self.retry.max_attempts + 1):
-            result = yield from ask(DeleteObject(key, etag))
-            if result.outcome in (WriteOutcome.STORED, WriteOutcome.NOT_FOUND):
-                return
-            if result.outcome is WriteOutcome.CONDITION_CONFLICT:
-                yield Sleep(self.retry.delay(attempt))
-                continue
+        judged = etag
+
+        def read_back(tracker: writes.WriteTracker) -> Steps[writes.Verdict]:
+            nonlocal judged
             try:
                 facts = yield from self.read_head(key)
             except (InvalidPayload, UnsupportedFormat):
                 if expected_revision is not None:
                     raise
-                etag = None  # unreadable (planted since the head seen): deleted as it is
-                continue
-            if facts is None:
-                return  # gone: ours landed, or someone else's delete did the same
-            if facts.purge is not None:
-                return  # purged meanwhile: erased already, and its tombstone stays
-            if etag is not None and facts.etag != etag and expected_revision is None:
-                etag = facts.etag  # saved meanwhile: an unconditional delete takes the new head
-                continue
-            if etag is not None and facts.etag != etag:
-                raise CheckpointConflict(
-                    object_id, expected_revision=expected_revision, actual_revision=facts.revision
-                )
-            yield Sleep(self.retry.delay(attempt))
-        raise StorageUnavailable("delete did not complete", object_name=object_id)
+                judged = None  # unreadable (planted since the head seen): deleted as it is
+                return writes.Rewrite(None)
+            if facts is None or facts.purge is not None:
+                # Gone (ours landed, or another delete did the same), or purged meanwhile:
+                # erased already, and its tombstone stays.
+                return writes.Landed()
+            if judged is not None and facts.etag != judged:
+                if expected_revision is not None:
+                    return writes.Refused(
+                        CheckpointConflict(
+                            object_id,
+                            expected_revision=expected_revision,
+                            actual_revision=facts.revision,
+                        )
+                    )
+                judged = facts.etag  # saved meanwhile: an unconditional delete takes it
+                return writes.Rewrite(Match(facts.etag))
+            return writes.NotLanded()
+
+        yield from writes.delete(
+            DeleteObject(key, etag), read_back, self.retry, what="delete", name=object_id
+        )
 
     def end_for_purge(
         self,
@@ -746,21 +749,26 @@ class CompareAndSwap:
         tombstone is in place (False: the head is spared).
         """
         key = self.key(object_id)
-        for attempt in range(1, self.retry.max_attempts + 1):
+
+        def read() -> Steps[tuple[HeadFacts | None, str | None]]:
             try:
                 facts = yield from self.read_head(key)
-                found = None if facts is None else facts.etag
+                return facts, None if facts is None else facts.etag
             except (InvalidPayload, UnsupportedFormat):
-                facts = None
-                raw = yield from ask(HeadObject(key))
-                found = None if raw is None else raw.etag
+                raw = yield from ask(HeadObject(key))  # replaced, judged by its ETag alone
+                return None, None if raw is None else raw.etag
+
+        def plan(
+            head: tuple[HeadFacts | None, str | None], fresh: bool
+        ) -> Steps[tuple[Envelope, str | None] | bool]:
+            facts, _ = head
             if facts is not None and facts.purge is not None:
-                break
+                return True  # purged already: its tombstone stays
             if written_before is not None and (
                 facts is None or facts.written_at is None or facts.written_at >= written_before
             ):
                 return False  # saved since it was chosen, or of unknown age: never by age
-            now = utc_now()
+            now = yield from ask(Now())
             tombstone = Envelope(
                 id=object_id,
                 kind=PURGED_KIND,
@@ -771,10 +779,19 @@ class CompareAndSwap:
                 updated_at=now,
                 payload={"purge_id": purge_id, "reusable": reusable},
             )
+            return tombstone, head[1]
+
+        def end(
+            head: tuple[HeadFacts | None, str | None],
+            planned: tuple[Envelope, str | None] | bool,
+        ) -> Steps[bool]:
+            if isinstance(planned, bool):
+                return planned
+            tombstone, found = planned
             body = yield from self.codec.encoding(tombstone)
             condition: Create | Match = Create() if found is None else Match(found)
 
-            def read_back(tracker: WriteTracker, found: str | None = found) -> Steps[Verdict]:
+            def read_back(tracker: WriteTracker) -> Steps[Verdict]:
                 now_there = yield from self.read_head(key)
                 if now_there is not None and now_there.purge is not None:
                     return Landed(now_there.etag)  # ours, or another purge's: as good
@@ -789,21 +806,21 @@ class CompareAndSwap:
                     )
                 )
 
-            try:
-                yield from writes.put(
-                    PutObject(key, body, condition, head_metadata(tombstone)),
-                    read_back,
-                    self.retry,
-                    what="purge tombstone",
-                    name=object_id,
-                )
-                break
-            except CheckpointConflict:
-                if attempt == self.retry.max_attempts:
-                    raise
-                yield Sleep(self.retry.delay(attempt))
+            yield from writes.put(
+                PutObject(key, body, condition, head_metadata(tombstone)),
+                read_back,
+                self.retry,
+                what="purge tombstone",
+                name=object_id,
+            )
+            return True
+
+        # The one optimistic-update loop: a head saved meanwhile is read and judged again.
+        ended = yield from optimistic_update(
+            read, plan, end, retry=self.retry, max_attempts=self.retry.max_attempts
+        )
         self.cache.forget(key)
-        return True
+        return ended
 
     def history(self, object_id: str, limit: int | None = None) -> Steps[list[Envelope]]:
         """Return older revisions of a head, newest first (the head itself excluded).

@@ -56,8 +56,14 @@ class Provider:
     etag_is_md5: bool = True
     """An object's ETag is the MD5 of its body (single-part uploads); stashpoint never
     relies on it, the conformance kit reports it."""
+    object_lock: bool = True
+    """S3 Object Lock: a retention and a legal hold per object version (`retention=`,
+    `stashpoint hold`)."""
     description: str = ""
     """Where the facts come from, and anything else a user should know."""
+    beyond_purge: str = ""
+    """Copies of a stash's objects this store can keep where a purge cannot reach them
+    (snapshots, replicas): every receipt of a purge here says so, and so does `doctor`."""
 
     @property
     def safe(self) -> bool:
@@ -74,7 +80,7 @@ class Provider:
         return {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("name", "description")
+            if f.name not in ("name", "description", "beyond_purge")
         }
 
 
@@ -85,6 +91,8 @@ PROVIDERS: dict[str, Provider] = {
             "aws",
             description="AWS S3 general purpose buckets (conditional PUTs "
             "2024-08 and 2024-11, conditional DELETE 2025-09)",
+            beyond_purge="copies in replication destinations (S3 Replication) and in S3 "
+            "Files or other mounts of the bucket are not seen by a purge: purge them there",
         ),
         Provider(
             "s3express",
@@ -100,18 +108,23 @@ PROVIDERS: dict[str, Provider] = {
             "r2",
             versioning=False,
             conditional_delete=False,
-            description="Cloudflare R2: no egress fees; no versioning, no conditional DELETE",
+            object_lock=False,
+            description="Cloudflare R2: no egress fees; no versioning, no conditional DELETE; "
+            "bucket locks (retention rules by prefix, set on the bucket), not S3 Object Lock",
         ),
         Provider(
             "minio",
-            description="MinIO (If-Match on a missing key was fixed in 2024: "
-            "use a release after RELEASE.2024-05)",
+            description="MinIO (If-Match on a missing key was fixed in 2024: use a release "
+            "after RELEASE.2024-05; its open-source repository is archived, maintenance "
+            "only since 2025-12)",
         ),
         Provider("ceph", description="Ceph RGW (conditional DELETE by If-Match)"),
         Provider(
             "tigris",
             description="Tigris (global buckets are eventually consistent "
             "unless a request asks otherwise)",
+            beyond_purge="Tigris bucket snapshots and forks keep the objects a purge "
+            "deletes: delete the snapshots that hold them",
         ),
         Provider("seaweedfs", description="SeaweedFS (the tests' server)"),
         Provider(

@@ -25,6 +25,14 @@ that certainly did not land after every resend is `StorageUnavailable` ("not sto
 one whose fate storage would not tell is `StorageUnavailable` carrying the write id. Never
 a false success.
 
+Deletes have their engine beside it, `delete`: a `DeleteObject`, conditional on the ETag of
+the object judged (or unconditional where nothing could be judged), whose unclear answers
+are judged by a read-back with the same verdicts: it is gone (`Landed`, whoever deleted it),
+it is still the object judged (`NotLanded`: the same delete again), another writer's object
+stands there now (`Kept`: it stays; or `Refused`, a conflict, where the caller demanded that
+very object), or the delete goes on under another condition (`Rewrite`). `judged_read_back`
+is the read-back of the common case, a clean-up deleting an object it has just judged.
+
 Free of I/O, like every step: tested by scripts in `tests/stores/test_writes.py` for each
 caller's read-back, end to end through the fault proxy, crashes and `kill -9` elsewhere.
 """
@@ -42,7 +50,9 @@ from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Sleep, Steps, ask
 from stashpoint.stores.objects import (
     Create,
+    DeleteObject,
     GetObject,
+    HeadObject,
     Match,
     ObjectInfo,
     PutObject,
@@ -142,13 +152,20 @@ class Rewrite:
     For objects the caller judged replaceable: a content-named object that holds something
     else (damaged, or planted under our name), an identical one to be made young again (so
     a concurrent garbage collection's conditional delete fails), a freed key to occupy.
+    A delete goes on over the ETag found (`Match`), or, with None, unconditionally (an
+    object that cannot be judged, where the caller deletes whatever is there).
     """
 
-    condition: Create | Match
-    """The condition of the next copy."""
+    condition: Create | Match | None
+    """The condition of the next copy (None: deletes only, unconditional)."""
 
 
-Verdict = Landed | NotLanded | Refused | Rewrite
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """Verdict (deletes): the object stays: it is no longer the one judged (written over)."""
+
+
+Verdict = Landed | NotLanded | Refused | Rewrite | Kept
 """What a read-back says became of a write whose answer was not definite."""
 
 ReadBack = Callable[[WriteTracker], Steps[Verdict]]
@@ -211,7 +228,11 @@ def put(
             return verdict.etag
         if isinstance(verdict, Refused):
             raise verdict.error
+        if isinstance(verdict, Kept):
+            raise AssertionError("a write's read-back never keeps: that is a delete's verdict")
         if isinstance(verdict, Rewrite):
+            if verdict.condition is None:
+                raise AssertionError("a write is never sent unconditionally by the engine")
             rewrites += 1
             if rewrites > _REWRITES:
                 raise StorageUnavailable(
@@ -321,3 +342,112 @@ def put_all(
     if failure is not None:
         raise failure
     return etags
+
+
+def delete(
+    request: DeleteObject,
+    read_back: ReadBack,
+    retry: RetryPolicy,
+    *,
+    what: str,
+    name: str | None = None,
+    sent: WriteResult | None = None,
+) -> Steps[bool]:
+    """Delete `request.key` (under its ETag condition), judging unclear answers by `read_back`.
+
+    Returns True when the object is gone (this delete, or another's: a 404 says so too),
+    False when the read-back keeps it (`Kept`: written over since it was judged). `what`
+    names the delete in messages; `name` the object errors name (default: the key);
+    `sent`: the answer to a first copy already sent (`delete_all`). Raises what `read_back`
+    refuses with, or `StorageUnavailable` when storage would not say. Never a false
+    success: a delete whose fate is unknown is not reported done.
+    """
+    name = name or request.key
+    tracker = WriteTracker(retry)
+    retargets = 0
+    while True:
+        if sent is None:
+            result = yield from ask(request)
+        else:
+            result, sent = sent, None
+        if result.outcome is WriteOutcome.NOT_FOUND:
+            return True  # nothing under the key: gone, whoever deleted it
+        answer = tracker.judge(result)
+        if answer is Answer.STORED:
+            return True
+        if answer is Answer.BACK_OFF:
+            yield Sleep(retry.delay(tracker.attempt))
+            continue
+        detail = result.detail or result.outcome.value
+        try:
+            verdict = yield from read_back(tracker)
+        except StashpointError as exc:
+            raise StorageUnavailable(
+                f"{what} outcome unknown ({detail}) and the object could not be read back "
+                f"({exc.kind.value}); delete again",
+                object_name=name,
+            ) from exc
+        if isinstance(verdict, Landed):
+            return True
+        if isinstance(verdict, Kept):
+            return False
+        if isinstance(verdict, Refused):
+            raise verdict.error
+        if isinstance(verdict, Rewrite):
+            retargets += 1
+            if retargets > _REWRITES:
+                raise StorageUnavailable(
+                    f"{what} not done: the object kept changing under it", object_name=name
+                )
+            if isinstance(verdict.condition, Create):
+                raise AssertionError("a delete is conditional on an ETag, or on nothing")
+            etag = None if verdict.condition is None else verdict.condition.etag
+            request = dataclasses.replace(request, etag=etag)
+            continue
+        if tracker.may_resend:  # still there, as judged: the same delete again
+            yield Sleep(retry.delay(tracker.attempt))
+            continue
+        raise StorageUnavailable(
+            f"{what} not done after {tracker.attempt} attempts ({detail}); delete again",
+            object_name=name,
+        )
+
+
+def judged_read_back(key: str, etag: str) -> ReadBack:
+    """Return the read-back of deleting an object judged at `etag`: gone, still it, or kept.
+
+    A HEAD: nothing there is `Landed`; the same ETag is `NotLanded` (the delete is sent
+    again); another ETag is `Kept` (another writer's object, which the delete never takes).
+    """
+
+    def read_back(tracker: WriteTracker) -> Steps[Verdict]:
+        found = yield from ask(HeadObject(key))
+        if found is None:
+            return Landed()
+        return NotLanded() if found.etag == etag else Kept()
+
+    return read_back
+
+
+def delete_all(
+    deletes: Sequence[tuple[DeleteObject, ReadBack]], retry: RetryPolicy, *, what: str
+) -> Steps[list[bool]]:
+    """Delete independent objects: every first request at once, then judge the unclear ones.
+
+    Returns, in order, whether each object is gone (`delete`); raises the first failure once
+    every delete was judged.
+    """
+    gone: list[bool] = []
+    failure: StashpointError | None = None
+    for start in range(0, len(deletes), _BATCH):
+        batch = deletes[start : start + _BATCH]
+        results = yield from ask(Parallel(tuple(request for request, _ in batch)))
+        for (request, read_back), result in zip(batch, results, strict=True):
+            try:
+                gone.append((yield from delete(request, read_back, retry, what=what, sent=result)))
+            except StashpointError as exc:
+                failure = failure or exc
+                gone.append(False)
+    if failure is not None:
+        raise failure
+    return gone
