@@ -37,8 +37,10 @@ def lives_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     seaweedfs = request.getfixturevalue("seaweedfs")
     bucket = servers.VERSIONED_BUCKET if request.param == "seaweed-versioned" else None
     prefix = f"t-{uuid.uuid4().hex}"
-    yield seaweedfs.url(prefix, bucket) if bucket else seaweedfs.url(
-        prefix, servers.UNVERSIONED_BUCKET
+    yield (
+        seaweedfs.url(prefix, bucket)
+        if bucket
+        else seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET)
     )
 
 
@@ -240,8 +242,10 @@ def test_a_retention_purge_spares_a_log_saved_after_it_was_chosen(lives_url: str
         def hook(request: Any, proceed: Any) -> Any:
             # The purge's first write (its receipt) comes after it chose its ids: a user
             # saves to one of them then, and that save is acknowledged.
-            if not saved and type(request).__name__ == "PutObject" and "/purges/" in (
-                "/" + request.key
+            if (
+                not saved
+                and type(request).__name__ == "PutObject"
+                and "/purges/" in ("/" + request.key)
             ):
                 head = writer.logs.head("old-b")
                 saved.append(writer.logs.append("old-b", [{"text": "kept"}], after=head).version)
@@ -289,3 +293,101 @@ def test_a_retention_purge_spares_a_head_saved_after_it_was_chosen(tmp_path: Pat
         assert stash.checkpoints.load("c-b").payload == {"n": 2}
         with pytest.raises(stashpoint.Purged):
             stash.checkpoints.load("c-a")
+
+
+def test_a_reusable_purge_killed_with_sigkill_never_erases_the_life_after_it(
+    tmp_path: Path,
+) -> None:
+    """`kill -9` of a real process mid-purge; a writer starts the new life if the id reads
+    as free; a resumed purge and two gcs keep all of it and nothing of the old life."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent(
+        """
+        import sys, stashpoint
+        with stashpoint.open(sys.argv[1], vacate_sealed_entries=True) as stash:
+            def hook(request, proceed):
+                print(".", end="", flush=True)
+                return proceed()
+            with stash.intercept(hook):
+                stash.purge(log="L", reusable=True)
+        print("done", flush=True)
+        """
+    )
+    for kill_after in (3, 9, 20, 45):
+        url = f"local://{tmp_path / f's-{kill_after}'}"
+        with stashpoint.open(url) as stash:
+            _append(stash, "L", OLD, 30)
+        process = subprocess.Popen(
+            [sys.executable, "-c", child, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert process.stdout is not None
+        read = 0
+        while read < kill_after:
+            dot = process.stdout.read(1)
+            if dot != b".":
+                break  # finished before the kill point
+            read += 1
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        with stashpoint.open(url, vacate_sealed_entries=True) as writer:
+            try:
+                writer.logs.head("L")
+                started = False
+            except stashpoint.CheckpointNotFound:
+                _append(writer, "L", NEW, 70)
+                writer.logs.seal("L")
+                started = True
+        with stashpoint.open(url) as maintainer:
+            maintainer.resume_purges()
+            maintainer.collect_garbage(dry_run=False, min_age=timedelta(0))
+            if not maintainer.logs_in("purges").list_ids():
+                assert not started  # killed before its receipt: nothing was done
+                continue
+            maintainer.collect_garbage(dry_run=False, min_age=timedelta(0))
+            assert holding(maintainer, OLD) == [], kill_after
+            if started:
+                assert _texts(maintainer, "L") == [f"{NEW} {turn}" for turn in range(70)]
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_a_retention_purge_crashed_at_any_request_never_erases_a_save_made_after_the_choice(
+    tmp_path: Path, after: bool
+) -> None:
+    for step in range(200):  # bounded: the purge makes fewer requests than this
+        url = f"local://{tmp_path / f's{step}-{after}'}"
+        clock = FakeClock()
+        with stashpoint.open(url, clock=clock) as stash, stashpoint.open(url, clock=clock) as other:
+            _append(stash, "old-a", OLD, 2)
+            _append(stash, "old-b", OLD, 2)
+            clock.advance(400 * 86400)
+            saved: list[int] = []
+
+            def hook(
+                request: Any, proceed: Any, saved: list[int] = saved, other: Any = other
+            ) -> Any:
+                if not saved and type(request).__name__ == "PutObject" and "purges/" in request.key:
+                    head = other.logs.head("old-b")
+                    saved.append(other.logs.append("old-b", [{"text": "kept"}], after=head).version)
+                return proceed()
+
+            with stash.intercept(hook), crash_at(stash, step, after) as calls:
+                try:
+                    stash.purge(prefix="old-", older_than=timedelta(days=30), namespace="logs")
+                    crashed = False
+                except Crash:
+                    crashed = True
+        with stashpoint.open(url, clock=clock) as again:
+            again.resume_purges()
+            again.collect_garbage(dry_run=False, min_age=timedelta(0))
+            if saved:
+                assert _texts(again, "old-b")[-1] == "kept", (step, after)
+        if not crashed:
+            assert step >= len(calls)
+            break
+    else:
+        pytest.fail("the purge never finished")

@@ -548,8 +548,15 @@ class _Parts:
             self.backend.index is not None,
             encryption,
             self.backend.provider,
-            erasure_key=self.erasure_key() is not None,
+            erasure_key=self.seals_receipts(),
         )
+
+    def seals_receipts(self) -> bool:
+        """Whether purges here seal their receipts (a key set, or the stash's own)."""
+        from stashpoint import receipt_seal
+
+        own = self.backend.erasure_key is not None
+        return own or receipt_seal.resolve(self.erasure_key_option) is not None
 
     def runs(self, store_type: type[RunsT], execute: Callable[[Any], Any]) -> RunsT:
         from stashpoint.runs.index import RunIndex
