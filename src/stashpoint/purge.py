@@ -40,55 +40,50 @@ Free of I/O, like every step.
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, TypedDict, Unpack
+from typing import Any
 
 from stashpoint import jsontext, receipt_seal, tracing
-from stashpoint.agent.logic import conversation_key
 from stashpoint.codec import Codec
 from stashpoint.encryption import (
-    TENANT_PATTERN,
     Encryption,
     KeyRule,
     ShredMasterKey,
     read_record,
 )
 from stashpoint.errors import (
-    CheckpointConflict,
-    CheckpointNotFound,
     ConfigurationError,
-    InvalidArgument,
     InvalidPayload,
     KeyShredded,
     RetentionLocked,
     StashpointError,
     StorageUnavailable,
-    described,
 )
 from stashpoint.garbage import GcReport, references
-from stashpoint.ids import new_id, thread_key, validate_id, validate_prefix
+from stashpoint.ids import new_id
 from stashpoint.index.requests import DeleteItem, GetPartition
-from stashpoint.logs.format import LogEntry, parse_entry_name
-from stashpoint.logs.log import LogHead, LogSteps, purge_of
+from stashpoint.lives import LifeBounds, Lives
+from stashpoint.logs.format import parse_entry_name
+from stashpoint.logs.log import LogHead, LogSteps
+from stashpoint.receipts import (
+    RECEIPT_KIND,
+    PurgeReceipt,
+    ReceiptLog,
+    ReceiptState,
+    RemovedVersion,
+    Target,
+)
 from stashpoint.retry import DEFAULT_RETRY
 from stashpoint.runs.indexing import run_pk
+from stashpoint.selection import NAMESPACE_NAMES, Selection, Selector, selection
 from stashpoint.steps import Now, Parallel, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import (
-    AGENTS,
     BLOBS,
-    CHECKPOINTS,
-    CONVERSATIONS,
     DATA_KEYS,
-    FLEET,
-    LANGGRAPH,
-    LANGGRAPH_STORE,
-    LOGS,
     NAMESPACES,
     PURGES,
     QUARANTINE,
@@ -111,348 +106,26 @@ from stashpoint.stores.objects import (
     every_version,
 )
 
-NAMESPACE_NAMES = {
-    "checkpoints": CHECKPOINTS,
-    "agents": AGENTS,
-    "conversations": CONVERSATIONS,
-    "runs": RUN_LOGS,
-    "run-logs": RUN_LOGS,
-    "logs": LOGS,
-    "langgraph": LANGGRAPH,
-    "threads": LANGGRAPH,
-    "langgraph-store": LANGGRAPH_STORE,
-    "store": LANGGRAPH_STORE,
-    "fleet": FLEET,
-}
-"""The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
-RECEIPT_KIND = "stashpoint.purge"
-"""Kind of a receipt log's entries."""
+__all__ = [
+    "NAMESPACE_NAMES",
+    "RECEIPT_KIND",
+    "Garbage",
+    "PurgeReceipt",
+    "Purger",
+    "RemovedVersion",
+    "Selection",
+    "Selector",
+    "Target",
+    "selection",
+    "shreddable",
+]
+
 _ROUNDS = 4
 _UNVERSIONED = "null"
 """The version id of an object written without versioning: overwriting it replaces it."""
 """Listings one target's sweep makes at most before it gives up (objects kept appearing)."""
 _PARALLEL = 256
 """Requests sent in one `Parallel` (the driver keeps 16 in flight)."""
-_LIVES_WALKED = 64
-"""Lives of a log a resumed purge walks down looking for its tombstone."""
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One id a purge erases: a head or a log, by namespace."""
-
-    namespace: str
-    """The namespace (`checkpoints`, `agents`, `run-logs`, `langgraph`, ...)."""
-    object_id: str
-    """The id in it (a LangGraph thread's log id, a conversation's key)."""
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.object_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class RemovedVersion:
-    """One stored version a purge removed (or, in a dry run, would remove)."""
-
-    key: str
-    """The object key."""
-    version_id: str
-    """The version's id (`null` where the bucket keeps no versions)."""
-    bytes: int
-    """Its stored size."""
-
-
-@dataclass(frozen=True)
-class PurgeReceipt:
-    """What a purge erased: ids, keys, version ids, sizes and times, never a payload."""
-
-    purge_id: str
-    """The purge (the receipt's id: `stashpoint receipts show PURGE_ID`)."""
-    status: str
-    """`complete`, `in_progress` (a crash or a failure left it: resume it) or `dry_run`."""
-    actor: str
-    """Who asked: the caller's identity (STS on AWS, `user@host` elsewhere)."""
-    started_at: datetime
-    """When the purge started (its receipt was opened)."""
-    finished_at: datetime | None
-    """When it finished (None until then)."""
-    selector: dict[str, Any]
-    """What the caller asked to purge (the arguments, as given)."""
-    targets: list[Target]
-    """Every id erased."""
-    removed: list[RemovedVersion]
-    """Every version removed (a dry run: every version that would be)."""
-    index_items: int = 0
-    """Index items deleted (runs)."""
-    blobs: list[str] = field(default_factory=list)
-    """Blobs removed (their digests)."""
-    kept_blobs: list[str] = field(default_factory=list)
-    """Blobs what was purged referenced that stay: another head or log references them,
-    a writer may be about to (too young), or some head cannot be read."""
-    kept: int = 0
-    """Versions left in place: one tombstone per id and one marker per log version (no
-    payload: ids and write ids alone), so no key is ever freed."""
-    verified: bool = False
-    """Whether a listing after the last deletion found nothing left to remove."""
-    reusable: bool = False
-    """Whether the ids may be created again (else writes to them are refused)."""
-    unreadable: list[str] = field(default_factory=list)
-    """Erased objects that could not be decoded, so their blob references are unknown."""
-    shredded: list[str] = field(default_factory=list)
-    """A shred (`tenant=..., shred=True`): what the key service did with each master key
-    (a KMS deletion scheduled, a keyring entry removed)."""
-    spared: list[str] = field(default_factory=list)
-    """A retention purge (`older_than`): the ids it chose that were written again before
-    it reached them, so no longer old enough; they were left whole."""
-    keyless: list[str] = field(default_factory=list)
-    """Ids of a shredded tenant: erased whole without being read, and with no tombstone
-    (the tenant's shred mark refuses every write sealed for it)."""
-    beyond_reach: str = ""
-    """Copies the object store keeps where no purge reaches (snapshots, replicas), as its
-    profile says (`Provider.beyond_purge`): to be erased there."""
-
-    @property
-    def objects(self) -> int:
-        """How many versions were removed."""
-        return len(self.removed)
-
-    @property
-    def bytes(self) -> int:
-        """How many stored bytes were removed."""
-        return sum(v.bytes for v in self.removed)
-
-
-@dataclass
-class _State:
-    """A receipt's state as its log stores it (every entry stores it whole)."""
-
-    purge_id: str
-    actor: str
-    started_at: str
-    selector: dict[str, Any]
-    targets: list[list[str]]
-    reusable: bool
-    swept: list[int] = field(default_factory=list)
-    candidates: list[str] = field(default_factory=list)
-    index_items: int = 0
-    blobs: list[str] = field(default_factory=list)
-    kept_blobs: list[str] = field(default_factory=list)
-    kept: int = 0
-    unreadable: list[str] = field(default_factory=list)
-    shredded: list[str] = field(default_factory=list)
-    cutoff: str | None = None
-    spared: list[str] = field(default_factory=list)
-    keyless: list[str] = field(default_factory=list)
-    beyond_reach: str = ""
-    seal: str | None = None
-    """The plan's seal under the erasure key (`receipt_seal`): obeyed by maintenance only
-    when it verifies."""
-    ends: dict[str, int] = field(default_factory=dict)
-    """The version of each log target's tombstone, by the target's index (the lives rule:
-    what lies above it belongs to later lives of a reusable id, never to this purge)."""
-    status: str = "in_progress"
-    verified: bool = False
-    finished_at: str | None = None
-
-    def document(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-    @classmethod
-    def parse(cls, document: Any, name: str) -> _State:
-        """Return the state a receipt's entry stores; `InvalidPayload` for anything else.
-
-        Strict: every field of its type, every target a known namespace and a valid id,
-        times that parse, so nothing planted or damaged reaches the purge engine.
-        """
-        import pydantic
-
-        try:
-            if not isinstance(document, dict):
-                raise ValueError("a receipt's state is an object")
-            hints = typing.get_type_hints(cls)
-            unknown = sorted(set(document) - set(hints))
-            if unknown:
-                raise ValueError(f"unknown fields {unknown}")
-            for field_name, value in document.items():  # strict: refused, never coerced
-                pydantic.TypeAdapter(hints[field_name]).validate_python(value, strict=True)
-            state = cls(**document)
-            for pair in state.targets:
-                namespace, object_id = pair  # a pair, or ValueError
-                if namespace not in NAMESPACES or NAMESPACES[namespace].shape not in (
-                    Shape.HEADS, Shape.LOGS, Shape.KEYS,
-                ):  # fmt: skip
-                    raise ValueError(f"unknown namespace {namespace!r}")
-                validate_id(object_id, what="purge target")
-            if state.status not in ("in_progress", "complete"):
-                raise ValueError(f"unknown status {state.status!r}")
-            for moment in (state.started_at, state.finished_at, state.cutoff):
-                if moment is not None:
-                    datetime.fromisoformat(moment)
-            if any(not 0 <= i < len(state.targets) for i in state.swept):
-                raise ValueError("a swept index names no target")
-            if any(not k.isdigit() or int(k) >= len(state.targets) for k in state.ends):
-                raise ValueError("a tombstone names no target")
-        except (pydantic.ValidationError, ValueError, TypeError, StashpointError) as exc:
-            problem = str(exc).splitlines()[0][:200]
-            raise InvalidPayload(f"not a purge receipt ({problem})", object_name=name) from None
-        if state.purge_id != name:
-            raise InvalidPayload("a receipt names another purge", object_name=name)
-        return state
-
-    def target_list(self) -> list[Target]:
-        return [Target(ns, object_id) for ns, object_id in self.targets]
-
-    def cutoff_time(self) -> datetime | None:
-        """Return a retention purge's bound: only ids last written before it are erased."""
-        return None if self.cutoff is None else datetime.fromisoformat(self.cutoff)
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What one purge erases: ids named by the caller, or every id a prefix selects."""
-
-    targets: tuple[Target, ...] = ()
-    """Ids named one by one."""
-    prefix: str | None = None
-    """Every id starting with it (in `namespaces`), when ids are not named."""
-    namespaces: tuple[str, ...] = ()
-    """The namespaces a prefix is looked for in."""
-    older_than: timedelta | None = None
-    """Only ids last written longer ago than this."""
-    asked: dict[str, Any] = field(default_factory=dict)
-    """The arguments as given, for the receipt."""
-
-
-class Selector(TypedDict, total=False):
-    """What to purge (or hold): exactly one id, or a prefix of ids (`Stash.purge`)."""
-
-    checkpoint: str
-    """A checkpoint envelope's id."""
-    agent: str
-    """An agent checkpoint's id (its transcript log)."""
-    run: str
-    """A run's id (its log, index items and the blobs only it references)."""
-    thread: str
-    """A LangGraph thread's id (its log and large values)."""
-    conversation: tuple[str, str]
-    """A durable conversation's (namespace, conversation id)."""
-    log: str
-    """A log of `stash.logs`."""
-    prefix: str
-    """Every id starting with it (no `/`, no `..`), in every namespace or `namespace`."""
-    namespace: str
-    """With `prefix` or `older_than`: only this one (`checkpoints`, `agents`,
-    `conversations`, `runs`, `threads`, `logs`)."""
-    older_than: timedelta
-    """Only ids last written longer ago (a retention policy: whole ids, never half)."""
-    all_of_namespace: bool
-    """Allow an empty prefix: every id (of `namespace`)."""
-    tenant: str
-    """With `shred`: an encryption tenant (`stashpoint.encryption.KeyRule.tenant`)."""
-    shred: bool
-    """Crypto-shred `tenant`: retire its master key and erase its data keys, so every
-    object sealed for it is unreadable for good, locked or not."""
-
-
-def selection(**selector: Unpack[Selector]) -> Selection:
-    """Check a purge's arguments and say what it erases; `InvalidArgument` before any I/O.
-
-    Exactly one id (`checkpoint`, `agent`, `run`, `thread`, `conversation` as its
-    (namespace, id), `log`) or a `prefix` (of ids: no `/`, no `..`), optionally within
-    one `namespace`. An empty prefix selects everything: refused unless `older_than`
-    bounds it or `all_of_namespace` says so, so no slip ever erases a whole stash.
-    """
-    unknown = sorted(set(selector) - set(Selector.__annotations__))
-    if unknown:
-        raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
-    checkpoint, agent, run = selector.get("checkpoint"), selector.get("agent"), selector.get("run")
-    thread, conversation = selector.get("thread"), selector.get("conversation")
-    log, prefix, namespace = selector.get("log"), selector.get("prefix"), selector.get("namespace")
-    older_than = selector.get("older_than")
-    all_of_namespace = bool(selector.get("all_of_namespace", False))
-    if "tenant" in selector or "shred" in selector:
-        return _shred_selection(selector)
-    named = {
-        name: value
-        for name, value in (
-            ("checkpoint", checkpoint), ("agent", agent), ("run", run), ("thread", thread),
-            ("conversation", conversation), ("log", log),
-        )
-        if value is not None
-    }  # fmt: skip
-    asked: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in named.items()}
-    for argument, given in (("prefix", prefix), ("namespace", namespace)):
-        if given is not None:
-            asked[argument] = given
-    if older_than is not None:
-        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-            raise InvalidArgument(
-                f"older_than must be a positive timedelta, not {described(older_than)}"
-            )
-        asked["older_than_seconds"] = older_than.total_seconds()
-    if all_of_namespace:
-        asked["all_of_namespace"] = True
-    if len(named) > 1 or (named and (prefix is not None or older_than is not None)):
-        raise InvalidArgument(
-            "purge one thing at a time: one id (checkpoint, agent, run, thread, "
-            "conversation, log) or a prefix"
-        )
-    if named:
-        if namespace is not None or all_of_namespace:
-            raise InvalidArgument("namespace and all_of_namespace go with a prefix, not an id")
-        ((which, value),) = named.items()
-        return Selection(targets=(_target(which, value),), asked=asked)
-    if prefix is None and older_than is None and not all_of_namespace:
-        raise InvalidArgument("say what to purge: an id, a prefix, or older_than")
-    prefix = validate_prefix("" if prefix is None else prefix)
-    if prefix and not prefix.strip("."):
-        raise InvalidArgument(f"a prefix of dots ({prefix!r}) names no tenant: refused")
-    if prefix == "" and older_than is None and not all_of_namespace:
-        raise InvalidArgument(
-            "an empty prefix selects every id: pass all_of_namespace=True "
-            "(--all-of-namespace) to purge them all, or a prefix, or older_than"
-        )
-    if namespace is None:
-        namespaces = tuple(
-            n.name for n in NAMESPACES.values()
-            if n.erasable and n.shape in (Shape.HEADS, Shape.LOGS)
-        )  # fmt: skip
-    elif namespace in NAMESPACE_NAMES:
-        namespaces = (NAMESPACE_NAMES[namespace],)
-    else:
-        raise InvalidArgument(
-            f"unknown namespace {described(namespace)}: use one of "
-            f"{', '.join(sorted(NAMESPACE_NAMES))}"
-        )
-    return Selection(prefix=prefix, namespaces=namespaces, older_than=older_than, asked=asked)
-
-
-def _shred_selection(selector: Selector) -> Selection:
-    tenant, shred = selector.get("tenant"), selector.get("shred")
-    if set(selector) - {"tenant", "shred"}:
-        raise InvalidArgument("a shred takes a tenant alone: no id, prefix or namespace")
-    if shred is not True:
-        raise InvalidArgument(
-            "tenant goes with shred=True (--shred); to erase a tenant's ids, purge its prefix"
-        )
-    if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
-        raise InvalidArgument(f"tenant must be a tenant's name, not {described(tenant)}")
-    return Selection(targets=(Target(DATA_KEYS, tenant),), asked={"tenant": tenant, "shred": True})
-
-
-def _target(name: str, value: Any) -> Target:
-    if name == "conversation":
-        if not (isinstance(value, tuple) and len(value) == 2):
-            raise InvalidArgument(
-                f"conversation must be its (namespace, conversation id), not {described(value)}"
-            )
-        return Target(CONVERSATIONS, conversation_key(*value))
-    if not isinstance(value, str):
-        raise InvalidArgument(f"{name} must be a str, not {described(value)}")
-    if name == "thread":
-        return Target(LANGGRAPH, thread_key(value))
-    namespace = {"checkpoint": CHECKPOINTS, "agent": AGENTS, "run": RUN_LOGS, "log": LOGS}[name]
-    return Target(namespace, validate_id(value, what=f"{name} id"))
 
 
 Garbage = Callable[[], Steps[GcReport]]
@@ -489,6 +162,8 @@ class Purger:
         """Whether the stash has a run index whose items a run's purge deletes."""
         self.receipts = logs(PURGES)
         """The receipts' logs."""
+        self.lives = Lives(layout, codec, logs)
+        """Which objects belong to the lives a purge ended (the lives rule)."""
         self.encryption = encryption
         """The stash's encryption (its tenants' master keys, for a shred), if any."""
         self.unreadable_receipts: list[str] = []
@@ -622,7 +297,7 @@ class Purger:
                     [RemovedVersion(v.key, v.version_id, v.size) for v in planned],
                     reusable=reusable,
                 )  # fmt: skip
-        state = _State(
+        state = ReceiptState(
             purge_id, actor, now.isoformat(), selector,
             [[t.namespace, t.object_id] for t in targets], reusable,
             cutoff=None if cutoff is None else cutoff.isoformat(),
@@ -644,13 +319,13 @@ class Purger:
         needs `confirm_shred`.
         """
         head = yield from self.receipts.head(purge_id)
-        state = _State.parse(head.state, purge_id)
+        state = ReceiptState.parse(head.state, purge_id)
         if state.status != "complete":
             self._check_obeyable(state, explicit=True, confirm_shred=confirm_shred)
             yield from self._carry_on(head, state)
         return (yield from self.receipt(purge_id))
 
-    def _check_obeyable(self, state: _State, *, explicit: bool, confirm_shred: bool) -> None:
+    def _check_obeyable(self, state: ReceiptState, *, explicit: bool, confirm_shred: bool) -> None:
         """Raise unless maintenance may carry this receipt on (`receipt_seal`)."""
         name = state.purge_id
         if self.erasure_key is not None:
@@ -718,7 +393,7 @@ class Purger:
         for purge_id in (yield from self.receipts.list_ids()):
             try:
                 head = yield from self.receipts.head(purge_id)
-                state = _State.parse(head.state, purge_id)
+                state = ReceiptState.parse(head.state, purge_id)
             except StashpointError as exc:
                 # Damaged, planted, or written by a newer version: never obeyed, never
                 # fatal to the collection; said in the report.
@@ -744,10 +419,10 @@ class Purger:
                     # would have gc sweep beside any id.
                     self.unsealed_receipts.append(purge_id)
                     continue
-                swept += yield from self._sweep_leftovers(_Receipt(self.receipts, head, state))
+                swept += yield from self._sweep_leftovers(ReceiptLog(self.receipts, head, state))
         return finished, still_open, swept
 
-    def _resume_checked(self, head: LogHead, state: _State) -> Steps[PurgeReceipt]:
+    def _resume_checked(self, head: LogHead, state: ReceiptState) -> Steps[PurgeReceipt]:
         yield from self._carry_on(head, state)
         return (yield from self.receipt(state.purge_id))
 
@@ -756,7 +431,7 @@ class Purger:
         _, still_open, _ = yield from self.maintain(timedelta.max, leftovers=False)
         return still_open
 
-    def _sweep_leftovers(self, receipt: _Receipt) -> Steps[int]:
+    def _sweep_leftovers(self, receipt: ReceiptLog) -> Steps[int]:
         """Remove what landed beside a finished purge's logs, of the purged lives only.
 
         The lives rule: a purge owns a log's versions up to its tombstone; a reusable id's
@@ -776,15 +451,17 @@ class Purger:
             logs = self.logs(target.namespace)
             tombstone = state.ends.get(str(index))
             if tombstone is None and state.reusable:
-                tombstone = yield from self._own_tombstone(logs, target.object_id, state.purge_id)
+                tombstone = yield from self.lives.own_tombstone(
+                    logs, target.object_id, state.purge_id
+                )
                 if tombstone is None:
                     continue
-            later = _Lives(tombstone, state.reusable)
+            later = LifeBounds(tombstone, state.reusable)
             entries = logs.keys.entries_prefix(target.object_id)
             for prefix, exact in self._prefixes(target):
                 if prefix != entries:  # entries keep their markers; appends are refused
                     listed = yield from self._versions(prefix, exact)
-                    doomed += yield from self._of_this_life(target, prefix, listed, later)
+                    doomed += yield from self.lives.of_this_life(target, prefix, listed, later)
             guarded.update(later.guarded)
         if doomed:
             yield from receipt.intend(doomed)
@@ -794,7 +471,7 @@ class Purger:
     def receipt(self, purge_id: str) -> Steps[PurgeReceipt]:
         """Read a purge's receipt (every version it removed, from its log's records)."""
         entries = yield from self.receipts.entries(purge_id)
-        state = _State.parse(entries[-1].state, purge_id)
+        state = ReceiptState.parse(entries[-1].state, purge_id)
         try:
             removed = [
                 RemovedVersion(str(r["key"]), str(r["version_id"]), int(r["bytes"]))
@@ -829,8 +506,8 @@ class Purger:
             beyond_reach=state.beyond_reach,
         )
 
-    def _carry_on(self, head: LogHead, state: _State) -> Steps[None]:
-        receipt = _Receipt(self.receipts, head, state)
+    def _carry_on(self, head: LogHead, state: ReceiptState) -> Steps[None]:
+        receipt = ReceiptLog(self.receipts, head, state)
         for index, target in enumerate(state.target_list()):
             if index in state.swept:
                 continue
@@ -845,7 +522,7 @@ class Purger:
 
     # -- one target -----------------------------------------------------------------------
 
-    def _erase(self, target: Target, receipt: _Receipt, index: int) -> Steps[None]:
+    def _erase(self, target: Target, receipt: ReceiptLog, index: int) -> Steps[None]:
         state = receipt.state
         namespace = NAMESPACES[target.namespace]
         if namespace.shape is Shape.HEADS:
@@ -859,7 +536,7 @@ class Purger:
         if tombstone is None and state.reusable:
             # A crash after the tombstone and before the receipt said so: a new life may
             # have started on it since, which ending the log again would erase.
-            tombstone = yield from self._own_tombstone(logs, target.object_id, state.purge_id)
+            tombstone = yield from self.lives.own_tombstone(logs, target.object_id, state.purge_id)
         if tombstone is None:
             try:
                 ended = yield from logs.end_for_purge(
@@ -875,7 +552,7 @@ class Purger:
             tombstone = None if ended is None else ended.version
         if tombstone is not None:
             state.ends[str(index)] = tombstone
-        later = _Lives(tombstone, state.reusable)
+        later = LifeBounds(tombstone, state.reusable)
         ceiling = yield from logs.marker_ceiling(target.object_id)
         entries = logs.keys.entries_prefix(target.object_id)
         ours: set[str] = set()  # markers this purge wrote: known to hold no payload
@@ -886,7 +563,7 @@ class Purger:
             kept = 0
             for prefix, exact in self._prefixes(target):
                 listed = yield from self._versions(prefix, exact)
-                for version in (yield from self._of_this_life(target, prefix, listed, later)):
+                for version in (yield from self.lives.of_this_life(target, prefix, listed, later)):
                     verdict, number = (
                         _judge_entry(version, prefix, tombstone, ceiling)
                         if prefix == entries
@@ -939,90 +616,7 @@ class Purger:
                 yield from self._delete(doomed, later.guarded)
         raise _unfinished(target)
 
-    # -- the lives rule ---------------------------------------------------------------------
-
-    def _own_tombstone(self, logs: LogSteps, log_id: str, purge_id: str) -> Steps[int | None]:
-        """Return the version of `purge_id`'s tombstone of `log_id`, walking its lives down.
-
-        Each life starts right after the version that ended the one before (its `base`):
-        from the top, one read per life, until the purge's tombstone (its version) or a
-        life this purge did not end (None: the tombstone was never written).
-        """
-        try:
-            head = yield from logs.top(log_id)
-        except StashpointError:
-            return None  # no log, or one the purge ends as unreadable
-        item: Any = head
-        for _ in range(_LIVES_WALKED):
-            if purge_of(item.ended, item.extra) == purge_id:
-                return int(item.version)
-            if item.base == 0:
-                return None
-            try:
-                item = yield from logs.read_version(log_id, item.base - 1)
-            except StashpointError:
-                return None
-            if not isinstance(item, LogEntry):
-                return None  # vacated, or gone: not a tombstone this purge can name
-        return None
-
-    def _of_this_life(
-        self, target: Target, prefix: str, listed: list[StoredVersion], lives: _Lives
-    ) -> Steps[list[StoredVersion]]:
-        """Return the listed versions that belong to the lives this purge ended.
-
-        After a reusable purge a create starts a new life above the tombstone: its entries
-        (named by version), its segments and packs (named by their range, wholly above the
-        tombstone), its quarantined objects and its large values (whose documents name the
-        life they were written for) are never this purge's. A value of a later life whose
-        key still holds an old life's object is judged by content and removed only if it
-        still holds that object (`lives.guarded`: conditional on its ETag).
-        """
-        if not lives.reusable or lives.tombstone is None:
-            return listed
-        tombstone = lives.tombstone
-        namespace = NAMESPACES[target.namespace]
-        logs = self.logs(target.namespace)
-        quarantine = self.layout.namespace_prefix(QUARANTINE)
-        values = (
-            None
-            if namespace.values is None
-            else self.layout.key(namespace.values, target.object_id) + "/"
-        )
-        ours: list[StoredVersion] = []
-        unsure: list[StoredVersion] = []
-        for version in listed:
-            name = version.key[len(prefix) :]
-            if prefix == logs.keys.entries_prefix(target.object_id):
-                first = _number(name)
-            elif prefix == logs.keys.segments_prefix(target.object_id):
-                first = _segment_first(name)
-            elif prefix.startswith(quarantine):
-                first = _number(name.split(".", 1)[0])
-            elif prefix == values:
-                if not version.is_delete_marker:
-                    unsure.append(version)
-                    continue
-                first = None
-            else:
-                first = None
-            if first is not None and first > tombstone:
-                continue  # a later life's
-            ours.append(version)
-        for start in range(0, len(unsure), _PARALLEL):
-            batch = unsure[start : start + _PARALLEL]
-            infos = yield from ask(Parallel(tuple(GetObject(v.key, v.version_id) for v in batch)))
-            for version, info in zip(batch, infos, strict=True):
-                if info is None:
-                    continue  # gone since the listing
-                if _life_of(self.codec, info.body, version.key) > tombstone:
-                    continue  # written for a later life
-                if version.version_id == _UNVERSIONED and info.etag:
-                    lives.guarded[version.key] = info.etag
-                ours.append(version)
-        return ours
-
-    def _shred(self, target: Target, receipt: _Receipt) -> Steps[None]:
+    def _shred(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
         """Retire a tenant's master key, then erase every version of its data keys.
 
         The master key goes first: from then on no data key of the tenant unwraps, even
@@ -1096,7 +690,7 @@ class Purger:
         except StashpointError:
             return None
 
-    def _erase_head(self, target: Target, receipt: _Receipt) -> Steps[None]:
+    def _erase_head(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
         state = receipt.state
         cas = self.heads(target.namespace)
         key = cas.key(target.object_id)
@@ -1133,7 +727,7 @@ class Purger:
             yield from self._delete(doomed)
         raise _unfinished(target)
 
-    def _erase_keyless(self, target: Target, receipt: _Receipt) -> Steps[None]:
+    def _erase_keyless(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
         """Erase every version of an id whose tenant was shredded, reading none of them.
 
         Its objects cannot be read, nor a tombstone sealed for it: none is needed, since
@@ -1197,7 +791,7 @@ class Purger:
         if locked:
             raise RetentionLocked(locked)
 
-    def _collect_references(self, doomed: list[StoredVersion], state: _State) -> Steps[None]:
+    def _collect_references(self, doomed: list[StoredVersion], state: ReceiptState) -> Steps[None]:
         """Note the blobs the doomed versions reference, before they are gone."""
         live = [v for v in doomed if not v.is_delete_marker]
         found: set[str] = set(state.candidates)
@@ -1252,7 +846,7 @@ class Purger:
                     object_name=failures[0].key,
                 )
 
-    def _drop_index(self, target: Target, receipt: _Receipt) -> Steps[None]:
+    def _drop_index(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
         pk = run_pk(target.object_id)
         for _ in range(_ROUNDS):
             items = yield from ask(GetPartition(pk))
@@ -1261,7 +855,7 @@ class Purger:
             yield from ask(Parallel(tuple(DeleteItem(str(i["pk"]), str(i["sk"])) for i in items)))
             receipt.state.index_items += len(items)
 
-    def _drop_blobs(self, receipt: _Receipt) -> Steps[None]:
+    def _drop_blobs(self, receipt: ReceiptLog) -> Steps[None]:
         state = receipt.state
         report = yield from self.garbage()
         unreferenced = set() if report.unreadable else set(report.unreferenced)
@@ -1281,37 +875,6 @@ class Purger:
         state.kept_blobs = sorted(set(kept) - set(state.blobs))
         yield from receipt.intend(doomed)
         yield from self._delete(doomed)
-
-
-@dataclass
-class _Lives:
-    """Which lives of a log a purge owns: those up to its tombstone (all, unless reusable)."""
-
-    tombstone: int | None
-    reusable: bool
-    guarded: dict[str, str] = field(default_factory=dict)
-    """Unversioned objects judged ours by content, deleted only while their ETag holds."""
-
-
-def _number(name: str) -> int | None:
-    return int(name) if name.isdigit() and name.isascii() else None
-
-
-def _segment_first(name: str) -> int | None:
-    first, _, last = name.partition("-")
-    return int(first) if _number(first) is not None and _number(last) is not None else None
-
-
-def _life_of(codec: Codec, body: bytes | None, name: str) -> int:
-    """Return the life a large value's document names (-1: none, or not readable)."""
-    if body is None:
-        return -1
-    try:
-        document = jsontext.parse(codec.unwrap(body, name=name))
-    except (StashpointError, ValueError):
-        return -1
-    life = document.get("life") if isinstance(document, dict) else None
-    return life if type(life) is int else -1
 
 
 class _Verdict(Enum):
@@ -1379,34 +942,3 @@ def _unfinished(target: Target) -> StorageUnavailable:
         "(`stashpoint purge --resume`)",
         object_name=str(target),
     )
-
-
-class _Receipt:
-    """Appends a purge's progress to its receipt log."""
-
-    def __init__(self, logs: LogSteps, head: LogHead, state: _State) -> None:
-        self.logs = logs
-        self.head = head
-        self.state = state
-
-    def intend(self, doomed: list[StoredVersion]) -> Steps[None]:
-        """Write what is about to be removed (before it is), 1,000 versions an entry."""
-        for start in range(0, len(doomed), MAX_DELETE_BATCH):
-            batch = doomed[start : start + MAX_DELETE_BATCH]
-            yield from self.write(
-                [{"key": v.key, "version_id": v.version_id, "bytes": v.size} for v in batch]
-            )
-
-    def write(self, records: list[dict[str, Any]]) -> Steps[None]:
-        try:
-            self.head = yield from self.logs.append(
-                self.head.log_id, records, after=self.head, state=self.state.document()
-            )
-        except CheckpointConflict:
-            raise StorageUnavailable(
-                "another process is carrying this purge on (its receipt moved): leave it "
-                "to that one, or resume later",
-                object_name=self.head.log_id,
-            ) from None
-        except CheckpointNotFound:
-            raise
