@@ -33,6 +33,7 @@ from stashpoint.errors import (
     ConfigurationError,
     InvalidArgument,
     InvalidPayload,
+    Purged,
     described,
 )
 from stashpoint.langgraph.items import (
@@ -54,7 +55,7 @@ from stashpoint.langgraph.items import (
     vector_of,
 )
 from stashpoint.steps import Now, Parallel, Steps, ask
-from stashpoint.stores.cas import CompareAndSwap, facts_from_envelope
+from stashpoint.stores.cas import CompareAndSwap, facts_from_envelope, optimistic_update
 from stashpoint.stores.objects import GetObject, ObjectInfo, every_key_page
 
 KNOWN_ITEM_WEIGHT = 64 * 1024 * 1024
@@ -378,48 +379,70 @@ class StoreSteps:
         stash's retry policy).
         """
         attempts = max_attempts or self.cas.retry.max_attempts
-        absent = blind
-        for _ in range(attempts):
-            known = self.known.get(object_id)
-            if known is None and create and absent:
-                item = change(None)
-                if item is None:
-                    return None
-                envelope = Envelope.initial(object_id, None, KIND, SCHEMA_VERSION, item.payload())
-                try:
-                    yield from self.cas.compare_and_swap(envelope, None)
-                except CheckpointConflict:
-                    pass  # the key holds an item: update that one
-                else:
-                    return self._remember(object_id, envelope, item)
 
-            def mutate(head: Envelope) -> Any:
-                if head.kind != KIND:
-                    raise InvalidPayload(
-                        f"object is a {head.kind!r}, not a store item", object_name=object_id
-                    )
-                following = change(stored_item(object_id, head.payload))
-                if following is None:
-                    raise _Unchanged
-                return following.payload()
-
+        def read() -> Steps[Envelope | None]:
             try:
-                saved = yield from self.cas.update(
-                    object_id,
-                    mutate,
-                    known=None if known is None else known.envelope,
-                    max_attempts=attempts,
-                )
-            except _Unchanged:
-                return None
+                return (yield from self.cas.load(object_id))
+            except Purged:
+                raise  # erased: never created again unnoticed
             except CheckpointNotFound:
-                self.known.pop(object_id)
-                if not create:
-                    return None
-                absent = True
-                continue  # no item (or deleted meanwhile): create it
-            return self._remember(object_id, saved, stored_item(object_id, saved.payload))
-        raise CheckpointConflict(object_id, expected_revision=None, actual_revision=None)
+                return None  # no item (or deleted meanwhile): it is created
+
+        def plan(head: Envelope | None, fresh: bool) -> Steps[Envelope | None]:
+            """Return the envelope to save after `head` (None: nothing to write)."""
+            absent = head is None or head is _ASSUMED_ABSENT
+            if head is not None and not absent and head.kind != KIND:
+                raise InvalidPayload(
+                    f"object is a {head.kind!r}, not a store item", object_name=object_id
+                )
+            current = None if absent or head is None else stored_item(object_id, head.payload)
+            following = change(current)
+            if following is None or (absent and not create):
+                return None
+            if absent or head is None:
+                return Envelope.initial(object_id, None, KIND, SCHEMA_VERSION, following.payload())
+            return head.next(following.payload())
+            yield  # a generator, like every change
+
+        def save(head: Envelope | None, envelope: Envelope | None) -> Steps[Envelope | None]:
+            if envelope is None:
+                return None
+            absent = head is None or head is _ASSUMED_ABSENT
+            try:
+                yield from self.cas.compare_and_swap(
+                    envelope, None if absent or head is None else head.revision
+                )
+            except Purged:
+                raise
+            except CheckpointNotFound:
+                # Deleted meanwhile: read again (and create it, when `create`).
+                raise CheckpointConflict(
+                    object_id, expected_revision=envelope.revision - 1, actual_revision=None
+                ) from None
+            return envelope
+
+        known = self.known.get(object_id)
+        # A put with no head known tries a create first (one request for a new key); a
+        # create that finds the key taken reads the head and updates it. The one
+        # optimistic-update loop runs both, as it runs every head's update.
+        start = (
+            known.envelope if known is not None else (_ASSUMED_ABSENT if blind and create else None)
+        )
+        saved = yield from optimistic_update(
+            read,
+            plan,
+            save,
+            retry=self.cas.retry,
+            max_attempts=attempts,
+            known=start,
+            forget=lambda: self._forget(object_id),
+        )
+        if saved is None:
+            return None
+        return self._remember(object_id, saved, stored_item(object_id, saved.payload))
+
+    def _forget(self, object_id: str) -> None:
+        self.known.pop(object_id)
 
     def _remember(self, object_id: str, envelope: Envelope, item: StoredItem) -> Found:
         key = self.cas.key(object_id)
@@ -526,8 +549,8 @@ class StoreSteps:
         return results
 
 
-class _Unchanged(Exception):
-    """An update's change returned None: nothing to write."""
+_ASSUMED_ABSENT: Any = object()
+"""The head a blind put assumes where this store knows none: it tries a create first."""
 
 
 def _page(limit: Any, offset: Any) -> tuple[int, int]:
