@@ -391,3 +391,57 @@ def test_a_retention_purge_crashed_at_any_request_never_erases_a_save_made_after
             break
     else:
         pytest.fail("the purge never finished")
+
+
+def test_a_retention_purge_through_the_fault_proxy_spares_a_save_made_after_the_choice(
+    seaweedfs: Any,
+) -> None:
+    from botocore.config import Config
+
+    from tests.faultproxy import FaultPlan, FaultProxy
+
+    prefix = f"t-{uuid.uuid4().hex}"
+    clock = FakeClock()
+    with stashpoint.open(seaweedfs.url(prefix), clock=clock) as clean:
+        for n in range(6):
+            _append(clean, f"old-{n}", OLD, 3)
+    clock.advance(400 * 86400)
+    plan = FaultPlan(
+        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
+    )
+    config = Config(
+        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
+    )
+    saved: list[str] = []
+    failures: list[str] = []
+    with (
+        FaultProxy(seaweedfs.endpoint, plan) as proxy,
+        stashpoint.open(seaweedfs.url(prefix), clock=clock) as writer,
+    ):
+        url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
+        with stashpoint.open(url, client_config=config, clock=clock) as stash:
+
+            def hook(request: Any, proceed: Any) -> Any:
+                if not saved and type(request).__name__ == "PutObject" and "purges/" in request.key:
+                    head = writer.logs.head("old-3")
+                    writer.logs.append("old-3", [{"text": "kept"}], after=head)
+                    saved.append("old-3")
+                return proceed()
+
+            with stash.intercept(hook):
+                for _ in range(20):  # bounded: each try gets further
+                    try:
+                        if not stash.resume_purges():
+                            stash.purge(
+                                prefix="old-", older_than=timedelta(days=30), namespace="logs"
+                            )
+                        break
+                    except stashpoint.StashpointError as exc:
+                        failures.append(exc.kind.value)
+    assert set(failures) <= {"storage_unavailable", "conflict"}, failures
+    assert saved and sum(plan.injected.values()) > 0
+    with stashpoint.open(seaweedfs.url(prefix), clock=clock) as clean:
+        assert _texts(clean, "old-3")[-1] == "kept"
+        for n in (0, 1, 2, 4, 5):
+            with pytest.raises(stashpoint.Purged):
+                clean.logs.head(f"old-{n}")
