@@ -710,10 +710,14 @@ class Purger:
                 return
             if not tombstone:
                 # A tombstone first (again, if a writer got in since): the key stays occupied.
-                ended = yield from cas.end_for_purge(
-                    target.object_id, state.purge_id, reusable=state.reusable,
-                    written_before=state.cutoff_time(),
-                )  # fmt: skip
+                try:
+                    ended = yield from cas.end_for_purge(
+                        target.object_id, state.purge_id, reusable=state.reusable,
+                        written_before=state.cutoff_time(),
+                    )  # fmt: skip
+                except KeyShredded:  # no tombstone can be sealed for a shredded tenant
+                    yield from self._erase_keyless(target, receipt)
+                    return
                 if not ended:
                     state.spared.append(str(target))  # saved since it was chosen
                     return
