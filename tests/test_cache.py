@@ -11,7 +11,7 @@ import pytest
 
 import stashpoint
 from stashpoint.cache import Lru
-from stashpoint.logs import log as log_module
+from stashpoint.logs import reading as log_module
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:
@@ -105,7 +105,7 @@ def test_eight_threads_appending_to_fresh_logs_are_never_told_a_landed_append_fa
 ) -> None:
     # A small hint cache evicts on nearly every append: on a plain dict shared by the
     # threads (the old `_learn_top`) this raised KeyError after the entry was stored.
-    monkeypatch.setattr(log_module, "_KNOWN_TOPS", 4)
+    monkeypatch.setattr(log_module, "KNOWN_TOPS", 4)
     # Switching threads every microsecond makes the interleavings that break a shared
     # dict happen within a second (the old code failed 5 of 8 threads here).
     interval = sys.getswitchinterval()
