@@ -21,7 +21,7 @@ import socketserver
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import SplitResult, urlsplit
 
 FAULTS = ("drop_response", "drop_request", "slowdown", "conflict")
@@ -256,3 +256,20 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def everyday_faults() -> tuple[FaultPlan, Any]:
+    """The plan most write-path tests run under, with the client settings that meet it.
+
+    Responses and requests dropped, slow answers and 409s, a few percent each; a botocore
+    client that times out in 2 s and retries 3 times, so each fault is felt by the library.
+    """
+    from botocore.config import Config
+
+    plan = FaultPlan(
+        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
+    )
+    config = Config(
+        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
+    )
+    return plan, config

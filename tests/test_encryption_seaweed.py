@@ -9,10 +9,6 @@ dropped, or a process dies between a data key and the object it seals.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import uuid
@@ -40,6 +36,7 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     WriteResult,
 )
+from tests.kills import kill_after_lines
 from tests.purging import bodies, versions
 
 
@@ -138,19 +135,8 @@ def test_a_writer_killed_between_its_data_key_and_its_objects_loses_nothing_ackn
     acknowledged: list[int] = []
     for kill_after in (1, 3, 8, 13):  # a data key every 7 objects: kills land near them
         start = acknowledged[-1] + 1 if acknowledged else 0
-        process = subprocess.Popen(
-            [sys.executable, "-c", child, url, str(start)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert process.stdout is not None
-        for _ in range(kill_after):
-            line = process.stdout.readline()
-            if not line:
-                break
-            acknowledged.append(int(line))
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
+        before, _ = kill_after_lines(child, [url, str(start)], kill_after)
+        acknowledged += [int(line) for line in before]
         with stashpoint.open(url) as stash:
             stored = [r["turn"] for e in stash.logs.entries("acme-chat") for r in e.records]
         assert set(acknowledged) <= set(stored), kill_after

@@ -11,10 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 from collections.abc import Callable
@@ -29,6 +25,7 @@ from stashpoint import Envelope
 from stashpoint.clock import FakeClock
 from stashpoint.stores.objects import DeleteVersions, PutObject
 from tests.crashes import Crash, crash_at
+from tests.kills import kill_after_requests
 from tests.purging import holding, pairs, plain, versions
 from tests.purging import log as _log
 
@@ -332,18 +329,7 @@ def test_purge_process_killed_with_sigkill_resumes_to_a_complete_receipt(tmp_pat
         with stashpoint.open(url) as stash:
             _log(stash, "t1", SECRET, 130)
             _log(stash, "t2", OTHER, 2)
-        process = subprocess.Popen(
-            [sys.executable, "-c", child, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        assert process.stdout is not None
-        read = 0
-        while read < kill_after:
-            dot = process.stdout.read(1)
-            if not dot or dot != b".":
-                break  # finished before the kill point
-            read += 1
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
+        kill_after_requests(child, [url], kill_after)
         with stashpoint.open(url) as stash:
             with contextlib.suppress(stashpoint.Purged):
                 assert len(_records(stash, "t1")) == 130

@@ -182,19 +182,12 @@ def test_gc_crashed_at_any_request_never_erases_a_reusable_ids_new_life(
 
 
 def test_a_reusable_purge_through_the_fault_proxy_keeps_the_new_life(seaweedfs: Any) -> None:
-    from botocore.config import Config
-
-    from tests.faultproxy import FaultPlan, FaultProxy
+    from tests.faultproxy import FaultProxy, everyday_faults
 
     prefix = f"t-{uuid.uuid4().hex}"
     with stashpoint.open(seaweedfs.url(prefix), vacate_sealed_entries=True) as clean:
         _append(clean, "L", OLD, 20)
-    plan = FaultPlan(
-        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
-    )
-    config = Config(
-        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
-    )
+    plan, config = everyday_faults()
     failures: list[str] = []
     with FaultProxy(seaweedfs.endpoint, plan) as proxy:
         url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
@@ -300,11 +293,9 @@ def test_a_reusable_purge_killed_with_sigkill_never_erases_the_life_after_it(
 ) -> None:
     """`kill -9` of a real process mid-purge; a writer starts the new life if the id reads
     as free; a resumed purge and two gcs keep all of it and nothing of the old life."""
-    import os
-    import signal
-    import subprocess
-    import sys
     import textwrap
+
+    from tests.kills import kill_after_requests
 
     child = textwrap.dedent(
         """
@@ -322,18 +313,7 @@ def test_a_reusable_purge_killed_with_sigkill_never_erases_the_life_after_it(
         url = f"local://{tmp_path / f's-{kill_after}'}"
         with stashpoint.open(url) as stash:
             _append(stash, "L", OLD, 30)
-        process = subprocess.Popen(
-            [sys.executable, "-c", child, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        assert process.stdout is not None
-        read = 0
-        while read < kill_after:
-            dot = process.stdout.read(1)
-            if dot != b".":
-                break  # finished before the kill point
-            read += 1
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
+        kill_after_requests(child, [url], kill_after)
         with stashpoint.open(url, vacate_sealed_entries=True) as writer:
             try:
                 writer.logs.head("L")
@@ -396,9 +376,7 @@ def test_a_retention_purge_crashed_at_any_request_never_erases_a_save_made_after
 def test_a_retention_purge_through_the_fault_proxy_spares_a_save_made_after_the_choice(
     seaweedfs: Any,
 ) -> None:
-    from botocore.config import Config
-
-    from tests.faultproxy import FaultPlan, FaultProxy
+    from tests.faultproxy import FaultProxy, everyday_faults
 
     prefix = f"t-{uuid.uuid4().hex}"
     clock = FakeClock()
@@ -406,12 +384,7 @@ def test_a_retention_purge_through_the_fault_proxy_spares_a_save_made_after_the_
         for n in range(6):
             _append(clean, f"old-{n}", OLD, 3)
     clock.advance(400 * 86400)
-    plan = FaultPlan(
-        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
-    )
-    config = Config(
-        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
-    )
+    plan, config = everyday_faults()
     saved: list[str] = []
     failures: list[str] = []
     with (

@@ -120,21 +120,14 @@ def test_a_reusable_thread_purge_crashed_at_any_request_leaves_the_next_put_read
 def test_a_reusable_thread_purge_and_the_next_put_through_the_fault_proxy(
     seaweedfs: Any,
 ) -> None:
-    from botocore.config import Config
-
-    from tests.faultproxy import FaultPlan, FaultProxy
+    from tests.faultproxy import FaultProxy, everyday_faults
 
     prefix = f"t-{uuid.uuid4().hex}"
     base = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     with stashpoint.open(seaweedfs.url(prefix)) as clean:
         saver = StashpointSaver(clean)
         stale = _put(saver, _put(saver, base, OLD + " 1", 0), OLD + " 2" + BIG, 1)
-    plan = FaultPlan(
-        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
-    )
-    config = Config(
-        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
-    )
+    plan, config = everyday_faults()
     failures: list[str] = []
     stored = False
     with FaultProxy(seaweedfs.endpoint, plan) as proxy:

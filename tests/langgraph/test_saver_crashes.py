@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 import stashpoint
 from stashpoint.langgraph import StashpointSaver
 from tests.crashes import Crash, crash_at
+from tests.kills import kill_after_lines
 
 
 def _messages(count: int) -> list[str]:
@@ -136,17 +136,11 @@ def test_sigkill_mid_conversation_loses_no_acknowledged_turn(
         url = request.getfixturevalue("seaweedfs").url(f"t-{uuid.uuid4().hex}")
     stored = replies = 0
     for round_ in range(5):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_GRAPH, url], stdout=subprocess.PIPE, text=True,
+        before, after = kill_after_lines(
+            KILLED_GRAPH, [url], 4 + 3 * round_, pause=0.002 * round_,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )  # fmt: skip
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(4 + 3 * round_)]
-        time.sleep(0.002 * round_)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        lines += proc.stdout.read().splitlines()
-        printed = [line.rstrip("\n").split("\t") for line in lines if line.strip()]
+        printed = [line.split("\t") for line in [*before, *after] if line.strip()]
         # It resumed on everything stored before: one user message and its reply further.
         assert int(printed[0][0]) == stored + 2
         acknowledged, last_reply = int(printed[-1][0]), printed[-1][1]

@@ -7,13 +7,8 @@ and a killed process leaves the item as it was or as its last write made it, who
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,6 +23,7 @@ import stashpoint
 from stashpoint.langgraph import StashpointStore
 from tests import servers
 from tests.faultproxy import FaultPlan, FaultProxy
+from tests.kills import kill_after_lines
 
 NS = ("counters", "shared")
 
@@ -112,15 +108,10 @@ def test_sigkill_mid_update_loses_no_acknowledged_increment(
         url = request.getfixturevalue("seaweedfs").url(f"t-{uuid.uuid4().hex}")
     stored_before = 0
     for round_ in range(4):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_WRITER, url], stdout=subprocess.PIPE, text=True
+        before, after = kill_after_lines(
+            KILLED_WRITER, [url], 10 + 5 * round_, pause=0.002 * round_
         )
-        assert proc.stdout is not None
-        printed = [int(proc.stdout.readline()) for _ in range(10 + 5 * round_)]
-        time.sleep(0.002 * round_)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        printed += [int(line) for line in proc.stdout.read().split()]
+        printed = [int(line) for line in [*before, *after]]
         assert printed == list(range(printed[0], printed[-1] + 1))  # each increment once
         assert printed[0] == stored_before + 1  # a new process goes on from what is stored
         with StashpointStore.from_url(url) as store:

@@ -5,13 +5,10 @@ and `kill -9`."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -29,6 +26,7 @@ from stashpoint.logs import SEGMENT_SPAN
 from tests import servers
 from tests.crashes import Crash, crash_at
 from tests.faultproxy import FaultPlan, FaultProxy
+from tests.kills import kill_after_lines
 
 
 class _Outcomes:
@@ -296,15 +294,10 @@ def test_sigkill_mid_append_or_seal_loses_no_acknowledged_record(
         url = request.getfixturevalue("seaweedfs").url(f"t-{uuid.uuid4().hex}")
     acknowledged = -1
     for round_ in range(6):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_APPENDER, url], stdout=subprocess.PIPE, text=True
+        before, after = kill_after_lines(
+            KILLED_APPENDER, [url], 25 + 5 * round_, pause=0.003 * round_
         )
-        assert proc.stdout is not None
-        printed = [int(proc.stdout.readline()) for _ in range(25 + 5 * round_)]
-        time.sleep(0.003 * round_)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        printed += [int(line) for line in proc.stdout.read().split()]
+        printed = [int(line) for line in [*before, *after]]
         acknowledged = printed[-1]
         with stashpoint.open(url) as stash:
             records = stash.logs.records("victim")

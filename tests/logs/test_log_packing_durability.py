@@ -5,14 +5,9 @@ sees a shorter log, and a packing that was cut off finishes when run again."""
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,6 +23,7 @@ from stashpoint.logs.format import PACK_SPAN, SEGMENT_SPAN
 from tests import servers
 from tests.crashes import Crash, crash_at
 from tests.faultproxy import FaultPlan, FaultProxy
+from tests.kills import kill_after_lines
 from tests.purging import replay, versions
 
 TOP = PACK_SPAN + SEGMENT_SPAN + 12
@@ -143,13 +139,8 @@ def test_sigkill_mid_packing_loses_nothing_and_packing_again_finishes(
         assert stash.logs.records("c") == records
     rng = random.Random(26)
     for _ in range(3 if where == "local" else 2):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_PACKER, url], stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "packing"
-        time.sleep(rng.uniform(0.05, 1.2))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        said, _ = kill_after_lines(KILLED_PACKER, [url], 1, pause=rng.uniform(0.05, 1.2))
+        assert said == ["packing"]
         with stashpoint.open(url) as stash:
             assert stash.logs.records("c") == records
     with stashpoint.open(url) as stash:

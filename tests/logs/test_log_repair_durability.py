@@ -5,10 +5,6 @@ below the gap stays; a repair run again finishes the job, and writers go on afte
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 from pathlib import Path
@@ -23,6 +19,7 @@ from stashpoint.stores.objects import GetObject, ListKeys, PutObject
 from tests import servers
 from tests.crashes import Crash, crash_at
 from tests.faultproxy import FaultPlan, FaultProxy
+from tests.kills import kill_after_lines
 
 GENUINE = 11
 """Versions 0-10 were acknowledged; objects are planted above version 11 (the gap)."""
@@ -154,14 +151,8 @@ def test_sigkill_mid_repair_loses_nothing(tmp_path: Path) -> None:
     with stashpoint.open(url) as stash:
         planted = _wedge(stash, planted=20)
     for cut in (2, 7, 10, 12, 8):  # requests answered before each kill: about half the moves
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_REPAIR, url], stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(cut)]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert "done\n" not in lines
+        lines, _ = kill_after_lines(KILLED_REPAIR, [url], cut)
+        assert "done" not in lines
         with stashpoint.open(url) as stash:
             _nothing_lost(stash, planted)
     with stashpoint.open(url) as stash:

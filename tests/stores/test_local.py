@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import pytest
 
 import stashpoint
 from stashpoint import Envelope
+from tests.kills import kill_after_lines
 
 INCREMENT_WORKER = textwrap.dedent(
     """
@@ -80,16 +80,9 @@ def test_sigkill_mid_write_leaves_old_or_new_revision_never_torn(tmp_path: Path)
     with stashpoint.open(url) as stash:
         stash.checkpoints.compare_and_swap(Envelope.initial("victim", None, "c", 1, {"n": 0}), None)
     for round_ in range(6):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", KILLED_WRITER, url], stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout is not None
-        printed = [int(proc.stdout.readline()) for _ in range(3 + round_)]
-        time.sleep(0.002 * round_)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        before, after = kill_after_lines(KILLED_WRITER, [url], 3 + round_, pause=0.002 * round_)
         # The last revision the writer printed is the last one acknowledged to it.
-        printed += [int(line) for line in proc.stdout.read().split()]
+        printed = [int(line) for line in [*before, *after]]
         acknowledged = printed[-1]
         with stashpoint.open(url) as stash:
             head = stash.checkpoints.load("victim")

@@ -43,6 +43,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 from stashpoint import tracing
 from stashpoint.errors import StashpointError, StorageUnavailable
@@ -326,22 +327,13 @@ def put_all(
     Each write whose answer was not definite is judged (and resent) by `put`, one after
     another. Returns their ETags in order; raises the first failure once every write was judged.
     """
-    etags: list[str | None] = []
-    failure: StashpointError | None = None
-    for start in range(0, len(writes), _BATCH):
-        batch = writes[start : start + _BATCH]
-        for request, _ in batch:
-            tracing.sent(len(request.body))
-        results = yield from ask(Parallel(tuple(request for request, _ in batch)))
-        for (request, read_back), result in zip(batch, results, strict=True):
-            try:
-                etags.append((yield from put(request, read_back, retry, what=what, sent=result)))
-            except StashpointError as exc:
-                failure = failure or exc
-                etags.append(None)
-    if failure is not None:
-        raise failure
-    return etags
+    for request, _ in writes:
+        tracing.sent(len(request.body))
+
+    def judged(request: PutObject, read_back: ReadBack, sent: WriteResult) -> Steps[str | None]:
+        return (yield from put(request, read_back, retry, what=what, sent=sent))
+
+    return (yield from _sent_at_once(writes, judged, None))
 
 
 def delete(
@@ -437,17 +429,38 @@ def delete_all(
     Returns, in order, whether each object is gone (`delete`); raises the first failure once
     every delete was judged.
     """
-    gone: list[bool] = []
+
+    def judged(request: DeleteObject, read_back: ReadBack, sent: WriteResult) -> Steps[bool]:
+        return (yield from delete(request, read_back, retry, what=what, sent=sent))
+
+    return (yield from _sent_at_once(deletes, judged, False))
+
+
+_Sent = TypeVar("_Sent", PutObject, DeleteObject)
+_Judged = TypeVar("_Judged")
+
+
+def _sent_at_once(
+    items: Sequence[tuple[_Sent, ReadBack]],
+    judge: Callable[[_Sent, ReadBack, WriteResult], Steps[_Judged]],
+    failed: _Judged,
+) -> Steps[list[_Judged]]:
+    """Send every first request at once (in batches), then judge each answer in order.
+
+    The unclear ones are judged (and resent) one after another by `judge`; `failed` stands
+    for one that raised. Raises the first failure once every request was judged.
+    """
+    found: list[_Judged] = []
     failure: StashpointError | None = None
-    for start in range(0, len(deletes), _BATCH):
-        batch = deletes[start : start + _BATCH]
+    for start in range(0, len(items), _BATCH):
+        batch = items[start : start + _BATCH]
         results = yield from ask(Parallel(tuple(request for request, _ in batch)))
         for (request, read_back), result in zip(batch, results, strict=True):
             try:
-                gone.append((yield from delete(request, read_back, retry, what=what, sent=result)))
+                found.append((yield from judge(request, read_back, result)))
             except StashpointError as exc:
                 failure = failure or exc
-                gone.append(False)
+                found.append(failed)
     if failure is not None:
         raise failure
-    return gone
+    return found

@@ -1,0 +1,69 @@
+"""`kill -9` of a real process at a chosen point: the one harness the kill tests share.
+
+The child prints one `.` per storage request (through `Stash.intercept`) and flushes; the
+parent reads them and sends SIGKILL after the `kill_after`-th, or lets a child that finished
+first end. The child dies with no chance to clean up, as a reclaimed spot worker does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+
+def kill_after_requests(child: str, args: list[str], kill_after: int) -> int:
+    """Run `python -c child *args`, SIGKILL it after `kill_after` requests; return how many
+    it had made (fewer when it finished first)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", child, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    made = 0
+    while made < kill_after:
+        dot = process.stdout.read(1)
+        if dot != b".":
+            break  # finished before the kill point
+        made += 1
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    process.stdout.close()
+    if process.stderr is not None:
+        process.stderr.close()
+    return made
+
+
+def kill_after_lines(
+    child: str,
+    args: list[str],
+    lines: int,
+    *,
+    pause: float = 0.0,
+    env: dict[str, str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Run `python -c child *args`, SIGKILL it once it printed `lines` lines (and `pause`
+    seconds more: a later point in what it does next).
+
+    Returns the lines read before the kill (fewer if it ended first) and those it had
+    printed by then that were not read yet, newlines stripped.
+    """
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", child, *args], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert process.stdout is not None
+    before: list[str] = []
+    for _ in range(lines):
+        line = process.stdout.readline()
+        if not line:
+            break  # ended before the kill point
+        before.append(line.rstrip("\n"))
+    if pause:
+        time.sleep(pause)  # where in the next step the kill lands; not waited on for a result
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    after = [line for line in process.stdout.read().splitlines() if line.strip()]
+    process.stdout.close()
+    return before, after
