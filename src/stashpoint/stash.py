@@ -40,7 +40,7 @@ from stashpoint.stores.layout import (
 from stashpoint.stores.providers import PROVIDERS, Provider, provider_named
 from stashpoint.stores.store import AsyncStore, Store
 from stashpoint.twins import Awaiting, Blocking, operation
-from stashpoint.url import StashUrl, parse_url, resolve_url, shown
+from stashpoint.url import StashUrl, parse_url, resolve_url, shown, unknown_options
 
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
     from stashpoint._backends.conformance import Conformance
@@ -259,7 +259,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
         from stashpoint._backends.sqlite import SqliteIndexTransport
 
         if object_options:
-            raise ConfigurationError(f"unknown memory options: {', '.join(sorted(object_options))}")
+            raise unknown_options("memory", set(object_options), set())
 
         objects: Any
         memory_index: Any
@@ -297,7 +297,7 @@ def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, An
             )
         fsync = str(object_options.pop("fsync", "true")).lower() not in ("0", "false", "no")
         if object_options:
-            raise ConfigurationError(f"unknown local options: {', '.join(sorted(object_options))}")
+            raise unknown_options("local", set(object_options), {"fsync"})
         index, async_index = _index_factories(own.get("index"), str(root / "index.sqlite3"), own)
         from stashpoint import receipt_seal
 

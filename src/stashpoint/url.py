@@ -81,3 +81,25 @@ def parse_url(url: str) -> StashUrl:
     raise ConfigurationError(
         f"unknown scheme {scheme!r} in {shown(url)}; known schemes: {', '.join(SCHEMES)}"
     )
+
+
+STASH_OPTIONS = (
+    "index", "encryption", "provider", "ttl_days", "blob_threshold", "nested_prefix",
+)  # fmt: skip
+"""URL options every kind of stash takes (its backend's own come beside them)."""
+_SUGGESTIONS = {"table": "index=dynamodb://TABLE", "sqlite": "index=sqlite://PATH"}
+
+
+def unknown_options(kind: str, unknown: set[str], accepted: set[str]) -> ConfigurationError:
+    """Return the error for URL or `open` options a backend does not know.
+
+    The accepted ones are listed, with the right spelling of a common wrong one (`table=`
+    is `index=dynamodb://TABLE`).
+    """
+    hints = [
+        f"{name}: use {_SUGGESTIONS[name]}" for name in sorted(unknown) if name in _SUGGESTIONS
+    ]
+    said = f"unknown {kind} options: {', '.join(sorted(unknown))}"
+    if hints:
+        said += f" ({'; '.join(hints)})"
+    return ConfigurationError(f"{said}; accepted: {', '.join(sorted({*accepted, *STASH_OPTIONS}))}")

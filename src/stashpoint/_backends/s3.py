@@ -148,7 +148,10 @@ class S3Settings(AwsClientSettings):
         }
         unknown = set(merged) - known
         if unknown:
-            raise ConfigurationError(f"unknown S3 options: {', '.join(sorted(unknown))}")
+            from stashpoint.url import unknown_options
+
+            accepted = {*known, "client_config", "addressing_style", "retention"}
+            raise unknown_options("S3", unknown, accepted)
         if merged.get("kms_key_id") and merged.get("sse") in (None, "aws:kms"):
             merged["sse"] = "aws:kms"
         return cls(bucket=bucket, client_config=config, default_retries=DEFAULT_RETRIES, **merged)

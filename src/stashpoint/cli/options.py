@@ -33,8 +33,8 @@ Url = Annotated[
     str | None,
     typer.Option(
         "--url", metavar="URL",
-        help="Stash URL: local://PATH or s3://BUCKET/PREFIX?table=T (else the global --url, "
-        "STASHPOINT_URL, ./.stashpoint).",
+        help="Stash URL: local://PATH or s3://BUCKET/PREFIX?index=dynamodb://TABLE (else the "
+        "global --url, STASHPOINT_URL, ./.stashpoint).",
     ),
 ]  # fmt: skip
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (docs/cli/schemas).")]
@@ -65,6 +65,14 @@ def open_stash(url: str | None, *, existing: bool = False) -> Stash:
     from stashpoint.url import parse_url, resolve_url
 
     resolved = resolve_url(url or settings.url)
+    if resolved.startswith("memory://"):
+        import sys
+
+        print(
+            "warning: memory:// lives in this process alone: each command starts with an "
+            "empty stash (use local://PATH to keep what a command writes)",
+            file=sys.stderr,
+        )
     if existing:
         parsed = parse_url(resolved)
         if parsed.scheme == "local" and not Path(parsed.location).expanduser().exists():

@@ -195,7 +195,8 @@ class Output:
             names = ", ".join(columns[i].header for i in hidden)
             self.out.print(Text(f"second line of each row: {names} (--wide: one line)", "dim"))
         if cursor:
-            self.out.print(f"more: --cursor {safe(cursor)}")
+            # On a line of its own and never wrapped: the token is copied as it is.
+            self.out.print(f"more: --cursor {safe(cursor)}", soft_wrap=True)
 
     def _table(
         self, columns: Sequence[Column], shown: Sequence[int], *, title: str | None = None,
