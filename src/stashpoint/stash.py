@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -16,12 +15,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, Unpack
 
-from stashpoint._backends.local import LocalTransport, nested_stash
-from stashpoint._backends.memory import MemoryTransport
 from stashpoint._backends.router import AsyncRouter, Hook, Router
-from stashpoint._backends.threaded import ThreadedAsyncTransport
 from stashpoint.clock import REAL, Clock
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
+from stashpoint.composition import Backend, backend_of, split_options
 from stashpoint.errors import ConfigurationError, InvalidArgument, KeyShredded, described
 from stashpoint.progress import OnProgress, silent
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
@@ -34,17 +31,15 @@ from stashpoint.stores.layout import (
     QUARANTINE,
     Layout,
     Shape,
-    check_prefix,
     of_shape,
 )
-from stashpoint.stores.providers import PROVIDERS, Provider, provider_named
+from stashpoint.stores.providers import Provider
 from stashpoint.stores.store import AsyncStore, Store
 from stashpoint.twins import Awaiting, Blocking, operation
-from stashpoint.url import StashUrl, parse_url, resolve_url, shown, unknown_options
+from stashpoint.url import parse_url, resolve_url, shown
 
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
     from stashpoint._backends.conformance import Conformance
-    from stashpoint._backends.sqlite import SqliteIndexTransport
     from stashpoint.doctor import Check
     from stashpoint.encryption import Encryption, Rotation, Sealer
     from stashpoint.garbage import GcReport
@@ -57,12 +52,6 @@ if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold 
 StoreT = TypeVar("StoreT", Store, AsyncStore)
 LogStoreT = TypeVar("LogStoreT", "LogStore", "AsyncLogStore")
 RunsT = TypeVar("RunsT", "RunStore", "AsyncRunStore")
-
-_shared_memory: dict[str, tuple[MemoryTransport, Any]] = {}
-_shared_memory_lock = threading.Lock()
-
-_INDEX_OPTIONS = ("index_endpoint_url", "index_region_name", "index_client_config", "index_client")
-_STASH_OPTIONS = ("ttl_days", "blob_threshold", "nested_prefix")
 
 
 @dataclass(frozen=True)
@@ -140,9 +129,6 @@ class Options:
                 raise ConfigurationError("encryption must be a stashpoint.encryption.Encryption")
 
 
-Factory = Callable[[], Any]
-
-
 class Interception:
     """A hook in a stash's request path (`Stash.intercept`); `remove()` takes it out."""
 
@@ -162,194 +148,14 @@ class Interception:
         self.remove()
 
 
-@dataclass(frozen=True)
-class _Backend:
-    provider: Provider
-    layout: Layout
-    objects: Factory
-    async_objects: Factory
-    index: Factory | None
-    async_index: Factory | None
-    identity: Callable[[], str | None] = lambda: None
-    """The caller's cloud identity for receipts (None: name the local user)."""
-    conformance: Callable[[], Any] | None = None
-    """Runs the conformance kit on the bucket (S3 only)."""
-    erasure_key: Callable[[], bytes | None] | None = None
-    """The stash's own erasure key, where it can keep one (a local folder, `memory://`)."""
-
-
-def _split(parsed: StashUrl, options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split URL parameters and keyword options into (object-store, stash/index) settings."""
-    merged: dict[str, Any] = {**parsed.params, **options.backend}
-    own = {
-        k: merged.pop(k)
-        for k in (*_INDEX_OPTIONS, *_STASH_OPTIONS, "index", "encryption", "provider")
-        if k in merged
-    }
-    if "session" in merged:
-        own["session"] = merged["session"]  # one boto3 session for S3 and the index
-    return merged, own
-
-
-def _index_factories(
-    spec: str | None, default_sqlite: str | None, own: Mapping[str, Any]
-) -> tuple[Factory | None, Factory | None]:
-    if spec in (None, ""):
-        spec = "none" if default_sqlite is None else f"sqlite://{default_sqlite}"
-    if spec == "none":
-        return None, None
-    if spec.startswith("sqlite://"):
-        path = spec.removeprefix("sqlite://")
-        if not path:
-            raise ConfigurationError("sqlite:// index needs a file path")
-
-        def sqlite() -> SqliteIndexTransport:
-            from stashpoint._backends.sqlite import SqliteIndexTransport
-
-            return SqliteIndexTransport(Path(path).expanduser() if path != ":memory:" else path)
-
-        return sqlite, lambda: ThreadedAsyncTransport(sqlite())
-    if spec.startswith("dynamodb://"):
-        table = spec.removeprefix("dynamodb://").strip("/")
-        if not table:
-            raise ConfigurationError("dynamodb:// index needs a table name")
-        import stashpoint._backends.dynamodb as ddb  # boto3 loads only for DynamoDB indexes
-        from stashpoint._backends.aws import as_config
-
-        config = ddb.DEFAULT_CLIENT_CONFIG
-        user_config = as_config(own.get("index_client_config"), "index_client_config")
-        if user_config is not None:
-            config = config.merge(user_config)
-        settings = ddb.DynamoDBSettings(
-            table=table,
-            client_config=config,
-            default_retries=ddb.DEFAULT_RETRIES,
-            endpoint_url=own.get("index_endpoint_url"),
-            region_name=own.get("index_region_name"),
-            session=own.get("session"),
-            client=own.get("index_client"),
-        )
-        return (
-            lambda: ddb.dynamodb_transport(settings),
-            lambda: ddb.async_dynamodb_transport(settings),
-        )
-    raise ConfigurationError(f"unknown index {spec!r}: use dynamodb://TABLE, sqlite://PATH or none")
-
-
-class _Kept:
-    """A transport of a named memory stash, shared by its openers: `close` leaves it open."""
-
-    def __init__(self, transport: Any) -> None:
-        self._transport = transport
-
-    def execute(self, request: Any) -> Any:
-        """Execute on the shared transport."""
-        return self._transport.execute(request)
-
-    def close(self) -> None:
-        """Nothing: the named stash lives as long as the process."""
-
-
-def _backend(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, Any]) -> _Backend:
-    if own.get("nested_prefix") not in (None, "allow"):
-        raise ConfigurationError("nested_prefix must be 'allow' when given")
-    if parsed.scheme != "s3" and own.get("provider") not in (None, "", parsed.scheme):
-        raise ConfigurationError(f"provider= names an S3 provider; this stash is {parsed.scheme}")
-    if parsed.scheme == "memory":
-        from stashpoint._backends.sqlite import SqliteIndexTransport
-
-        if object_options:
-            raise unknown_options("memory", set(object_options), set())
-
-        objects: Any
-        memory_index: Any
-        if parsed.location:
-            with _shared_memory_lock:
-                shared = _shared_memory.setdefault(
-                    parsed.location, (MemoryTransport(), SqliteIndexTransport(":memory:"))
-                )
-            # Every opener of a named memory stash shares its transports: closing one
-            # opener must not close them under the others (a closed SQLite connection in
-            # use by another thread crashes the process).
-            objects, memory_index = _Kept(shared[0]), _Kept(shared[1])
-        else:
-            objects, memory_index = MemoryTransport(), SqliteIndexTransport(":memory:")
-        has_index = own.get("index") != "none"
-        from stashpoint import receipt_seal
-
-        name = parsed.location
-        return _Backend(
-            PROVIDERS["memory"],
-            Layout(),
-            lambda: objects,
-            lambda: ThreadedAsyncTransport(objects, offload=False),
-            (lambda: memory_index) if has_index else None,
-            (lambda: ThreadedAsyncTransport(memory_index)) if has_index else None,
-            erasure_key=lambda: receipt_seal.process_key(name),
-        )
-    if parsed.scheme == "local":
-        root = Path(parsed.location).expanduser()
-        if own.get("nested_prefix") != "allow" and (neighbour := nested_stash(root)):
-            raise ConfigurationError(
-                f"the folder {neighbour} is a stash that shares keys with this one: a stash "
-                f"may not live in a namespace folder of another ({', '.join(NAMESPACES)})",
-                object_name=root.name,
-            )
-        fsync = str(object_options.pop("fsync", "true")).lower() not in ("0", "false", "no")
-        if object_options:
-            raise unknown_options("local", set(object_options), {"fsync"})
-        index, async_index = _index_factories(own.get("index"), str(root / "index.sqlite3"), own)
-        from stashpoint import receipt_seal
-
-        return _Backend(
-            PROVIDERS["local"],
-            Layout(),
-            lambda: LocalTransport(root, fsync=fsync),
-            lambda: ThreadedAsyncTransport(LocalTransport(root, fsync=fsync)),
-            index,
-            async_index,
-            erasure_key=lambda: receipt_seal.folder_key(root),
-        )
-    if parsed.scheme == "s3":
-        import stashpoint._backends.s3 as s3  # boto3 loads only for S3 stashes
-        from stashpoint._backends.aws import caller_identity
-        from stashpoint.stores.retention import parse_rules
-
-        layout = Layout(check_prefix(parsed.prefix, nested=own.get("nested_prefix") == "allow"))
-        retention = parse_rules(object_options.pop("retention", None), layout)
-        settings = s3.S3Settings.from_options(parsed.location, {}, object_options)
-        provider = provider_named(own.get("provider"), parsed.location)
-        if retention and not provider.object_lock:
-            raise ConfigurationError(
-                f"retention= needs S3 Object Lock, which {provider.name} does not have "
-                f"({provider.description}): set the store's own lock on the bucket instead "
-                "(R2: a bucket lock rule for the prefix), and open without retention="
-            )
-        settings = dataclasses.replace(
-            settings, retention=retention, versioning=provider.versioning
-        )
-        index, async_index = _index_factories(own.get("index"), None, own)
-        return _Backend(
-            provider,
-            layout,
-            lambda: s3.s3_transport(settings),
-            lambda: s3.async_s3_transport(settings),
-            index,
-            async_index,
-            lambda: caller_identity(settings),
-            lambda: s3.conformance(settings, layout.prefix, provider),
-        )
-    raise ConfigurationError(f"unsupported scheme {parsed.scheme!r}")
-
-
 class _Parts:
     """What a stash is made of, built once from its URL and options."""
 
     def __init__(self, url: str | None, options: Options) -> None:
         self.url = resolve_url(url)
         parsed = parse_url(self.url)
-        object_options, own = _split(parsed, options)
-        self.backend = _backend(parsed, object_options, own)
+        object_options, own = split_options(parsed, options.backend)
+        self.backend = backend_of(parsed, object_options, own)
         self.codec = Codec(options.limits, level=options.compression_level)
         self.retry = options.retry
         self.vacate_sealed = options.vacate_sealed_entries
@@ -383,7 +189,7 @@ class _Parts:
         return Sealer(encryption, self.backend.layout, self.codec, self.retry)
 
     @staticmethod
-    def _encrypted(backend: _Backend, sealer: Sealer, clock: Clock) -> _Backend:
+    def _encrypted(backend: Backend, sealer: Sealer, clock: Clock) -> Backend:
         """Return the backend with its object transports wrapped to seal and open."""
         from stashpoint._backends.encrypting import (
             AsyncEncryptingTransport,
@@ -595,7 +401,7 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         """Checkpoint envelopes: load, compare_and_swap, update, delete, history, list_ids,
         describe."""
 
-    def _connect(self, backend: _Backend) -> Any:
+    def _connect(self, backend: Backend) -> Any:
         raise NotImplementedError
 
     @property
@@ -862,7 +668,7 @@ class Stash(Blocking, _StashApi[Store, "LogStore"]):
 
         return LogStore(steps, self.driver)
 
-    def _connect(self, backend: _Backend) -> Router:
+    def _connect(self, backend: Backend) -> Router:
         return Router(backend.objects(), backend.index, self._clock)
 
     @functools.cached_property
@@ -905,7 +711,7 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore, "AsyncLogStore"]):
 
         return AsyncLogStore(steps, self.driver)
 
-    def _connect(self, backend: _Backend) -> AsyncRouter:
+    def _connect(self, backend: Backend) -> AsyncRouter:
         return AsyncRouter(backend.async_objects(), backend.async_index, self._clock)
 
     @functools.cached_property
