@@ -8,7 +8,7 @@ DYNAMODB_LOCAL := .servers/dynamodb-local/.version-2.9.30
 # checkov lives in its own venv: its pins must not move the project's dependencies.
 CHECKOV := .servers/checkov/bin/checkov
 
-.PHONY: install demo test lint typecheck bench clean prerequisites
+.PHONY: install demo test lint typecheck bench clean prerequisites docs
 
 $(STAMP): pyproject.toml
 	@echo "==> installing stashpoint with the dev extra into $(VENV) (tests, lint, servers)"
@@ -72,6 +72,10 @@ test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	bash tests/browser/install.sh
 	$(MAKE) lint
 	$(PY) -m pytest -q -n 2 --dist worksteal
+
+# The docs site, built (strictly) into site/: open site/index.html.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: $(STAMP) $(DYNAMODB_LOCAL)
 	$(PY) bench/run.py
