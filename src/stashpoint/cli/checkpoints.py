@@ -364,7 +364,9 @@ def diff(
 ) -> None:
     """Show what changed in a checkpoint's payload between two revisions (secrets hidden).
 
-    Paths are JSON Pointers (RFC 6901) into the envelope: `/payload/items/3`.
+    Paths are JSON Pointers (RFC 6901) into the envelope: `/payload/items/3`. Exit status
+    0 whether or not the revisions differ (unlike `git diff --exit-code`): test with
+    `--json` and the length of `changes`; 3 when a revision is not found.
     """
     import json
 
