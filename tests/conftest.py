@@ -154,3 +154,18 @@ def s3_directory_dynamo_url(
     """The directory-bucket stand-in with its index on DynamoDB Local."""
     url = s3_directory_url[0] + f"&index=dynamodb://{dynamodb_table}"
     return url, {"index_endpoint_url": dynamodb_local.endpoint}
+
+
+@pytest.fixture(params=["local", "seaweed-versioned", "seaweed-unversioned"])
+def erasure_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh stash on each backend a purge's sweep behaves differently on: a local folder,
+    and SeaweedFS with and without versioning (deletes of versions vs of current objects)."""
+    if request.param == "local":
+        return f"local://{tmp_path / 'stash'}"
+    seaweedfs = request.getfixturevalue("seaweedfs")
+    bucket = (
+        servers.VERSIONED_BUCKET
+        if request.param == "seaweed-versioned"
+        else servers.UNVERSIONED_BUCKET
+    )
+    return str(seaweedfs.url(f"t-{uuid.uuid4().hex}", bucket))

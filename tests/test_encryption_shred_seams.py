@@ -20,18 +20,7 @@ from stashpoint import Envelope
 from stashpoint.clock import FakeClock
 from stashpoint.encryption import Encryption, KeyRule
 from stashpoint.errors import KeyShredded, Undecryptable
-
-
-def _encryption(tmp_path: Path, **extra: Any) -> Encryption:
-    return Encryption(
-        (
-            KeyRule("acme", "keyring:acme", prefix="acme-"),
-            KeyRule("globex", "keyring:globex", prefix="globex-"),
-            KeyRule("default", "keyring:default"),
-        ),
-        keyring=str(tmp_path / "keyring.json"),
-        **extra,
-    )
+from tests.test_encryption import _encryption
 
 
 def test_a_process_opened_before_a_shred_gets_key_shredded_within_the_bound(
@@ -133,30 +122,14 @@ def test_an_object_sealed_with_another_tenants_key_is_undecryptable(tmp_path: Pa
 # -- item 4: a shred never wedges maintenance ---------------------------------------------
 
 
-@pytest.fixture(params=["local", "seaweed-versioned", "seaweed-unversioned"])
-def shred_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "local":
-        return f"local://{tmp_path / 's'}?blob_threshold=1024"
-    import uuid
-
-    from tests import servers
-
-    seaweedfs = request.getfixturevalue("seaweedfs")
-    bucket = (
-        servers.VERSIONED_BUCKET
-        if request.param == "seaweed-versioned"
-        else servers.UNVERSIONED_BUCKET
-    )
-    return str(seaweedfs.url(f"t-{uuid.uuid4().hex}", bucket)) + "&blob_threshold=1024"
-
-
 def test_after_a_shred_gc_skips_the_tenant_and_a_prefix_purge_erases_it_unread(
-    tmp_path: Path, shred_url: str
+    tmp_path: Path, erasure_url: str
 ) -> None:
     from tests.purging import versions
     from tests.test_encryption import SECRETS, _fill
 
-    url = shred_url
+    sep = "&" if "?" in erasure_url else "?"
+    url = f"{erasure_url}{sep}blob_threshold=1024"
     with stashpoint.open(url, encryption=_encryption(tmp_path)) as stash:
         for tenant in SECRETS:
             _fill(stash, tenant)

@@ -11,7 +11,6 @@ spares it. Each is tried on the local backend and on SeaweedFS, versioned and un
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,28 +19,11 @@ import pytest
 
 import stashpoint
 from stashpoint.clock import FakeClock
-from tests import servers
 from tests.crashes import Crash, crash_at
 from tests.purging import holding, versions
 
 OLD = "oldlife-5ec7"
 NEW = "newlife"
-
-
-@pytest.fixture(params=["local", "seaweed-versioned", "seaweed-unversioned"])
-def lives_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh stash on each backend a purge's sweep behaves differently on."""
-    if request.param == "local":
-        yield f"local://{tmp_path / 'stash'}"
-        return
-    seaweedfs = request.getfixturevalue("seaweedfs")
-    bucket = servers.VERSIONED_BUCKET if request.param == "seaweed-versioned" else None
-    prefix = f"t-{uuid.uuid4().hex}"
-    yield (
-        seaweedfs.url(prefix, bucket)
-        if bucket
-        else seaweedfs.url(prefix, servers.UNVERSIONED_BUCKET)
-    )
 
 
 def _append(stash: Any, log_id: str, text: str, count: int) -> None:
@@ -61,8 +43,8 @@ def _texts(stash: Any, log_id: str) -> list[str]:
 # -- item 1: gc never sweeps a reusable id's later life ------------------------------------
 
 
-def test_gc_after_a_reusable_purge_keeps_the_new_lifes_segments(lives_url: str) -> None:
-    with stashpoint.open(lives_url, vacate_sealed_entries=True) as stash:
+def test_gc_after_a_reusable_purge_keeps_the_new_lifes_segments(erasure_url: str) -> None:
+    with stashpoint.open(erasure_url, vacate_sealed_entries=True) as stash:
         _append(stash, "L", OLD, 10)
         assert stash.purge(log="L", reusable=True).status == "complete"
         _append(stash, "L", NEW, 140)  # versions 11-150: segment 64-127 of the new life
@@ -72,7 +54,7 @@ def test_gc_after_a_reusable_purge_keeps_the_new_lifes_segments(lives_url: str) 
         assert report.purge_leftovers == 0
         assert _texts(stash, "L") == [f"{NEW} {turn}" for turn in range(140)]
         assert holding(stash, OLD) == []
-    with stashpoint.open(lives_url) as cold:
+    with stashpoint.open(erasure_url) as cold:
         assert _texts(cold, "L") == [f"{NEW} {turn}" for turn in range(140)]
 
 
@@ -221,11 +203,11 @@ def test_a_reusable_purge_through_the_fault_proxy_keeps_the_new_life(seaweedfs: 
 # -- item 3: a retention purge spares an id saved after it chose it -------------------------
 
 
-def test_a_retention_purge_spares_a_log_saved_after_it_was_chosen(lives_url: str) -> None:
+def test_a_retention_purge_spares_a_log_saved_after_it_was_chosen(erasure_url: str) -> None:
     clock = FakeClock()
     with (
-        stashpoint.open(lives_url, clock=clock) as stash,
-        stashpoint.open(lives_url, clock=clock) as writer,
+        stashpoint.open(erasure_url, clock=clock) as stash,
+        stashpoint.open(erasure_url, clock=clock) as writer,
     ):
         _append(stash, "old-a", OLD, 3)
         _append(stash, "old-b", OLD, 3)

@@ -20,24 +20,10 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
 import stashpoint
 from stashpoint.langgraph import StashpointSaver
-from tests import servers
 from tests.purging import holding
 
 OLD = "oldthread-91ce"
 BIG = "z" * (300 * 1024)  # above the saver's large-value bound: stored as an object
-
-
-@pytest.fixture(params=["local", "seaweed-versioned", "seaweed-unversioned"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "local":
-        return f"local://{tmp_path / 'stash'}"
-    seaweedfs = request.getfixturevalue("seaweedfs")
-    bucket = (
-        servers.VERSIONED_BUCKET
-        if request.param == "seaweed-versioned"
-        else servers.UNVERSIONED_BUCKET
-    )
-    return str(seaweedfs.url(f"t-{uuid.uuid4().hex}", bucket))
 
 
 def _put(saver: StashpointSaver, config: Any, value: str, step: int) -> Any:
@@ -49,7 +35,8 @@ def _put(saver: StashpointSaver, config: Any, value: str, step: int) -> Any:
     )
 
 
-def test_a_put_after_a_reusable_purge_reads_back_from_any_process(url: str) -> None:
+def test_a_put_after_a_reusable_purge_reads_back_from_any_process(erasure_url: str) -> None:
+    url = erasure_url
     base = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     with stashpoint.open(url) as stash, stashpoint.open(url) as other:
         saver = StashpointSaver(stash)
