@@ -1,5 +1,6 @@
 """Graph runs: per-attempt recording , durable, indexed."""
 
+from stashpoint.runs.heads import RunRead, TakenOver
 from stashpoint.runs.models import (
     AttemptRecord,
     AttemptRow,
@@ -12,7 +13,6 @@ from stashpoint.runs.models import (
     RunSummary,
     TraceContext,
 )
-from stashpoint.runs.operations import RunRead, TakenOver
 from stashpoint.runs.store import AsyncRunStore, RunStore
 from stashpoint.status import AttemptStatus, RunStatus
 

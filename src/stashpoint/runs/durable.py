@@ -52,8 +52,9 @@ from stashpoint.errors import (
     described,
 )
 from stashpoint.runs import callbacks
+from stashpoint.runs.heads import RunRead
 from stashpoint.runs.models import Signal
-from stashpoint.runs.operations import RunOperations, RunRead
+from stashpoint.runs.operations import RunOperations
 from stashpoint.status import AttemptStatus, RunStatus
 from stashpoint.steps import Call, Now, Parallel, Sleep, Steps, ask
 from stashpoint.twins import Awaiting, Blocking, operation

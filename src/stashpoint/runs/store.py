@@ -8,14 +8,8 @@ from __future__ import annotations
 
 from stashpoint.runs.durable import AsyncDurableRun, DurableRun
 from stashpoint.runs.fleet import AsyncFleetMap, FleetMap
-from stashpoint.runs.operations import (
-    ATTEMPT_SEPARATOR,
-    CLOCK_SKEW,
-    RUN_RETRY,
-    RunOperations,
-    run_of,
-    summary_of,
-)
+from stashpoint.runs.heads import ATTEMPT_SEPARATOR, CLOCK_SKEW, RUN_RETRY, run_of, summary_of
+from stashpoint.runs.operations import RunOperations
 from stashpoint.twins import Awaiting, Blocking
 
 __all__ = [
