@@ -76,6 +76,14 @@ class Lru(Generic[K, V]):
         with self._lock:
             return self._drop(key)
 
+    def take_all(self) -> list[tuple[K, V]]:
+        """Forget every key; return what they held, the least recently used first."""
+        with self._lock:
+            taken = list(self._entries.items())
+            self._entries.clear()
+            self._weight = 0
+            return taken
+
     def forget_where(self, doomed: Callable[[K], bool]) -> int:
         """Forget every key `doomed(key)` is true of; return how many (a scan: rare use)."""
         with self._lock:

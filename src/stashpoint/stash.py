@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -395,6 +397,7 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         """The URL this stash was opened with."""
         self._parts = parts
         self._transport = self._connect(parts.backend)
+        self._closing: list[weakref.WeakMethod[Any]] = []
         self.driver = self._transport.execute
         """Runs this object's requests: what its operations' steps are driven with."""
         self.checkpoints: StoreT = self._store_type(parts.cas(CHECKPOINTS), self.driver, parts.logs)
@@ -456,6 +459,22 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         if settings is None or settings.shape is not Shape.HEADS:
             raise ConfigurationError(f"{namespace!r} is not a head namespace of the layout")
         return self._parts.cas(namespace)
+
+    def on_close(self, finish: Callable[[], Any]) -> None:
+        """Have the bound method `finish` called when the stash closes, before its clients go.
+
+        For parts that do work after their calls returned (the LangGraph saver's seals): the
+        stash waits for it rather than close under it. On `AsyncStash`, `finish` is a
+        coroutine method, awaited. Held weakly: a part that is gone is not called.
+        """
+        if not inspect.ismethod(finish):
+            raise InvalidArgument(f"on_close takes a bound method, not {described(finish)}")
+        self._closing.append(weakref.WeakMethod(finish))
+
+    def _finishers(self) -> list[Callable[[], Any]]:
+        """Take the live `on_close` methods, in the order they were given."""
+        taken, self._closing = self._closing, []
+        return [method for ref in taken if (method := ref()) is not None]
 
     def logs_in(self, namespace: str) -> LogStoreT:
         """Return the logs of one log namespace of the layout (`agents`, `run-logs`, ...).
@@ -686,8 +705,12 @@ class Stash(Blocking, _StashApi[Store, "LogStore"]):
         return LogStore(self._parts.logs(LOGS), self.driver)
 
     def close(self) -> None:
-        """Release clients and files."""
-        self._transport.close()
+        """Finish what parts left for after their calls (`on_close`); release clients and files."""
+        try:
+            for finish in self._finishers():
+                finish()
+        finally:
+            self._transport.close()
 
     def __enter__(self) -> Stash:
         return self
@@ -729,8 +752,12 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore, "AsyncLogStore"]):
         return AsyncLogStore(self._parts.logs(LOGS), self.driver)
 
     async def close(self) -> None:
-        """Release clients and files."""
-        await self._transport.close()
+        """Finish what parts left for after their calls (`on_close`); release clients and files."""
+        try:
+            for finish in self._finishers():
+                await finish()
+        finally:
+            await self._transport.close()
 
     async def __aenter__(self) -> AsyncStash:
         return self

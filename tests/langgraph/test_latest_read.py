@@ -128,6 +128,7 @@ def test_a_reader_fetches_a_snapshot_a_tail_and_at_most_seven_extensions(
         for i in range(120):
             items.append(f"m{i}")
             config = _grow(saver, items, config)
+            assert saver.flush()  # the put's seal and clean-up happen after it returned
             requests.clear()
             assert _messages(saver) == items
             # The head, the key after it, the put, extensions, a snapshot and a tail.
@@ -152,6 +153,7 @@ def test_a_tail_whose_snapshot_is_gone_is_read_from_the_chain(
         for i in range(30):  # a snapshot at 8 extensions, tails at 16 and 24
             items.append(f"m{i}")
             config = _grow(saver, items, config)
+        assert saver.flush()  # the replaced tail is deleted after the put that replaced it
         prefix = stash.layout.namespace_prefix("langgraph-values")
         keys = stash.driver(ListKeys(prefix)).keys
         assert sorted(k.rsplit("/", 1)[1][:2] for k in keys) == ["s-", "t-"]
@@ -176,6 +178,7 @@ def test_a_thread_this_saver_writes_is_read_in_one_or_two_requests(
         for i in range(150):
             items.append(f"m{i}")
             config = _grow(saver, items, config)
+            assert saver.flush()  # the put's seal and clean-up happen after it returned
             requests.clear()
             assert _messages(saver) == items
             reads.append(len(requests))

@@ -270,6 +270,7 @@ def test_a_warm_list_of_a_sealed_thread_reads_no_segment_its_saver_sealed(stash:
         parent = None if config is None else config["configurable"]["checkpoint_id"]
         config = _put(saver, "sealed", {"n": step}, parent=parent)
         saver.put_writes(config, [("a", step)], f"task-{step}")
+    assert saver.flush()  # the seals are made after the puts returned
     prefix = stash.layout.namespace_prefix("sealed")
     assert len(stash.driver(ListKeys(prefix)).keys) == 3
     sent: list[str] = []
@@ -365,6 +366,7 @@ def test_threads_list_show_and_export(tmp_path: Any) -> None:
 def test_a_growing_list_keeps_one_snapshot_and_reads_without_it(stash: Any) -> None:
     saver = StashpointSaver(stash)
     _grown(saver, 80, thread_id="grow", word="message")
+    assert saver.flush()  # replaced snapshots are deleted after the puts returned
     prefix = stash.layout.namespace_prefix("langgraph-values")
     snapshots = stash.driver(ListKeys(prefix)).keys
     assert len(snapshots) == 1  # each new snapshot replaced the one before
@@ -420,6 +422,7 @@ def test_a_snapshot_that_is_not_what_its_name_says_is_refused(
 ) -> None:
     saver = StashpointSaver(stash)
     _grown(saver, 40)  # a snapshot (after 8 extensions) and a tail (after 32)
+    assert saver.flush()  # replaced snapshots are deleted after the puts returned
     prefix = stash.layout.namespace_prefix("langgraph-values")
     [key] = [k for k in stash.driver(ListKeys(prefix)).keys if f"/{kind}" in k]
     codec = stash.codec

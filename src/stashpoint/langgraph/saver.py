@@ -28,6 +28,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from stashpoint.errors import ConfigurationError, described
+from stashpoint.langgraph.background import TaskBackground, ThreadBackground
 from stashpoint.langgraph.loop import on_loop
 from stashpoint.langgraph.steps import SaverSteps, TupleParts
 from stashpoint.langgraph.thread import check_config
@@ -138,6 +139,11 @@ class StashpointSaver(BaseCheckpointSaver[str]):
     Values go only through `self.serde`: by default LangGraph's serializer in strict mode,
     so reading a thread never imports and calls what a stored object names; list your own
     classes in `allowed_msgpack_modules` to have them rebuilt (or pass a `serde`).
+
+    A put never seals or cleans up before it returns: the range of 64 versions a put
+    completes is sealed after the call, on a thread of the saver's own (`background=False`:
+    at `flush()`), and `stashpoint gc` seals what a process that ended first left. No read
+    depends on a seal.
     """
 
     def __init__(
@@ -146,6 +152,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         allowed_msgpack_modules: AllowedModules = (),
+        background: bool = True,
     ) -> None:
         super().__init__(serde=_serde(serde, allowed_msgpack_modules))
         self.stash = stash
@@ -153,6 +160,12 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         self._steps = _steps_of(stash)
         self._locks: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._locks_lock = threading.Lock()
+        # What puts leave for after their calls (seals, clean-up): on a thread of the
+        # saver's own, or, with `background=False`, at `flush()` (or by `stashpoint gc`).
+        self._background = ThreadBackground(
+            lambda: run_sync(self._steps.background(), self.stash.driver), threaded=background
+        )
+        stash.on_close(self.flush)  # the stash waits for the seals before it closes
 
     @classmethod
     @contextmanager
@@ -161,7 +174,7 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         from stashpoint.stash import open as open_stash
 
         with open_stash(url, **options) as stash:
-            yield cls(stash)
+            yield cls(stash)  # the stash waits for the saver's seals as it closes
 
     @classmethod
     @contextmanager
@@ -191,8 +204,20 @@ class StashpointSaver(BaseCheckpointSaver[str]):
         """Return the next channel version (unique across branches of a thread)."""
         return _next_version(current)
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for the work puts left for after their calls (seals, clean-up).
+
+        Returns False if `timeout` seconds ran out first. Never needed for correctness
+        (what is not done, `stashpoint gc` does); call it before a process ends to leave
+        every range sealed. The stash calls it as it closes.
+        """
+        return self._background.flush(timeout)
+
     def _run(self, steps: Steps[T]) -> T:
-        return run_sync(steps, self.stash.driver)
+        result = run_sync(steps, self.stash.driver)
+        if self._steps.has_background_work:
+            self._background.poke()  # after the call's own requests, never inside them
+        return result
 
     def _writing(self, config: RunnableConfig) -> _Lock:
         """Return the lock that orders this saver's appends to one thread.
@@ -355,12 +380,18 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         allowed_msgpack_modules: AllowedModules = (),
+        background: bool = True,
     ) -> None:
         super().__init__(serde=_serde(serde, allowed_msgpack_modules))
         self.stash = stash
         """The stash the threads live in."""
         self._steps = _steps_of(stash)
         self._locks: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        # What puts leave for after their calls: a task of the loop, or at `aflush()`.
+        self._background = TaskBackground(
+            lambda: run_async(self._steps.background(), self.stash.driver), tasked=background
+        )
+        stash.on_close(self.aflush)  # the stash waits for the seals before it closes
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             """The event loop blocking calls are handed to (the one it was made on)."""
@@ -376,7 +407,7 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
         from stashpoint.stash import open_async
 
         async with open_async(url, **options) as stash:
-            yield cls(stash)
+            yield cls(stash)  # the stash waits for the saver's seals as it closes
 
     @classmethod
     @asynccontextmanager
@@ -409,10 +440,21 @@ class AsyncStashpointSaver(BaseCheckpointSaver[str]):
             lock = self._locks[key] = _AsyncLock()
         return lock
 
+    async def aflush(self) -> None:
+        """Wait for the work puts left for after their calls (see `StashpointSaver.flush`)."""
+        await self._background.flush()
+
+    def flush(self) -> None:
+        """`aflush`, from a thread other than the event loop's."""
+        self._blocking(self.aflush)
+
     async def _arun(self, steps: Steps[T]) -> T:
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
-        return await run_async(steps, self.stash.driver)
+        result = await run_async(steps, self.stash.driver)
+        if self._steps.has_background_work:
+            self._background.poke()  # after the call's own requests, never inside them
+        return result
 
     def _blocking(self, work: Callable[[], Any]) -> Any:
         """Run the coroutine `work()` makes on the saver's loop, from another thread."""

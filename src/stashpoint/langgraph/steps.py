@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from stashpoint.cache import Lru
 from stashpoint.codec import Codec
 from stashpoint.errors import (
     CheckpointConflict,
@@ -73,6 +74,8 @@ KNOWN_THREADS = 256
 one PUT); the least recently used are forgotten first, so a server's memory stays bounded
 however many threads."""
 _APPEND_ATTEMPTS = 64
+_STALE_OBJECTS = 4096
+"""Replaced list snapshots a saver remembers to delete after the puts that replaced them."""
 _WALK_PAGE = 100
 """Threads a walk of every thread (`index_runs`) reads between two records of its progress."""
 
@@ -112,6 +115,10 @@ class SaverSteps:
         """The threads' states: the one log-backed state, with its cached heads."""
         self.reads = ThreadReads(logs, self.threads, self.values, self.run_threads)
         """The reads of threads."""
+        # Seals are not made on a caller's path: the append that completes a range notes
+        # it, and `background` seals it after the call returned (or `gc` does).
+        logs.seal_on_append = False
+        self._stale: Lru[str, bool] = Lru(_STALE_OBJECTS)  # replaced snapshots to delete
         self._announced = False  # the run-index mark is known to be in the bucket
         self._unmarked_at: datetime | None = None  # no mark was there then (no index)
 
@@ -150,6 +157,23 @@ class SaverSteps:
             "index of a local folder)",
             object_name=run,
         )
+
+    # -- after the caller's call -----------------------------------------------------------
+
+    @property
+    def has_background_work(self) -> bool:
+        """Whether a put left work for after its call: a range to seal, snapshots to delete."""
+        return bool(len(self.logs.due_seals) or len(self._stale))
+
+    def background(self) -> Steps[None]:
+        """Do what puts left for after their calls: seal ranges, delete replaced snapshots.
+
+        Best effort: what fails (or never runs: the process ended) is sealed by the next
+        seal or by `gc`, and no reader depends on it.
+        """
+        yield from self.logs.seal_due()
+        stale = [object_key for object_key, _ in self._stale.take_all()]
+        yield from delete_keys(stale, best_effort=True)
 
     # -- reading (`reads`) -------------------------------------------------------------------
 
@@ -317,11 +341,11 @@ class SaverSteps:
             return record, LoggedThread(new_state)
 
         yield from self._place(key, thread_id, plan)
-        if replaced:
-            # Readers of older heads that miss it fall back to reading the whole chain.
-            for name in replaced:
-                self.values.bodies.pop(self.values.key(key, name))
-            yield from delete_keys([self.values.key(key, n) for n in replaced], best_effort=True)
+        for name in replaced:
+            # Deleted after this call returns (`background`): readers of older heads that
+            # miss it fall back to reading the whole chain.
+            self.values.bodies.pop(self.values.key(key, name))
+            self._stale.put(self.values.key(key, name), True)
         return {
             "configurable": {
                 "thread_id": thread_id,

@@ -27,6 +27,9 @@ KNOWN_TOPS = 4096
 MARKER_MARGIN = 24
 """Bytes a marker may take beyond the widest one measured (zstd varies on random ids);
 the smallest entry of any log id is about 55 bytes larger than its widest marker."""
+DUE_SEALS_PER_LOG = 16
+"""Completed ranges of one log kept due when appends do not seal (`seal_on_append` off);
+older ones are found by the next seal or `gc`."""
 SEALS_PER_APPEND = 2
 """Unsealed ranges one append seals at most (the newest); `gc` seals every one."""
 PURGE_ATTEMPTS = 32

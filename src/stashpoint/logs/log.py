@@ -56,6 +56,7 @@ from stashpoint.errors import (
 )
 from stashpoint.ids import new_write_id
 from stashpoint.logs.bounds import (
+    DUE_SEALS_PER_LOG,
     PURGE_ATTEMPTS,
     READ_CACHE_BYTES,
     WRITTEN_BODY,
@@ -230,20 +231,50 @@ class LogSteps(LogSealer):
         head = LogHead.of(entry, handed_over=handed_over, etag=etag)
         self._learn_top(log_id, version)
         if version >= SEGMENT_SPAN and version % SEGMENT_SPAN == 0:
-            # The append is durable already; a failed seal is redone by the next seal or
-            # by gc, and said here.
-            try:
-                yield from self.seal(log_id, below=version, base=entry.base)
-            except StashpointError as exc:
-                tracing.event("seal_failed", kind=exc.kind.value)
-                logger.warning(
-                    "stashpoint: sealing log %s below version %d failed (%s); the next seal "
-                    "or `stashpoint gc` does it",
-                    log_id,
-                    version,
-                    exc.kind.value,
-                )
+            if self.seal_on_append:
+                yield from self._seal_below(log_id, version, entry.base)
+            else:
+                # Not on the caller's path: its owner seals later (`seal_due`), else gc.
+                base = entry.base
+
+                def due(known: tuple[tuple[int, ...], int] | None) -> tuple[tuple[int, ...], int]:
+                    if known is None or known[1] != base:  # a new life: the old one's ended
+                        return (version,), base
+                    return (*known[0], version)[-DUE_SEALS_PER_LOG:], base
+
+                self.due_seals.update(log_id, due)
         return head
+
+    def seal_due(self) -> Steps[int]:
+        """Seal what appends left due (`seal_on_append` off); return how many logs.
+
+        Each due log is sealed below the version that completed its range, as the append
+        would have. A failure is logged and left to the next seal or to `gc`: the entries
+        are whole, and no reader depends on a seal having happened.
+        """
+        due = self.due_seals.take_all()
+        for log_id, (versions, base) in due:
+            for version in versions:
+                yield from self._seal_below(log_id, version, base)
+        return len(due)
+
+    def _seal_below(self, log_id: str, version: int, base: int) -> Steps[None]:
+        """Seal below `version` of the life starting at `base`; a failure is said, not raised.
+
+        The append that completed the range is durable already: a failed seal is redone by
+        the next seal or by gc.
+        """
+        try:
+            yield from self.seal(log_id, below=version, base=base)
+        except StashpointError as exc:
+            tracing.event("seal_failed", kind=exc.kind.value)
+            logger.warning(
+                "stashpoint: sealing log %s below version %d failed (%s); the next seal "
+                "or `stashpoint gc` does it",
+                log_id,
+                version,
+                exc.kind.value,
+            )
 
     def _create(
         self, log_id: str, key: str, entry: LogEntry, *, retried: bool = False

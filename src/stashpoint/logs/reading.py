@@ -103,6 +103,7 @@ class LogReader:
         life_field: str | None = None,
         seeks: bool = True,
         read_cache_bytes: int = READ_CACHE_BYTES,
+        seal_on_append: bool = True,
     ) -> None:
         self.keys = keys
         """Where the logs' objects live."""
@@ -127,6 +128,13 @@ class LogReader:
         """Whether listings come back in order and may start after a key (`StartAfter`):
         then a listing skips what it does not need; without, every page is read
         (`stores.providers.Provider.seeks`)."""
+        self.seal_on_append = seal_on_append
+        """Whether the append that completes a range of `SEGMENT_SPAN` versions seals it
+        before it returns; off, the range is noted in `due_seals` for its owner to seal
+        later (`LogSteps.seal_due`: the LangGraph saver's background work) or `gc`."""
+        self.due_seals: Lru[str, tuple[tuple[int, ...], int]] = Lru(KNOWN_TOPS)
+        """Logs with ranges due to be sealed: (the versions that completed them, their
+        life's base), by log id; bounded (what it forgets, `gc` seals)."""
         self._tops: Lru[str, int] = Lru(KNOWN_TOPS)
         # Entries this process wrote, by key: their stored bodies and ETags, as a GET would
         # return them. Entries are immutable, so a seal of their range, or a read of them,

@@ -1,0 +1,115 @@
+"""Work a saver does after the call that caused it returned: seals and clean-up.
+
+A put whose append completes a range of 64 versions leaves the range to seal, and one that
+replaced a list snapshot leaves the old one to delete (`SaverSteps.background`). Neither
+belongs on the caller's path: on Lambda a cold turn would pay ~70 requests in 13-44 rounds
+for it. The blocking saver runs that work on one thread of its own, the async saver on one
+task of its loop, after the call returned; `flush` waits for it. On Lambda the environment
+is frozen when the handler returns: the work goes on when it is thawed, and what an
+environment that never comes back left, `stashpoint gc` seals. It is best effort by design:
+no reader depends on a seal having happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger("stashpoint")
+
+
+def _said(exc: BaseException) -> None:
+    """Log a failure of background work by its type (never its message: it may hold data)."""
+    logger.warning(
+        "stashpoint: a LangGraph saver's background seal failed (%s); `stashpoint gc` seals "
+        "what it left",
+        type(exc).__name__,
+    )
+
+
+class ThreadBackground:
+    """Runs `work` on one daemon thread, again while more was asked meanwhile.
+
+    Not `threaded`: the work waits for `flush`, which does it on the caller's thread.
+    """
+
+    def __init__(self, work: Callable[[], None], *, threaded: bool = True) -> None:
+        self._work = work
+        self._threaded = threaded
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._again = False
+
+    def poke(self) -> None:
+        """Ask for one more run of the work (a thread is started if none is running)."""
+        with self._lock:
+            self._again = True
+            if self._thread is not None or not self._threaded:
+                return
+            self._thread = threading.Thread(
+                target=self._loop, name="stashpoint-saver-background", daemon=True
+            )
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._again:
+                    self._thread = None
+                    return
+                self._again = False
+            try:
+                self._work()
+            except Exception as exc:  # the work logs its own; this is the transport's end
+                _said(exc)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until no work is running or asked for; False if `timeout` ran out first."""
+        if not self._threaded:
+            self._loop()
+            return True
+        while True:
+            with self._lock:
+                thread = self._thread
+            if thread is None:
+                return True
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+
+
+class TaskBackground:
+    """Runs `work` as one task of the running event loop, again while more was asked.
+
+    Not `tasked`: the work waits for `flush`, which awaits it itself.
+    """
+
+    def __init__(self, work: Callable[[], Awaitable[None]], *, tasked: bool = True) -> None:
+        self._work = work
+        self._tasked = tasked
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+
+    def poke(self) -> None:
+        """Ask for one more run of the work (a task is started if none is running)."""
+        self._again = True
+        if self._tasked and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while self._again:
+            self._again = False
+            try:
+                await self._work()
+            except Exception as exc:
+                _said(exc)
+
+    async def flush(self) -> None:
+        """Wait until no work is running or asked for."""
+        if not self._tasked:
+            await self._loop()
+            return
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
