@@ -54,16 +54,25 @@ class ThreadBackground:
             self._thread.start()
 
     def _loop(self) -> None:
-        while True:
-            with self._lock:
-                if not self._again:
-                    self._thread = None
-                    return
-                self._again = False
-            try:
-                self._work()
-            except Exception as exc:  # the work logs its own; this is the transport's end
-                _said(exc)
+        try:
+            while True:
+                with self._lock:
+                    if not self._again:
+                        self._forget_thread()  # under the lock: a poke now starts another
+                        return
+                    self._again = False
+                try:
+                    self._work()
+                except Exception as exc:  # the work logs its own; this is the transport's end
+                    _said(exc)
+        except BaseException:
+            with self._lock:  # ended by what ends threads (a test's crash): none is running
+                self._forget_thread()
+            raise
+
+    def _forget_thread(self) -> None:
+        if self._thread is threading.current_thread():
+            self._thread = None
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until no work is running or asked for; False if `timeout` ran out first."""
@@ -73,11 +82,14 @@ class ThreadBackground:
         while True:
             with self._lock:
                 thread = self._thread
-            if thread is None:
-                return True
+            if thread is None or thread is threading.current_thread():
+                return True  # (the work's own close: nothing to wait for but itself)
             thread.join(timeout)
             if thread.is_alive():
                 return False
+            with self._lock:
+                if self._thread is thread:  # ended without saying so: never wait for it again
+                    self._thread = None
 
 
 class TaskBackground:

@@ -1,0 +1,294 @@
+"""LangGraph on Lambda: a cold turn per process, with every request paying a round trip.
+
+Issue 52. A chat agent (a user message and an AI message of ~2 KB of text per turn,
+LangChain messages, `add_messages`) whose thread is already `--turns` long; then, for each
+saver, `--samples` more turns, **each in a new process** (as a cold Lambda is), and as many
+cold `get_tuple` reads, each in a new process too. Every S3 and DynamoDB request goes
+through a latency proxy on 127.0.0.1 (`bench/latency_proxy.py`, `--latency` seconds before
+each request is relayed: 15 ms by default) in front of SeaweedFS and DynamoDB Local.
+
+Savers, in the same run, on the same servers:
+
+- `stashpoint`: `StashpointSaver` over `s3://...?index=dynamodb://...` (SeaweedFS + the
+  index on DynamoDB Local);
+- `aws-dynamodb`: `langgraph_checkpoint_aws.DynamoDBSaver` 1.2.6 (its table on DynamoDB
+  Local, `PK`/`SK`), installed by this bench's caller (`pip install
+  langgraph-checkpoint-aws==1.2.6`); left out, with a note, when it is not installed.
+
+Per saver and length: the median over the samples of a cold turn's wall time and process
+CPU (from opening the saver to `invoke` returning; imports excluded, measured apart),
+requests and rounds (counted at the proxy: a request that arrives while none is in flight
+starts a round), and for stashpoint the requests it sends *after* the turn returned (its
+seals and clean-up, `StashpointSaver.flush`); the same for a cold `get_tuple`.
+
+    .venv/bin/python -m bench.langgraph_lambda_bench [--turns 50,200] [--samples 5]
+        [--latency 0.015] [--durability sync]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.latency_proxy import Counts, LatencyProxy
+
+_CHILD = r"""
+import json, sys, time
+kind, where, thread, turn, durability, mode = sys.argv[1:7]
+where = json.loads(where)
+from bench.langgraph_lambda_bench import open_saver, graph_of, user_message
+import stashpoint.langgraph  # imports first: a Lambda's init is measured apart
+config = {"configurable": {"thread_id": thread}}
+wall, cpu = time.perf_counter(), time.process_time()
+saver, close = open_saver(kind, where, background=False)
+if mode == "turn":
+    graph_of(saver).invoke({"messages": [user_message(int(turn))]}, config, durability=durability)
+else:
+    found = saver.get_tuple(config)
+    assert found is not None
+result = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+print(json.dumps(result), flush=True)
+sys.stdin.readline()  # the parent counted the call's requests: now the work after it
+if hasattr(saver, "flush"):
+    saver.flush()
+close()
+"""
+
+
+def _text(seed: int, size: int = 2000) -> str:
+    """Deterministic prose-like text of about `size` characters."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["checkpoint", "agent", "thread", "tool", "result", "the", "of", "and", "a",
+             "message", "state", "graph", "node", "value", "bucket", "write", "read", "to"]  # fmt: skip
+    out: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(words)
+        out.append(word)
+        length += len(word) + 1
+    return " ".join(out)
+
+
+def user_message(turn: int) -> Any:
+    """The user's message of a turn."""
+    from langchain_core.messages import HumanMessage
+
+    return HumanMessage(content=f"turn {turn}: " + _text(turn, 300))
+
+
+def graph_of(saver: Any) -> Any:
+    """A chat agent: each turn adds the user's message and a ~2 KB AI answer."""
+    from typing import Annotated, TypedDict
+
+    from langchain_core.messages import AIMessage, AnyMessage
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph.message import add_messages
+
+    class State(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+
+    def agent(state: State) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(content=f"answer {n}: " + _text(10_000 + n))]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return builder.compile(checkpointer=saver)
+
+
+def open_saver(kind: str, where: dict[str, str], *, background: bool = True) -> tuple[Any, Any]:
+    """Open a saver of `kind` at `where` (endpoints, names); return it and its closer."""
+    if kind == "stashpoint":
+        import stashpoint
+        from stashpoint.langgraph import StashpointSaver
+
+        stash = stashpoint.open(where["url"], index_endpoint_url=where["dynamodb"])
+        return StashpointSaver(stash, background=background), stash.close
+    if kind == "aws-dynamodb":
+        from langgraph_checkpoint_aws import DynamoDBSaver
+
+        saver = DynamoDBSaver(
+            table_name=where["table"], endpoint_url=where["dynamodb"], region_name="us-east-1"
+        )
+        return saver, lambda: None
+    raise ValueError(kind)
+
+
+def _has_aws() -> bool:
+    try:
+        import langgraph_checkpoint_aws  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@contextmanager
+def _servers() -> Iterator[tuple[Any, Any, str, str]]:
+    """SeaweedFS and DynamoDB Local on 127.0.0.1, with the stash's index table and the aws
+    saver's table; yields the servers and the two table names."""
+    from stashpoint._backends.dynamodb import create_table
+    from tests import servers
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with tempfile.TemporaryDirectory() as data:
+        for sub in ("s3", "dynamo"):
+            (Path(data) / sub).mkdir()
+        s3 = servers.start_seaweedfs(Path(data) / "s3")
+        dynamo = servers.start_dynamodb_local(Path(data) / "dynamo")
+        try:
+            index = f"bench-{uuid.uuid4().hex[:8]}"
+            create_table(dynamo.client(), index)
+            aws = f"aws-{uuid.uuid4().hex[:8]}"
+            client: Any = dynamo.client()
+            client.create_table(
+                TableName=aws,
+                KeySchema=[
+                    {"AttributeName": "PK", "KeyType": "HASH"},
+                    {"AttributeName": "SK", "KeyType": "RANGE"},
+                ],
+                AttributeDefinitions=[
+                    {"AttributeName": "PK", "AttributeType": "S"},
+                    {"AttributeName": "SK", "AttributeType": "S"},
+                ],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            yield s3, dynamo, index, aws
+        finally:
+            servers.stop(dynamo)
+            servers.stop(s3)
+
+
+def _child(
+    kind: str, where: dict[str, str], thread: str, turn: int, durability: str, mode: str,
+    counts: Counts,
+) -> dict[str, Any]:  # fmt: skip
+    """Run one call in a new process; return its times and the requests and rounds of the
+    call and of the work after it."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, kind, json.dumps(where), thread, str(turn), durability,
+         mode],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert process.stdin is not None
+    assert process.stdout is not None
+    counts.reset()
+    line = process.stdout.readline()
+    if not line:
+        process.wait(timeout=600)
+        raise RuntimeError(f"{kind} {mode} failed")
+    result: dict[str, Any] = json.loads(line)
+    result["requests"], result["rounds"] = counts.requests, counts.rounds
+    counts.reset()
+    process.stdin.write("\n")
+    process.stdin.flush()
+    if process.wait(timeout=600) != 0:
+        raise RuntimeError(f"{kind} {mode} failed after the call")
+    result["after"] = counts.requests
+    return result
+
+
+def _build(kind: str, where: dict[str, str], thread: str, turns: int) -> None:
+    """Write `turns` turns of the thread, warm, straight to the servers (no proxy)."""
+    saver, close = open_saver(kind, where)
+    graph = graph_of(saver)
+    config = {"configurable": {"thread_id": thread}}
+    for turn in range(turns):
+        graph.invoke({"messages": [user_message(turn)]}, config)
+    if hasattr(saver, "flush"):
+        saver.flush()
+    close()
+
+
+def _imports(kind: str) -> float:
+    """Seconds a new process takes to import what the saver needs (a Lambda's init)."""
+    module = "stashpoint.langgraph" if kind == "stashpoint" else "langgraph_checkpoint_aws"
+    script = (
+        "import time; t = time.perf_counter(); import langgraph.graph, " + module
+        + "; print(time.perf_counter() - t)"
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    return float(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", default="50,200")
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--latency", type=float, default=0.015)
+    parser.add_argument("--durability", default="sync")
+    args = parser.parse_args()
+    lengths = [int(n) for n in args.turns.split(",")]
+    kinds = ["stashpoint", *(["aws-dynamodb"] if _has_aws() else [])]
+    if len(kinds) == 1:
+        print("langgraph-checkpoint-aws is not installed: stashpoint alone")
+    counts = Counts()
+    rows: list[tuple[int, str, str, dict[str, float]]] = []
+    with (
+        _servers() as (s3, dynamo, index, aws),
+        LatencyProxy(s3.endpoint, args.latency, counts) as s3_proxy,
+        LatencyProxy(dynamo.endpoint, args.latency, counts) as dynamo_proxy,
+    ):
+        prefix = f"lambda-{uuid.uuid4().hex[:8]}"
+        direct = {"url": s3.url(prefix) + f"&index=dynamodb://{index}",
+                  "dynamodb": dynamo.endpoint, "table": aws}  # fmt: skip
+        proxied = {"url": s3.url(prefix, endpoint=s3_proxy.endpoint)
+                   + f"&index=dynamodb://{index}",
+                   "dynamodb": dynamo_proxy.endpoint, "table": aws}  # fmt: skip
+        for turns in lengths:
+            for kind in kinds:
+                thread = f"{kind}-{turns}-{uuid.uuid4().hex[:6]}"
+                _build(kind, direct, thread, turns)
+                for mode in ("turn", "read"):
+                    samples = [
+                        _child(kind, proxied, thread, turns + i, args.durability, mode,
+                               counts)
+                        for i in range(args.samples)
+                    ]  # fmt: skip
+                    median = {
+                        key: statistics.median(s[key] for s in samples)
+                        for key in ("wall", "cpu", "requests", "rounds", "after")
+                    }
+                    median["max_requests"] = max(s["requests"] for s in samples)
+                    rows.append((turns, kind, mode, median))
+    imports = {kind: statistics.median(_imports(kind) for _ in range(3)) for kind in kinds}
+    print(f"\nlatency {args.latency * 1000:.0f} ms per request, durability={args.durability}, "
+          f"medians of {args.samples} new processes each")  # fmt: skip
+    print("| turns | saver | call | wall ms | CPU ms | requests (max) | rounds | after |")
+    print("|---|---|---|---|---|---|---|---|")
+    for turns, kind, mode, m in rows:
+        call = "cold turn" if mode == "turn" else "cold get_tuple"
+        print(f"| {turns} | {kind} | {call} | {m['wall'] * 1000:.0f} | {m['cpu'] * 1000:.0f} "
+              f"| {m['requests']:.0f} ({m['max_requests']:.0f}) | {m['rounds']:.0f} "
+              f"| {m['after']:.0f} |")  # fmt: skip
+    if "aws-dynamodb" in kinds:
+        print("\nstashpoint / aws-dynamodb, same run:")
+        by = {(t, k, m): v for t, k, m, v in rows}
+        for turns in lengths:
+            for mode in ("turn", "read"):
+                ours, theirs = by[(turns, "stashpoint", mode)], by[(turns, "aws-dynamodb", mode)]
+                print(f"  {turns} turns, {mode}: wall {ours['wall'] / theirs['wall']:.2f}x, "
+                      f"CPU {ours['cpu'] / theirs['cpu']:.2f}x")  # fmt: skip
+    for kind, seconds in imports.items():
+        print(f"imports of a new process ({kind}): {seconds * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
