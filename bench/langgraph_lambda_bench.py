@@ -38,7 +38,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 
 from bench.latency_proxy import Counts, LatencyProxy
 
@@ -83,21 +87,17 @@ def _text(seed: int, size: int = 2000) -> str:
 
 def user_message(turn: int) -> Any:
     """The user's message of a turn."""
-    from langchain_core.messages import HumanMessage
-
     return HumanMessage(content=f"turn {turn}: " + _text(turn, 300))
+
+
+class State(TypedDict):
+    """The chat's state: its messages."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
 
 
 def graph_of(saver: Any) -> Any:
     """A chat agent: each turn adds the user's message and a ~2 KB AI answer."""
-    from typing import Annotated, TypedDict
-
-    from langchain_core.messages import AIMessage, AnyMessage
-    from langgraph.graph import END, START, StateGraph
-    from langgraph.graph.message import add_messages
-
-    class State(TypedDict):
-        messages: Annotated[list[AnyMessage], add_messages]
 
     def agent(state: State) -> dict[str, Any]:
         n = len(state["messages"])
