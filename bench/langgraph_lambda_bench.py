@@ -12,7 +12,8 @@ Savers, in the same run, on the same servers:
 - `stashpoint`: `StashpointSaver` over `s3://...?index=dynamodb://...` (SeaweedFS + the
   index on DynamoDB Local);
 - `aws-dynamodb`: `langgraph_checkpoint_aws.DynamoDBSaver` 1.2.6 (its table on DynamoDB
-  Local, `PK`/`SK`), installed by this bench's caller (`pip install
+  Local, `PK`/`SK`; checkpoints past 350 KB offloaded to the same SeaweedFS, as its docs
+  advise for long threads), installed by this bench's caller (`pip install
   langgraph-checkpoint-aws==1.2.6`); left out, with a note, when it is not installed.
 
 Per saver and length: the median over the samples of a cold turn's wall time and process
@@ -119,11 +120,17 @@ def open_saver(kind: str, where: dict[str, str], *, background: bool = True) -> 
         stash = stashpoint.open(where["url"], index_endpoint_url=where["dynamodb"])
         return StashpointSaver(stash, background=background), stash.close
     if kind == "aws-dynamodb":
+        from botocore.config import Config
         from langgraph_checkpoint_aws import DynamoDBSaver
 
+        # Checkpoints past DynamoDB's 400 KB item go to S3 (the saver's own offload, as its
+        # docs advise for long threads): the same SeaweedFS, through the same proxy.
         saver = DynamoDBSaver(
-            table_name=where["table"], endpoint_url=where["dynamodb"], region_name="us-east-1"
-        )
+            table_name=where["table"], endpoint_url=where["dynamodb"], region_name="us-east-1",
+            boto_config=Config(s3={"addressing_style": "path"}),
+            s3_offload_config={"bucket_name": where["bucket"], "endpoint_url": where["s3"],
+                               "key_prefix": where["prefix"]},
+        )  # fmt: skip
         return saver, lambda: None
     raise ValueError(kind)
 
@@ -229,6 +236,8 @@ def _imports(kind: str) -> float:
 
 
 def main() -> None:
+    from tests import servers
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", default="50,200")
     parser.add_argument("--samples", type=int, default=5)
@@ -247,11 +256,13 @@ def main() -> None:
         LatencyProxy(dynamo.endpoint, args.latency, counts) as dynamo_proxy,
     ):
         prefix = f"lambda-{uuid.uuid4().hex[:8]}"
+        aws_s3 = {"table": aws, "bucket": servers.VERSIONED_BUCKET, "prefix": f"{prefix}-aws"}
         direct = {"url": s3.url(prefix) + f"&index=dynamodb://{index}",
-                  "dynamodb": dynamo.endpoint, "table": aws}  # fmt: skip
+                  "dynamodb": dynamo.endpoint, "s3": s3.endpoint, **aws_s3}  # fmt: skip
         proxied = {"url": s3.url(prefix, endpoint=s3_proxy.endpoint)
                    + f"&index=dynamodb://{index}",
-                   "dynamodb": dynamo_proxy.endpoint, "table": aws}  # fmt: skip
+                   "dynamodb": dynamo_proxy.endpoint, "s3": s3_proxy.endpoint,
+                   **aws_s3}  # fmt: skip
         for turns in lengths:
             for kind in kinds:
                 thread = f"{kind}-{turns}-{uuid.uuid4().hex[:6]}"
