@@ -57,10 +57,9 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
 
 
 @contextmanager
-def real_servers(prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Start SeaweedFS and DynamoDB Local on 127.0.0.1 with a fresh bucket prefix and index
-    table; yield the stash URL and its options; stop both after."""
-    from stashpoint._backends.dynamodb import create_table
+def started_servers() -> Iterator[tuple[Any, Any]]:
+    """Start SeaweedFS and DynamoDB Local on 127.0.0.1 (the tests' servers, their
+    credentials in the environment); yield both; stop both after."""
     from tests import servers
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
@@ -72,13 +71,23 @@ def real_servers(prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
         s3 = servers.start_seaweedfs(Path(data) / "s3")
         dynamo = servers.start_dynamodb_local(Path(data) / "dynamo")
         try:
-            table = f"bench-{uuid.uuid4().hex[:8]}"
-            create_table(dynamo.client(), table)
-            url = s3.url(f"{prefix}-{uuid.uuid4().hex}") + f"&index=dynamodb://{table}"
-            yield url, {"index_endpoint_url": dynamo.endpoint}
+            yield s3, dynamo
         finally:
             servers.stop(dynamo)
             servers.stop(s3)
+
+
+@contextmanager
+def real_servers(prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Start SeaweedFS and DynamoDB Local on 127.0.0.1 with a fresh bucket prefix and index
+    table; yield the stash URL and its options; stop both after."""
+    from stashpoint._backends.dynamodb import create_table
+
+    with started_servers() as (s3, dynamo):
+        table = f"bench-{uuid.uuid4().hex[:8]}"
+        create_table(dynamo.client(), table)
+        url = s3.url(f"{prefix}-{uuid.uuid4().hex}") + f"&index=dynamodb://{table}"
+        yield url, {"index_endpoint_url": dynamo.endpoint}
 
 
 def measure_in_fresh_process(script: str, *args: str, source: str | None = None) -> Any:

@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +43,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
+from bench.common import started_servers
 from bench.latency_proxy import Counts, LatencyProxy
 
 _CHILD = r"""
@@ -148,37 +147,25 @@ def _servers() -> Iterator[tuple[Any, Any, str, str]]:
     """SeaweedFS and DynamoDB Local on 127.0.0.1, with the stash's index table and the aws
     saver's table; yields the servers and the two table names."""
     from stashpoint._backends.dynamodb import create_table
-    from tests import servers
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", servers.ACCESS_KEY)
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", servers.SECRET_KEY)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    with tempfile.TemporaryDirectory() as data:
-        for sub in ("s3", "dynamo"):
-            (Path(data) / sub).mkdir()
-        s3 = servers.start_seaweedfs(Path(data) / "s3")
-        dynamo = servers.start_dynamodb_local(Path(data) / "dynamo")
-        try:
-            index = f"bench-{uuid.uuid4().hex[:8]}"
-            create_table(dynamo.client(), index)
-            aws = f"aws-{uuid.uuid4().hex[:8]}"
-            client: Any = dynamo.client()
-            client.create_table(
-                TableName=aws,
-                KeySchema=[
-                    {"AttributeName": "PK", "KeyType": "HASH"},
-                    {"AttributeName": "SK", "KeyType": "RANGE"},
-                ],
-                AttributeDefinitions=[
-                    {"AttributeName": "PK", "AttributeType": "S"},
-                    {"AttributeName": "SK", "AttributeType": "S"},
-                ],
-                BillingMode="PAY_PER_REQUEST",
-            )
-            yield s3, dynamo, index, aws
-        finally:
-            servers.stop(dynamo)
-            servers.stop(s3)
+    with started_servers() as (s3, dynamo):
+        index = f"bench-{uuid.uuid4().hex[:8]}"
+        create_table(dynamo.client(), index)
+        aws = f"aws-{uuid.uuid4().hex[:8]}"
+        client: Any = dynamo.client()
+        client.create_table(
+            TableName=aws,
+            KeySchema=[
+                {"AttributeName": "PK", "KeyType": "HASH"},
+                {"AttributeName": "SK", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "PK", "AttributeType": "S"},
+                {"AttributeName": "SK", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield s3, dynamo, index, aws
 
 
 def _child(
