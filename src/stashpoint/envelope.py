@@ -106,9 +106,15 @@ class Envelope:
         kind: str,
         schema_version: int,
         payload: Any,
+        *,
+        at: datetime | None = None,
     ) -> Envelope:
-        """Return revision 0 of a new checkpoint; a bad id or kind raises `InvalidId`."""
-        now = utc_now()
+        """Return revision 0 of a new checkpoint; a bad id or kind raises `InvalidId`.
+
+        `at`: when it is written (its `created_at` and `updated_at`); default the wall
+        clock. The library's own saves pass their stash's clock.
+        """
+        now = utc_now() if at is None else at
         return cls(
             id=id,
             run_id=run_id,
@@ -138,12 +144,19 @@ class Envelope:
         extra = {name: value for name, value in fields.items() if name not in _FIELDS}
         return cls(**known, extra=extra)
 
-    def next(self, payload: Any) -> Envelope:
+    def next(self, payload: Any, *, at: datetime | None = None) -> Envelope:
         """Return the following revision carrying `payload`, with a fresh write id.
 
         Identity (`id`, `run_id`, `kind`, `schema_version`, `created_at`) is kept; the
-        current write id joins the lineage. Raises `LimitExceeded` past `MAX_REVISION`.
+        current write id joins the lineage. `at`: its `updated_at` (default the wall
+        clock; the library's own saves pass their stash's clock). Raises `LimitExceeded`
+        past `MAX_REVISION`, `InvalidPayload` for an `at` without a time zone.
         """
+        if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
+            raise InvalidPayload(
+                f"at must be a timezone-aware datetime, not {type(at).__name__}",
+                object_name=_name(self.id),
+            )
         if self.revision >= MAX_REVISION:
             raise LimitExceeded(
                 f"revision overflow: {self.revision} is the largest revision", object_name=self.id
@@ -158,7 +171,7 @@ class Envelope:
             ("revision", self.revision + 1),
             ("write_id", new_write_id()),
             ("lineage", (self.write_id, *self.lineage[: LINEAGE_DEPTH - 2])),
-            ("updated_at", utc_now()),
+            ("updated_at", utc_now() if at is None else at),
             ("payload", payload),
         ):
             object.__setattr__(following, name, value)

@@ -399,10 +399,12 @@ class StoreSteps:
             following = change(current)
             if following is None or (absent and not create):
                 return None
+            now = yield from ask(Now())  # the stash's clock
             if absent or head is None:
-                return Envelope.initial(object_id, None, KIND, SCHEMA_VERSION, following.payload())
-            return head.next(following.payload())
-            yield  # a generator, like every change
+                return Envelope.initial(
+                    object_id, None, KIND, SCHEMA_VERSION, following.payload(), at=now
+                )
+            return head.next(following.payload(), at=now)
 
         def save(head: Envelope | None, envelope: Envelope | None) -> Steps[Envelope | None]:
             if envelope is None:

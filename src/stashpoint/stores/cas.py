@@ -555,8 +555,8 @@ class CompareAndSwap:
         retry = retry or self.retry
 
         def change(envelope: Envelope, fresh: bool) -> Steps[Envelope]:
-            return envelope.next(mutate(envelope))
-            yield  # a generator: computing the next envelope needs no request
+            now = yield from ask(Now())  # the stash's clock: a fake one reaches the save
+            return envelope.next(mutate(envelope), at=now)
 
         def save(envelope: Envelope, following: Envelope) -> Steps[Envelope]:
             yield from self.compare_and_swap(following, envelope.revision)
