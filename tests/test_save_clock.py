@@ -62,5 +62,5 @@ def test_a_store_item_is_written_at_the_stash_clock(memory_url: tuple[str, Any])
 def test_next_refuses_a_time_without_a_zone() -> None:
     envelope = Envelope.initial("job", None, "job", 1, {})
     with pytest.raises(InvalidPayload):
-        envelope.next({}, at=datetime(2030, 1, 1))  # noqa: DTZ001
+        envelope.next({}, at=datetime(2030, 1, 1))
     assert envelope.next({}, at=_START).updated_at == _START
