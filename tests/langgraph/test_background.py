@@ -268,3 +268,84 @@ def test_on_close_takes_bound_methods_and_forgets_parts_that_are_gone(
         del gone
         gc.collect()
     assert called == ["finished"]
+
+
+def _extend_latest(saver: StashpointSaver, step: int) -> bool:
+    """Put a checkpoint after the thread's latest; False if another writer got there first."""
+    from stashpoint import CheckpointConflict
+
+    latest = saver.get_tuple(_THREAD)
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"n": step}
+    checkpoint["channel_versions"] = {"n": version}
+    try:
+        saver.put(latest.config if latest else _THREAD, checkpoint,
+                  {"source": "loop", "step": step}, {"n": version})  # fmt: skip
+    except CheckpointConflict:
+        return False
+    return True
+
+
+def test_two_writers_racing_on_seaweedfs_while_their_seals_run_lose_nothing(
+    s3_seaweed_url: tuple[str, Any],
+) -> None:
+    """Two stashes (two processes' worth) extend one thread at once past two ranges, each
+    saver sealing behind its own puts: every acknowledged put is in the thread, and the
+    completed ranges are sealed once both flushed."""
+    url, options = s3_seaweed_url
+    acknowledged: list[int] = []
+    lock = threading.Lock()
+
+    def writer(first: int) -> None:
+        with stashpoint.open(url, **options) as stash:
+            saver = StashpointSaver(stash)
+            step = first
+            for _ in range(400):  # bounded: 70 wins each
+                if len([s for s in acknowledged if s % 2 == first % 2]) >= 70:
+                    break
+                if _extend_latest(saver, step):
+                    with lock:
+                        acknowledged.append(step)
+                    step += 2
+            assert saver.flush(timeout=120)
+
+    threads = [threading.Thread(target=writer, args=(first,)) for first in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert len(acknowledged) == 140
+    with stashpoint.open(url, **options) as stash:
+        stored = [t.checkpoint["channel_values"]["n"] for t in StashpointSaver(stash).list(_THREAD)]
+        assert sorted(stored) == sorted(acknowledged)
+        assert len(_segments(stash)) == 140 // 64
+
+
+def test_seals_after_the_call_through_the_fault_proxy_lose_nothing(seaweedfs: Any) -> None:
+    import uuid
+
+    from tests.faultproxy import FaultProxy, everyday_faults
+
+    prefix = f"t-{uuid.uuid4().hex}"
+    plan, config = everyday_faults()
+    acknowledged = 0
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
+        with stashpoint.open(url, client_config=config) as stash:
+            saver = StashpointSaver(stash)
+            for step in range(300):  # bounded: 70 acknowledged puts
+                if acknowledged == 70:
+                    break
+                try:
+                    if _extend_latest(saver, acknowledged):
+                        acknowledged += 1
+                except stashpoint.StashpointError as exc:
+                    assert exc.kind.value == "storage_unavailable", exc.kind
+            saver.flush(timeout=120)
+    assert acknowledged == 70 and sum(plan.injected.values()) > 0
+    with stashpoint.open(seaweedfs.url(prefix)) as stash:
+        stored = [t.checkpoint["channel_values"]["n"] for t in StashpointSaver(stash).list(_THREAD)]
+        assert sorted(stored)[-acknowledged:] == list(range(acknowledged))
+        stash.collect_garbage(dry_run=False, min_age=timedelta(0))  # what a failed seal left
+        assert len(_segments(stash)) == 1
