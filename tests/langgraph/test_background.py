@@ -330,19 +330,21 @@ def test_seals_after_the_call_through_the_fault_proxy_lose_nothing(seaweedfs: An
     prefix = f"t-{uuid.uuid4().hex}"
     plan, config = everyday_faults()
     acknowledged = 0
+    failures: list[str] = []
     with FaultProxy(seaweedfs.endpoint, plan) as proxy:
         url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
         with stashpoint.open(url, client_config=config) as stash:
             saver = StashpointSaver(stash)
-            for step in range(300):  # bounded: 70 acknowledged puts
+            for _ in range(300):  # bounded: 70 acknowledged puts
                 if acknowledged == 70:
                     break
                 try:
                     if _extend_latest(saver, acknowledged):
                         acknowledged += 1
                 except stashpoint.StashpointError as exc:
-                    assert exc.kind.value == "storage_unavailable", exc.kind
+                    failures.append(exc.kind.value)
             saver.flush(timeout=120)
+    assert set(failures) <= {"storage_unavailable"}, failures
     assert acknowledged == 70 and sum(plan.injected.values()) > 0
     with stashpoint.open(seaweedfs.url(prefix)) as stash:
         stored = [t.checkpoint["channel_values"]["n"] for t in StashpointSaver(stash).list(_THREAD)]
