@@ -490,3 +490,32 @@ def whole(value: object, name: str, minimum: int = 0, *, object_name: str | None
             f"{name} must be an int >= {minimum}, not {described(value)}", object_name=object_name
         )
     return value
+
+
+class InvalidDurableUpdate(InvalidArgument):
+    """A durable function's checkpoint the service refuses; nothing of it was stored.
+
+    Lambda's `InvalidParameterValueException`: the SDK fails the execution.
+    """
+
+
+class StaleCheckpointToken(StashpointError):
+    """A checkpoint token whose invocation no longer holds the execution; nothing stored.
+
+    Another invocation took the execution over (this one is a zombie and must stop), or
+    the token was never issued by this stash.
+    """
+
+    kind = ErrorKind.FENCED
+
+
+class DurableExecutionNotFound(StashpointError):
+    """No durable execution (or callback) exists under the given ARN or id."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class DurableExecutionExists(StashpointError):
+    """A durable execution of that function already has that name."""
+
+    kind = ErrorKind.CONFLICT

@@ -102,6 +102,10 @@ FLEET = "fleet"
 """Log namespace of fleet maps (`runs.fleet`): per map a plan, a log per batch (claims,
 leases, results), a done mark per batch and the map's end, all under `{map_id}:`."""
 
+DURABLE_EXECUTIONS = "durable-executions"
+"""Log namespace of AWS Lambda durable functions' executions (`stashpoint.durable_functions`):
+one log per execution, its records the operations and history events."""
+
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
@@ -126,6 +130,8 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(DATA_KEYS, Shape.KEYS, erasable=False),
         # Small states read from the newest entry alone; item chunks and large results are blobs.
         Namespace(FLEET, Shape.LOGS, full_state_every=1, references_blobs=True),
+        # The newest entry's small state says where an execution stands (a worker's scan).
+        Namespace(DURABLE_EXECUTIONS, Shape.LOGS, full_state_every=1),
     )
 }
 """Every namespace of the layout, by name."""

@@ -1,0 +1,603 @@
+"""The checkpoint service of AWS Lambda durable functions, kept in a stash.
+
+`DurableService` does what the Lambda service does for `@durable_execution` handlers:
+it starts executions, hands an invocation its checkpoint token and operations, applies
+checkpoints (`operations.apply_checkpoint`), records the invocation's answer, resolves
+waits, retries, callbacks and chained invokes, and answers the history and status
+calls. Everything is stored through `executions` (one log per execution, one
+compare-and-swap append per change), so an acknowledged checkpoint is never lost or
+overwritten, and a zombie invocation's checkpoint (its execution taken over after its
+lease ran out) is refused with `StaleCheckpointToken`.
+
+Plain dicts in the Lambda API's wire shapes in and out; `client` adapts them to the SDK's
+types. Blocking: the SDK's handlers are synchronous.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from stashpoint.durable_functions import operations as ops
+from stashpoint.durable_functions.executions import Executions, Held
+from stashpoint.durable_functions.operations import Change, ExecutionView, Invocation
+from stashpoint.errors import (
+    CheckpointConflict,
+    DurableExecutionExists,
+    DurableExecutionNotFound,
+    InvalidArgument,
+    InvalidDurableUpdate,
+    StaleCheckpointToken,
+    described,
+)
+from stashpoint.ids import validate_id
+from stashpoint.steps import Now, Steps, ask, run_sync
+from stashpoint.stores.layout import DURABLE_EXECUTIONS
+
+if TYPE_CHECKING:
+    from stashpoint.stash import Stash
+
+T = TypeVar("T")
+
+ARN_PREFIX = "arn:stashpoint:lambda-durable:"
+"""Every execution ARN this service issues starts so: `{prefix}{function}:{name}/{op}`,
+`op` the id of the execution's own operation (the SDK reads it from the ARN's end)."""
+DEFAULT_LEASE = timedelta(minutes=15)
+"""How long an invocation holds its execution without checkpointing (Lambda's longest
+invocation): after it, another worker may take the execution over."""
+MAX_INVOCATION_FAILURES = 3
+"""Invocations in a row that may end without an answer before the execution fails."""
+
+
+def execution_id(arn: str) -> str:
+    """Return the log id of the execution `arn` names; `DurableExecutionNotFound` if none."""
+    if not isinstance(arn, str) or not arn.startswith(ARN_PREFIX):
+        raise DurableExecutionNotFound(f"not a durable execution ARN: {described(arn)}")
+    rest, _, op = arn[len(ARN_PREFIX) :].partition("/")
+    function, _, name = rest.partition(":")
+    if not function or not name or ":" in name or op != execution_op_of(name):
+        raise DurableExecutionNotFound(f"not a durable execution ARN: {described(arn)}")
+    return validate_id(f"{function}:{name}", what="execution id")
+
+
+def arn_of(function: str, name: str) -> str:
+    """Return the ARN of the execution `name` of `function`."""
+    return f"{ARN_PREFIX}{function}:{name}/{execution_op_of(name)}"
+
+
+def execution_op_of(name: str) -> str:
+    """Return the id of the execution operation of the execution `name`."""
+    return hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+
+
+def _check_name(value: Any, what: str) -> str:
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > 64
+        or not all(c.isalnum() or c in "-_." for c in value)
+    ):
+        raise InvalidArgument(
+            f"{what} must be 1-64 characters of [A-Za-z0-9-_.], not {described(value)}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """An invocation's start: what its handler is given."""
+
+    arn: str
+    """The execution's ARN."""
+    checkpoint_token: str
+    """The token its first checkpoint names."""
+    operations: list[dict[str, Any]]
+    """Every operation so far (wire form)."""
+    function: str
+    """The registered function to invoke."""
+    request_id: str
+    """The invocation's request id."""
+
+
+class DurableService:
+    """The Lambda durable functions checkpoint service, over one stash."""
+
+    def __init__(
+        self,
+        stash: Stash,
+        *,
+        lease: timedelta = DEFAULT_LEASE,
+        max_invocation_failures: int = MAX_INVOCATION_FAILURES,
+    ) -> None:
+        if not isinstance(lease, timedelta) or lease <= timedelta(0):
+            raise InvalidArgument(f"lease must be a positive timedelta, not {described(lease)}")
+        self.stash = stash
+        """The stash executions live in."""
+        self.lease = lease
+        """How long an invocation holds its execution between checkpoints."""
+        self.max_invocation_failures = max_invocation_failures
+        """Invocations in a row without an answer before the execution fails."""
+        self.executions = Executions(stash.log_steps(DURABLE_EXECUTIONS))
+        """The executions' storage steps."""
+
+    # Driving.
+
+    def _run(self, steps: Steps[T]) -> T:
+        return run_sync(steps, self.stash.driver)
+
+    def now_ms(self) -> int:
+        """Return the stash clock's time in epoch milliseconds."""
+        return int(self._run(ask(Now())).timestamp() * 1000)
+
+    def _update(
+        self, arn: str, plan: Callable[[Held, int], Change | None], *, fresh: bool = False
+    ) -> Held:
+        log_id = execution_id(arn)
+        with self.executions.lock(log_id):
+            now = self.now_ms()
+            return self._run(
+                self.executions.update(log_id, lambda held: plan(held, now), trust_cached=not fresh)
+            )
+
+    def read(self, arn: str) -> ExecutionView:
+        """Return the execution's newest operations, history and state."""
+        log_id = execution_id(arn)
+        with self.executions.lock(log_id):
+            return self._run(self.executions.read(log_id)).view.copy()
+
+    # Executions.
+
+    def start(
+        self,
+        function: str,
+        payload: str | None = None,
+        *,
+        name: str | None = None,
+        timeout_s: int | None = None,
+        parent: tuple[str, str] | None = None,
+    ) -> str:
+        """Start an execution of `function` with the JSON text `payload`; return its ARN.
+
+        Starting again with the same name and payload returns the same ARN (a retried
+        start); another payload under a taken name is `DurableExecutionExists`.
+        """
+        _check_name(function, "function")
+        name = _check_name(name, "name") if name is not None else uuid.uuid4().hex
+        if payload is not None and not isinstance(payload, str):
+            raise InvalidArgument(f"payload must be JSON text, not {described(payload)}")
+        arn = arn_of(function, name)
+        log_id = execution_id(arn)
+        change = ops.new_execution(
+            function=function,
+            name=name,
+            execution_op=execution_op_of(name),
+            input_payload=payload,
+            now_ms=self.now_ms(),
+            timeout_s=timeout_s,
+            parent=parent,
+        )
+        with self.executions.lock(log_id):
+            try:
+                self._run(self.executions.create(log_id, change))
+            except CheckpointConflict:
+                # A create-only write that found an execution judges it by its content.
+                view = self._run(self.executions.read(log_id)).view
+                execution = view.operations[view.state.execution_op]
+                same = (
+                    view.state.function == function
+                    and execution.get("ExecutionDetails", {}).get("InputPayload") == payload
+                    and view.state.parent == parent
+                )
+                if not same:
+                    raise DurableExecutionExists(
+                        "an execution of this function already has this name", object_name=arn
+                    ) from None
+        return arn
+
+    def claim(self, arn: str, worker: str) -> Claimed | None:
+        """Take the execution for an invocation if it is due and free; None if not.
+
+        A due wait, retry or timeout is resolved in the same append. An invocation whose
+        lease ran out is recorded as ended without an answer (`InvocationCompleted` with
+        an error); after `max_invocation_failures` of those the execution fails.
+        """
+        nonce = secrets.token_hex(12)
+        request_id = str(uuid.uuid4())
+
+        def plan(held: Held, now: int) -> Change | None:
+            view, state = held.view, held.view.state
+            if state.ended:
+                return None
+            if state.invocation is not None:
+                if state.invocation.lease_ms > now:
+                    return None  # held by a live invocation
+                lost = ops.end_invocation(view, None, now)
+                if lost.state.failed_invocations >= self.max_invocation_failures:
+                    return _fail_after(view, lost, now, "Invocation.Failed")
+                view = _folded(view, lost)
+                claimed = ops.claim(view, self._invocation(worker, now, nonce, request_id), now)
+                return _joined(lost, claimed)
+            if not state.ready and (state.due_ms is None or state.due_ms > now):
+                return None
+            return ops.claim(view, self._invocation(worker, now, nonce, request_id), now)
+
+        held = self._update(arn, plan, fresh=True)
+        inv = held.view.state.invocation
+        if inv is None or inv.nonce != nonce:
+            return None
+        return Claimed(
+            arn=arn,
+            checkpoint_token=_token(held.head.version, nonce),
+            operations=[ops.public_operation(op) for op in held.view.operations.values()],
+            function=held.view.state.function,
+            request_id=request_id,
+        )
+
+    def _invocation(self, worker: str, now: int, nonce: str, request_id: str) -> Invocation:
+        lease_ms = now + int(self.lease.total_seconds() * 1000)
+        return Invocation(nonce, worker, now, lease_ms, request_id)
+
+    def checkpoint(
+        self,
+        arn: str,
+        checkpoint_token: str,
+        updates: list[dict[str, Any]],
+        client_token: str | None = None,
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """Apply a checkpoint; return the next token and the operations it changed.
+
+        `StaleCheckpointToken` if the token's invocation no longer holds the execution;
+        `InvalidDurableUpdate` if an update is refused (nothing stored). A checkpoint
+        retried with the same `client_token` after its answer was lost gets the answer.
+        """
+        version, nonce = _parse_token(checkpoint_token)
+        if client_token is not None and not isinstance(client_token, str):
+            raise InvalidDurableUpdate("client_token must be a string")
+        answered: list[tuple[int, list[dict[str, Any]]]] = []
+
+        def plan(held: Held, now: int) -> Change | None:
+            state = held.view.state
+            _check_holder(state, nonce, arn)
+            if (
+                client_token is not None
+                and state.client_token is not None
+                and state.client_token[0] == client_token
+                and version < state.client_token[1]
+            ):
+                answered.append((state.client_token[1], []))
+                return None  # applied already: the retry gets the same answer
+            change = ops.apply_checkpoint(
+                held.view,
+                updates,
+                now,
+                new_callback_id=lambda op_id: _callback_id(execution_id(arn), op_id),
+                start_invoke=lambda op: self._child_arn(arn, op),
+            )
+            assert state.invocation is not None
+            lease_ms = now + int(self.lease.total_seconds() * 1000)
+            change.state = replace(
+                change.state,
+                invocation=replace(state.invocation, lease_ms=lease_ms),
+                client_token=None
+                if client_token is None
+                else (client_token, held.head.version + 1),
+            )
+            return change
+
+        held = self._update(arn, plan)
+        if answered:
+            changed = self._changed_at(arn, answered[0][0])
+            return _token(held.head.version, nonce), changed
+        changed_ops = list(held.view.last_changed)
+        self._start_children(arn, held, changed_ops)
+        return _token(held.head.version, nonce), [ops.public_operation(op) for op in changed_ops]
+
+    def _changed_at(self, arn: str, version: int) -> list[dict[str, Any]]:
+        entries = self._run(self.executions.logs.entries(execution_id(arn), version, version))
+        return [ops.public_operation(r["op"]) for e in entries for r in e.records if "op" in r]
+
+    def state(
+        self, arn: str, checkpoint_token: str, marker: str | None = None, max_items: int = 1000
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Return a page of the execution's operations for its holder, and the next marker."""
+        _, nonce = _parse_token(checkpoint_token)
+        log_id = execution_id(arn)
+        with self.executions.lock(log_id):
+            held = self.executions.cached(log_id) or self._run(self.executions.read(log_id))
+            if held.view.state.invocation is None or held.view.state.invocation.nonce != nonce:
+                held = self._run(self.executions.read(log_id))
+            _check_holder(held.view.state, nonce, arn)
+            operations = list(held.view.operations.values())
+        start = 0
+        if marker:
+            try:
+                start = int(marker)
+            except ValueError:
+                raise InvalidDurableUpdate("not a marker this service issued") from None
+        if type(max_items) is not int or max_items < 1:
+            raise InvalidDurableUpdate("max_items must be a positive int")
+        page = operations[start : start + max_items]
+        following = start + max_items
+        next_marker = str(following) if following < len(operations) else None
+        return [ops.public_operation(op) for op in page], next_marker
+
+    def finish(self, arn: str, checkpoint_token: str, output: Any) -> ExecutionView:
+        """Record the answer of the invocation holding `checkpoint_token` (None: it crashed).
+
+        `StaleCheckpointToken` if another invocation holds the execution now (this one's
+        answer is not recorded: it was a zombie).
+        """
+        _, nonce = _parse_token(checkpoint_token)
+
+        def plan(held: Held, now: int) -> Change | None:
+            _check_holder(held.view.state, nonce, arn)
+            change = ops.end_invocation(held.view, output, now)
+            if (
+                not change.state.ended
+                and change.state.failed_invocations >= self.max_invocation_failures
+            ):
+                return _fail_after(held.view, change, now, "Invocation.Failed")
+            return change
+
+        held = self._update(arn, plan)
+        view = held.view
+        if view.state.ended and view.state.parent is not None:
+            self._tell_parent(view)
+        return view.copy()
+
+    # Outside answers.
+
+    def callback(
+        self,
+        callback_id: str,
+        outcome: str,
+        *,
+        result: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        """Answer a callback: `success` (with `result`), `failure` (`error`) or `heartbeat`.
+
+        `DurableExecutionNotFound` for an id this stash never issued or one no longer
+        waiting.
+        """
+        if outcome not in ("success", "failure", "heartbeat"):
+            raise InvalidArgument(f"outcome must be success, failure or heartbeat, not {outcome!r}")
+        if result is not None and not isinstance(result, str):
+            raise InvalidArgument(f"result must be text, not {described(result)}")
+        log_id, op_id = _parse_callback_id(callback_id)
+        arn = _arn_of_id(log_id)
+
+        def plan(held: Held, now: int) -> Change | None:
+            view = held.view
+            if view.callbacks.get(callback_id) != op_id:
+                raise DurableExecutionNotFound("no such callback", object_name=callback_id)
+            try:
+                return ops.complete_callback(view, op_id, outcome, now, result=result, error=error)
+            except InvalidDurableUpdate:
+                raise DurableExecutionNotFound(
+                    "the callback is no longer waiting", object_name=callback_id
+                ) from None
+
+        try:
+            self._update(arn, plan, fresh=True)
+        except DurableExecutionNotFound as exc:
+            if exc.object_name == log_id:
+                raise DurableExecutionNotFound(
+                    "no such callback", object_name=callback_id
+                ) from None
+            raise
+
+    def stop(self, arn: str, error: dict[str, Any] | None = None) -> ExecutionView:
+        """Stop a running execution (`ExecutionStopped`); a stopped one stays as it is."""
+
+        def plan(held: Held, now: int) -> Change | None:
+            if held.view.state.ended:
+                return None
+            return ops.end_execution(
+                held.view,
+                ops.STOPPED,
+                error or {"ErrorType": "Execution.Stopped", "ErrorMessage": "stopped"},
+                now,
+            )
+
+        view = self._update(arn, plan, fresh=True).view
+        if view.state.parent is not None:
+            self._tell_parent(view)
+        return view.copy()
+
+    def time_out(self, arn: str) -> bool:
+        """End the execution `TIMED_OUT` if its timeout has passed; return whether it did."""
+
+        def plan(held: Held, now: int) -> Change | None:
+            state = held.view.state
+            if state.ended or state.timeout_s is None:
+                return None
+            if state.started_ms + state.timeout_s * 1000 > now:
+                return None
+            error = {"ErrorType": "Execution.TimedOut", "ErrorMessage": "execution timed out"}
+            return ops.end_execution(held.view, ops.TIMED_OUT, error, now)
+
+        view = self._update(arn, plan, fresh=True).view
+        if view.state.status == ops.TIMED_OUT and view.state.parent is not None:
+            self._tell_parent(view)
+        return view.state.status == ops.TIMED_OUT
+
+    # Chained invokes.
+
+    def _child_arn(self, arn: str, op: dict[str, Any]) -> str:
+        target = _function_of(op["_Invoke"]["FunctionName"])
+        digest = hashlib.blake2b(f"{execution_id(arn)}/{op['Id']}".encode(), digest_size=12)
+        return arn_of(target, f"invoke-{digest.hexdigest()}")
+
+    def _start_children(self, arn: str, held: Held, changed: list[dict[str, Any]]) -> None:
+        for op in changed:
+            invoke = op.get("_Invoke")
+            if op["Type"] != ops.CHAINED_INVOKE or op["Status"] != "STARTED" or not invoke:
+                continue
+            self._start_child(arn, op)
+
+    def _start_child(self, arn: str, op: dict[str, Any]) -> None:
+        invoke = op["_Invoke"]
+        target = invoke["DurableExecutionArn"]
+        function, _, name = target[len(ARN_PREFIX) :].partition("/")[0].partition(":")
+        self.start(function, invoke.get("Input"), name=name, parent=(execution_id(arn), op["Id"]))
+
+    def _tell_parent(self, child: ExecutionView) -> None:
+        assert child.state.parent is not None
+        parent_id, op_id = child.state.parent
+        parent_arn = _arn_of_id(parent_id)
+
+        def plan(held: Held, now: int) -> Change | None:
+            if held.view.state.ended or op_id not in held.view.operations:
+                return None
+            change = ops.complete_invoke(held.view, op_id, child, now)
+            return change if change.operations else None
+
+        self._update(parent_arn, plan, fresh=True)
+
+    def heal(self, arn: str) -> None:
+        """Finish what a crash between two appends left: chained invokes' targets.
+
+        A caller whose invoke started but whose target was never created gets it now; a
+        target that ended without telling its caller tells it now. Idempotent.
+        """
+        view = self.read(arn)
+        if view.state.ended and view.state.parent is not None:
+            self._tell_parent(view)
+        if view.state.ended:
+            return
+        for op in view.operations.values():
+            if op["Type"] == ops.CHAINED_INVOKE and op["Status"] == "STARTED" and op.get("_Invoke"):
+                self._start_child(arn, op)
+                child = self.read(op["_Invoke"]["DurableExecutionArn"])
+                if child.state.ended:
+                    self._tell_parent(child)
+
+    # Reading.
+
+    def arns(self, function: str | None = None) -> list[str]:
+        """Return the ARNs of every execution (of `function`), by id."""
+        prefix = "" if function is None else f"{_check_name(function, 'function')}:"
+        ids = self._run(self.executions.list_ids(prefix))
+        return [_arn_of_id(i) for i in ids]
+
+    def due(self, function: str | None = None) -> list[str]:
+        """Return the ARNs of the executions an invocation could take now."""
+        now = self.now_ms()
+        out = []
+        for arn in self.arns(function):
+            log_id = execution_id(arn)
+            try:
+                head = self._run(self.executions.logs.head(log_id))
+            except DurableExecutionNotFound:
+                continue
+            state = ops.ExecutionState.parse(head.state)
+            if state.ended:
+                continue
+            if state.invocation is not None:
+                if state.invocation.lease_ms <= now:
+                    out.append(arn)
+                continue
+            timed_out = (
+                state.timeout_s is not None and state.started_ms + state.timeout_s * 1000 <= now
+            )
+            if state.ready or timed_out or (state.due_ms is not None and state.due_ms <= now):
+                out.append(arn)
+        return out
+
+    def next_due_ms(self, function: str | None = None) -> int | None:
+        """Return the earliest time an execution that waits on time becomes due."""
+        times = []
+        for arn in self.arns(function):
+            head = self._run(self.executions.logs.head(execution_id(arn)))
+            state = ops.ExecutionState.parse(head.state)
+            if state.ended:
+                continue
+            if state.invocation is not None:
+                times.append(state.invocation.lease_ms)
+            if state.due_ms is not None:
+                times.append(state.due_ms)
+            if state.timeout_s is not None:
+                times.append(state.started_ms + state.timeout_s * 1000)
+        return min(times) if times else None
+
+
+def _joined(first: Change, second: Change) -> Change:
+    joined = Change(second.state, list(first.operations), list(first.events))
+    for op in second.operations:
+        joined.put(op)
+    joined.events.extend(second.events)
+    return joined
+
+
+def _folded(view: ExecutionView, change: Change) -> ExecutionView:
+    after = view.copy()
+    after.apply(change.records(), change.state)
+    return after
+
+
+def _fail_after(view: ExecutionView, change: Change, now: int, error_type: str) -> Change:
+    error = {
+        "ErrorType": error_type,
+        "ErrorMessage": "the execution's invocations ended without an answer too many times",
+    }
+    ended = ops.end_execution(_folded(view, change), ops.FAILED, error, now)
+    return _joined(change, ended)
+
+
+def _token(version: int, nonce: str) -> str:
+    return f"{version}.{nonce}"
+
+
+def _parse_token(token: Any) -> tuple[int, str]:
+    if isinstance(token, str):
+        version, _, nonce = token.partition(".")
+        if version.isdigit() and len(nonce) == 24 and all(c in "0123456789abcdef" for c in nonce):
+            return int(version), nonce
+    raise StaleCheckpointToken("not a checkpoint token this service issued")
+
+
+def _check_holder(state: ops.ExecutionState, nonce: str, arn: str) -> None:
+    if state.invocation is None or state.invocation.nonce != nonce:
+        raise StaleCheckpointToken(
+            "the checkpoint token's invocation no longer holds the execution", object_name=arn
+        )
+
+
+def _callback_id(log_id: str, op_id: str) -> str:
+    raw = json.dumps([log_id, op_id, secrets.token_hex(8)], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _parse_callback_id(callback_id: Any) -> tuple[str, str]:
+    if isinstance(callback_id, str) and 0 < len(callback_id) <= 1024:
+        try:
+            raw = base64.urlsafe_b64decode(callback_id + "=" * (-len(callback_id) % 4))
+            log_id, op_id, _ = json.loads(raw)
+            if isinstance(log_id, str) and isinstance(op_id, str):
+                validate_id(log_id)
+                return log_id, op_id
+        except (ValueError, TypeError, UnicodeDecodeError):
+            pass
+        except InvalidArgument:
+            pass
+    raise DurableExecutionNotFound("no such callback", object_name=str(callback_id)[:80])
+
+
+def _arn_of_id(log_id: str) -> str:
+    function, _, name = log_id.partition(":")
+    return arn_of(function, name)
+
+
+def _function_of(target: str) -> str:
+    """Return the function a chained invoke names (a name, or an ARN `...:function:NAME`)."""
+    if ":function:" in target:
+        target = target.split(":function:", 1)[1].split(":", 1)[0]
+    return _check_name(target, "function")
