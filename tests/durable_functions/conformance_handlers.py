@@ -17,11 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
+from aws_durable_execution_sdk_python.concurrency.models import BatchResult
 from aws_durable_execution_sdk_python.config import (
     CallbackConfig,
     ChildConfig,
+    CompletionConfig,
     Duration,
+    InvokeConfig,
     JitterStrategy,
+    MapConfig,
+    NestingType,
+    ParallelBranch,
+    ParallelConfig,
     StepConfig,
     StepSemantics,
     WaitForCallbackConfig,
@@ -29,9 +36,11 @@ from aws_durable_execution_sdk_python.config import (
 from aws_durable_execution_sdk_python.exceptions import (
     CallbackError,
     ChildContextError,
+    InvokeError,
     StepError,
     WaitForConditionError,
 )
+from aws_durable_execution_sdk_python.plugin import DurableInstrumentationPlugin
 from aws_durable_execution_sdk_python.retries import (
     RetryDecision,
     RetryPresets,
@@ -476,6 +485,8 @@ def _child_step_wait(event: Any, ctx: DurableContext) -> Any:
 @requirement("3-11")
 def _child_large(event: Any, ctx: DurableContext) -> Any:
     def body(child: DurableContext) -> Any:
+        # Replay logging on (the underlying logger): a re-execution of the body shows.
+        child.logger.get_logger().info(f"child body ran with {event}")
         value = child.step(lambda _: event)
         return value * (300_000 // max(1, len(value)) + 1)
 
@@ -532,7 +543,7 @@ def _child_none(event: Any, ctx: DurableContext) -> Any:
 @requirement("3-17")
 def _child_logs(event: Any, ctx: DurableContext) -> Any:
     def body(child: DurableContext) -> Any:
-        child.logger.info(f"child context ran with {event}")
+        child.logger.get_logger().info(f"child context ran with {event}")  # replay logging on
         return event
 
     result = ctx.run_in_child_context(body, name="child")
@@ -983,3 +994,682 @@ def _wfc_timeout_caught(event: Any, ctx: DurableContext) -> Any:
 @requirement("7-15")
 def _wfc_empty(event: Any, ctx: DurableContext) -> Any:
     return ctx.wait_for_callback(_submit, name=_name(event))
+
+
+# 5. Chained invokes (targets in TARGETS, registered by the driver under their names).
+
+TARGETS: dict[str, Callable[[Any, Any], Any]] = {}
+"""Function name -> a target handler chained invokes call."""
+
+
+def target(name: str) -> Callable[[Callable[[Any, DurableContext], Any]], Any]:
+    """Register a `@durable_execution` target function under `name`."""
+
+    def decorate(func: Callable[[Any, DurableContext], Any]) -> Any:
+        handler = durable_execution(func)
+        TARGETS[name] = handler
+        return handler
+
+    return decorate
+
+
+@target("echo")
+def _echo(event: Any, ctx: DurableContext) -> Any:
+    return event
+
+
+@target("fails")
+def _fails(event: Any, ctx: DurableContext) -> Any:
+    raise RuntimeError("target failed")
+
+
+@target("measure")
+def _measure(event: Any, ctx: DurableContext) -> Any:
+    return {"received": len(event)}
+
+
+@requirement("5-1")
+def _invoke_echo(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("echo", event)
+
+
+@requirement("5-2")
+def _invoke_named(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("echo", event["payload"], name=event["name"])
+
+
+@requirement("5-3")
+def _invoke_nested(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("echo", event)
+
+
+@requirement("5-4")
+def _invoke_null(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("echo", None)
+
+
+@requirement("5-5")
+def _invoke_fails(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("fails", None)
+
+
+@requirement("5-6")
+def _invoke_fails_caught(event: Any, ctx: DurableContext) -> Any:
+    try:
+        return ctx.invoke("fails", None)
+    except InvokeError:
+        return "fallback"
+
+
+@requirement("5-7")
+def _invoke_large(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("measure", "x" * 200_000)
+
+
+@requirement("5-8")
+def _invoke_tenant(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("echo", event["payload"], config=InvokeConfig(tenant_id=event["tenantId"]))
+
+
+@requirement("5-9")
+def _invoke_then_wait(event: Any, ctx: DurableContext) -> Any:
+    result = ctx.invoke("echo", "cached")
+    ctx.wait(Duration.from_seconds(1))
+    return result
+
+
+@requirement("5-10")
+def _invoke_fails_then_wait(event: Any, ctx: DurableContext) -> Any:
+    try:
+        result = ctx.invoke("fails", None)
+    except InvokeError:
+        result = "fallback"
+    ctx.wait(Duration.from_seconds(1))
+    return result
+
+
+@requirement("5-11")
+def _step_then_invoke(event: Any, ctx: DurableContext) -> Any:
+    value = ctx.step(lambda _: "from step")
+    return ctx.invoke("echo", value)
+
+
+@requirement("5-12")
+def _invoke_then_step(event: Any, ctx: DurableContext) -> Any:
+    value = ctx.invoke("echo", "from invoke")
+    return ctx.step(lambda _: value)
+
+
+@requirement("5-13")
+def _invoke_in_child(event: Any, ctx: DurableContext) -> Any:
+    return ctx.run_in_child_context(lambda child: child.invoke("echo", "inside"), name="child")
+
+
+@requirement("5-14")
+def _invoke_twice(event: Any, ctx: DurableContext) -> Any:
+    first = ctx.invoke("echo", "one")
+    second = ctx.invoke("echo", "two")
+    return [first, second]
+
+
+class _UpperPayload(SerDes[Any]):
+    def serialize(self, value: Any, serdes_context: SerDesContext) -> str:
+        return json.dumps({k: v.upper() if isinstance(v, str) else v for k, v in value.items()})
+
+    def deserialize(self, data: str, serdes_context: SerDesContext) -> Any:
+        return json.loads(data)
+
+
+class _UpperResult(SerDes[Any]):
+    def serialize(self, value: Any, serdes_context: SerDesContext) -> str:
+        return json.dumps(value)
+
+    def deserialize(self, data: str, serdes_context: SerDesContext) -> Any:
+        return data.upper()
+
+
+@requirement("5-15")
+def _invoke_payload_serdes(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("echo", event, config=InvokeConfig(serdes_payload=_UpperPayload()))
+
+
+@requirement("5-16")
+def _invoke_result_serdes(event: Any, ctx: DurableContext) -> Any:
+    return ctx.invoke("echo", event, config=InvokeConfig(serdes_result=_UpperResult()))
+
+
+# 8. parallel.
+
+
+def _sequential(**completion: Any) -> ParallelConfig:
+    return ParallelConfig(max_concurrency=1, completion_config=CompletionConfig(**completion))
+
+
+def _project(batch: Any, *keys: str) -> dict[str, Any]:
+    values = {
+        "completionReason": batch.completion_reason.value,
+        "status": batch.status.value,
+        "successCount": batch.success_count,
+        "failureCount": batch.failure_count,
+        "totalCount": batch.total_count,
+    }
+    return {key: values[key] for key in keys}
+
+
+def _const(value: Any) -> Callable[[DurableContext], Any]:
+    return lambda ctx: value
+
+
+def _stepped(value: Any) -> Callable[[DurableContext], Any]:
+    return lambda ctx: ctx.step(lambda _: value)
+
+
+def _raises(ctx: DurableContext) -> Any:
+    raise RuntimeError("branch failed")
+
+
+_ALL = ("completionReason", "status", "successCount", "failureCount", "totalCount")
+_NO_STATUS = ("completionReason", "successCount", "failureCount", "totalCount")
+
+
+@requirement("8-1")
+def _parallel_steps(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel(
+        [_stepped("task-1"), _stepped("task-2")], name="parallel", config=_sequential()
+    )
+    return batch.get_results()
+
+
+@requirement("8-2")
+def _parallel_unnamed(event: Any, ctx: DurableContext) -> Any:
+    return ctx.parallel([_const("alpha"), _const("beta")], config=_sequential()).get_results()
+
+
+@requirement("8-3")
+def _parallel_named_branches(event: Any, ctx: DurableContext) -> Any:
+    branches = [
+        ParallelBranch(_const("one"), name="first"),
+        ParallelBranch(_const("two"), name="second"),
+    ]
+    return ctx.parallel(branches, name="named", config=_sequential()).get_results()
+
+
+@requirement("8-4")
+def _parallel_types(event: Any, ctx: DurableContext) -> Any:
+    branches = [_const("hello"), _const(42), _const({"k": "v"})]
+    return ctx.parallel(branches, config=_sequential()).get_results()
+
+
+@requirement("8-5")
+def _parallel_empty(event: Any, ctx: DurableContext) -> Any:
+    return ctx.parallel([], config=_sequential()).get_results()
+
+
+@requirement("8-6")
+def _parallel_fail_fast(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel(
+        [_const("ok"), _raises, _const("never")], config=_sequential(tolerated_failure_count=0)
+    )
+    return _project(batch, *_ALL)
+
+
+@requirement("8-7")
+def _parallel_rethrow(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel([_raises, _const("never")], config=_sequential(tolerated_failure_count=0))
+    batch.throw_if_error()
+    return batch.get_results()
+
+
+@requirement("8-8")
+def _parallel_min_successful(event: Any, ctx: DurableContext) -> Any:
+    branches = [_const("a"), _const("b"), _const("c"), _const("d")]
+    batch = ctx.parallel(branches, config=_sequential(min_successful=2))
+    return _project(batch, "completionReason", "successCount", "totalCount")
+
+
+@requirement("8-9")
+def _parallel_tolerated(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel(
+        [_const("a"), _raises, _const("c")], config=_sequential(tolerated_failure_count=1)
+    )
+    return _project(batch, *_ALL)
+
+
+@requirement("8-10")
+def _parallel_tolerance_exceeded(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel(
+        [_raises, _raises, _const("c")], config=_sequential(tolerated_failure_count=1)
+    )
+    return _project(batch, *_NO_STATUS)
+
+
+@requirement("8-11")
+def _parallel_concurrent(event: Any, ctx: DurableContext) -> Any:
+    branches = [_const("r0"), _const("r1"), _const("r2")]
+    return ctx.parallel(branches, config=ParallelConfig(max_concurrency=2)).get_results()
+
+
+@requirement("8-12")
+def _parallel_flat(event: Any, ctx: DurableContext) -> Any:
+    config = ParallelConfig(max_concurrency=1, nesting_type=NestingType.FLAT)
+    return ctx.parallel([_stepped("fa"), _stepped("fb")], config=config).get_results()
+
+
+@requirement("8-13")
+def _parallel_percentage(event: Any, ctx: DurableContext) -> Any:
+    branches = [_raises, _raises, _const("c"), _const("d")]
+    batch = ctx.parallel(branches, config=_sequential(tolerated_failure_percentage=25))
+    return _project(batch, *_NO_STATUS)
+
+
+@requirement("8-14")
+def _parallel_wait(event: Any, ctx: DurableContext) -> Any:
+    def waits(child: DurableContext) -> Any:
+        child.wait(Duration.from_seconds(2))
+        return "b1"
+
+    return ctx.parallel([_stepped("b0"), waits], config=_sequential()).get_results()
+
+
+@requirement("8-15")
+def _parallel_item_serdes(event: Any, ctx: DurableContext) -> Any:
+    config = ParallelConfig(max_concurrency=1, item_serdes=_Wrapped())
+    return ctx.parallel([_const("x"), _const("y")], config=config).get_results()
+
+
+@requirement("8-16")
+def _parallel_all_fail(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel([_raises, _raises, _raises], config=_sequential(tolerated_failure_count=3))
+    return _project(batch, *_ALL)
+
+
+@requirement("8-17")
+def _parallel_min_not_reached(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel([_const("a"), _raises, _const("c")], config=_sequential(min_successful=3))
+    return _project(batch, *_ALL)
+
+
+@requirement("8-18")
+def _parallel_min_and_tolerance(event: Any, ctx: DurableContext) -> Any:
+    branches = [_raises, _raises, _const("c"), _const("d")]
+    batch = ctx.parallel(branches, config=_sequential(min_successful=3, tolerated_failure_count=1))
+    return _project(batch, *_NO_STATUS)
+
+
+@requirement("8-19")
+def _parallel_bad_concurrency(event: Any, ctx: DurableContext) -> Any:
+    config = ParallelConfig(max_concurrency=0)
+    return ctx.parallel(
+        [_const("a"), _const("b")], name="bad-concurrency", config=config
+    ).get_results()
+
+
+@requirement("8-20")
+def _parallel_accessors(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.parallel(
+        [_const("a"), _raises, _const("c")], config=_sequential(tolerated_failure_count=1)
+    )
+    return {
+        "hasFailure": batch.has_failure,
+        "successCount": len(batch.succeeded()),
+        "failureCount": len(batch.failed()),
+        "errorCount": len([e for e in batch.get_errors() if e is not None]),
+    }
+
+
+@requirement("8-21")
+def _parallel_nested(event: Any, ctx: DurableContext) -> Any:
+    def inner(child: DurableContext) -> Any:
+        return child.parallel([_stepped("i1"), _stepped("i2")], config=_sequential()).get_results()
+
+    return ctx.parallel([inner], config=_sequential()).get_results()
+
+
+@requirement("8-22")
+def _parallel_percentage_kept(event: Any, ctx: DurableContext) -> Any:
+    branches = [_raises, _const("b"), _const("c"), _const("d")]
+    batch = ctx.parallel(branches, config=_sequential(tolerated_failure_percentage=25))
+    return _project(batch, *_ALL)
+
+
+# 9. map.
+
+
+def _map_sequential(**completion: Any) -> MapConfig:
+    return MapConfig(max_concurrency=1, completion_config=CompletionConfig(**completion))
+
+
+def _item_fails_at(*failing: int) -> Callable[[DurableContext, Any, int, Any], Any]:
+    def func(ctx: DurableContext, item: Any, index: int, items: Any) -> Any:
+        if index in failing:
+            raise RuntimeError(f"item {index} failed")
+        return item
+
+    return func
+
+
+class _Prefixed(SerDes[Any]):
+    """Stores an item's result as `wrapped:<value>` (requirement 9-14)."""
+
+    def serialize(self, value: Any, serdes_context: SerDesContext) -> str:
+        return f"wrapped:{value}"
+
+    def deserialize(self, data: str, serdes_context: SerDesContext) -> Any:
+        return data.removeprefix("wrapped:")
+
+
+class _OpSerde(SerDes[Any]):
+    """Stores a whole map result as `OPSERDE:<a>,<b>` (requirements 9-19, 9-20)."""
+
+    def serialize(self, value: Any, serdes_context: SerDesContext) -> str:
+        if not isinstance(value, BatchResult):  # an item's result: the default form
+            return json.dumps(value)
+        return "OPSERDE:" + ",".join(str(r) for r in value.get_results())
+
+    def deserialize(self, data: str, serdes_context: SerDesContext) -> Any:
+        if not data.startswith("OPSERDE:"):
+            return json.loads(data)
+        values = data.removeprefix("OPSERDE:").split(",") if data != "OPSERDE:" else []
+        return BatchResult.from_dict(
+            {
+                "all": [
+                    {"index": i, "status": "SUCCEEDED", "result": v} for i, v in enumerate(values)
+                ],
+                "completionReason": "ALL_COMPLETED",
+            }
+        )
+
+
+@requirement("9-1")
+def _map_steps(event: Any, ctx: DurableContext) -> Any:
+    def greet(child: DurableContext, item: Any, index: int, items: Any) -> Any:
+        return child.step(lambda _: f"Hello, {item}!")
+
+    return ctx.map(event, greet, name="map", config=_map_sequential()).get_results()
+
+
+@requirement("9-2")
+def _map_direct(event: Any, ctx: DurableContext) -> Any:
+    return ctx.map(
+        event, lambda c, item, i, items: item * 2, config=_map_sequential()
+    ).get_results()
+
+
+@requirement("9-3")
+def _map_index(event: Any, ctx: DurableContext) -> Any:
+    return ctx.map(
+        event, lambda c, item, i, items: item + i, config=_map_sequential()
+    ).get_results()
+
+
+@requirement("9-4")
+def _map_empty(event: Any, ctx: DurableContext) -> Any:
+    return ctx.map(event, lambda c, item, i, items: item, config=_map_sequential()).get_results()
+
+
+@requirement("9-5")
+def _map_fail_fast(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["ok", "bad", "never"], _item_fails_at(1), config=_map_sequential(tolerated_failure_count=0)
+    )
+    return _project(batch, *_ALL)
+
+
+@requirement("9-6")
+def _map_rethrow(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["bad", "never"], _item_fails_at(0), config=_map_sequential(tolerated_failure_count=0)
+    )
+    batch.throw_if_error()
+    return batch.get_results()
+
+
+@requirement("9-7")
+def _map_min_successful(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["a", "b", "c", "d"], _item_fails_at(), config=_map_sequential(min_successful=2)
+    )
+    return _project(batch, "completionReason", "successCount", "totalCount")
+
+
+@requirement("9-8")
+def _map_tolerated(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["a", "b", "c"], _item_fails_at(1), config=_map_sequential(tolerated_failure_count=1)
+    )
+    return _project(batch, *_ALL)
+
+
+@requirement("9-9")
+def _map_tolerance_exceeded(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["a", "b", "c"], _item_fails_at(0, 1), config=_map_sequential(tolerated_failure_count=1)
+    )
+    return _project(batch, *_NO_STATUS)
+
+
+@requirement("9-10")
+def _map_percentage(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["a", "b", "c", "d"],
+        _item_fails_at(0, 1),
+        config=_map_sequential(tolerated_failure_percentage=25),
+    )
+    return _project(batch, *_NO_STATUS)
+
+
+@requirement("9-11")
+def _map_concurrent(event: Any, ctx: DurableContext) -> Any:
+    return ctx.map(
+        ["r0", "r1", "r2"], _item_fails_at(), config=MapConfig(max_concurrency=2)
+    ).get_results()
+
+
+@requirement("9-12")
+def _map_flat(event: Any, ctx: DurableContext) -> Any:
+    def func(child: DurableContext, item: Any, index: int, items: Any) -> Any:
+        return child.step(lambda _: item)
+
+    config = MapConfig(max_concurrency=1, nesting_type=NestingType.FLAT)
+    return ctx.map(["fa", "fb"], func, config=config).get_results()
+
+
+@requirement("9-13")
+def _map_item_namer(event: Any, ctx: DurableContext) -> Any:
+    config = MapConfig(max_concurrency=1, item_namer=lambda item, index: f"item-{item}")
+    return ctx.map(event, lambda c, item, i, items: item * 10, config=config).get_results()
+
+
+@requirement("9-14")
+def _map_item_serdes(event: Any, ctx: DurableContext) -> Any:
+    config = MapConfig(max_concurrency=1, item_serdes=_Prefixed())
+    return ctx.map(
+        ["x", "y"], lambda c, item, i, items: item.upper(), name="serdes", config=config
+    ).get_results()
+
+
+@requirement("9-15")
+def _map_suspend(event: Any, ctx: DurableContext) -> Any:
+    def func(child: DurableContext, item: Any, index: int, items: Any) -> Any:
+        if index == 1:
+            child.wait(Duration.from_seconds(1))
+        return child.step(lambda _: item)
+
+    return ctx.map(["r0", "r1"], func, name="suspend", config=_map_sequential()).get_results()
+
+
+@requirement("9-16")
+def _map_large(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["a", "b", "c", "d"], lambda c, item, i, items: item * 70_000, config=_map_sequential()
+    )
+    return {"successCount": batch.success_count, "totalCount": batch.total_count}
+
+
+@requirement("9-17")
+def _map_then_wait(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(["a", "b"], lambda c, item, i, items: item.upper(), config=_map_sequential())
+    ctx.wait(Duration.from_seconds(1))
+    return batch.get_results()
+
+
+@requirement("9-18")
+def _map_failed_then_wait(event: Any, ctx: DurableContext) -> Any:
+    batch = ctx.map(
+        ["ok", "bad"], _item_fails_at(1), config=_map_sequential(tolerated_failure_count=1)
+    )
+    ctx.wait(Duration.from_seconds(1))
+    return _project(batch, *_ALL)
+
+
+@requirement("9-19")
+def _map_op_serdes(event: Any, ctx: DurableContext) -> Any:
+    config = MapConfig(max_concurrency=1, serdes=_OpSerde())
+    return ctx.map(["x", "y"], lambda c, item, i, items: item.upper(), config=config).get_results()
+
+
+@requirement("9-20")
+def _map_op_serdes_replayed(event: Any, ctx: DurableContext) -> Any:
+    config = MapConfig(max_concurrency=1, serdes=_OpSerde())
+    batch = ctx.map(["x", "y"], lambda c, item, i, items: item.upper(), config=config)
+    ctx.wait(Duration.from_seconds(1))
+    return batch.get_results()
+
+
+# 10. Plugins (their records go to LOG_LINES, as stdout lines would).
+
+LOG_LINES: list[str] = []
+"""What the handlers and their plugins printed and logged, in order (the driver clears it)."""
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Print a JSON record to stdout, as the requirements' plugins do, and keep it."""
+    LOG_LINES.append(json.dumps(record))
+
+
+class _Plugin(DurableInstrumentationPlugin):
+    def __init__(self, name: str, hooks: set[str], faulty: bool = False) -> None:
+        self.name, self.hooks, self.faulty, self.arn = name, hooks, faulty, None
+
+    def _log(self, hook: str, **fields: Any) -> None:
+        if hook not in self.hooks:
+            return
+        emit({"plugin": self.name, "hook": hook, "durableExecutionArn": self.arn, **fields})
+        if self.faulty:
+            raise RuntimeError(f"plugin hook {hook} failed")
+
+    def on_invocation_start(self, info: Any) -> None:
+        self.arn = info.execution_arn
+        self._log("invocation-start", first=info.is_first_invocation)
+
+    def on_invocation_end(self, info: Any) -> None:
+        self._log("invocation-end", status=info.status.value)
+
+    def on_operation_start(self, info: Any) -> None:
+        if info.operation_type.value == "STEP":
+            self._log("operation-start", op=info.operation_id)
+
+    def on_operation_end(self, info: Any) -> None:
+        if info.operation_type.value == "STEP":
+            self._log("operation-end", op=info.operation_id, status=info.status.value)
+
+    def on_user_function_start(self, info: Any) -> None:
+        if info.operation_type.value == "STEP":
+            self._log("attempt-start", n=ATTEMPTS["attempt"] + 1, op=info.operation_id)
+
+    def on_user_function_end(self, info: Any) -> None:
+        if info.operation_type.value == "STEP":
+            ATTEMPTS["attempt"] += 1
+            self._log(
+                "attempt-end",
+                n=ATTEMPTS["attempt"],
+                outcome=info.outcome.value,
+                op=info.operation_id,
+            )
+
+
+class _Factory:
+    def __init__(self, name: str, *hooks: str, faulty: bool = False) -> None:
+        self.name, self.hooks, self.faulty = name, set(hooks), faulty
+
+    def create_plugin(self, info: Any) -> _Plugin:
+        return _Plugin(self.name, self.hooks, self.faulty)
+
+
+_INVOCATION_HOOKS = ("invocation-start", "invocation-end")
+_ALL_HOOKS = (
+    *_INVOCATION_HOOKS,
+    "operation-start",
+    "operation-end",
+    "attempt-start",
+    "attempt-end",
+)
+
+
+def plugged(
+    req_id: str, *factories: _Factory
+) -> Callable[[Callable[[Any, DurableContext], Any]], Any]:
+    """Register a handler for `req_id` with instrumentation plugins."""
+
+    def decorate(func: Callable[[Any, DurableContext], Any]) -> Any:
+        handler = durable_execution(func, plugins=list(factories))
+        HANDLERS[req_id] = handler
+        return handler
+
+    return decorate
+
+
+def _greeting(event: Any, ctx: DurableContext) -> Any:
+    def greet(step: Any) -> str:
+        emit({"message": f"Greeting step running for: {event}"})
+        return f"Hello, {event}!"
+
+    return ctx.step(greet)
+
+
+@plugged("10-1", _Factory("CONFPLUGIN", *_INVOCATION_HOOKS))
+def _plugin_invocation(event: Any, ctx: DurableContext) -> Any:
+    return _greeting(event, ctx)
+
+
+@plugged("10-2", _Factory("CONFPLUGIN", "operation-start", "operation-end"))
+def _plugin_operations(event: Any, ctx: DurableContext) -> Any:
+    return _greeting(event, ctx)
+
+
+@plugged("10-3", _Factory("CONFPLUGIN", "attempt-start", "attempt-end"))
+def _plugin_attempts(event: Any, ctx: DurableContext) -> Any:
+    def unreliable(step: Any) -> str:
+        ATTEMPTS["10-3"] += 1
+        if ATTEMPTS["10-3"] == 1:
+            raise RuntimeError("first attempt fails")
+        return "Operation succeeded"
+
+    return ctx.step(unreliable, config=retry(3))
+
+
+@plugged("10-4", _Factory("CONFPLUGIN-FAULTY", *_ALL_HOOKS, faulty=True))
+def _plugin_faulty(event: Any, ctx: DurableContext) -> Any:
+    return _greeting(event, ctx)
+
+
+@plugged(
+    "10-5",
+    _Factory("CONFPLUGIN-A", *_INVOCATION_HOOKS),
+    _Factory("CONFPLUGIN-B", *_INVOCATION_HOOKS),
+)
+def _plugin_two(event: Any, ctx: DurableContext) -> Any:
+    return _greeting(event, ctx)
+
+
+@plugged("10-6", _Factory("CONFPLUGIN", *_INVOCATION_HOOKS))
+def _plugin_wait(event: Any, ctx: DurableContext) -> Any:
+    ctx.wait(Duration.from_seconds(2))
+
+
+@plugged("10-7", _Factory("CONFPLUGIN", *_INVOCATION_HOOKS))
+def _plugin_failing_step(event: Any, ctx: DurableContext) -> Any:
+    def fails(step: Any) -> str:
+        raise RuntimeError("always fails")
+
+    return ctx.step(fails, config=no_retry())

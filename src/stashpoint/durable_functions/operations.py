@@ -561,6 +561,7 @@ def apply_checkpoint(
                 details["TenantId"] = tenant
             if update.get("Payload") is not None:
                 details["Input"] = {"Payload": update["Payload"]}
+            details["ExecutedVersion"] = "$LATEST"
             details["DurableExecutionArn"] = target
         event_type = _EVENT_OF_ACTION[(op_type, action)]
         change.event(event_type, now_ms, op, details)
