@@ -132,6 +132,8 @@ class ExecutionState:
     checkpoint whose answer was lost gets the same answer)."""
     timeout_s: int | None = None
     """The execution's timeout in seconds, if it has one."""
+    parent_told: bool = False
+    """For a chained invoke's target that ended: whether its caller has recorded it."""
 
     def document(self) -> dict[str, Any]:
         """Return the JSON form an entry stores."""
@@ -150,6 +152,7 @@ class ExecutionState:
             "parent": list(self.parent) if self.parent else None,
             "client_token": list(self.client_token) if self.client_token else None,
             "timeout_s": self.timeout_s,
+            "parent_told": self.parent_told,
         }
         if self.invocation is not None:
             inv = self.invocation
@@ -193,6 +196,7 @@ class ExecutionState:
                 parent=None if parent is None else (_str(parent[0]), _str(parent[1])),
                 client_token=None if token is None else (_str(token[0]), int(token[1])),
                 timeout_s=None if doc.get("timeout_s") is None else int(doc["timeout_s"]),
+                parent_told=bool(doc.get("parent_told", False)),
             )
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise InvalidDurableUpdate(

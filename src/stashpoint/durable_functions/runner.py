@@ -108,9 +108,6 @@ class DurableFunctions:
 
     def invoke_once(self, arn: str) -> bool:
         """Run one invocation of the execution if it is due and free; return whether it ran."""
-        self.service.heal(arn)
-        if self.service.time_out(arn):
-            return True
         claimed = self.service.claim(arn, self.worker_id)
         if claimed is None:
             return False
@@ -141,6 +138,7 @@ class DurableFunctions:
     def run_due(self, *, max_invocations: int = 10_000) -> int:
         """Run invocations while executions are due now; return how many ran."""
         ran = 0
+        seen: set[str] | None = None
         while ran < max_invocations:
             due = self.service.due()
             progressed = False
@@ -150,8 +148,11 @@ class DurableFunctions:
                 if self.invoke_once(arn):
                     ran += 1
                     progressed = True
-            if not progressed:
+            # Claims that ran nothing may still have changed what is due (a timeout, a
+            # chained invoke's end told to its caller): look again until nothing changes.
+            if not progressed and (not due or set(due) == seen):
                 return ran
+            seen = set(due)
         return ran
 
     def run(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from stashpoint.cache import Lru
 from stashpoint.durable_functions import operations as ops
 from stashpoint.durable_functions.executions import Executions, Held
 from stashpoint.durable_functions.operations import Change, ExecutionView, Invocation
@@ -126,6 +127,7 @@ class DurableService:
         """Invocations in a row without an answer before the execution fails."""
         self.executions = Executions(stash.log_steps(DURABLE_EXECUTIONS))
         """The executions' storage steps."""
+        self._started: Lru[str, bool] = Lru(4096)  # chained invokes' targets started here
 
     # Driving.
 
@@ -206,7 +208,9 @@ class DurableService:
 
         A due wait, retry or timeout is resolved in the same append. An invocation whose
         lease ran out is recorded as ended without an answer (`InvocationCompleted` with
-        an error); after `max_invocation_failures` of those the execution fails.
+        an error); after `max_invocation_failures` of those the execution fails. An
+        execution past its timeout ends `TIMED_OUT` instead. An ended target of a chained
+        invoke whose caller was not told yet (its process died in between) tells it now.
         """
         nonce = secrets.token_hex(12)
         request_id = str(uuid.uuid4())
@@ -215,6 +219,9 @@ class DurableService:
             view, state = held.view, held.view.state
             if state.ended:
                 return None
+            if state.timeout_s is not None and state.started_ms + state.timeout_s * 1000 <= now:
+                error = {"ErrorType": "Execution.TimedOut", "ErrorMessage": "execution timed out"}
+                return ops.end_execution(view, ops.TIMED_OUT, error, now)
             if state.invocation is not None:
                 if state.invocation.lease_ms > now:
                     return None  # held by a live invocation
@@ -229,7 +236,10 @@ class DurableService:
             return ops.claim(view, self._invocation(worker, now, nonce, request_id), now)
 
         held = self._update(arn, plan, fresh=True)
-        inv = held.view.state.invocation
+        state = held.view.state
+        if state.ended and state.parent is not None and not state.parent_told:
+            self._tell_parent(arn, held.view.copy())
+        inv = state.invocation
         if inv is None or inv.nonce != nonce:
             return None
         return Claimed(
@@ -346,11 +356,16 @@ class DurableService:
                 return _fail_after(held.view, change, now, "Invocation.Failed")
             return change
 
-        held = self._update(arn, plan)
-        view = held.view
+        view = self._update(arn, plan).view.copy()
         if view.state.ended and view.state.parent is not None:
-            self._tell_parent(view)
-        return view.copy()
+            self._tell_parent(arn, view)
+        elif not view.state.ended:
+            # A process that died between a chained invoke's checkpoint and the start of
+            # its target left no target: the invocation that replays it starts it here.
+            for op in view.operations.values():
+                if op["Type"] == ops.CHAINED_INVOKE and op["Status"] == "STARTED":
+                    self._start_child(arn, op)
+        return view
 
     # Outside answers.
 
@@ -407,27 +422,10 @@ class DurableService:
                 now,
             )
 
-        view = self._update(arn, plan, fresh=True).view
+        view = self._update(arn, plan, fresh=True).view.copy()
         if view.state.parent is not None:
-            self._tell_parent(view)
-        return view.copy()
-
-    def time_out(self, arn: str) -> bool:
-        """End the execution `TIMED_OUT` if its timeout has passed; return whether it did."""
-
-        def plan(held: Held, now: int) -> Change | None:
-            state = held.view.state
-            if state.ended or state.timeout_s is None:
-                return None
-            if state.started_ms + state.timeout_s * 1000 > now:
-                return None
-            error = {"ErrorType": "Execution.TimedOut", "ErrorMessage": "execution timed out"}
-            return ops.end_execution(held.view, ops.TIMED_OUT, error, now)
-
-        view = self._update(arn, plan, fresh=True).view
-        if view.state.status == ops.TIMED_OUT and view.state.parent is not None:
-            self._tell_parent(view)
-        return view.state.status == ops.TIMED_OUT
+            self._tell_parent(arn, view)
+        return view
 
     # Chained invokes.
 
@@ -438,21 +436,25 @@ class DurableService:
 
     def _start_children(self, arn: str, held: Held, changed: list[dict[str, Any]]) -> None:
         for op in changed:
-            invoke = op.get("_Invoke")
-            if op["Type"] != ops.CHAINED_INVOKE or op["Status"] != "STARTED" or not invoke:
-                continue
-            self._start_child(arn, op)
+            if op["Type"] == ops.CHAINED_INVOKE and op["Status"] == "STARTED":
+                self._start_child(arn, op)
 
     def _start_child(self, arn: str, op: dict[str, Any]) -> None:
-        invoke = op["_Invoke"]
+        """Start a chained invoke's target (idempotent: a started one is left as it is)."""
+        invoke = op.get("_Invoke")
+        if not isinstance(invoke, dict) or not isinstance(invoke.get("DurableExecutionArn"), str):
+            return
         target = invoke["DurableExecutionArn"]
+        if self._started.get(target):
+            return
         function, _, name = target[len(ARN_PREFIX) :].partition("/")[0].partition(":")
         self.start(function, invoke.get("Input"), name=name, parent=(execution_id(arn), op["Id"]))
+        self._started.put(target, True)
 
-    def _tell_parent(self, child: ExecutionView) -> None:
+    def _tell_parent(self, arn: str, child: ExecutionView) -> None:
+        """Record an ended target's outcome in its caller, then mark the caller told."""
         assert child.state.parent is not None
         parent_id, op_id = child.state.parent
-        parent_arn = _arn_of_id(parent_id)
 
         def plan(held: Held, now: int) -> Change | None:
             if held.view.state.ended or op_id not in held.view.operations:
@@ -460,25 +462,15 @@ class DurableService:
             change = ops.complete_invoke(held.view, op_id, child, now)
             return change if change.operations else None
 
-        self._update(parent_arn, plan, fresh=True)
+        self._update(_arn_of_id(parent_id), plan, fresh=True)
 
-    def heal(self, arn: str) -> None:
-        """Finish what a crash between two appends left: chained invokes' targets.
+        def told(held: Held, now: int) -> Change | None:
+            state = held.view.state
+            if state.parent_told:
+                return None
+            return Change(replace(state, parent_told=True))
 
-        A caller whose invoke started but whose target was never created gets it now; a
-        target that ended without telling its caller tells it now. Idempotent.
-        """
-        view = self.read(arn)
-        if view.state.ended and view.state.parent is not None:
-            self._tell_parent(view)
-        if view.state.ended:
-            return
-        for op in view.operations.values():
-            if op["Type"] == ops.CHAINED_INVOKE and op["Status"] == "STARTED" and op.get("_Invoke"):
-                self._start_child(arn, op)
-                child = self.read(op["_Invoke"]["DurableExecutionArn"])
-                if child.state.ended:
-                    self._tell_parent(child)
+        self._update(arn, told)
 
     # Reading.
 
@@ -500,6 +492,8 @@ class DurableService:
                 continue
             state = ops.ExecutionState.parse(head.state)
             if state.ended:
+                if state.parent is not None and not state.parent_told:
+                    out.append(arn)  # its caller was not told yet
                 continue
             if state.invocation is not None:
                 if state.invocation.lease_ms <= now:
