@@ -275,7 +275,7 @@ def test_a_state_that_is_not_an_executions_is_a_typed_error() -> None:
 _update = st.fixed_dictionaries(
     {
         "Id": st.sampled_from(["a", "b", "c", "exec"]),
-        "Type": st.sampled_from(sorted(ops.OPERATION_TYPES) + ["X"]),
+        "Type": st.sampled_from([*sorted(ops.OPERATION_TYPES), "X"]),
         "Action": st.sampled_from(["START", "SUCCEED", "FAIL", "RETRY", "CANCEL", "X"]),
     },
     optional={

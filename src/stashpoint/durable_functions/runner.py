@@ -229,6 +229,10 @@ class DurableFunctions:
         """Return the ARNs of the executions (of `function`)."""
         return self.service.arns(function)
 
+    def pending(self, function: str | None = None) -> list[str]:
+        """Return the ARNs of the executions that have not ended (of `function`)."""
+        return [arn for arn, state in self.service.states(function) if not state.ended]
+
     def callbacks(self, arn: str) -> list[dict[str, Any]]:
         """Return the execution's callbacks that wait for an answer (id, name, operation)."""
         view = self.service.read(arn)

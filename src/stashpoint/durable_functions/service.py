@@ -480,47 +480,44 @@ class DurableService:
         ids = self._run(self.executions.list_ids(prefix))
         return [_arn_of_id(i) for i in ids]
 
+    def states(self, function: str | None = None) -> list[tuple[str, ops.ExecutionState]]:
+        """Return every execution's ARN and newest state (one read of its newest entry)."""
+        out = []
+        for arn in self.arns(function):
+            head = self._run(self.executions.logs.head(execution_id(arn)))
+            out.append((arn, ops.ExecutionState.parse(head.state)))
+        return out
+
     def due(self, function: str | None = None) -> list[str]:
         """Return the ARNs of the executions an invocation could take now."""
         now = self.now_ms()
-        out = []
-        for arn in self.arns(function):
-            log_id = execution_id(arn)
-            try:
-                head = self._run(self.executions.logs.head(log_id))
-            except DurableExecutionNotFound:
-                continue
-            state = ops.ExecutionState.parse(head.state)
-            if state.ended:
-                if state.parent is not None and not state.parent_told:
-                    out.append(arn)  # its caller was not told yet
-                continue
-            if state.invocation is not None:
-                if state.invocation.lease_ms <= now:
-                    out.append(arn)
-                continue
-            timed_out = (
-                state.timeout_s is not None and state.started_ms + state.timeout_s * 1000 <= now
-            )
-            if state.ready or timed_out or (state.due_ms is not None and state.due_ms <= now):
-                out.append(arn)
-        return out
+        return [arn for arn, state in self.states(function) if _is_due(state, now)]
 
     def next_due_ms(self, function: str | None = None) -> int | None:
         """Return the earliest time an execution that waits on time becomes due."""
-        times = []
-        for arn in self.arns(function):
-            head = self._run(self.executions.logs.head(execution_id(arn)))
-            state = ops.ExecutionState.parse(head.state)
-            if state.ended:
-                continue
-            if state.invocation is not None:
-                times.append(state.invocation.lease_ms)
-            if state.due_ms is not None:
-                times.append(state.due_ms)
-            if state.timeout_s is not None:
-                times.append(state.started_ms + state.timeout_s * 1000)
+        times = [t for _, state in self.states(function) if (t := _due_at(state)) is not None]
         return min(times) if times else None
+
+
+def _due_at(state: ops.ExecutionState) -> int | None:
+    """When an execution can next be taken (None: it waits on the outside, or ended)."""
+    if state.ended:
+        return state.started_ms if state.parent is not None and not state.parent_told else None
+    times = []
+    if state.invocation is not None:
+        times.append(state.invocation.lease_ms)
+    elif state.ready:
+        times.append(state.started_ms)
+    elif state.due_ms is not None:
+        times.append(state.due_ms)
+    if state.timeout_s is not None:
+        times.append(state.started_ms + state.timeout_s * 1000)
+    return min(times) if times else None
+
+
+def _is_due(state: ops.ExecutionState, now: int) -> bool:
+    at = _due_at(state)
+    return at is not None and at <= now
 
 
 def _joined(first: Change, second: Change) -> Change:
