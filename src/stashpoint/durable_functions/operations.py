@@ -792,7 +792,7 @@ def _ended(
         op["ExecutionDetails"] = {**op.get("ExecutionDetails", {}), "Result": result}
         details = _result(result) or {"Result": {}}
         change.put(op)
-        change.event("ExecutionSucceeded", now_ms, None, details)
+        change.event("ExecutionSucceeded", now_ms, _own(op), details)
     else:
         error = error if isinstance(error, dict) else {}
         op["ExecutionDetails"] = {**op.get("ExecutionDetails", {}), "Error": error}
@@ -802,11 +802,16 @@ def _ended(
             TIMED_OUT: "ExecutionTimedOut",
             STOPPED: "ExecutionStopped",
         }[status]
-        change.event(event_type, now_ms, None, _event_error(error))
+        change.event(event_type, now_ms, _own(op), _event_error(error))
     change.state = replace(
         change.state, status=status, ended_ms=now_ms, ready=False, due_ms=None, invocation=None
     )
     return change
+
+
+def _own(op: Mapping[str, Any]) -> dict[str, Any]:
+    """The execution's own operation as its events name it (id and name, no subtype)."""
+    return {"Id": op["Id"], "Name": op.get("Name")}
 
 
 def end_execution(view: ExecutionView, status: str, error: dict[str, Any], now_ms: int) -> Change:
