@@ -15,6 +15,18 @@ from stashpoint.errors import (
     AmbiguousResume as AmbiguousResume,
 )
 from stashpoint.errors import (
+    DurableExecutionExists as DurableExecutionExists,
+)
+from stashpoint.errors import (
+    DurableExecutionNotFound as DurableExecutionNotFound,
+)
+from stashpoint.errors import (
+    InvalidDurableUpdate as InvalidDurableUpdate,
+)
+from stashpoint.errors import (
+    StaleCheckpointToken as StaleCheckpointToken,
+)
+from stashpoint.errors import (
     ArchivedObject as ArchivedObject,
 )
 from stashpoint.errors import (
@@ -140,11 +152,14 @@ _ERRORS = (
     "CheckpointConflict",
     "CheckpointNotFound",
     "ConfigurationError",
+    "DurableExecutionExists",
+    "DurableExecutionNotFound",
     "Fenced",
     "GraphDriftError",
     "IdentityMismatch",
     "IndexDamaged",
     "InvalidArgument",
+    "InvalidDurableUpdate",
     "InvalidId",
     "InvalidPayload",
     "KeyShredded",
@@ -157,6 +172,7 @@ _ERRORS = (
     "RunNotFound",
     "RunSuspended",
     "SourceChanged",
+    "StaleCheckpointToken",
     "StepFailed",
     "StepInterrupted",
     "StorageUnavailable",

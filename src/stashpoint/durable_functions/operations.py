@@ -810,7 +810,7 @@ def _ended(
 
 
 def _own(op: Mapping[str, Any]) -> dict[str, Any]:
-    """The execution's own operation as its events name it (id and name, no subtype)."""
+    """Return the execution's own operation as its events name it (id and name)."""
     return {"Id": op["Id"], "Name": op.get("Name")}
 
 
