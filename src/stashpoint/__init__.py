@@ -15,18 +15,6 @@ from stashpoint.errors import (
     AmbiguousResume as AmbiguousResume,
 )
 from stashpoint.errors import (
-    DurableExecutionExists as DurableExecutionExists,
-)
-from stashpoint.errors import (
-    DurableExecutionNotFound as DurableExecutionNotFound,
-)
-from stashpoint.errors import (
-    InvalidDurableUpdate as InvalidDurableUpdate,
-)
-from stashpoint.errors import (
-    StaleCheckpointToken as StaleCheckpointToken,
-)
-from stashpoint.errors import (
     ArchivedObject as ArchivedObject,
 )
 from stashpoint.errors import (
@@ -40,6 +28,12 @@ from stashpoint.errors import (
 )
 from stashpoint.errors import (
     ConfigurationError as ConfigurationError,
+)
+from stashpoint.errors import (
+    DurableExecutionExists as DurableExecutionExists,
+)
+from stashpoint.errors import (
+    DurableExecutionNotFound as DurableExecutionNotFound,
 )
 from stashpoint.errors import (
     ErrorKind,
@@ -59,6 +53,9 @@ from stashpoint.errors import (
 )
 from stashpoint.errors import (
     InvalidArgument as InvalidArgument,
+)
+from stashpoint.errors import (
+    InvalidDurableUpdate as InvalidDurableUpdate,
 )
 from stashpoint.errors import (
     InvalidId as InvalidId,
@@ -95,6 +92,9 @@ from stashpoint.errors import (
 )
 from stashpoint.errors import (
     SourceChanged as SourceChanged,
+)
+from stashpoint.errors import (
+    StaleCheckpointToken as StaleCheckpointToken,
 )
 from stashpoint.errors import (
     StepFailed as StepFailed,
