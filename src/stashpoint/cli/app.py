@@ -20,7 +20,7 @@ import sys
 
 import typer
 
-from stashpoint.cli import admin, agents, checkpoints, keys, purges, runs, threads
+from stashpoint.cli import admin, agents, checkpoints, durable, keys, purges, runs, threads
 from stashpoint.cli.exits import HELP, USAGE, fail
 from stashpoint.cli.options import settings
 
@@ -37,6 +37,7 @@ app.registered_commands += checkpoints.app.registered_commands
 app.registered_commands += admin.app.registered_commands
 app.add_typer(runs.app, name="runs")
 app.add_typer(threads.app, name="threads")
+app.add_typer(durable.app, name="durable")
 app.add_typer(agents.app, name="agent")
 app.registered_commands += purges.app.registered_commands
 app.add_typer(purges.receipts, name="receipts")
