@@ -8,8 +8,10 @@ Install with `pip install 'stashpoint[lambda-durable]'`.
   wire shapes), kept in one stash log per execution (`executions`), with the service's
   rules in `operations` (free of I/O).
 - `StashClient` (`client`): the SDK's `DurableServiceClient` over the service.
+- `StashSerDes` (`serdes`): the SDK's `SerDes`, keeping values too large for a checkpoint
+  in the stash (on Lambda as anywhere).
 
-The SDK is imported only by `client` and `runner`, so `import stashpoint` stays light.
+The SDK is imported only by `client`, `runner` and `serdes`, so `import stashpoint` stays light.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stashpoint.durable_functions.client import StashClient
     from stashpoint.durable_functions.runner import DurableFunctions
+    from stashpoint.durable_functions.serdes import StashSerDes
     from stashpoint.durable_functions.service import DurableService
 
-__all__ = ["DurableFunctions", "DurableService", "StashClient"]
+__all__ = ["DurableFunctions", "DurableService", "StashClient", "StashSerDes"]
 
 _HOMES = {
     "DurableFunctions": "stashpoint.durable_functions.runner",
     "DurableService": "stashpoint.durable_functions.service",
     "StashClient": "stashpoint.durable_functions.client",
+    "StashSerDes": "stashpoint.durable_functions.serdes",
 }
 
 

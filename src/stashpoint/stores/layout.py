@@ -105,6 +105,9 @@ leases, results), a done mark per batch and the map's end, all under `{map_id}:`
 DURABLE_EXECUTIONS = "durable-executions"
 """Log namespace of AWS Lambda durable functions' executions (`stashpoint.durable_functions`):
 one log per execution, its records the operations and history events."""
+DURABLE_VALUES = "durable-values"
+"""Namespace of durable functions' values too large for a checkpoint
+(`durable_functions.serdes.StashSerDes`), named `{owner}/{operation}/{sha256}`."""
 
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
@@ -132,6 +135,8 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(FLEET, Shape.LOGS, full_state_every=1, references_blobs=True),
         # The newest entry's small state says where an execution stands (a worker's scan).
         Namespace(DURABLE_EXECUTIONS, Shape.LOGS, full_state_every=1),
+        # Named by their hash, referenced from checkpoints (Lambda's or ours): never collected.
+        Namespace(DURABLE_VALUES, Shape.CONTENT),
     )
 }
 """Every namespace of the layout, by name."""
