@@ -168,44 +168,55 @@ def run_steps(url: str, options: dict[str, Any], steps: int, counts: Counts) -> 
     return _summary("run.step", steps, wall, gaps, cpus, counts)
 
 
-def _worker(url: str, options: dict[str, Any], until: float) -> None:
-    """A worker process: run due executions until the parent has ended (or `until`)."""
+def _worker(url: str, options: dict[str, Any], ready: Any, go: Any, done: Any, cpu: Any) -> None:
+    """A worker process: once told to go, run due executions until told the map is done."""
     with stashpoint.open(url, **options) as stash:
         functions = DurableFunctions(stash, lease=timedelta(minutes=5), worker_id=str(os.getpid()))
         for name, handler in (("fan-out", fan_out), ("chunk", chunk)):
             functions.register(name, handler)
-
-        def ended() -> bool:
-            if time.monotonic() > until:
-                return True
-            states = functions.service.states("fan-out")
-            return bool(states) and all(state.ended for _, state in states)
-
-        functions.work(stop=ended, idle=0.05)
+        ready.release()
+        go.wait(600)
+        start = time.process_time()
+        functions.work(stop=done.is_set, idle=0.1)
+        cpu.put(time.process_time() - start)
 
 
-def fan_out_run(url: str, options: dict[str, Any], items: int, size: int, workers: int) -> float:
-    """Start a fan-out and run it with `workers` processes; return the wall seconds."""
+def fan_out_run(
+    url: str, options: dict[str, Any], items: int, size: int, workers: int
+) -> tuple[float, float]:
+    """Run a fan-out with `workers` warm processes; return wall and their CPU seconds.
+
+    Timed from the moment the workers (started, imported, stash open) are told to go to
+    the moment the parent execution has ended.
+    """
     target = _fresh(url, workers)
+    context = multiprocessing.get_context("spawn")
+    ready, go, done, cpu = context.Semaphore(0), context.Event(), context.Event(), context.Queue()
+    processes = [
+        context.Process(target=_worker, args=(target, options, ready, go, done, cpu))
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    for _ in processes:
+        assert ready.acquire(timeout=600)
     with stashpoint.open(target, **options) as stash:
         functions = DurableFunctions(stash)
         arn = functions.start("fan-out", {"items": items, "chunk": size})
         start = time.perf_counter()
-        context = multiprocessing.get_context("spawn")
-        processes = [
-            context.Process(target=_worker, args=(target, options, time.monotonic() + 1800))
-            for _ in range(workers)
-        ]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join()
+        go.set()
+        deadline = time.monotonic() + 1800
+        while functions.describe(arn)["Status"] == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.1)
         wall = time.perf_counter() - start
-        view = functions.service.read(arn)
-        assert view.state.status == "SUCCEEDED", view.state.status
+        done.set()
+        used = sum(cpu.get(timeout=600) for _ in processes)
+        for process in processes:
+            process.join(timeout=600)
+        assert functions.describe(arn)["Status"] == "SUCCEEDED"
         result = json.loads(functions.describe(arn)["Result"])
         assert result == items, result
-    return wall
+    return wall, used
 
 
 def _fresh(url: str, workers: int) -> str:
@@ -270,11 +281,12 @@ def main(argv: list[str] | None = None) -> None:
                   f"p50 {long['p50_ms']:.1f} ms")  # fmt: skip
         if args.items:
             url, options = at("fan", True)
-            one = fan_out_run(url, options, args.items, args.chunk, 1)
-            many = fan_out_run(url, options, args.items, args.chunk, args.workers)
+            one, one_cpu = fan_out_run(url, options, args.items, args.chunk, 1)
+            many, many_cpu = fan_out_run(url, options, args.items, args.chunk, args.workers)
             print(
-                f"\nfan-out of {args.items} items in chunks of {args.chunk}: 1 worker "
-                f"{one:.1f} s, {args.workers} workers {many:.1f} s: {one / many:.2f}x"
+                f"\nfan-out of {args.items} items in chunks of {args.chunk} on "
+                f"{os.cpu_count()} cores: 1 worker {one:.1f} s ({one_cpu:.1f} s CPU), "
+                f"{args.workers} workers {many:.1f} s ({many_cpu:.1f} s CPU): {one / many:.2f}x"
             )
     sys.stdout.flush()
 

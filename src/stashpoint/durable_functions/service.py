@@ -39,7 +39,7 @@ from stashpoint.errors import (
     described,
 )
 from stashpoint.ids import validate_id
-from stashpoint.steps import Now, Steps, ask, run_sync
+from stashpoint.steps import PARALLEL_WIDTH, Call, Now, Parallel, Steps, ask, run_sync
 from stashpoint.stores.layout import DURABLE_EXECUTIONS
 
 if TYPE_CHECKING:
@@ -481,12 +481,24 @@ class DurableService:
         return [_arn_of_id(i) for i in ids]
 
     def states(self, function: str | None = None) -> list[tuple[str, ops.ExecutionState]]:
-        """Return every execution's ARN and newest state (one read of its newest entry)."""
-        out = []
-        for arn in self.arns(function):
-            head = self._run(self.executions.logs.head(execution_id(arn)))
-            out.append((arn, ops.ExecutionState.parse(head.state)))
-        return out
+        """Return every execution's ARN and newest state (one read of its newest entry).
+
+        The executions are read `PARALLEL_WIDTH` at a time: a worker looking for due work
+        waits about one read, not one per execution.
+        """
+        arns = self.arns(function)
+        states: list[ops.ExecutionState] = []
+        for start in range(0, len(arns), PARALLEL_WIDTH):
+            batch = arns[start : start + PARALLEL_WIDTH]
+            read: list[Any] = self._run(
+                ask(Parallel(tuple(Call(self._state, (a,)) for a in batch)))
+            )
+            states += read
+        return list(zip(arns, states, strict=True))
+
+    def _state(self, arn: str) -> ops.ExecutionState:
+        head = self._run(self.executions.logs.head(execution_id(arn)))
+        return ops.ExecutionState.parse(head.state)
 
     def due(self, function: str | None = None) -> list[str]:
         """Return the ARNs of the executions an invocation could take now."""
