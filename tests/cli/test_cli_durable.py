@@ -75,3 +75,86 @@ def test_list_history_callback_and_stop(tmp_path: Path) -> None:
     assert pending["items"] == []
     ended = cli("durable", "history", stopped, url=url).stdout
     assert "ExecutionStopped" in ended
+
+
+def test_history_html_draws_the_operations_without_payloads(tmp_path: Path) -> None:
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url) as stash:
+        functions = DurableFunctions(stash)
+        functions.register("approval", _approval)
+        arn = functions.start("approval", {"secret": "s3cr3t-input"}, name="order-1")
+        functions.run_due()
+        (callback,) = functions.callbacks(arn)
+        functions.send_callback_success(callback["CallbackId"], "s3cr3t-answer</script>")
+        functions.run_due()
+    page = tmp_path / "execution.html"
+    said = _valid("durable-history", cli("durable", "history", arn, "--html", str(page),
+                                         "--json", url=url).stdout)  # fmt: skip
+    assert said["file"] == str(page) and said["operations"] >= 2
+    text = page.read_text()
+    assert "s3cr3t" not in text  # inputs and results are not on the page
+    start = text.index('<script type="application/json" id="data">') + 42
+    data = json.loads(text[start : text.index("</script>", start)])
+    assert data["run"]["status"] == "completed" and data["run"]["graph"] == "approval"
+    lanes = {a["lane"] for a in data["attempts"]}
+    assert any("approve" in lane for lane in lanes)
+    assert all(a["status"] == "completed" for a in data["attempts"])
+    assert (page.stat().st_mode & 0o777) == 0o600
+
+
+TRIES: list[int] = []
+
+
+def _flaky(_: Any) -> int:
+    TRIES.append(1)
+    if len(TRIES) < 2:
+        raise RuntimeError("the first try fails")
+    return len(TRIES)
+
+
+@durable_execution
+def _retried(event: Any, ctx: DurableContext) -> Any:
+    from aws_durable_execution_sdk_python.config import Duration, StepConfig
+    from aws_durable_execution_sdk_python.retries import RetryStrategyConfig, create_retry_strategy
+
+    retry = create_retry_strategy(
+        RetryStrategyConfig(max_attempts=3, initial_delay=Duration.from_seconds(1))
+    )
+    ctx.step(lambda _: 1, name="count")
+    ctx.wait(Duration.from_seconds(5), name="cool-down")
+    return ctx.step(_flaky, name="flaky", config=StepConfig(retry_strategy=retry))
+
+
+def test_chromium_draws_an_executions_operations(tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from stashpoint.clock import FakeClock
+    from tests.cli.test_cli_report import _browser
+
+    url = f"local://{tmp_path / 'stash'}"
+    with stashpoint.open(url, clock=FakeClock()) as stash:
+        functions = DurableFunctions(stash)
+        functions.register("retried", _retried)
+        arn = functions.start("retried", None, name="run-1")
+        TRIES.clear()
+        assert functions.run(arn).state.status == "SUCCEEDED"
+        operations = len(functions.service.read(arn).operations)
+        assert operations == 4  # the execution itself, two steps and the wait
+    page = tmp_path / "execution.html"
+    cli("durable", "history", arn, "--html", str(page), url=url)
+    browser = _browser()
+    try:
+        browser.get(page.as_uri())
+        WebDriverWait(browser, 60).until(
+            lambda b: b.execute_script("return document.body.dataset.ready") == "yes"
+        )
+        canvas = browser.find_element(By.ID, "timeline")
+        assert canvas.get_attribute("data-bars") == str(operations)
+        rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#rows tr")]
+        assert any("flaky" in r and " 2 " in f" {r} " for r in rows), rows  # its second try
+        assert browser.title.startswith("durable execution arn:stashpoint:lambda-durable:retried")
+        severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert severe == []
+    finally:
+        browser.quit()

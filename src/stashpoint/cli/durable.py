@@ -7,6 +7,7 @@ commands speak to the service, not to handlers).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -81,11 +82,25 @@ def durable_list(
 @app.command("history")
 def durable_history(
     arn: Annotated[str, typer.Argument(metavar="ARN", help="The execution's ARN.")],
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Write the execution as one self-contained HTML page (its operations as a "
+            "timeline; no payloads).",
+        ),
+    ] = None,
     url: Url = None,
     as_json: AsJson = False,
     wide: Wide = False,
 ) -> None:
-    """Show an execution's status and its history of events, in order."""
+    """Show an execution's status and its history of events, in order.
+
+    `--html FILE` writes a page that needs no network: every operation (step, wait,
+    callback, invoke, child context) as a bar on a timeline, retries outlined, with its
+    status, attempt and error type; inputs and results are left out.
+    """
     from stashpoint.cli.output import Column, Output, when
     from stashpoint.durable_functions.service import DurableService
     from stashpoint.url import without_credentials
@@ -94,6 +109,16 @@ def durable_history(
     with open_stash(url, existing=True) as stash:
         name = without_credentials(stash.url)
         view = DurableService(stash).read(arn)
+    if html is not None:
+        from stashpoint.cli.report import execution_report_data, write_report
+
+        target = html.expanduser()
+        write_report(target, execution_report_data(view, arn=arn, stash=name))
+        if as_json:
+            output.emit({"file": str(target), "operations": len(view.operations)})
+        else:
+            output.say(f"wrote {len(view.operations)} operations to {target}")
+        return
     events = [
         {
             "id": e["EventId"],

@@ -20,7 +20,7 @@ import html
 import json
 import os
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,59 @@ def report_data(
     }
 
 
+_OPERATION_STATUS = {
+    "SUCCEEDED": "completed", "FAILED": "failed", "TIMED_OUT": "failed", "STARTED": "running",
+    "READY": "running", "PENDING": "waiting", "CANCELLED": "cancelled", "STOPPED": "cancelled",
+}  # fmt: skip
+"""A durable operation's status as the page colours it."""
+_EXECUTION_STATUS = {"SUCCEEDED": "completed", "RUNNING": "running", "STOPPED": "cancelled"}
+
+
+def execution_report_data(view: Any, *, arn: str, stash: str) -> dict[str, Any]:
+    """Return what the page draws for a Lambda durable execution (`durable history --html`).
+
+    Each operation (step, wait, callback, invoke, child context) is a bar in the lane of
+    its name; payloads (inputs, results) are left out entirely, errors keep their type.
+    """
+    state = view.state
+    attempts = []
+    for op in view.operations.values():
+        details = op.get("StepDetails") or {}
+        error = details.get("Error") or (op.get("ContextDetails") or {}).get("Error")
+        name = op.get("Name") or op["Id"]
+        wake = (op.get("WaitDetails") or {}).get("ScheduledEndTimestamp")
+        attempts.append(
+            {
+                "id": op["Id"], "node": name, "lane": f"{op.get('SubType') or op['Type']} {name}",
+                # `Attempt` counts the tries that failed: one more is running or succeeded.
+                "attempt": int(details.get("Attempt") or 0)
+                + (1 if op["Status"] in ("SUCCEEDED", "STARTED", "READY") else 0) or 1,
+                "status": _OPERATION_STATUS.get(op["Status"], op["Status"].lower()),
+                "start": op.get("StartTimestamp"), "end": op.get("EndTimestamp"),
+                "error": error.get("ErrorType")
+                if isinstance(error, dict) and op["Status"] != "SUCCEEDED"
+                else None,
+                "epoch": 0, "wake": wake, "input": None, "output": None,
+            }
+        )  # fmt: skip
+    attempts.sort(key=lambda a: (a["start"] or 0, a["id"]))
+    started = datetime.fromtimestamp(state.started_ms / 1000, tz=UTC)
+    ended = (
+        started if state.ended_ms is None else datetime.fromtimestamp(state.ended_ms / 1000, tz=UTC)
+    )
+    return {
+        "run": {
+            "id": arn, "graph": state.function, "namespace": "durable-executions",
+            "status": _EXECUTION_STATUS.get(state.status, "failed"),
+            "created": rfc3339(started), "updated": rfc3339(ended),
+            "error": None if state.status in _EXECUTION_STATUS else state.status,
+            "wake": None, "interrupted": None, "now": state.ended_ms or state.started_ms,
+        },
+        "kind": "durable execution", "stash": stash, "attempts": attempts, "snapshot": "",
+        "snapshot_cut": False, "transcript": None,
+    }  # fmt: skip
+
+
 def _script_json(data: dict[str, Any]) -> str:
     # Inside <script>, only "</" (and "<!--") could end or change the element: escaped.
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -98,7 +151,7 @@ def _script_json(data: dict[str, Any]) -> str:
 
 def write_report(target: Path, data: dict[str, Any]) -> None:
     """Write the page to `target`, owner-only, whole or not at all (renamed into place)."""
-    title = html.escape(f"run {data['run']['id']} — stashpoint")
+    title = html.escape(f"{data.get('kind', 'run')} {data['run']['id']} — stashpoint")
     template = resources.files("stashpoint.cli").joinpath("report_page.html").read_text("utf-8")
     head, tail = template.split("__DATA__")  # the data is placed, never searched for markers
     page = head.replace("__TITLE__", title) + _script_json(data) + tail
