@@ -127,10 +127,9 @@ def _retried(event: Any, ctx: DurableContext) -> Any:
 
 def test_chromium_draws_an_executions_operations(tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from stashpoint.clock import FakeClock
-    from tests.cli.test_cli_report import _browser
+    from tests.cli.test_cli_report import _browser, _opened
 
     url = f"local://{tmp_path / 'stash'}"
     with stashpoint.open(url, clock=FakeClock()) as stash:
@@ -145,10 +144,7 @@ def test_chromium_draws_an_executions_operations(tmp_path: Path) -> None:
     cli("durable", "history", arn, "--html", str(page), url=url)
     browser = _browser()
     try:
-        browser.get(page.as_uri())
-        WebDriverWait(browser, 60).until(
-            lambda b: b.execute_script("return document.body.dataset.ready") == "yes"
-        )
+        _opened(browser, page)
         canvas = browser.find_element(By.ID, "timeline")
         assert canvas.get_attribute("data-bars") == str(operations)
         rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#rows tr")]

@@ -90,16 +90,22 @@ def _browser() -> Any:
     return webdriver.Chrome(service=Service(driver), options=options)
 
 
+def _opened(browser: Any, page: Path) -> None:
+    """Load `page` and wait (bounded) until its script says it has drawn everything."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(page.as_uri())
+    WebDriverWait(browser, 60).until(
+        lambda b: b.execute_script("return document.body.dataset.ready") == "yes"
+    )
+
+
 def test_chromium_draws_every_attempt_and_the_table_filters(report: Path) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     browser = _browser()
     try:
-        browser.get(report.as_uri())
-        WebDriverWait(browser, 60).until(
-            lambda b: b.execute_script("return document.body.dataset.ready") == "yes"
-        )
+        _opened(browser, report)
         canvas = browser.find_element(By.ID, "timeline")
         assert canvas.get_attribute("data-bars") == "10004"
         assert int(canvas.get_attribute("data-rows")) >= 64  # the map's items, packed

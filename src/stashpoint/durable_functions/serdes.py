@@ -27,18 +27,22 @@ from typing import TYPE_CHECKING, Any
 from aws_durable_execution_sdk_python.constants import CHECKPOINT_SIZE_LIMIT_BYTES
 from aws_durable_execution_sdk_python.serdes import EXTENDED_TYPES_SERDES, SerDes, SerDesContext
 
-from stashpoint.errors import InvalidArgument, InvalidPayload, StashpointError, described
+from stashpoint.errors import (
+    InvalidArgument,
+    InvalidPayload,
+    StashpointError,
+    StorageUnavailable,
+    described,
+)
 from stashpoint.steps import Steps, ask, run_sync
 from stashpoint.stores import writes
 from stashpoint.stores.layout import DURABLE_EXECUTIONS, DURABLE_VALUES
 from stashpoint.stores.objects import (
-    MAX_DELETE_BATCH,
     Create,
-    DeleteVersions,
     GetObject,
     ObjectInfo,
     PutObject,
-    every_version,
+    delete_every_version,
 )
 from stashpoint.stores.writes import Found
 
@@ -120,7 +124,8 @@ class StashSerDes(SerDes[Any]):
         """Delete every stored version of the values of the execution `arn`; return how many."""
         if not isinstance(arn, str) or not arn:
             raise InvalidArgument(f"arn must be a non-empty str, not {described(arn)}")
-        return run_sync(self._erase(self._owner_of(arn)), self.stash.driver)
+        erased: int = run_sync(self._erase(self._owner_of(arn)), self.stash.driver)
+        return erased
 
     # Steps.
 
@@ -192,11 +197,15 @@ class StashSerDes(SerDes[Any]):
         return text
 
     def _erase(self, owner: str) -> Steps[int]:
-        found = yield from every_version(self.stash.layout.key(DURABLE_VALUES, f"{owner}/"))
-        doomed = [(v.key, v.version_id) for v in found]
-        for start in range(0, len(doomed), MAX_DELETE_BATCH):
-            yield from ask(DeleteVersions(tuple(doomed[start : start + MAX_DELETE_BATCH])))
-        return len(doomed)
+        prefix = self.stash.layout.key(DURABLE_VALUES, f"{owner}/")
+        found, failures = yield from delete_every_version(prefix)
+        if failures:
+            raise StorageUnavailable(
+                f"storage did not delete {len(failures)} version(s) ({failures[0].code}); "
+                "erasing again deletes what is left",
+                object_name=failures[0].key,
+            )
+        return found
 
 
 def _digest(text: str) -> str:

@@ -34,16 +34,14 @@ from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Steps, ask
 from stashpoint.stores.layout import LANGGRAPH_VALUES, Layout
 from stashpoint.stores.objects import (
-    MAX_DELETE_BATCH,
     Create,
     DeleteObject,
-    DeleteVersions,
     GetObject,
     ListKeys,
     ObjectInfo,
     PutObject,
+    delete_every_version,
     delete_keys,
-    every_version,
 )
 from stashpoint.stores.writes import (
     Found,
@@ -220,10 +218,7 @@ class ThreadValues:
 
     def erase(self, key: str) -> Steps[None]:
         """Delete every stored version under a purged thread's values prefix."""
-        found = yield from every_version(self.key(key, ""))
-        doomed = [(v.key, v.version_id) for v in found]
-        for start in range(0, len(doomed), MAX_DELETE_BATCH):
-            yield from ask(DeleteVersions(tuple(doomed[start : start + MAX_DELETE_BATCH])))
+        yield from delete_every_version(self.key(key, ""))
 
     def store_large(
         self, key: str, large: Mapping[str, tuple[str, bytes]], life: int, done: set[str]

@@ -444,6 +444,20 @@ class DeleteKeys(Request["list[DeleteFailure]"]):
     """The object keys."""
 
 
+def delete_every_version(prefix: str) -> Steps[tuple[int, list[DeleteFailure]]]:
+    """Delete every stored version under `prefix` for good, `MAX_DELETE_BATCH` a request.
+
+    Returns how many versions were found and those storage did not delete (a retention
+    or legal hold keeps them): the caller decides whether what is left is an error.
+    """
+    found = yield from every_version(prefix)
+    doomed = [(v.key, v.version_id) for v in found]
+    failures: list[DeleteFailure] = []
+    for start in range(0, len(doomed), MAX_DELETE_BATCH):
+        failures += yield from ask(DeleteVersions(tuple(doomed[start : start + MAX_DELETE_BATCH])))
+    return len(doomed), failures
+
+
 def delete_keys(keys: Sequence[str], *, best_effort: bool = False) -> Steps[None]:
     """Delete the current objects of `keys`, unconditionally, in as few requests as it takes.
 
