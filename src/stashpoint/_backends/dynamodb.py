@@ -267,7 +267,7 @@ def _query(request: QueryItems, table: str) -> Steps[ItemPage]:
         "KeyConditionExpression": condition,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
-        "ScanIndexForward": False,
+        "ScanIndexForward": request.ascending,
         "Limit": limit,
     }
     response = yield from ask(AwsCall("query", params))

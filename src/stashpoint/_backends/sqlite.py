@@ -313,7 +313,7 @@ class SqliteIndexTransport:
             params.append(request.sort_below)
         rows = db.execute(
             f"SELECT item FROM items WHERE {' AND '.join(where)} "
-            f"ORDER BY {gsi.sort_key} DESC LIMIT ?",
+            f"ORDER BY {gsi.sort_key} {'ASC' if request.ascending else 'DESC'} LIMIT ?",
             (*params, request.limit + 1),
         ).fetchall()
         items = [json.loads(r[0]) for r in rows[: request.limit]]

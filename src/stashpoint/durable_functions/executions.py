@@ -77,9 +77,28 @@ class Executions:
         Only the entries after the version this process holds are read.
         `DurableExecutionNotFound` if there is no such execution.
         """
+        found = yield from self.read_if(execution_id, lambda _: True)
+        assert isinstance(found, Held)
+        return found
+
+    def read_if(
+        self, execution_id: str, wanted_if: Callable[[ExecutionState], bool]
+    ) -> Steps[Held | tuple[LogHead, ExecutionState]]:
+        """Read the newest version as `read` does if `wanted_if(its state)`; else only its head.
+
+        A worker that looks at an execution another took a moment ago reads one object,
+        not the entries it has not seen (the newest entry's state says it is not due).
+        Returns the head and its state when not wanted (nothing remembered).
+        """
         held = self._held.get(execution_id)
+        skipped: list[ExecutionState] = []
 
         def wanted(top: LogHead) -> range:
+            if not top.ended:
+                state = ExecutionState.parse(top.state)
+                if not wanted_if(state):
+                    skipped.append(state)
+                    return range(0)
             first = (
                 top.base if held is None or held.head.base != top.base else held.head.version + 1
             )
@@ -95,6 +114,8 @@ class Executions:
             raise DurableExecutionNotFound(
                 "the durable execution was deleted", object_name=execution_id
             )
+        if skipped:
+            return head, skipped[0]
         if held is not None and head.version <= held.head.version and head.base == held.head.base:
             return held  # nothing newer than what this process holds
         state = ExecutionState.parse(head.state)

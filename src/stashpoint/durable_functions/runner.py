@@ -15,15 +15,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import socket
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 from stashpoint.durable_functions import operations as ops
 from stashpoint.durable_functions.client import StashClient, invoke, to_datetime
 from stashpoint.durable_functions.operations import ExecutionView
-from stashpoint.durable_functions.service import DEFAULT_LEASE, DurableService, execution_id
+from stashpoint.durable_functions.service import (
+    DEFAULT_LEASE,
+    DEFAULT_SWEEP,
+    DurableService,
+    execution_id,
+)
 from stashpoint.errors import (
+    DurableExecutionNotFound,
     InvalidArgument,
     StaleCheckpointToken,
     described,
@@ -50,15 +58,19 @@ class DurableFunctions:
         worker_id: str | None = None,
         lease: Any = DEFAULT_LEASE,
         max_invocation_failures: int = 3,
+        sweep: Any = DEFAULT_SWEEP,
     ) -> None:
         self.service = DurableService(
-            stash, lease=lease, max_invocation_failures=max_invocation_failures
+            stash, lease=lease, max_invocation_failures=max_invocation_failures, sweep=sweep
         )
         """The checkpoint service the handlers talk to."""
         self.client = StashClient(self.service)
         """The SDK's client of that service."""
         self.worker_id = worker_id or _default_worker()
         """Who this runner's invocations say they are."""
+        # Workers that read the same due list take it in different orders, so they do not
+        # all race for the same execution first (a lost race costs a write and a read).
+        self._order = random.Random(zlib.crc32(self.worker_id.encode()))
         self._handlers: dict[str, Handler] = {}
 
     # Registry.
@@ -141,11 +153,21 @@ class DurableFunctions:
         seen: set[str] | None = None
         while ran < max_invocations:
             due = self.service.due()
+            order = list(due)
+            if len(order) > 1 and len(order) > max_invocations - ran:
+                # Fewer than listed will run: the earliest due first, each worker its own way.
+                order = order[: max_invocations - ran]
+            self._order.shuffle(order)
             progressed = False
-            for arn in due:
+            for arn in order:
                 if ran >= max_invocations:
                     break
-                if self.invoke_once(arn):
+                try:
+                    taken = self.invoke_once(arn)
+                except DurableExecutionNotFound:
+                    self.service.forget_due(arn)  # deleted or purged: its index item goes too
+                    continue
+                if taken:
                     ran += 1
                     progressed = True
             # Claims that ran nothing may still have changed what is due (a timeout, a
@@ -226,8 +248,8 @@ class DurableFunctions:
         return history(self.service.read(arn))
 
     def executions(self, function: str | None = None) -> list[str]:
-        """Return the ARNs of the executions (of `function`)."""
-        return self.service.arns(function)
+        """Return the ARNs of the executions (of `function`); a deleted or purged one is not."""
+        return [arn for arn, _ in self.service.states(function)]
 
     def pending(self, function: str | None = None) -> list[str]:
         """Return the ARNs of the executions that have not ended (of `function`)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import secrets
 import uuid
 from collections.abc import Callable
@@ -27,15 +28,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from stashpoint.cache import Lru
 from stashpoint.durable_functions import operations as ops
+from stashpoint.durable_functions.due_index import DueIndex
 from stashpoint.durable_functions.executions import Executions, Held
 from stashpoint.durable_functions.operations import Change, ExecutionView, Invocation
 from stashpoint.errors import (
     CheckpointConflict,
+    CheckpointNotFound,
     DurableExecutionExists,
     DurableExecutionNotFound,
     InvalidArgument,
     InvalidDurableUpdate,
     StaleCheckpointToken,
+    StashpointError,
     described,
 )
 from stashpoint.ids import validate_id
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+log = logging.getLogger("stashpoint.durable_functions")
+
 ARN_PREFIX = "arn:stashpoint:lambda-durable:"
 """Every execution ARN this service issues starts so: `{prefix}{function}:{name}/{op}`,
 `op` the id of the execution's own operation (the SDK reads it from the ARN's end)."""
@@ -55,6 +61,11 @@ DEFAULT_LEASE = timedelta(minutes=15)
 invocation): after it, another worker may take the execution over."""
 MAX_INVOCATION_FAILURES = 3
 """Invocations in a row that may end without an answer before the execution fails."""
+DEFAULT_SWEEP = timedelta(minutes=1)
+"""How often a worker on an indexed stash also scans every execution (the safety net for
+an index item a dead process did not write)."""
+DUE_PAGE = 256
+"""Due executions read from the index at a time."""
 
 
 def execution_id(arn: str) -> str:
@@ -116,9 +127,12 @@ class DurableService:
         *,
         lease: timedelta = DEFAULT_LEASE,
         max_invocation_failures: int = MAX_INVOCATION_FAILURES,
+        sweep: timedelta = DEFAULT_SWEEP,
     ) -> None:
         if not isinstance(lease, timedelta) or lease <= timedelta(0):
             raise InvalidArgument(f"lease must be a positive timedelta, not {described(lease)}")
+        if not isinstance(sweep, timedelta) or sweep <= timedelta(0):
+            raise InvalidArgument(f"sweep must be a positive timedelta, not {described(sweep)}")
         self.stash = stash
         """The stash executions live in."""
         self.lease = lease
@@ -127,6 +141,11 @@ class DurableService:
         """Invocations in a row without an answer before the execution fails."""
         self.executions = Executions(stash.log_steps(DURABLE_EXECUTIONS))
         """The executions' storage steps."""
+        self.due_index = DueIndex(stash.layout.prefix) if stash.indexed else None
+        """Where workers find due executions (`due_index`); None on a stash without an index."""
+        self.sweep = sweep
+        """How often `due` scans every execution although the index answers."""
+        self._swept_ms: int | None = None
         self._started: Lru[str, bool] = Lru(4096)  # chained invokes' targets started here
 
     # Driving.
@@ -142,11 +161,40 @@ class DurableService:
         self, arn: str, plan: Callable[[Held, int], Change | None], *, fresh: bool = False
     ) -> Held:
         log_id = execution_id(arn)
+        before: list[ops.ExecutionState] = []
+
+        def planned(held: Held) -> Change | None:
+            before[:] = [held.view.state]
+            return plan(held, now)
+
         with self.executions.lock(log_id):
             now = self.now_ms()
-            return self._run(
-                self.executions.update(log_id, lambda held: plan(held, now), trust_cached=not fresh)
-            )
+            held = self._run(self.executions.update(log_id, planned, trust_cached=not fresh))
+        if before and held.view.state is not before[0]:
+            self._index(log_id, held, before[0])
+        return held
+
+    def _index(self, log_id: str, held: Held, before: ops.ExecutionState | None) -> None:
+        """Record when the execution is due, if this append changed it (`due_index`)."""
+        if self.due_index is None:
+            return
+        after = held.view.state
+        if before is not None:
+            if _due_at(before) == _due_at(after):
+                return
+            held_on = before.invocation is not None and after.invocation is not None
+            if held_on and before.invocation.nonce == after.invocation.nonce:  # type: ignore[union-attr]
+                return  # a checkpoint renewed the lease: an early item costs one read, no more
+        self._index_at(log_id, held.head.version, after)
+
+    def _index_at(self, log_id: str, version: int, state: ops.ExecutionState) -> None:
+        assert self.due_index is not None
+        try:
+            self._run(self.due_index.record(log_id, version, _due_at(state)))
+        except StashpointError as exc:
+            # The append is stored and acknowledged; the item only follows it. The sweep
+            # (or the next change) rewrites it: a late item delays the execution, no more.
+            log.warning("the due item of execution %s was not written (%s)", log_id, exc.kind)
 
     def read(self, arn: str) -> ExecutionView:
         """Return the execution's newest operations, history and state."""
@@ -187,7 +235,7 @@ class DurableService:
         )
         with self.executions.lock(log_id):
             try:
-                self._run(self.executions.create(log_id, change))
+                created = self._run(self.executions.create(log_id, change))
             except CheckpointConflict:
                 # A create-only write that found an execution judges it by its content.
                 view = self._run(self.executions.read(log_id)).view
@@ -201,6 +249,9 @@ class DurableService:
                     raise DurableExecutionExists(
                         "an execution of this function already has this name", object_name=arn
                     ) from None
+                # A retried start: its first try may have died before the item was written.
+                created = self._run(self.executions.read(log_id))
+        self._index(log_id, created, None)
         return arn
 
     def claim(self, arn: str, worker: str) -> Claimed | None:
@@ -235,12 +286,25 @@ class DurableService:
                 return None
             return ops.claim(view, self._invocation(worker, now, nonce, request_id), now)
 
-        held = self._update(arn, plan, fresh=True)
+        log_id = execution_id(arn)
+        with self.executions.lock(log_id):
+            now = self.now_ms()
+            # The newest entry's state alone says whether it is due: one read, not every
+            # entry this process has not seen, for an execution that is not.
+            looked = self._run(self.executions.read_if(log_id, lambda s: _is_due(s, now)))
+        if not isinstance(looked, Held):
+            head, seen = looked
+            if self.due_index is not None:
+                self._index_at(log_id, head.version, seen)
+            return None
+        held = self._update(arn, plan)  # on the version just read (a newer one: a conflict)
         state = held.view.state
         if state.ended and state.parent is not None and not state.parent_told:
             self._tell_parent(arn, held.view.copy())
         inv = state.invocation
         if inv is None or inv.nonce != nonce:
+            # Not due after all: the item that said so was early (a renewed lease) or behind.
+            self._index(log_id, held, None)
             return None
         return Claimed(
             arn=arn,
@@ -486,27 +550,78 @@ class DurableService:
         The executions are read `PARALLEL_WIDTH` at a time: a worker looking for due work
         waits about one read, not one per execution.
         """
+        return [(arn, state) for arn, _, state in self._scan(function)]
+
+    def _scan(self, function: str | None) -> list[tuple[str, int, ops.ExecutionState]]:
+        """Every execution's ARN, newest version and state (a deleted one is left out)."""
         arns = self.arns(function)
-        states: list[ops.ExecutionState] = []
+        found: list[tuple[str, int, ops.ExecutionState] | None] = []
         for start in range(0, len(arns), PARALLEL_WIDTH):
             batch = arns[start : start + PARALLEL_WIDTH]
             read: list[Any] = self._run(
                 ask(Parallel(tuple(Call(self._state, (a,)) for a in batch)))
             )
-            states += read
-        return list(zip(arns, states, strict=True))
+            found += read
+        return [entry for entry in found if entry is not None]
 
-    def _state(self, arn: str) -> ops.ExecutionState:
-        head = self._run(self.executions.logs.head(execution_id(arn)))
-        return ops.ExecutionState.parse(head.state)
+    def _state(self, arn: str) -> tuple[str, int, ops.ExecutionState] | None:
+        try:
+            head = self._run(self.executions.logs.head(execution_id(arn)))
+        except CheckpointNotFound:
+            return None  # deleted between the listing and the read
+        return arn, head.version, ops.ExecutionState.parse(head.state)
 
     def due(self, function: str | None = None) -> list[str]:
-        """Return the ARNs of the executions an invocation could take now."""
+        """Return the ARNs of executions an invocation could take now, earliest due first.
+
+        On an indexed stash one query per index shard (`due_index`), and every `sweep` a
+        scan of every execution that also rewrites the index items a dead process left
+        behind; otherwise (or for one `function`) the scan.
+        """
         now = self.now_ms()
-        return [arn for arn, state in self.states(function) if _is_due(state, now)]
+        if self.due_index is None or function is not None or self._sweep_due(now):
+            scanned = self._scan(function)
+            if self.due_index is not None and function is None:
+                self._repair(scanned)
+                self._swept_ms = now
+            due = [(at, arn) for arn, _, state in scanned if (at := _due_at(state)) is not None]
+            return [arn for at, arn in sorted(due) if at <= now]
+        listed = self._run(self.due_index.due(now, DUE_PAGE))
+        arns = []
+        for _, log_id in listed:
+            try:
+                arn = _arn_of_id(log_id)
+                if execution_id(arn) != log_id:
+                    raise DurableExecutionNotFound("not an execution id")
+                arns.append(arn)
+            except (InvalidArgument, DurableExecutionNotFound):
+                self._run(self.due_index.forget(log_id))  # not an id this service writes
+        return arns
+
+    def _sweep_due(self, now: int) -> bool:
+        last = self._swept_ms
+        return last is None or now - last >= self.sweep.total_seconds() * 1000 or now < last
+
+    def _repair(self, scanned: list[tuple[str, int, ops.ExecutionState]]) -> None:
+        """Write each execution's due item at its newest version (skipped where it is there)."""
+        assert self.due_index is not None
+        for start in range(0, len(scanned), PARALLEL_WIDTH):
+            self._run(
+                self.due_index.record_many(
+                    (execution_id(arn), version, _due_at(state))
+                    for arn, version, state in scanned[start : start + PARALLEL_WIDTH]
+                )
+            )
+
+    def forget_due(self, arn: str) -> None:
+        """Drop a missing execution's due item (a worker found it deleted or purged)."""
+        if self.due_index is not None:
+            self._run(self.due_index.forget(execution_id(arn)))
 
     def next_due_ms(self, function: str | None = None) -> int | None:
         """Return the earliest time an execution that waits on time becomes due."""
+        if self.due_index is not None and function is None:
+            return self._run(self.due_index.next_due_ms())
         times = [t for _, state in self.states(function) if (t := _due_at(state)) is not None]
         return min(times) if times else None
 

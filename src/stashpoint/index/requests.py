@@ -97,7 +97,7 @@ class DeleteItem(IndexRequestBase["None"]):
 
 @dataclass(frozen=True, slots=True)
 class QueryItems(IndexRequestBase["ItemPage"]):
-    """Request: one page of a secondary index partition, sort key descending.
+    """Request: one page of a secondary index partition, sort key descending (or ascending).
 
     Result: `ItemPage`. The GSIs project keys only, so items carry their keys alone (the
     SQLite index may give more). Paging continues below the last sort key seen
@@ -114,6 +114,8 @@ class QueryItems(IndexRequestBase["ItemPage"]):
     """Only items whose sort key is >= this (a `since` bound)."""
     sort_below: str | None = None
     """Only items whose sort key is < this (the previous page's last key, or a moment)."""
+    ascending: bool = False
+    """Oldest sort key first (a queue read in order of due time) instead of newest first."""
 
 
 @dataclass(frozen=True, slots=True)

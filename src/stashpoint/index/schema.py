@@ -15,6 +15,8 @@ Layout 2 (sharded, keys only; `runs/indexing.py` builds the items, `docs/run-ind
     TTL attribute: expires_at (epoch seconds), set when a retention is configured.
 
     pk = lgrun#{prefix}#{run_id}   sk = thread#{thread log id}   (`langgraph/run_threads.py`)
+    pk = dx#{prefix}#{execution id} sk = due    (`durable_functions/due_index.py`; GSI
+         runs_by_status: rspk = dxdue#{prefix}#{shard}  rssk = {due ms}#{execution id})
 
 `shard` is a hash of the run id modulo `SHARDS`: no GSI partition takes more than its share
 of a namespace's writes, and a listing queries every shard at once and merges them. The GSIs
@@ -75,6 +77,11 @@ KEY_ATTRIBUTES = (
     *(attr for gsi in SECONDARY_INDEXES for attr in (gsi.partition_key, gsi.sort_key)),
 )
 """Every attribute used as a key somewhere (all strings)."""
+
+
+def execution_due_pk(prefix: str, execution_id: str) -> str:
+    """Return the partition key of a durable execution's due item (a purge deletes it)."""
+    return f"dx#{prefix or '-'}#{execution_id}"
 
 
 def dynamodb_table_definition(table_name: str) -> dict[str, Any]:
