@@ -64,6 +64,7 @@ from stashpoint.errors import (
 from stashpoint.garbage import GcReport, references
 from stashpoint.ids import new_id
 from stashpoint.index.requests import DeleteItem, GetPartition
+from stashpoint.index.schema import execution_due_pk
 from stashpoint.lives import LifeBounds, Lives
 from stashpoint.logs.format import parse_entry_name
 from stashpoint.logs.log import LogHead, LogSteps
@@ -84,6 +85,7 @@ from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import (
     BLOBS,
     DATA_KEYS,
+    DURABLE_EXECUTIONS,
     NAMESPACES,
     PURGES,
     QUARANTINE,
@@ -598,7 +600,7 @@ class Purger:
                         doomed.append(version)
             if not doomed and not vacate:
                 state.kept += kept
-                if target.namespace == RUN_LOGS and self.has_index:
+                if self.has_index:
                     yield from self._drop_index(target, receipt)
                 return
             if namespace.references_blobs:
@@ -746,7 +748,7 @@ class Purger:
             for prefix, exact in self._prefixes(target):
                 doomed += yield from self._versions(prefix, exact)
             if not doomed:
-                if target.namespace == RUN_LOGS and self.has_index:
+                if self.has_index:
                     yield from self._drop_index(target, receipt)
                 return
             yield from receipt.intend(doomed)
@@ -851,7 +853,16 @@ class Purger:
                 )
 
     def _drop_index(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
-        pk = run_pk(target.object_id)
+        """Delete the index items that name the id (an erased id leaves the index too).
+
+        A run's item and its attempts', or an execution's due item.
+        """
+        if target.namespace == RUN_LOGS:
+            pk = run_pk(target.object_id)
+        elif target.namespace == DURABLE_EXECUTIONS:
+            pk = execution_due_pk(self.layout.prefix, target.object_id)
+        else:
+            return
         for _ in range(_ROUNDS):
             items = yield from ask(GetPartition(pk))
             if not items:

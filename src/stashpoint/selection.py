@@ -22,6 +22,7 @@ from stashpoint.stores.layout import (
     CHECKPOINTS,
     CONVERSATIONS,
     DATA_KEYS,
+    DURABLE_EXECUTIONS,
     FLEET,
     LANGGRAPH,
     LANGGRAPH_STORE,
@@ -43,6 +44,8 @@ NAMESPACE_NAMES = {
     "langgraph-store": LANGGRAPH_STORE,
     "store": LANGGRAPH_STORE,
     "fleet": FLEET,
+    "durable-executions": DURABLE_EXECUTIONS,
+    "executions": DURABLE_EXECUTIONS,
 }
 """The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
 

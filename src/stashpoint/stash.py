@@ -543,7 +543,8 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         What (`stashpoint.purge.Selector`): one of `checkpoint`, `agent` (an agent
         checkpoint), `run`, `thread` (a LangGraph thread), `conversation` (its namespace
         and id), `log` (of `stash.logs`), or a `prefix` of ids (in every namespace, or in
-        `namespace`: `checkpoints`, `agents`, `conversations`, `runs`, `threads`, `logs`),
+        `namespace`: `checkpoints`, `agents`, `conversations`, `runs`, `threads`, `logs`,
+        `durable-executions`),
         with `older_than` to take only ids last written longer ago (a retention policy).
         An empty prefix needs `all_of_namespace=True`.
 
