@@ -148,6 +148,48 @@ def durable_history(
     )
 
 
+@app.command("export")
+def durable_export(
+    arns: Annotated[list[str], typer.Argument(metavar="ARN...", help="The executions' ARNs.")],
+    out_file: Annotated[
+        Path,
+        typer.Option(
+            "--out", metavar="FILE", help="JSONL file to write (zstd-compressed if it ends .zst)."
+        ),
+    ],
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Export executions whole, payloads included: one JSON line each.
+
+    Each line holds what Lambda's `GetDurableExecution`, `GetDurableExecutionState` and
+    `GetDurableExecutionHistory` give: the execution (status, input, result or error),
+    every operation with its payloads, and the events in order. The file is readable by
+    its owner only (0600) and appears whole or not at all. (`stashpoint export --prefix`
+    exports the executions' logs version by version instead.)
+    """
+    from stashpoint.cli.export import EXECUTION_EXPORT_FORMAT, Sink
+    from stashpoint.cli.output import Output
+    from stashpoint.cli.safe import safe
+    from stashpoint.durable_functions.export import exported
+
+    output = Output(as_json=as_json)
+    target = out_file.expanduser()
+    with open_stash(url, existing=True) as stash:
+        documents = [exported(stash, arn) for arn in arns]  # every one read before writing
+    sink = Sink(target)
+    try:
+        for document in documents:
+            sink.write({"format": EXECUTION_EXPORT_FORMAT, **document})
+        sink.commit()
+    finally:
+        sink.close()
+    if as_json:
+        output.emit({"file": str(target), "records": len(documents), "unreadable": []})
+    else:
+        output.say(f"wrote {len(documents)} executions to {safe(str(target))}")
+
+
 @app.command("callback")
 def durable_callback(
     callback_id: Annotated[str, typer.Argument(metavar="CALLBACK_ID", help="The callback's id.")],

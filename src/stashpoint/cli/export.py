@@ -24,6 +24,8 @@ LOG_EXPORT_FORMAT = "stashpoint.log-export/1"
 """The `format` of an exported log version's line."""
 RUN_EXPORT_FORMAT = "stashpoint.run-export/1"
 """The `format` of an exported run's line."""
+EXECUTION_EXPORT_FORMAT = "stashpoint.durable-execution-export/1"
+"""The `format` of an exported durable execution's line (`stashpoint durable export`)."""
 WINDOW = 2 * SEGMENT_SPAN
 """Versions read at once (two sealed segments, aligned): bounds the memory of an export.
 A packed range is read once per window (its pack each time): memory, not requests, is
@@ -175,7 +177,7 @@ def run_export(
     from stashpoint.cli.progress import counting
     from stashpoint.cli.redact import parse
     from stashpoint.cli.safe import safe
-    from stashpoint.stores.layout import AGENTS, CONVERSATIONS, LANGGRAPH
+    from stashpoint.stores.layout import AGENTS, CONVERSATIONS, DURABLE_EXECUTIONS, LANGGRAPH
 
     output = Output(as_json=as_json)
     names = parse(hide, defaults=False)
@@ -189,6 +191,7 @@ def run_export(
             namespaces = (
                 ("agents", stash.logs_in(AGENTS)), ("conversations", stash.logs_in(CONVERSATIONS)),
                 ("logs", stash.logs), ("langgraph", stash.logs_in(LANGGRAPH)),
+                ("durable-executions", stash.logs_in(DURABLE_EXECUTIONS)),
             )  # fmt: skip
             for namespace, logs in namespaces:
                 ids = logs.list_ids(prefix)
