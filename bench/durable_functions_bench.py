@@ -71,10 +71,11 @@ def sequential(event: Any, ctx: DurableContext) -> int:
 def fan_out(event: Any, ctx: DurableContext) -> int:
     """Map the items in chunks, each chunk an execution of `chunk` (any worker runs it)."""
     items, size = int(event["items"]), int(event["chunk"])
+    wait = float(event.get("wait", ITEM_WAIT))
     chunks = [list(range(start, min(items, start + size))) for start in range(0, items, size)]
     done = ctx.map(
         chunks,
-        lambda c, chunk, i, _: c.invoke("chunk", chunk, name=f"chunk-{i}"),
+        lambda c, chunk, i, _: c.invoke("chunk", {"items": chunk, "wait": wait}, name=f"chunk-{i}"),
         name="chunks",
     )
     return sum(done.get_results())
@@ -82,12 +83,13 @@ def fan_out(event: Any, ctx: DurableContext) -> int:
 
 @durable_execution
 def chunk(event: Any, ctx: DurableContext) -> int:
-    """One step per item, eight at a time (each waits `ITEM_WAIT` as an I/O call would)."""
+    """One step per item, eight at a time (each waits `wait` seconds as an I/O call would)."""
+    wait = float(event["wait"])
 
     def item(c: DurableContext, n: int, i: int, _: Any) -> int:
-        return c.step(lambda _: time.sleep(ITEM_WAIT) or 1, name=f"item-{n}")
+        return c.step(lambda _: time.sleep(wait) or 1, name=f"item-{n}")
 
-    done = ctx.map(event, item, name="items", config=MapConfig(max_concurrency=8))
+    done = ctx.map(event["items"], item, name="items", config=MapConfig(max_concurrency=8))
     return sum(done.get_results())
 
 
@@ -182,7 +184,7 @@ def _worker(url: str, options: dict[str, Any], ready: Any, go: Any, done: Any, c
 
 
 def fan_out_run(
-    url: str, options: dict[str, Any], items: int, size: int, workers: int
+    url: str, options: dict[str, Any], items: int, size: int, workers: int, wait: float = ITEM_WAIT
 ) -> tuple[float, float]:
     """Run a fan-out with `workers` warm processes; return wall and their CPU seconds.
 
@@ -202,7 +204,7 @@ def fan_out_run(
         assert ready.acquire(timeout=600)
     with stashpoint.open(target, **options) as stash:
         functions = DurableFunctions(stash)
-        arn = functions.start("fan-out", {"items": items, "chunk": size})
+        arn = functions.start("fan-out", {"items": items, "chunk": size, "wait": wait})
         start = time.perf_counter()
         go.set()
         deadline = time.monotonic() + 1800
@@ -243,6 +245,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--items", type=int, default=0)
     parser.add_argument("--chunk", type=int, default=100)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument(
+        "--item-wait", type=float, default=ITEM_WAIT, help="Seconds of I/O each item waits."
+    )
     args = parser.parse_args(argv)
     counts = Counts()
     with (
@@ -281,10 +286,13 @@ def main(argv: list[str] | None = None) -> None:
                   f"p50 {long['p50_ms']:.1f} ms")  # fmt: skip
         if args.items:
             url, options = at("fan", True)
-            one, one_cpu = fan_out_run(url, options, args.items, args.chunk, 1)
-            many, many_cpu = fan_out_run(url, options, args.items, args.chunk, args.workers)
+            one, one_cpu = fan_out_run(url, options, args.items, args.chunk, 1, args.item_wait)
+            many, many_cpu = fan_out_run(
+                url, options, args.items, args.chunk, args.workers, args.item_wait
+            )
             print(
-                f"\nfan-out of {args.items} items in chunks of {args.chunk} on "
+                f"\nfan-out of {args.items} items ({args.item_wait * 1000:.0f} ms of I/O each) "
+                f"in chunks of {args.chunk} on "
                 f"{os.cpu_count()} cores: 1 worker {one:.1f} s ({one_cpu:.1f} s CPU), "
                 f"{args.workers} workers {many:.1f} s ({many_cpu:.1f} s CPU): {one / many:.2f}x"
             )

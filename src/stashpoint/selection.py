@@ -28,6 +28,7 @@ from stashpoint.stores.layout import (
     LANGGRAPH_STORE,
     LOGS,
     NAMESPACES,
+    OPENAI_SESSIONS,
     RUN_LOGS,
     Shape,
 )
@@ -46,6 +47,8 @@ NAMESPACE_NAMES = {
     "fleet": FLEET,
     "durable-executions": DURABLE_EXECUTIONS,
     "executions": DURABLE_EXECUTIONS,
+    "openai-agents-sessions": OPENAI_SESSIONS,
+    "sessions": OPENAI_SESSIONS,
 }
 """The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
 

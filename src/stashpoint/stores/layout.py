@@ -109,6 +109,10 @@ DURABLE_VALUES = "durable-values"
 """Namespace of durable functions' values too large for a checkpoint
 (`durable_functions.serdes.StashSerDes`), named `{owner}/{operation}/{sha256}`."""
 
+OPENAI_SESSIONS = "openai-agents-sessions"
+"""Log namespace of OpenAI Agents SDK sessions (`stashpoint.openai_agents`): one log per
+session, its records the items."""
+
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
@@ -137,6 +141,8 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(DURABLE_EXECUTIONS, Shape.LOGS, full_state_every=1),
         # Named by their hash, referenced from checkpoints (Lambda's or ours): never collected.
         Namespace(DURABLE_VALUES, Shape.CONTENT),
+        # The newest entry's small state says where the current life's records start.
+        Namespace(OPENAI_SESSIONS, Shape.LOGS, full_state_every=1),
     )
 }
 """Every namespace of the layout, by name."""
