@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("aws_durable_execution_sdk_python")
 
 from aws_durable_execution_sdk_python.serdes import SerDesContext
-from botocore.config import Config
 
 import stashpoint
 from stashpoint.durable_functions import StashSerDes
@@ -27,7 +26,7 @@ from stashpoint.stores.layout import DURABLE_VALUES
 from stashpoint.stores.objects import every_version
 from tests import servers
 from tests.crashes import Crash, crash_at
-from tests.faultproxy import FaultPlan, FaultProxy
+from tests.faultproxy import FaultProxy, everyday_faults
 from tests.kills import kill_after_lines
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:f:$LATEST/durable-execution/n/1"
@@ -72,12 +71,7 @@ def test_a_crash_at_every_request_of_a_write_loses_nothing(
 def test_the_fault_proxy_on_every_request_loses_no_acknowledged_value(
     seaweedfs: servers.S3Server,
 ) -> None:
-    plan = FaultPlan(
-        {"drop_response": 0.08, "drop_request": 0.06, "slowdown": 0.03, "conflict": 0.04}
-    )
-    config = Config(
-        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 2}
-    )
+    plan, config = everyday_faults()
     prefix = f"t-{uuid.uuid4().hex}"
     acknowledged: dict[int, str] = {}
     failed: list[str] = []
