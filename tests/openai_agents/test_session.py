@@ -228,3 +228,44 @@ def test_an_async_stash_drives_it_on_the_loop(local_url: tuple[str, dict[str, An
             return await session.get_items()
 
     assert asyncio.run(main()) == [_msg(1)]
+
+
+KILLED_WRITER = """
+import asyncio
+import sys
+import stashpoint
+from stashpoint.openai_agents import StashSession
+
+with stashpoint.open(sys.argv[1]) as stash:
+    session = StashSession("killed", stash)
+    for b in range(int(sys.argv[2]), 1000):
+        asyncio.run(session.add_items(
+            [{"role": "user", "content": f"b{b} i{i}"} for i in range(3)]
+        ))
+        print(b, flush=True)
+"""
+
+
+def test_kill_9_of_a_writer_loses_no_acknowledged_batch(
+    s3_seaweed_url: tuple[str, dict[str, Any]],
+) -> None:
+    from tests.kills import kill_after_lines
+
+    address, _ = s3_seaweed_url
+    acknowledged: set[int] = set()
+    start = 0
+    for round_ in range(5):
+        before, after = kill_after_lines(
+            KILLED_WRITER, [address, str(start)], 2 + round_, pause=0.004 * round_
+        )
+        acknowledged |= {int(line) for line in before + after}
+        start = max(acknowledged, default=-1) + 2  # the batch killed mid-write may be there
+    with stashpoint.open(address) as stash:
+        contents = [i["content"] for i in asyncio.run(StashSession("killed", stash).get_items())]
+    batches = [contents[n : n + 3] for n in range(0, len(contents), 3)]
+    for batch in batches:  # whole, never a part of one
+        b = batch[0].split(" ")[0]
+        assert batch == [f"{b} i{i}" for i in range(3)], batch
+    stored = {int(batch[0].split(" ")[0][1:]) for batch in batches}
+    assert acknowledged <= stored, sorted(acknowledged - stored)
+    assert len(acknowledged) >= 10
