@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -30,6 +31,7 @@ import stashpoint
 from stashpoint.clock import FakeClock
 from stashpoint.durable_functions import DurableFunctions
 from stashpoint.durable_functions.lambda_api import LambdaApi
+from tests.downloads import fetching
 from tests.durable_functions import conformance_handlers
 from tests.durable_functions.conformance_handlers import HANDLERS, TARGETS, SimulatedCrash
 
@@ -48,7 +50,13 @@ def _package_dir() -> Path:
     package = unpacked / "aws_durable_execution_conformance_tests"
     if package.is_dir():
         return package
-    CACHE.mkdir(parents=True, exist_ok=True)
+    with fetching(CACHE):
+        if not package.is_dir():  # another worker fetched it while this one waited
+            _fetch(unpacked)
+    return package
+
+
+def _fetch(unpacked: Path) -> None:
     # The wheel says Python >= 3.14 for its CLI; its YAML files and matcher are data and
     # plain Python, so it is downloaded for 3.14 and unpacked, not installed.
     subprocess.run(
@@ -59,9 +67,11 @@ def _package_dir() -> Path:
         check=True,
     )  # fmt: skip
     wheel = next(CACHE.glob("aws_durable_execution_conformance_tests-1.0.0-*.whl"))
+    partial = unpacked.with_name("unpacked.partial")
+    shutil.rmtree(partial, ignore_errors=True)
     with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(unpacked)
-    return package
+        archive.extractall(partial)
+    partial.rename(unpacked)  # whole or absent: a worker that looks without the lock sees it so
 
 
 def _requirements() -> list[tuple[str, Path]]:

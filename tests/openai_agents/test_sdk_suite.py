@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -25,6 +26,7 @@ import pytest
 pytest.importorskip("agents")
 
 from tests import servers
+from tests.downloads import fetching
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "openai-agents"
@@ -108,15 +110,24 @@ def _sdk_root() -> Path:
     root = CACHE / f"openai_agents-{version}"
     if (root / "tests" / "memory").is_dir():
         return root
-    CACHE.mkdir(parents=True, exist_ok=True)
+    with fetching(CACHE):
+        if not (root / "tests" / "memory").is_dir():  # another worker fetched it meanwhile
+            _fetch(version)
+    return root
+
+
+def _fetch(version: str) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
          ":all:", "--dest", str(CACHE), f"openai-agents=={version}"],
         check=True,
     )  # fmt: skip
+    partial = CACHE / "partial"
+    shutil.rmtree(partial, ignore_errors=True)
     with tarfile.open(CACHE / f"openai_agents-{version}.tar.gz") as archive:
-        archive.extractall(CACHE, filter="data")
-    return root
+        archive.extractall(partial, filter="data")
+    # Whole or absent: a worker that looks without the lock sees it so.
+    (partial / f"openai_agents-{version}").rename(CACHE / f"openai_agents-{version}")
 
 
 def _outcomes(files: list[str], *, ours: bool, url: str | None = None) -> dict[str, str]:
