@@ -26,7 +26,7 @@ from stashpoint.durable_functions import DurableFunctions, DurableService
 from stashpoint.durable_functions.due_index import DueIndex
 from stashpoint.durable_functions.service import execution_id
 from stashpoint.errors import Purged, StashpointError
-from stashpoint.index.requests import GetItem, PutItems, QueryItems
+from stashpoint.index.requests import GetItem, PutItems, QueryItems, ReplaceItems
 from stashpoint.index.schema import RUNS_BY_STATUS, execution_due_pk
 from stashpoint.steps import Steps, ask, run_sync
 
@@ -253,3 +253,31 @@ def test_a_stash_without_an_index_scans(
 def test_bad_sweep_is_a_typed_error(stash: stashpoint.Stash) -> None:
     with pytest.raises(StashpointError):
         DurableService(stash, sweep=timedelta(0))
+
+
+def test_a_sweep_writes_only_the_items_that_are_behind(
+    stash: stashpoint.Stash, clock: FakeClock
+) -> None:
+    functions = DurableFunctions(stash, sweep=timedelta(minutes=1))
+    functions.register("napper", napper)
+    arns = [functions.start("napper", None, name=f"s{n}") for n in range(5)]
+    functions.run_due()
+    clock.advance(10)
+    functions.run_due()  # every one ended, its item current
+    behind = arns[0]
+    log_id = execution_id(behind)
+    stale = functions.service.due_index.item(log_id, 0, 0)  # type: ignore[union-attr]
+    _run(stash, ask(ReplaceItems(((stale, _item(stash, behind)["revision"]),))))  # type: ignore[index]
+    written: list[int] = []
+
+    def count(request: Any, proceed: Any) -> Any:
+        if isinstance(request, PutItems):
+            written.append(len(request.items))
+        return proceed()
+
+    clock.advance(61)
+    with stash.intercept(count):
+        assert functions.service.due() == []  # the sweep: nothing is due
+    assert written == [1]  # the one item behind, no other
+    item = _item(stash, behind)
+    assert item is not None and RUNS_BY_STATUS.partition_key not in item

@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from stashpoint.index.requests import DeleteItem, ItemPage, PutItems, QueryItems
+from stashpoint.index.requests import DeleteItem, GetItems, ItemPage, PutItems, QueryItems
 from stashpoint.index.schema import RUNS_BY_STATUS, SHARDS, execution_due_pk
 from stashpoint.steps import Parallel, Steps, ask
 
@@ -68,6 +68,18 @@ class DueIndex:
         items = tuple(self.item(*due) for due in dues)
         if items:
             yield from ask(PutItems(items))
+
+    def behind(
+        self, dues: list[tuple[str, int, int | None]]
+    ) -> Steps[list[tuple[str, int, int | None]]]:
+        """Return the (id, version, due time) whose item is missing or of an older version."""
+        keys = tuple((execution_due_pk(self.scope, i), _ITEM_SORT) for i, _, _ in dues)
+        items: list[Any] = list((yield from ask(GetItems(keys)))) if keys else []
+        return [
+            due
+            for due, item in zip(dues, items, strict=True)
+            if item is None or not _revision_at_least(item, due[1])
+        ]
 
     def forget(self, execution_id: str) -> Steps[None]:
         """Remove the execution's item (it no longer exists: purged or never written)."""
@@ -133,3 +145,8 @@ def _entries(pages: list[ItemPage]) -> list[tuple[int, str]]:
             if sep and due.isdigit() and execution_id:
                 out.append((int(due), execution_id))
     return out
+
+
+def _revision_at_least(item: Any, version: int) -> bool:
+    revision = item.get("revision")
+    return type(revision) is int and revision >= version

@@ -303,9 +303,7 @@ class DurableService:
             self._tell_parent(arn, held.view.copy())
         inv = state.invocation
         if inv is None or inv.nonce != nonce:
-            # Not due after all: the item that said so was early (a renewed lease) or behind.
-            self._index(log_id, held, None)
-            return None
+            return None  # another worker won it: its claim wrote the item
         return Claimed(
             arn=arn,
             checkpoint_token=_token(held.head.version, nonce),
@@ -603,15 +601,17 @@ class DurableService:
         return last is None or now - last >= self.sweep.total_seconds() * 1000 or now < last
 
     def _repair(self, scanned: list[tuple[str, int, ops.ExecutionState]]) -> None:
-        """Write each execution's due item at its newest version (skipped where it is there)."""
+        """Write the due items that are behind their execution's newest version.
+
+        The items are read first (a batch read of up to 100 a request): most are current
+        (every ended execution's is), and a refused conditional write costs as much as one
+        that lands.
+        """
         assert self.due_index is not None
-        for start in range(0, len(scanned), PARALLEL_WIDTH):
-            self._run(
-                self.due_index.record_many(
-                    (execution_id(arn), version, _due_at(state))
-                    for arn, version, state in scanned[start : start + PARALLEL_WIDTH]
-                )
-            )
+        dues = [(execution_id(arn), version, _due_at(state)) for arn, version, state in scanned]
+        behind = self._run(self.due_index.behind(dues))
+        for start in range(0, len(behind), PARALLEL_WIDTH):
+            self._run(self.due_index.record_many(behind[start : start + PARALLEL_WIDTH]))
 
     def forget_due(self, arn: str) -> None:
         """Drop a missing execution's due item (a worker found it deleted or purged)."""
