@@ -45,7 +45,7 @@ from stashpoint.errors import (
     Purged,
     described,
 )
-from stashpoint.logs.format import check_log_id
+from stashpoint.logs.format import check_log_id, entries_records
 from stashpoint.logs.log import LogHead
 from stashpoint.logs.state import Known, LoggedState
 from stashpoint.steps import Steps, run_async, run_sync
@@ -248,11 +248,6 @@ class SessionSteps:
 def replace_items(state: SessionState, items: int) -> SessionState:
     """Return `state` holding `items` items."""
     return SessionState(state.start, state.since, items)
-
-
-def entries_records(entries: list[Any], start: int) -> list[Any]:
-    """Return the records of `entries` from record position `start` on."""
-    return [r for e in entries for r in e.records[max(0, start - e.first_record) :]]
 
 
 class StashSession:

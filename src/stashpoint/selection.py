@@ -30,6 +30,8 @@ from stashpoint.stores.layout import (
     NAMESPACES,
     OPENAI_SESSIONS,
     RUN_LOGS,
+    STRANDS_SESSIONS,
+    STRANDS_STORAGE,
     Shape,
 )
 
@@ -49,6 +51,8 @@ NAMESPACE_NAMES = {
     "executions": DURABLE_EXECUTIONS,
     "openai-agents-sessions": OPENAI_SESSIONS,
     "sessions": OPENAI_SESSIONS,
+    "strands-sessions": STRANDS_SESSIONS,
+    "strands-storage": STRANDS_STORAGE,
 }
 """The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
 

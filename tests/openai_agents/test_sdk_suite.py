@@ -12,13 +12,6 @@ reach into `SQLiteSession`'s internals (its connections, its locks, rows it corr
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-import sys
-import tarfile
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -26,10 +19,8 @@ import pytest
 pytest.importorskip("agents")
 
 from tests import servers
-from tests.downloads import fetching
+from tests.sdk_suites import all_pass, compare, outcomes, sdk_root
 
-ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "openai-agents"
 HERE = Path(__file__).resolve().parent
 
 SESSION_FILES = [
@@ -104,72 +95,19 @@ NOT_APPLICABLE = {
 """The SDK's tests that do not apply to a session kept in a stash, and why."""
 
 
-def _sdk_root() -> Path:
-    """Download and unpack the installed SDK's sdist once; return its folder."""
-    version = metadata.version("openai-agents")
-    root = CACHE / f"openai_agents-{version}"
-    if (root / "tests" / "memory").is_dir():
-        return root
-    with fetching(CACHE):
-        if not (root / "tests" / "memory").is_dir():  # another worker fetched it meanwhile
-            _fetch(version)
-    return root
-
-
-def _fetch(version: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
-         ":all:", "--dest", str(CACHE), f"openai-agents=={version}"],
-        check=True,
-    )  # fmt: skip
-    partial = CACHE / "partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    with tarfile.open(CACHE / f"openai_agents-{version}.tar.gz") as archive:
-        archive.extractall(partial, filter="data")
-    # Whole or absent: a worker that looks without the lock sees it so.
-    (partial / f"openai_agents-{version}").rename(CACHE / f"openai_agents-{version}")
-
-
 def _outcomes(files: list[str], *, ours: bool, url: str | None = None) -> dict[str, str]:
-    """Run the SDK's test files; return each test's outcome (PASSED, FAILED, SKIPPED...)."""
-    root = _sdk_root()
-    env = {**os.environ, "PYTHONPATH": str(HERE) if ours else ""}
-    env.pop("STASHPOINT_SDK_URL", None)
-    if url is not None:
-        env["STASHPOINT_SDK_URL"] = url
-    plugin = ["-p", "sdk_plugin"] if ours else []
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-         "-p", "no:randomly", *plugin, *files],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    found: dict[str, str] = {}
-    for line in done.stdout.splitlines():
-        match = re.match(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+)", line)
-        if match:
-            found[match.group(2)] = match.group(1)
-    assert found, done.stdout[-3000:] + done.stderr[-3000:]
-    return found
+    """Run the SDK's test files, as shipped or on the stash (`url`: a shared stash)."""
+    root = sdk_root("openai-agents", "tests/memory")
+    env = {"STASHPOINT_SDK_URL": url} if url is not None else {}
+    return outcomes(root, files, plugin=(HERE, "sdk_plugin") if ours else None, env=env)
 
 
 def _compare(sqlite: dict[str, str], stash: dict[str, str]) -> int:
-    """Every test the SDK's SQLite passes passes on the stash, bar `NOT_APPLICABLE`."""
-    passed_there = {t for t, o in sqlite.items() if o == "PASSED"}
-    passed_here = {t for t, o in stash.items() if o == "PASSED"}
-    missing = sorted(passed_there - passed_here - set(NOT_APPLICABLE))
-    assert not missing, missing
-    unexpected = sorted(t for t in NOT_APPLICABLE if t in passed_here)
-    assert not unexpected, f"listed as not applicable but passing: {unexpected}"
-    return len(passed_here)
+    return compare(sqlite, stash, NOT_APPLICABLE)
 
 
 def _all_pass(stash: dict[str, str]) -> int:
-    """Every test ran passes on the stash (or is skipped as the SDK skips it), bar the list."""
-    failed = sorted(
-        t for t, o in stash.items() if o in ("FAILED", "ERROR") and t not in NOT_APPLICABLE
-    )
-    assert not failed, failed
-    return sum(o == "PASSED" for o in stash.values())
+    return all_pass(stash, NOT_APPLICABLE)
 
 
 def test_the_sdks_session_tests_pass_on_the_stash_as_on_sqlite() -> None:

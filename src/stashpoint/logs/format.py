@@ -158,6 +158,11 @@ class LogEntry:
         return document
 
 
+def entries_records(entries: list[LogEntry], start: int) -> list[Any]:
+    """Return the records of `entries` from record position `start` on (a life's records)."""
+    return [r for e in entries for r in e.records[max(0, start - e.first_record) :]]
+
+
 def entry_document(entry: LogEntry) -> dict[str, Any]:
     """Return the stored JSON document of one entry."""
     return {"format": LOG_FORMAT, "type": "entry", "log": entry.log_id, **entry.fields()}

@@ -113,6 +113,13 @@ OPENAI_SESSIONS = "openai-agents-sessions"
 """Log namespace of OpenAI Agents SDK sessions (`stashpoint.openai_agents`): one log per
 session, its records the items."""
 
+STRANDS_SESSIONS = "strands-sessions"
+"""Log namespace of Strands Agents sessions (`stashpoint.strands_agents`): one log per
+session, its records the session, its agents, their messages and multi-agent states."""
+STRANDS_STORAGE = "strands-storage"
+"""Head namespace of Strands' `Storage` values (`strands_agents.StashStorage`): one head per
+key (snapshots of `SnapshotSessionManager`, and whatever else a Strands `Storage` holds)."""
+
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
@@ -143,6 +150,9 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(DURABLE_VALUES, Shape.CONTENT),
         # The newest entry's small state says where the current life's records start.
         Namespace(OPENAI_SESSIONS, Shape.LOGS, full_state_every=1),
+        # The newest entry's small state holds each agent's stamp and where the life starts.
+        Namespace(STRANDS_SESSIONS, Shape.LOGS, full_state_every=1),
+        Namespace(STRANDS_STORAGE, Shape.HEADS),
     )
 }
 """Every namespace of the layout, by name."""
