@@ -1,5 +1,7 @@
 """Agent frameworks' sessions on the stash, beside the frameworks' own backends, in one run.
 
+`--framework openai` (the default) or `strands`, or `all`.
+
 The OpenAI Agents SDK: `StashSession` on SeaweedFS behind a latency proxy (15 ms added to
 every request; requests and round trips counted) and the SDK's `SQLiteSession` on a local
 file, each given the same turns (a user message and a ~2 KB answer per turn, one
@@ -10,6 +12,14 @@ file, each given the same turns (a user message and a ~2 KB answer per turn, one
 - two writers of one session at once (100 turns each): items lost or duplicated.
 
     .venv/bin/python -m bench.frameworks_bench --turns 200
+
+Strands Agents (`bench.strands_sessions`): a real `Agent` loop with a scripted model (a user
+message and a ~2 KB answer per turn), on SeaweedFS behind the same proxy, its session kept
+by Strands' `S3SessionManager`, by `SnapshotSessionManager` over Strands' `S3Storage`, and
+by ours (`StashSessionManager`, per message and per turn; `SnapshotSessionManager` over
+`StashStorage`); the same counts, and two invocations of one session at once.
+
+    .venv/bin/python -m bench.frameworks_bench --framework strands --turns 200
 """
 
 from __future__ import annotations
@@ -138,7 +148,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--latency", type=float, default=0.015)
+    parser.add_argument("--framework", choices=["openai", "strands", "all"], default="openai")
+    parser.add_argument("--race-turns", type=int, default=30)
     args = parser.parse_args(argv)
+    if args.framework in ("strands", "all"):
+        from bench.strands_sessions import run as run_strands
+
+        run_strands(args.turns, args.latency, args.race_turns)
+    if args.framework == "strands":
+        return
     counts = Counts()
     with (
         started_servers() as (s3, _),

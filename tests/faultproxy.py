@@ -232,6 +232,9 @@ class _Handler(RelayHandler):
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a burst of parallel connections had SYNs dropped
+    # and retried a second later, a fault nobody planned.
+    request_queue_size = 256
 
     def __init__(self, upstream: tuple[str, int], plan: FaultPlan) -> None:
         self.upstream = upstream

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 from strands.models import Model
@@ -16,8 +16,15 @@ class ScriptedModel(Model):
     script at all.
     """
 
-    def __init__(self, replies: Sequence[str | dict[str, Any]] = ()) -> None:
+    def __init__(
+        self,
+        replies: Sequence[str | dict[str, Any]] = (),
+        *,
+        answer: Callable[[str], str] | None = None,
+    ) -> None:
         self.replies = list(replies)
+        self.answer = answer or (lambda prompt: f"echo: {prompt}")
+        """What it says past the script: by default `echo: {the last user text}`."""
         self.calls = 0
 
     def update_config(self, **model_config: Any) -> None:
@@ -57,7 +64,7 @@ class ScriptedModel(Model):
                 ),
                 "",
             )
-            reply = f"echo: {last}"
+            reply = self.answer(last)
         self.calls += 1
         yield {"messageStart": {"role": "assistant"}}
         if isinstance(reply, dict):
