@@ -203,7 +203,32 @@ def test_an_approval_suspends_the_agent_until_a_human_answers_through_the_cli(
         assert calls == ["model-1", "pay", "model-2"]  # nothing ran twice across invocations
     declined = _approval(url, "refund-8")
     cli("runs", "signal", "refund-8", "approval", "--payload", '{"approved": false}', url=url)
-    assert _approval(url, "refund-8")["answer"] == (
-        "Refund: not paid: declined by the approver."
-    )
+    assert _approval(url, "refund-8")["answer"] == ("Refund: not paid: declined by the approver.")
     assert declined["token"] != first["token"]
+
+
+def test_strands_lambda_handler_answers_every_prompt_once_under_a_double_submit(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("strands")
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "strands_lambda.py"), "--local",
+         "--url", f"local://{tmp_path / 'stash'}", "--session-id", "s-1"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["status"] for r in results] == ["done"] * 5
+    assert sorted(r["answer"] for r in results[2:4]) == [
+        "You asked: Cancel it.", "You asked: No, keep it.",
+    ]  # fmt: skip
+    with stashpoint.open(f"local://{tmp_path / 'stash'}") as stash:
+        from stashpoint.strands_agents import StashSessionRepository
+
+        repository = StashSessionRepository(stash)
+        assert repository.read_session("s-1") is not None
+        texts = [
+            m.message["content"][0]["text"] for m in repository.list_messages("s-1", "default")
+        ]
+    prompts = texts[0::2]
+    assert texts[1::2] == [f"You asked: {p}" for p in prompts] and len(prompts) == 5
