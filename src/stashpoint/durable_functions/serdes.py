@@ -27,24 +27,10 @@ from typing import TYPE_CHECKING, Any
 from aws_durable_execution_sdk_python.constants import CHECKPOINT_SIZE_LIMIT_BYTES
 from aws_durable_execution_sdk_python.serdes import EXTENDED_TYPES_SERDES, SerDes, SerDesContext
 
-from stashpoint.errors import (
-    InvalidArgument,
-    InvalidPayload,
-    StashpointError,
-    StorageUnavailable,
-    described,
-)
-from stashpoint.steps import Steps, ask, run_sync
-from stashpoint.stores import writes
+from stashpoint.errors import InvalidArgument, InvalidPayload, described
+from stashpoint.steps import Steps, run_sync
 from stashpoint.stores.layout import DURABLE_EXECUTIONS, DURABLE_VALUES
-from stashpoint.stores.objects import (
-    Create,
-    GetObject,
-    ObjectInfo,
-    PutObject,
-    delete_every_version,
-)
-from stashpoint.stores.writes import Found
+from stashpoint.stores.named_values import NamedValues
 
 if TYPE_CHECKING:
     from stashpoint.stash import Stash
@@ -97,6 +83,13 @@ class StashSerDes(SerDes[Any]):
         """The id an execution's values are kept under, from its ARN."""
         self.always = always
         """Whether every value goes to the stash."""
+        self._values = NamedValues(
+            stash.layout,
+            stash.codec,
+            DURABLE_VALUES,
+            VALUE_FORMAT,
+            stash.log_steps(DURABLE_EXECUTIONS).retry,
+        )
 
     # The SDK's interface.
 
@@ -144,68 +137,33 @@ class StashSerDes(SerDes[Any]):
         return owner
 
     def _store(self, key: str, digest: str, text: str, context: SerDesContext) -> Steps[None]:
-        codec = self.stash.codec
         document = {
-            "format": f"{VALUE_FORMAT}/1",
             "arn": context.durable_execution_arn,
             "operation": context.operation_id,
             "text": text,
         }
-        body = yield from codec.document_encoding(document, name="a durable value")
-        object_key = self.stash.layout.key(DURABLE_VALUES, key)
-
-        def judge(existing: ObjectInfo) -> Steps[Found]:
-            # The name is the text's hash: a copy that holds this text is as good as ours.
-            stored = yield from self._text_of(existing, object_key)
-            return Found.SAME if stored is not None and _digest(stored) == digest else Found.OTHER
-
-        yield from writes.create_named(
-            PutObject(object_key, body, Create()),
-            judge,
-            self.stash.log_steps(DURABLE_EXECUTIONS).retry,
-            what="durable value",
-            limit=codec.limits.max_compressed_bytes,
-            refresh=False,
-        )
-
-    def _text_of(self, info: ObjectInfo, object_key: str) -> Steps[str | None]:
-        try:
-            document = yield from self.stash.codec.document_decoding(
-                info.body or b"", name=object_key, format_name=VALUE_FORMAT, format_version=1
-            )
-        except StashpointError:
-            return None
-        text = document.get("text") if isinstance(document, dict) else None
-        return text if isinstance(text, str) else None
+        yield from self._values.store(key, document, _holding(digest), what="durable value")
 
     def _fetch(self, pointer: dict[str, Any]) -> Steps[str]:
         key, digest = pointer.get(POINTER_KEY), pointer.get("sha256")
-        if not isinstance(key, str) or not isinstance(digest, str) or ".." in key:
+        if not isinstance(key, str) or not isinstance(digest, str):
             raise InvalidPayload("a durable value pointer is malformed")
-        object_key = self.stash.layout.key(DURABLE_VALUES, key)
-        limit = self.stash.codec.limits.max_compressed_bytes
-        info = yield from ask(GetObject(object_key, None, limit))
-        if info is None or info.body is None:
-            raise InvalidPayload(
-                "a checkpoint points at a durable value that is missing", object_name=object_key
-            )
-        text = yield from self._text_of(info, object_key)
-        if text is None or _digest(text) != digest:
-            raise InvalidPayload(
-                "a durable value does not hold the text its pointer names", object_name=object_key
-            )
+        document = yield from self._values.fetch(key, _holding(digest), what="durable value")
+        text: str = document["text"]
         return text
 
     def _erase(self, owner: str) -> Steps[int]:
-        prefix = self.stash.layout.key(DURABLE_VALUES, f"{owner}/")
-        found, failures = yield from delete_every_version(prefix)
-        if failures:
-            raise StorageUnavailable(
-                f"storage did not delete {len(failures)} version(s) ({failures[0].code}); "
-                "erasing again deletes what is left",
-                object_name=failures[0].key,
-            )
-        return found
+        return (yield from self._values.erase(f"{owner}/"))
+
+
+def _holding(digest: str) -> Callable[[dict[str, Any]], bool]:
+    """Judge a stored value by the hash of its text (its name's)."""
+
+    def holds(document: dict[str, Any]) -> bool:
+        text = document.get("text")
+        return isinstance(text, str) and _digest(text) == digest
+
+    return holds
 
 
 def _digest(text: str) -> str:
