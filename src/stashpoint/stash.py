@@ -418,6 +418,11 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         return self._parts.codec
 
     @property
+    def retry(self) -> RetryPolicy:
+        """How this stash spaces out the resends and retries of its requests."""
+        return self._parts.retry
+
+    @property
     def provider(self) -> Provider:
         """The object store's capabilities in use (`stores.providers`; `provider=` in the URL)."""
         return self._parts.backend.provider

@@ -29,7 +29,7 @@ from aws_durable_execution_sdk_python.serdes import EXTENDED_TYPES_SERDES, SerDe
 
 from stashpoint.errors import InvalidArgument, InvalidPayload, described
 from stashpoint.steps import Steps, run_sync
-from stashpoint.stores.layout import DURABLE_EXECUTIONS, DURABLE_VALUES
+from stashpoint.stores.layout import DURABLE_VALUES
 from stashpoint.stores.named_values import NamedValues
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class StashSerDes(SerDes[Any]):
             stash.codec,
             DURABLE_VALUES,
             VALUE_FORMAT,
-            stash.log_steps(DURABLE_EXECUTIONS).retry,
+            stash.retry,
         )
 
     # The SDK's interface.

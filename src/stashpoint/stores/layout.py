@@ -120,6 +120,10 @@ STRANDS_STORAGE = "strands-storage"
 """Head namespace of Strands' `Storage` values (`strands_agents.StashStorage`): one head per
 key (snapshots of `SnapshotSessionManager`, and whatever else a Strands `Storage` holds)."""
 
+TEMPORAL_PAYLOADS = "temporal-payloads"
+"""Namespace of Temporal's externally stored payloads (`temporal.StashStorageDriver`),
+named `{owner}/{sha256}`."""
+
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
@@ -153,6 +157,8 @@ NAMESPACES: dict[str, Namespace] = {
         # The newest entry's small state holds each agent's stamp and where the life starts.
         Namespace(STRANDS_SESSIONS, Shape.LOGS, full_state_every=1),
         Namespace(STRANDS_STORAGE, Shape.HEADS),
+        # Named by their hash, referenced from Temporal's histories: never collected.
+        Namespace(TEMPORAL_PAYLOADS, Shape.CONTENT),
     )
 }
 """Every namespace of the layout, by name."""
