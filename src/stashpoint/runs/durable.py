@@ -254,6 +254,11 @@ class _DurableApi:
         self._step_seconds: list[float] = []
         self._ran = False
 
+    @operation
+    def now(self) -> Steps[datetime]:
+        """Return "now" as this run sees it: its `clock` if given, else the stash's clock."""
+        return (yield from self._now())
+
     def _now(self) -> Steps[datetime]:
         """Return "now": the caller's clock if given, else the stash's."""
         if self.clock is not None:
