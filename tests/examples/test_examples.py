@@ -232,3 +232,28 @@ def test_strands_lambda_handler_answers_every_prompt_once_under_a_double_submit(
         ]
     prompts = texts[0::2]
     assert texts[1::2] == [f"You asked: {p}" for p in prompts] and len(prompts) == 5
+
+
+def test_pydantic_ai_spot_worker_killed_resumes_without_billing_twice(tmp_path: Path) -> None:
+    pytest.importorskip("pydantic_ai")
+    billed = tmp_path / "billed.log"
+    command = [sys.executable, str(EXAMPLES / "pydantic_ai_spot.py"), "--url",
+               f"local://{tmp_path / 'stash'}", "--id", "b", "--tickets", "6",
+               "--billed", str(billed), "--lease", "1"]  # fmt: skip
+    first = subprocess.Popen([*command, "--delay", "0.2"], stdout=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    assert first.stdout.readline().startswith("b-0 answered")
+    assert first.stdout.readline().startswith("b-1 answered")
+    import time
+
+    time.sleep(0.3)  # inside ticket 2: its first model request journaled or in flight
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    second = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert second.returncode == 0, second.stderr[-3000:]
+    answered = [line.split()[0] for line in second.stdout.splitlines()[:-1]]
+    assert answered == ["b-2", "b-3", "b-4", "b-5"]  # 0 and 1 were answered: skipped
+    requests = billed.read_text().splitlines()
+    assert set(requests) == {f"ticket-{n} request {m}" for n in range(6) for m in (1, 3)}
+    # At most the one request cut off by the kill is billed twice; none answered is again.
+    assert len(requests) - len(set(requests)) <= 1
