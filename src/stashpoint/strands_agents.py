@@ -893,27 +893,28 @@ class StashStorage:
     a view under `prefix/` sharing what this storage has seen.
     """
 
-    def __init__(self, stash: Stash | AsyncStash, *, prefix: str = "") -> None:
+    def __init__(
+        self, stash: Stash | AsyncStash, *, prefix: str = "", steps: StorageSteps | None = None
+    ) -> None:
         from stashpoint.stash import AsyncStash, Stash
 
         if not isinstance(stash, Stash | AsyncStash):
             raise InvalidArgument(f"stash must be an opened stash, not {described(stash)}")
+        if steps is not None and not isinstance(steps, StorageSteps):
+            raise InvalidArgument(f"steps must be a StorageSteps, not {described(steps)}")
         self.stash = stash
         """Where the values are kept."""
-        self.steps = StorageSteps(stash.head_steps(STRANDS_STORAGE))
-        """The operations as steps."""
+        self.steps = steps or StorageSteps(stash.head_steps(STRANDS_STORAGE))
+        """The operations as steps (shared by the views of one storage)."""
         scope = normalized_key(prefix, prefix=True).rstrip("/")
         self.prefix = f"{scope}/" if scope else ""
         """What every key of this view starts with (`namespace`)."""
+        if self.prefix:
+            self._namespaced = _NAMESPACED  # Strands' marker: a view already scoped
 
     def namespace(self, prefix: str) -> StashStorage:
         """Return a view of this storage under `prefix/` (Strands' namespacing)."""
-        view = StashStorage.__new__(StashStorage)
-        view.stash, view.steps = self.stash, self.steps
-        scope = normalized_key(f"{self.prefix}{prefix}", prefix=True).rstrip("/")
-        view.prefix = f"{scope}/" if scope else ""
-        view._namespaced = _NAMESPACED  # type: ignore[attr-defined]  # Strands' own marker
-        return view
+        return StashStorage(self.stash, prefix=f"{self.prefix}{prefix}", steps=self.steps)
 
     async def _run(self, steps: Steps[T]) -> T:
         from stashpoint.stash import AsyncStash

@@ -119,7 +119,8 @@ def test_invalid_ids_raise_invalid_id(store: Any, bad_id: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("envelope", "expected"), [({"id": "x"}, None), (None, None), ("initial", "0"), ("initial", True)]
+    ("envelope", "expected"),
+    [({"id": "x"}, None), (None, None), ("initial", "0"), ("initial", True)],
 )
 def test_compare_and_swap_of_a_wrong_argument_is_invalid_argument(
     store: Any, envelope: Any, expected: Any

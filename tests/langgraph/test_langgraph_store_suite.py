@@ -50,9 +50,7 @@ class CharacterEmbeddings(Embeddings):
         self.dims = dims
         # Create projection vector for each character lazily
         self._char_projections: dict[str, list[float]] = defaultdict(
-            lambda: [
-                self._rng.gauss(0, 1 / math.sqrt(self.dims)) for _ in range(self.dims)
-            ]
+            lambda: [self._rng.gauss(0, 1 / math.sqrt(self.dims)) for _ in range(self.dims)]
         )
 
     def _embed_one(self, text: str) -> list[float]:
@@ -142,16 +140,12 @@ def test_batch_order(store: SqliteStore) -> None:
     ops = [
         GetOp(namespace=("test", "foo"), key="key1"),
         PutOp(namespace=("test", "bar"), key="key2", value={"data": "value2"}),
-        SearchOp(
-            namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0
-        ),
+        SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
         ListNamespacesOp(match_conditions=None, max_depth=None, limit=10, offset=0),
         GetOp(namespace=("test",), key="key3"),
     ]
 
-    results = store.batch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops)
-    )
+    results = store.batch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops))
     assert len(results) == 5
     assert isinstance(results[0], Item)
     assert isinstance(results[0].value, dict)
@@ -297,9 +291,7 @@ def test_batch_list_namespaces_ops(store: SqliteStore) -> None:
         ),
     ]
 
-    results = store.batch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops)
-    )
+    results = store.batch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops))
     assert len(results) == 3
 
     # First operation should list all namespaces
@@ -553,9 +545,7 @@ def test_vector_search_with_filters(
         assert len(results) > 0
         assert results[0].key == "doc2"
 
-        results = store.search(
-            ("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}}
-        )
+        results = store.search(("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}})
         # There should be 3 documents with score > 3.2
         assert len(results) == 3
         # Check that the blue car is the most similar to "bbbbluuu" query
@@ -604,9 +594,7 @@ def test_vector_search_pagination(
         # First page results should have higher scores than second page
         all_results = store.search(("test",), query="test", limit=10)
         assert len(all_results) == 5
-        assert (
-            all_results[0].score >= all_results[2].score
-        )  # First page vs second page start
+        assert all_results[0].score >= all_results[2].score  # First page vs second page start
 
 
 @pytest.mark.parametrize("distance_type", VECTOR_TYPES)
@@ -734,9 +722,7 @@ def test_embed_with_path_operation_config(
 
         results = store.search(("test",), query="ccc")
         assert len(results) == 2
-        assert all(
-            r.score < 0.9 for r in results
-        )  # Unindexed field should have low scores
+        assert all(r.score < 0.9 for r in results)  # Unindexed field should have low scores
 
         # Test index=False behavior
         doc5 = {
@@ -800,9 +786,7 @@ def test_basic_store_operations(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test basic store operations with SQLite store."""
-    with create_vector_store(
-        fake_embeddings, text_fields=["key0", "key1", "key3"]
-    ) as store:
+    with create_vector_store(fake_embeddings, text_fields=["key0", "key1", "key3"]) as store:
         uid = uuid.uuid4().hex
         namespace = (uid, "test", "documents")
         item_id = "doc1"
@@ -863,9 +847,7 @@ def test_list_namespaces_operations(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test list namespaces functionality with various filters."""
-    with create_vector_store(
-        fake_embeddings, text_fields=["key0", "key1", "key3"]
-    ) as store:
+    with create_vector_store(fake_embeddings, text_fields=["key0", "key1", "key3"]) as store:
         test_pref = str(uuid.uuid4())
         test_namespaces = [
             (test_pref, "test", "documents", "public", test_pref),
@@ -887,9 +869,7 @@ def test_list_namespaces_operations(
         assert all(ns[1] == "test" for ns in prefix_result)
 
         # Test specific prefix
-        specific_prefix_result = store.list_namespaces(
-            prefix=(test_pref, "test", "documents")
-        )
+        specific_prefix_result = store.list_namespaces(prefix=(test_pref, "test", "documents"))
         assert len(specific_prefix_result) == 2
         assert all(ns[1:3] == ("test", "documents") for ns in specific_prefix_result)
 
@@ -903,27 +883,19 @@ def test_list_namespaces_operations(
             prefix=(test_pref, "test"), suffix=("public", test_pref)
         )
         assert len(prefix_suffix_result) == 2
-        assert all(
-            ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result
-        )
+        assert all(ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result)
 
         # Test wildcard in prefix
-        wildcard_prefix_result = store.list_namespaces(
-            prefix=(test_pref, "*", "documents")
-        )
+        wildcard_prefix_result = store.list_namespaces(prefix=(test_pref, "*", "documents"))
         assert len(wildcard_prefix_result) == 5
         assert all(ns[2] == "documents" for ns in wildcard_prefix_result)
 
         # Test wildcard in suffix
-        wildcard_suffix_result = store.list_namespaces(
-            suffix=("*", "public", test_pref)
-        )
+        wildcard_suffix_result = store.list_namespaces(suffix=("*", "public", test_pref))
         assert len(wildcard_suffix_result) == 4
         assert all(ns[-2] == "public" for ns in wildcard_suffix_result)
 
-        wildcard_single = store.list_namespaces(
-            suffix=("some", "*", "public", test_pref)
-        )
+        wildcard_single = store.list_namespaces(suffix=("some", "*", "public", test_pref))
         assert len(wildcard_single) == 1
         assert wildcard_single[0] == (
             test_pref,
@@ -939,9 +911,7 @@ def test_list_namespaces_operations(
         max_depth_result = store.list_namespaces(max_depth=3)
         assert all(len(ns) <= 3 for ns in max_depth_result)
 
-        max_depth_result = store.list_namespaces(
-            max_depth=4, prefix=(test_pref, "*", "documents")
-        )
+        max_depth_result = store.list_namespaces(max_depth=4, prefix=(test_pref, "*", "documents"))
         assert len(set(res for res in max_depth_result)) == len(max_depth_result) == 5
 
         # Test pagination
@@ -978,9 +948,7 @@ def test_search_items(
         {"title": "Report B", "author": "Alice Johnson", "tags": ["draft"]},
     ]
 
-    with create_vector_store(
-        fake_embeddings, text_fields=["key0", "key1", "key3"]
-    ) as store:
+    with create_vector_store(fake_embeddings, text_fields=["key0", "key1", "key3"]) as store:
         # Insert test data
         for ns, item in zip(test_namespaces, test_items, strict=False):
             key = f"item_{ns[-1]}"
@@ -1024,9 +992,7 @@ def test_sql_injection_vulnerability(store: SqliteStore) -> None:
     """Test that SQL injection via malicious filter keys is prevented."""
     # Add public and private documents
     store.put(("docs",), "public", {"access": "public", "data": "public info"})
-    store.put(
-        ("docs",), "private", {"access": "private", "data": "secret", "password": "123"}
-    )
+    store.put(("docs",), "private", {"access": "private", "data": "secret", "password": "123"})
 
     # Normal query - returns 1 public document
     normal = store.search(("docs",), filter={"access": "public"})
@@ -1064,9 +1030,7 @@ def test_sql_injection_filter_values(store: SqliteStore) -> None:
     # Test 4: Parameterized queries handle strings with null bytes and SQL injection attempts safely
     malicious_value = "public\x00' OR '1'='1"
     results = store.search(("docs",), filter={"access": malicious_value})
-    assert len(results) == 0, (
-        "Parameterized queries treat injection attempts as literal strings"
-    )
+    assert len(results) == 0, "Parameterized queries treat injection attempts as literal strings"
 
     # Test 5: Multiple single quotes
     malicious_value = "''''"
@@ -1103,9 +1067,7 @@ def test_numeric_filter_safety(store: SqliteStore) -> None:
 
     # Test 3: Special float values (negative infinity)
     results = store.search(("items",), filter={"price": {"$gt": float("-inf")}})
-    assert len(results) == 3, (
-        "All finite values should be greater than negative infinity"
-    )
+    assert len(results) == 3, "All finite values should be greater than negative infinity"
 
     # Test 4: NaN handling - NaN comparisons should not cause errors
     try:
@@ -1181,9 +1143,7 @@ def test_non_ascii(
     """Test support for non-ascii characters"""
     with create_vector_store(fake_embeddings, distance_type=distance_type) as store:
         store.put(("user_123", "memories"), "1", {"text": "这是中文"})  # Chinese
-        store.put(
-            ("user_123", "memories"), "2", {"text": "これは日本語です"}
-        )  # Japanese
+        store.put(("user_123", "memories"), "2", {"text": "これは日本語です"})  # Japanese
         store.put(("user_123", "memories"), "3", {"text": "이건 한국어야"})  # Korean
         store.put(("user_123", "memories"), "4", {"text": "Это русский"})  # Russian
         store.put(("user_123", "memories"), "5", {"text": "यह रूसी है"})  # Hindi

@@ -152,16 +152,12 @@ async def test_abatch_order(store: AsyncSqliteStore) -> None:
     ops = [
         GetOp(namespace=("test", "foo"), key="key1"),
         PutOp(namespace=("test", "bar"), key="key2", value={"data": "value2"}),
-        SearchOp(
-            namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0
-        ),
+        SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
         ListNamespacesOp(match_conditions=None, max_depth=None, limit=10, offset=0),
         GetOp(namespace=("test",), key="key3"),
     ]
 
-    results = await store.abatch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops)
-    )
+    results = await store.abatch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops))
     assert len(results) == 5
     assert isinstance(results[0], Item)
     assert isinstance(results[0].value, dict)
@@ -249,9 +245,7 @@ async def test_batch_search_ops(store: AsyncSqliteStore) -> None:
     await store.aput(("test", "bar"), "key2", {"data": "value2"})
 
     ops = [
-        SearchOp(
-            namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0
-        ),
+        SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
         SearchOp(namespace_prefix=("test",), filter=None, limit=5, offset=0),
     ]
 
@@ -339,28 +333,16 @@ async def test_vector_update_with_embedding(
 
         results_after = await store.asearch(("test",), query="Zany Xerxes")
         after_score = next((r.score for r in results_after if r.key == "doc1"), 0.0)
-        assert (
-            after_score is not None
-            and initial_score is not None
-            and after_score < initial_score
-        )
+        assert after_score is not None and initial_score is not None and after_score < initial_score
 
         results_new = await store.asearch(("test",), query="new text about dogs")
         for r in results_new:
             if r.key == "doc1":
-                assert (
-                    r.score is not None
-                    and after_score is not None
-                    and r.score > after_score
-                )
+                assert r.score is not None and after_score is not None and r.score > after_score
 
         # Don't index this one
-        await store.aput(
-            ("test",), "doc4", {"text": "new text about dogs"}, index=False
-        )
-        results_new = await store.asearch(
-            ("test",), query="new text about dogs", limit=3
-        )
+        await store.aput(("test",), "doc4", {"text": "new text about dogs"}, index=False)
+        results_new = await store.asearch(("test",), query="new text about dogs", limit=3)
         assert not any(r.key == "doc4" for r in results_new)
 
 
@@ -391,9 +373,7 @@ async def test_vector_search_with_filters(
 
         # Skip asserting exact results as we've already validated the functionality
         # in the synchronous tests
-        _ = await store.asearch(
-            ("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}}
-        )
+        _ = await store.asearch(("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}})
 
         # Skip asserting exact results as we've already validated the functionality
         # in the synchronous tests
@@ -406,9 +386,7 @@ async def test_vector_search_pagination(fake_embeddings: CharacterEmbeddings) ->
     """Test pagination with vector search."""
     async with create_vector_store(fake_embeddings) as store:
         for i in range(5):
-            await store.aput(
-                ("test",), f"doc{i}", {"text": f"test document number {i}"}
-            )
+            await store.aput(("test",), f"doc{i}", {"text": f"test document number {i}"})
 
         results_page1 = await store.asearch(("test",), query="test", limit=2)
         results_page2 = await store.asearch(("test",), query="test", limit=2, offset=2)
@@ -445,9 +423,7 @@ async def test_embed_with_path(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test vector search with specific text fields in SQLite store."""
-    async with create_vector_store(
-        fake_embeddings, text_fields=["key0", "key1", "key3"]
-    ) as store:
+    async with create_vector_store(fake_embeddings, text_fields=["key0", "key1", "key3"]) as store:
         # This will have 2 vectors representing it
         doc1 = {
             # Omit key0 - check it doesn't raise an error
@@ -491,9 +467,7 @@ async def test_basic_store_ops(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test vector search with specific text fields in SQLite store."""
-    async with create_vector_store(
-        fake_embeddings, text_fields=["key0", "key1", "key3"]
-    ) as store:
+    async with create_vector_store(fake_embeddings, text_fields=["key0", "key1", "key3"]) as store:
         uid = uuid.uuid4().hex
         namespace = (uid, "test", "documents")
         item_id = "doc1"
@@ -554,9 +528,7 @@ async def test_list_namespaces(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test list namespaces functionality with various filters."""
-    async with create_vector_store(
-        fake_embeddings, text_fields=["key0", "key1", "key3"]
-    ) as store:
+    async with create_vector_store(fake_embeddings, text_fields=["key0", "key1", "key3"]) as store:
         test_pref = str(uuid.uuid4())
         test_namespaces = [
             (test_pref, "test", "documents", "public", test_pref),
@@ -594,27 +566,19 @@ async def test_list_namespaces(
             prefix=(test_pref, "test"), suffix=("public", test_pref)
         )
         assert len(prefix_suffix_result) == 2
-        assert all(
-            ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result
-        )
+        assert all(ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result)
 
         # Test wildcard in prefix
-        wildcard_prefix_result = await store.alist_namespaces(
-            prefix=(test_pref, "*", "documents")
-        )
+        wildcard_prefix_result = await store.alist_namespaces(prefix=(test_pref, "*", "documents"))
         assert len(wildcard_prefix_result) == 5
         assert all(ns[2] == "documents" for ns in wildcard_prefix_result)
 
         # Test wildcard in suffix
-        wildcard_suffix_result = await store.alist_namespaces(
-            suffix=("*", "public", test_pref)
-        )
+        wildcard_suffix_result = await store.alist_namespaces(suffix=("*", "public", test_pref))
         assert len(wildcard_suffix_result) == 4
         assert all(ns[-2] == "public" for ns in wildcard_suffix_result)
 
-        wildcard_single = await store.alist_namespaces(
-            suffix=("some", "*", "public", test_pref)
-        )
+        wildcard_single = await store.alist_namespaces(suffix=("some", "*", "public", test_pref))
         assert len(wildcard_single) == 1
         assert wildcard_single[0] == (
             test_pref,
@@ -669,9 +633,7 @@ async def test_search_items(
         {"title": "Report B", "author": "Alice Johnson", "tags": ["draft"]},
     ]
 
-    async with create_vector_store(
-        fake_embeddings, text_fields=["key0", "key1", "key3"]
-    ) as store:
+    async with create_vector_store(fake_embeddings, text_fields=["key0", "key1", "key3"]) as store:
         # Insert test data
         for ns, item in zip(test_namespaces, test_items, strict=False):
             key = f"item_{ns[-1]}"

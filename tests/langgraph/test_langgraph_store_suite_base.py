@@ -289,9 +289,7 @@ async def test_cannot_put_empty_namespace() -> None:
 
     await store.aput(("foo", "langgraph", "foo"), "bar", doc)
     assert (await store.aget(("foo", "langgraph", "foo"), "bar")).value == doc  # type: ignore[union-attr]
-    assert (await store.asearch(("foo", "langgraph", "foo"), query="bar"))[
-        0
-    ].value == doc
+    assert (await store.asearch(("foo", "langgraph", "foo"), query="bar"))[0].value == doc
     await store.adelete(("foo", "langgraph", "foo"), "bar")
     assert (await store.aget(("foo", "langgraph", "foo"), "bar")) is None
     store.put(("foo", "langgraph", "foo"), "bar", doc)
@@ -313,7 +311,6 @@ async def test_cannot_put_empty_namespace() -> None:
     assert store.get(("langgraph", "foo"), "bar") is None
 
 
-
 @pytest.fixture
 def fake_embeddings() -> CharacterEmbeddings:
     return CharacterEmbeddings(dims=500)
@@ -321,9 +318,7 @@ def fake_embeddings() -> CharacterEmbeddings:
 
 def test_vector_store_initialization(fake_embeddings: CharacterEmbeddings) -> None:
     """Test store initialization with embedding config."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     assert store.index_config is not None
     assert store.index_config["dims"] == fake_embeddings.dims
     assert store.index_config["embed"] == fake_embeddings
@@ -333,9 +328,7 @@ def test_vector_insert_with_auto_embedding(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test inserting items that get auto-embedded."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     docs = [
         ("doc1", {"text": "short text"}),
         ("doc2", {"text": "longer text document"}),
@@ -360,9 +353,7 @@ async def test_async_vector_insert_with_auto_embedding(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test inserting items that get auto-embedded using async methods."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     docs = [
         ("doc1", {"text": "short text"}),
         ("doc2", {"text": "longer text document"}),
@@ -385,9 +376,7 @@ async def test_async_vector_insert_with_auto_embedding(
 
 def test_vector_update_with_embedding(fake_embeddings: CharacterEmbeddings) -> None:
     """Test that updating items properly updates their embeddings."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     store.put(("test",), "doc1", {"text": "zany zebra Xerxes"})
     store.put(("test",), "doc2", {"text": "something about dogs"})
     store.put(("test",), "doc3", {"text": "text about birds"})
@@ -420,9 +409,7 @@ async def test_async_vector_update_with_embedding(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test that updating items properly updates their embeddings using async methods."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     await store.aput(("test",), "doc1", {"text": "zany zebra Xerxes"})
     await store.aput(("test",), "doc2", {"text": "something about dogs"})
     await store.aput(("test",), "doc3", {"text": "text about birds"})
@@ -453,9 +440,7 @@ async def test_async_vector_update_with_embedding(
 
 def test_vector_search_with_filters(fake_embeddings: CharacterEmbeddings) -> None:
     """Test combining vector search with filters."""
-    inmem_store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    inmem_store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     # Insert test documents
     docs = [
         ("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
@@ -475,9 +460,7 @@ def test_vector_search_with_filters(fake_embeddings: CharacterEmbeddings) -> Non
     assert len(results) == 2
     assert results[0].key == "doc2"
 
-    results = inmem_store.search(
-        ("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}}
-    )
+    results = inmem_store.search(("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}})
     assert len(results) == 3
     assert results[0].key == "doc4"
 
@@ -493,9 +476,7 @@ async def test_async_vector_search_with_filters(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test combining vector search with filters using async methods."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     # Insert test documents
     docs = [
         ("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
@@ -515,9 +496,7 @@ async def test_async_vector_search_with_filters(
     assert len(results) == 2
     assert results[0].key == "doc2"
 
-    results = await store.asearch(
-        ("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}}
-    )
+    results = await store.asearch(("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}})
     assert len(results) == 3
     assert results[0].key == "doc4"
 
@@ -531,9 +510,7 @@ async def test_async_vector_search_with_filters(
 
 def test_vector_search_pagination(fake_embeddings: CharacterEmbeddings) -> None:
     """Test pagination with vector search."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     for i in range(5):
         store.put(("test",), f"doc{i}", {"text": f"test document number {i}"})
 
@@ -552,9 +529,7 @@ async def test_async_vector_search_pagination(
     fake_embeddings: CharacterEmbeddings,
 ) -> None:
     """Test pagination with vector search using async methods."""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     for i in range(5):
         await store.aput(("test",), f"doc{i}", {"text": f"test document number {i}"})
 
@@ -677,9 +652,7 @@ async def test_embed_with_path(fake_embeddings: CharacterEmbeddings) -> None:
 
 def test_non_ascii(fake_embeddings: CharacterEmbeddings) -> None:
     """Test support for non-ascii characters"""
-    store = InMemoryStore(
-        index={"dims": fake_embeddings.dims, "embed": fake_embeddings}
-    )
+    store = InMemoryStore(index={"dims": fake_embeddings.dims, "embed": fake_embeddings})
     store.put(("user_123", "memories"), "1", {"text": "这是中文"})  # Chinese
     store.put(("user_123", "memories"), "2", {"text": "これは日本語です"})  # Japanese
     store.put(("user_123", "memories"), "3", {"text": "이건 한국어야"})  # Korean

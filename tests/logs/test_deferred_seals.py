@@ -19,7 +19,9 @@ def test_appends_note_the_ranges_and_seal_due_seals_each(memory_url: tuple[str, 
         logs = stash.log_steps("logs")
         logs.seal_on_append = False
         sent: list[str] = []
-        stash.intercept(lambda request, proceed: (sent.append(type(request).__name__), proceed())[1])
+        stash.intercept(
+            lambda request, proceed: (sent.append(type(request).__name__), proceed())[1]
+        )
         head = None
         for version in range(200):  # three ranges completed
             sent.clear()
