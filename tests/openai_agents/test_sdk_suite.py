@@ -110,15 +110,13 @@ def _all_pass(stash: dict[str, str]) -> int:
     return all_pass(stash, NOT_APPLICABLE)
 
 
-def test_the_sdks_session_tests_pass_on_the_stash_as_on_sqlite() -> None:
-    passed = _compare(_outcomes(SESSION_FILES, ours=False), _outcomes(SESSION_FILES, ours=True))
-    assert passed >= 130  # 134 of 152 with openai-agents 0.24.0 (SQLite: 152)
+def test_the_sdks_session_tests_pass_on_the_stash_on_seaweedfs_as_on_sqlite(
+    seaweedfs: servers.S3Server,
+) -> None:
+    sqlite = _outcomes(SESSION_FILES, ours=False)
+    stash = _outcomes(SESSION_FILES, ours=True, url=seaweedfs.url("sdk"))
+    assert _compare(sqlite, stash) >= 130  # 134 of 152 with openai-agents 0.24.0 (SQLite: 152)
 
 
 def test_the_sdks_runner_tests_keep_their_sessions_on_the_stash() -> None:
     assert _all_pass(_outcomes(RUNNER_FILES, ours=True)) >= 850  # 857 with 0.24.0
-
-
-def test_the_sdks_session_tests_pass_on_seaweedfs(seaweedfs: servers.S3Server) -> None:
-    url = seaweedfs.url("sdk")
-    assert _all_pass(_outcomes(SESSION_FILES, ours=True, url=url)) >= 130

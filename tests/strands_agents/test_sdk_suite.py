@@ -126,19 +126,16 @@ def _outcomes(files: list[str], *, ours: bool, url: str | None = None) -> dict[s
     return outcomes(root, files, plugin=(HERE, "sdk_plugin") if ours else None, env=env)
 
 
-def test_strands_session_and_storage_tests_pass_on_the_stash() -> None:
+def test_strands_session_and_storage_tests_pass_on_the_stash_on_seaweedfs(
+    seaweedfs: servers.S3Server,
+) -> None:
+    # Ours on SeaweedFS (every backend under a prefix of its own) beside Strands' shipped.
     shipped = _outcomes(SESSION_FILES, ours=False)
-    passed = compare(shipped, _outcomes(SESSION_FILES, ours=True), NOT_APPLICABLE)
-    assert passed >= 220  # 228 of 267 with strands-agents 1.62.0 (as shipped: 265)
+    ours = _outcomes(SESSION_FILES, ours=True, url=seaweedfs.url("strands"))
+    assert compare(shipped, ours, NOT_APPLICABLE) >= 220  # 228 of 267 with 1.62.0 (265)
 
 
 def test_strands_agent_swarm_and_graph_tests_keep_their_state_on_the_stash() -> None:
     # Run on the stash only (as shipped they take as long again and fail the same one).
     ours = _outcomes(AGENT_FILES, ours=True)
     assert all_pass(ours, {**NOT_APPLICABLE, **_SHIPPED_FAILURES}) >= 600  # 620 with 1.62.0
-
-
-def test_strands_session_tests_pass_on_seaweedfs(seaweedfs: servers.S3Server) -> None:
-    url = seaweedfs.url("strands")
-    ours = _outcomes(SESSION_FILES, ours=True, url=url)
-    assert all_pass(ours, {**NOT_APPLICABLE, **_SHIPPED_FAILURES}) >= 220
