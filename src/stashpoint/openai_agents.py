@@ -39,10 +39,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from stashpoint.errors import (
     CheckpointConflict,
-    CheckpointNotFound,
     InvalidArgument,
     InvalidPayload,
-    Purged,
     described,
 )
 from stashpoint.logs.format import check_log_id, entries_records
@@ -60,7 +58,6 @@ KIND = "stashpoint.openai-agents-session"
 """The entries' kind."""
 SCHEMA_VERSION = 1
 """The entries' schema version."""
-_ALL = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,18 +140,11 @@ class SessionSteps:
 
     def snapshot(self) -> Steps[tuple[Known[SessionState], list[Any]]]:
         """Return the newest version and its items, oldest first (a fresh read)."""
-        form = self.state.form
-        try:
-            head, entries = yield from self.state.logs.tail(
-                self.log_id, _ALL, since=lambda h: form.parse(h).start
-            )
-        except Purged:
-            raise  # erased: not read as empty
-        except CheckpointNotFound:
+        found = yield from self.state.read_life(self.log_id, lambda state: state.start)
+        if found is None:
             return Known(SessionState(), None), []  # never written, or deleted
-        known = Known(form.parse(head), head)
-        self.state.remember(self.log_id, known)
-        return known, self._checked(known.state, entries_records(entries, known.state.start))
+        known, records = found
+        return known, self._checked(known.state, records)
 
     def _checked(self, found: SessionState, records: list[Any]) -> list[Any]:
         items = _fold(records, self.log_id)

@@ -25,10 +25,13 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from stashpoint.cache import Lru
 from stashpoint.errors import CheckpointConflict, CheckpointNotFound, Purged
+from stashpoint.logs.format import entries_records
 from stashpoint.logs.log import LogHead, LogSteps, ended_error
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Steps
 from stashpoint.stores.cas import optimistic_update
+
+_WHOLE_LIFE = 2**62  # a tail "of at least this many records": the whole current life
 
 S = TypeVar("S")
 C = TypeVar("C")
@@ -149,6 +152,27 @@ class LoggedState(Generic[S]):
         known = self.known_of(head)
         self.remember(log_id, known)
         return known
+
+    def read_life(
+        self, log_id: str, start: Callable[[S], int]
+    ) -> Steps[tuple[Known[S], list[Any]] | None]:
+        """Read the log's newest state and the records of its current life; remember it.
+
+        `start(state)` is the record position the state says its life begins at: nothing
+        before it is read (sealed segments and a round of GETs for the rest). None: the log
+        was never written (or was deleted); a purged log raises `Purged`, never reads empty.
+        """
+        try:
+            head, entries = yield from self.logs.tail(
+                log_id, _WHOLE_LIFE, since=lambda h: start(self.form.parse(h))
+            )
+        except Purged:
+            raise  # erased: not read as empty
+        except CheckpointNotFound:
+            return None
+        known = self.known_of(head)
+        self.remember(log_id, known)
+        return known, entries_records(entries, start(known.state))
 
     def append(
         self,

@@ -12,9 +12,8 @@ from stashpoint.errors import (
     CheckpointConflict,
     CheckpointNotFound,
     InvalidPayload,
-    Purged,
 )
-from stashpoint.logs.format import check_log_id, entries_records
+from stashpoint.logs.format import check_log_id
 from stashpoint.logs.log import LogHead
 from stashpoint.logs.state import Known, LoggedState
 from stashpoint.steps import Steps
@@ -27,7 +26,6 @@ SESSION_KIND = "stashpoint.strands-session"
 """The session logs' entries' kind."""
 SCHEMA_VERSION = 1
 """The entries' schema version."""
-_ALL = 2**62
 
 
 class SessionConflict(CheckpointConflict, SessionException):
@@ -216,20 +214,13 @@ class SessionSteps:
         """Return the session as this process last saw it, or as stored now (`fresh`)."""
         if self._view is not None and not fresh:
             return self._view[1]
-        form = self.state.form
-        try:
-            head, entries = yield from self.state.logs.tail(
-                self.log_id, _ALL, since=lambda h: form.parse(h).start
-            )
-        except Purged:
-            raise  # erased: not read as empty
-        except CheckpointNotFound:
+        found = yield from self.state.read_life(self.log_id, lambda state: state.start)
+        if found is None:  # never written, or deleted
             self._view = (-1, SessionView())
             return self._view[1]
-        known = Known(form.parse(head), head)
-        self.state.remember(self.log_id, known)
+        known, records = found
         view = SessionView()
-        view.apply(entries_records(entries, known.state.start), self.log_id)
+        view.apply(records, self.log_id)
         if not view.matches(known.state):
             raise InvalidPayload(
                 "the session's records do not match its state", object_name=self.log_id
