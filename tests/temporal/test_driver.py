@@ -257,3 +257,27 @@ def test_a_workflow_on_the_dev_server_keeps_its_large_payloads_in_the_stash(
     assert result == ("lorem ipsum " * 2000).upper() + "|24000"
     assert sizes and all(size < 1024 for size in sizes)  # the history holds claims only
     assert stored >= 2  # the input and the result (and the activity's, by its own owner)
+
+
+def test_on_an_encrypted_stash_payloads_are_sealed_per_tenant_and_a_shred_ends_them(
+    tmp_path: Any,
+) -> None:
+    from stashpoint.encryption import Encryption
+    from stashpoint.errors import KeyShredded
+
+    encryption = Encryption.local(tmp_path / "keyring.json", ("acme", "acme."))
+    url = f"local://{tmp_path / 'stash'}?fsync=false"
+    with stashpoint.open(url, encryption=encryption) as stash:
+        acme = StashStorageDriver(stash, owner=lambda target: "acme." + workflow_owner("d", "w"))
+        other = StashStorageDriver(stash)  # the catch-all tenant
+        payload = _payload(7)
+        mine = asyncio.run(acme.store(CONTEXT, [payload]))[0]
+        theirs = asyncio.run(other.store(CONTEXT, [payload]))[0]
+        for path in (tmp_path / "stash").rglob("*"):
+            if path.is_file() and TEMPORAL_PAYLOADS in str(path):
+                assert b"v7v7v7" not in path.read_bytes()  # sealed at rest
+        assert asyncio.run(acme.retrieve(READ, [mine])) == [payload]
+        stash.purge(tenant="acme", shred=True)
+        with pytest.raises(KeyShredded):
+            asyncio.run(acme.retrieve(READ, [mine]))
+        assert asyncio.run(other.retrieve(READ, [theirs])) == [payload]  # another tenant's

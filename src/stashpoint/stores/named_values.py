@@ -94,8 +94,12 @@ class NamedValues:
             raise InvalidPayload(
                 f"a reference points at a {what} that is missing", object_name=object_key
             )
-        document = yield from self._document(info, object_key)
-        if document is None or not holds(document):
+        # Decoded without judging: a shredded tenant's value is `Shredded`, a damaged one
+        # `InvalidPayload`, never read as something else.
+        document = yield from self.codec.document_decoding(
+            info.body, name=object_key, format_name=self.format_name, format_version=1
+        )
+        if not isinstance(document, dict) or not holds(document):
             raise InvalidPayload(
                 f"a {what} does not hold what its reference names", object_name=object_key
             )
