@@ -46,7 +46,7 @@ from stashpoint.errors import (
 from stashpoint.logs.format import check_log_id, entries_records
 from stashpoint.logs.log import LogHead
 from stashpoint.logs.state import Known, LoggedState
-from stashpoint.steps import Steps, run_async, run_sync
+from stashpoint.steps import Steps
 from stashpoint.stores.layout import OPENAI_SESSIONS
 
 if TYPE_CHECKING:
@@ -270,11 +270,9 @@ class StashSession:
         )
 
     async def _run(self, steps: Steps[T]) -> T:
-        from stashpoint.stash import AsyncStash
+        from stashpoint.stash import awaited
 
-        if isinstance(self.stash, AsyncStash):
-            return await run_async(steps, self.stash.driver)
-        return await asyncio.to_thread(run_sync, steps, self.stash.driver)
+        return await awaited(self.stash, steps)
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """Return the session's items, oldest first; with `limit`, the newest `limit`."""

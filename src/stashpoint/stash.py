@@ -24,7 +24,7 @@ from stashpoint.composition import Backend, backend_of, split_options
 from stashpoint.errors import ConfigurationError, InvalidArgument, KeyShredded, described
 from stashpoint.progress import OnProgress, silent
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
-from stashpoint.steps import Steps
+from stashpoint.steps import Steps, run_async, run_sync
 from stashpoint.stores.cas import CompareAndSwap, EtagCache
 from stashpoint.stores.layout import (
     CHECKPOINTS,
@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold 
 StoreT = TypeVar("StoreT", Store, AsyncStore)
 LogStoreT = TypeVar("LogStoreT", "LogStore", "AsyncLogStore")
 RunsT = TypeVar("RunsT", "RunStore", "AsyncRunStore")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -878,6 +879,19 @@ class OpenOptions(TypedDict, total=False):
     """Open an S3 prefix with a segment named after a namespace."""
     fsync: bool | str
     """Local: fsync files and folders (default true)."""
+
+
+async def awaited(stash: Stash | AsyncStash, steps: Steps[T]) -> T:
+    """Drive `steps` from a coroutine, with either kind of stash.
+
+    On the loop for an `AsyncStash`, on a worker thread for a blocking `Stash` (the
+    framework adapters whose interfaces are async).
+    """
+    if isinstance(stash, AsyncStash):
+        return await run_async(steps, stash.driver)
+    import asyncio  # here: blocking users never need it
+
+    return await asyncio.to_thread(run_sync, steps, stash.driver)
 
 
 def open(url: str | None = None, **options: Unpack[OpenOptions]) -> Stash:

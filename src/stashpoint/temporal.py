@@ -34,7 +34,7 @@ from temporalio.converter import (
 )
 
 from stashpoint.errors import InvalidArgument, InvalidPayload, LimitExceeded, described
-from stashpoint.steps import Steps, run_async, run_sync
+from stashpoint.steps import Steps
 from stashpoint.stores.layout import TEMPORAL_PAYLOADS
 from stashpoint.stores.named_values import NamedValues
 
@@ -170,11 +170,9 @@ class StashStorageDriver(StorageDriver):
         return "stashpoint"
 
     async def _run(self, steps: Steps[T]) -> T:
-        from stashpoint.stash import AsyncStash
+        from stashpoint.stash import awaited
 
-        if isinstance(self.stash, AsyncStash):
-            return await run_async(steps, self.stash.driver)
-        return await asyncio.to_thread(run_sync, steps, self.stash.driver)
+        return await awaited(self.stash, steps)
 
     def _owner_of(self, target: Target) -> str:
         owner = self.owner(target)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import builtins
 import re
@@ -22,7 +21,7 @@ from stashpoint.errors import (
     Purged,
     described,
 )
-from stashpoint.steps import Now, Steps, ask, run_async, run_sync
+from stashpoint.steps import Now, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import STRANDS_STORAGE
 
@@ -238,11 +237,9 @@ class StashStorage:
         return StashStorage(self.stash, prefix=f"{self.prefix}{prefix}", steps=self.steps)
 
     async def _run(self, steps: Steps[T]) -> T:
-        from stashpoint.stash import AsyncStash
+        from stashpoint.stash import awaited
 
-        if isinstance(self.stash, AsyncStash):
-            return await run_async(steps, self.stash.driver)
-        return await asyncio.to_thread(run_sync, steps, self.stash.driver)
+        return await awaited(self.stash, steps)
 
     def _key(self, key: str) -> str:
         return normalized_key(f"{self.prefix}{normalized_key(key)}")
