@@ -24,6 +24,11 @@ seals and clean-up, `StashpointSaver.flush`); the same for a cold `get_tuple`.
 
     .venv/bin/python -m bench.langgraph_lambda_bench [--turns 50,200] [--samples 5]
         [--latency 0.015] [--durability sync]
+
+With `BENCH_PREIMPORT=1` every saver's modules (boto3, stashpoint's S3 and DynamoDB
+backends, langgraph-checkpoint-aws) are imported before the clock starts, so the times hold
+no lazy import of either side. With `BENCH_PROFILE=DIR` in the environment each child writes a cProfile of its call to
+`DIR/{saver}-{turn|read}-{n}.prof` (the times it prints are then the profiled ones).
 """
 
 from __future__ import annotations
@@ -52,15 +57,30 @@ kind, where, thread, turn, durability, mode = sys.argv[1:7]
 where = json.loads(where)
 from bench.langgraph_lambda_bench import open_saver, graph_of, user_message
 import stashpoint.langgraph  # imports first: a Lambda's init is measured apart
+import os
+if os.environ.get("BENCH_PREIMPORT"):  # every saver's modules imported before the clock
+    import boto3, stashpoint._backends.s3, stashpoint._backends.dynamodb
+    try:
+        import langgraph_checkpoint_aws
+    except ImportError:
+        pass
 config = {"configurable": {"thread_id": thread}}
+import os, cProfile
+profile = cProfile.Profile() if os.environ.get("BENCH_PROFILE") else None
+if profile is not None:
+    profile.enable()
 wall, cpu = time.perf_counter(), time.process_time()
 saver, close = open_saver(kind, where, background=False)
+opened = time.process_time() - cpu
 if mode == "turn":
     graph_of(saver).invoke({"messages": [user_message(int(turn))]}, config, durability=durability)
 else:
     found = saver.get_tuple(config)
     assert found is not None
-result = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+result = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu, "open": opened}
+if profile is not None:
+    profile.disable()
+    profile.dump_stats(f"{os.environ['BENCH_PROFILE']}/{kind}-{mode}-{turn}.prof")
 print(json.dumps(result), flush=True)
 sys.stdin.readline()  # the parent counted the call's requests: now the work after it
 if hasattr(saver, "flush"):
@@ -262,19 +282,20 @@ def main() -> None:
                     ]  # fmt: skip
                     median = {
                         key: statistics.median(s[key] for s in samples)
-                        for key in ("wall", "cpu", "requests", "rounds", "after")
+                        for key in ("wall", "cpu", "open", "requests", "rounds", "after")
                     }
                     median["max_requests"] = max(s["requests"] for s in samples)
                     rows.append((turns, kind, mode, median))
     imports = {kind: statistics.median(_imports(kind) for _ in range(3)) for kind in kinds}
     print(f"\nlatency {args.latency * 1000:.0f} ms per request, durability={args.durability}, "
           f"medians of {args.samples} new processes each")  # fmt: skip
-    print("| turns | saver | call | wall ms | CPU ms | requests (max) | rounds | after |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| turns | saver | call | wall ms | CPU ms | of it opening | requests (max) | rounds "
+          "| after |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for turns, kind, mode, m in rows:
         call = "cold turn" if mode == "turn" else "cold get_tuple"
         print(f"| {turns} | {kind} | {call} | {m['wall'] * 1000:.0f} | {m['cpu'] * 1000:.0f} "
-              f"| {m['requests']:.0f} ({m['max_requests']:.0f}) | {m['rounds']:.0f} "
+              f"| {m['open'] * 1000:.0f} | {m['requests']:.0f} ({m['max_requests']:.0f}) | {m['rounds']:.0f} "
               f"| {m['after']:.0f} |")  # fmt: skip
     if "aws-dynamodb" in kinds:
         print("\nstashpoint / aws-dynamodb, same run:")

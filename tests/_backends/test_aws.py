@@ -10,7 +10,13 @@ from typing import Any
 import botocore.session
 import pytest
 
-from stashpoint._backends.aws import AwsClientSettings, LazyClient, with_shared_models
+from stashpoint._backends.aws import (
+    AwsClientSettings,
+    LazyClient,
+    iso_timestamp,
+    with_fast_timestamps,
+    with_shared_models,
+)
 
 
 @pytest.fixture
@@ -34,6 +40,71 @@ def test_every_new_session_shares_the_models_the_first_one_loaded() -> None:
     first = with_shared_models(botocore.session.Session())
     second = with_shared_models(botocore.session.Session())
     assert second.get_component("data_loader") is first.get_component("data_loader")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-12-05T11:40:00.000Z",  # S3's listings
+        "2026-12-05T11:40:00Z",
+        "2026-12-05T11:40:00.123456+02:00",
+        "2026-12-05T11:40:00",  # no zone: botocore's parser decides (UTC)
+        "2026-12-05",  # a date alone: the same
+        "Sat, 05 Dec 2026 11:40:00 GMT",  # HTTP headers (Last-Modified)
+        "1764934800",  # epoch seconds, as text
+        1764934800,  # and as a number (DynamoDB's control plane)
+        1764934800.5,
+    ],
+)
+def test_a_fast_timestamp_is_the_datetime_botocore_would_give(value: object) -> None:
+    from botocore.utils import parse_timestamp
+
+    mine, theirs = iso_timestamp(value), parse_timestamp(value)
+    assert mine == theirs
+    assert mine.utcoffset() == theirs.utcoffset()
+
+
+def test_a_made_client_lists_without_botocores_timestamp_parser(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listing's `LastModified`s are read by `iso_timestamp`, never by dateutil."""
+    from datetime import UTC, datetime
+
+    import botocore.parsers
+    from botocore.awsrequest import AWSResponse
+
+    listing = (
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult '
+        'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name><Prefix></Prefix>'
+        "<KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
+        + "".join(
+            f"<Contents><Key>k{i}</Key><LastModified>2026-12-05T11:40:0{i}.000Z</LastModified>"
+            f'<ETag>"e{i}"</ETag><Size>{i}</Size><StorageClass>STANDARD</StorageClass></Contents>'
+            for i in range(2)
+        )
+        + "</ListBucketResult>"
+    ).encode()
+
+    class _Raw:
+        def stream(self, *_: Any, **__: Any) -> Any:
+            yield listing
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        return AWSResponse(request.url, 200, {}, _Raw())
+
+    def refused(value: Any) -> Any:
+        raise AssertionError(f"botocore's parser was asked for {value!r}")
+
+    monkeypatch.setattr(botocore.parsers, "DEFAULT_TIMESTAMP_PARSER", refused)
+    session = with_fast_timestamps(with_shared_models(botocore.session.Session()))
+    client = session.create_client(
+        "s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    client.meta.events.register("before-send.s3.ListObjectsV2", answer)
+    found = client.list_objects_v2(Bucket="b")["Contents"]
+    assert [item["LastModified"] for item in found] == [
+        datetime(2026, 12, 5, 11, 40, i, tzinfo=UTC) for i in range(2)
+    ]
 
 
 class _Sent(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import botocore.exceptions
@@ -145,6 +146,37 @@ def with_shared_models(session: Any) -> Any:
     return session
 
 
+def iso_timestamp(value: Any) -> Any:
+    """Parse a response's timestamp: ISO 8601 in C, anything else as botocore does.
+
+    botocore parses every timestamp with dateutil, in Python: a 1,000-key S3 listing (each
+    key's `LastModified`) costs about 40 ms of CPU in it, two thirds of the listing's
+    parse, and a cold read of a long log lists that many keys. `datetime.fromisoformat`
+    reads S3's form (`2026-12-05T11:40:00.000Z`) in microseconds; what it does not read,
+    or reads without a zone (a date alone), goes to botocore's own parser, so the values
+    are the same aware datetimes either way.
+    """
+    from botocore.utils import parse_timestamp
+
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is not None:
+                return parsed
+    return parse_timestamp(value)
+
+
+def with_fast_timestamps(session: Any) -> Any:
+    """Make a botocore session's clients parse timestamps with `iso_timestamp`; return it."""
+    session.get_component("response_parser_factory").set_parser_defaults(
+        timestamp_parser=iso_timestamp
+    )
+    return session
+
+
 class LazyClient:
     """A boto3 client made on first use, shared by every thread (they are thread-safe).
 
@@ -173,9 +205,9 @@ class LazyClient:
                         import botocore.session
 
                         core = botocore.session.Session(profile=self._settings.profile_name)
-                        self.instance = with_shared_models(core).create_client(
-                            self._service, **kwargs
-                        )
+                        self.instance = with_fast_timestamps(
+                            with_shared_models(core)
+                        ).create_client(self._service, **kwargs)
         return self.instance
 
     def close(self) -> None:
@@ -221,7 +253,9 @@ class AsyncLazyClient:
                 if self.instance is None:
                     from aiobotocore.session import AioSession
 
-                    session = with_shared_models(AioSession(profile=self._settings.profile_name))
+                    session = with_fast_timestamps(
+                        with_shared_models(AioSession(profile=self._settings.profile_name))
+                    )
                     kwargs = self._settings.client_kwargs()
                     self._context = session.create_client(self._service, **kwargs)
                     self.instance = await self._context.__aenter__()
