@@ -169,3 +169,15 @@ def erasure_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         else servers.UNVERSIONED_BUCKET
     )
     return str(seaweedfs.url(f"t-{uuid.uuid4().hex}", bucket))
+
+
+@pytest.fixture
+def locked_bucket() -> Any:
+    """A moto bucket with S3 Object Lock enabled (`s3://locked-bucket/...`)."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="locked-bucket", ObjectLockEnabledForBucket=True)
+        yield client

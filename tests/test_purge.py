@@ -377,17 +377,6 @@ def test_an_age_purge_takes_whole_ids_last_written_before_the_bound() -> None:
 # -- Object Lock (moto) ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def locked_bucket() -> Any:
-    import boto3
-    from moto import mock_aws
-
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="locked-bucket", ObjectLockEnabledForBucket=True)
-        yield client
-
-
 def test_a_retained_transcript_refuses_purge_naming_its_retain_until_date(
     locked_bucket: Any,
 ) -> None:

@@ -221,7 +221,32 @@ class Purger:
                     if older_than is not None and top.written_at >= older_than:
                         continue
                     targets.append(Target(name, log_id))
+            elif namespace.owned:
+                targets += yield from self._select_owners(name, prefix, older_than)
         return targets
+
+    def _select_owners(
+        self, name: str, prefix: str, older_than: datetime | None
+    ) -> Steps[list[Target]]:
+        """Return the owners starting with `prefix` of a content namespace's values.
+
+        With `older_than`, only owners whose newest value was written before it (one of
+        unknown age is never chosen by age).
+        """
+        base = self.layout.namespace_prefix(name)
+        newest: dict[str, datetime | None] = {}
+        for version in (yield from self._versions(base + prefix, False)):
+            owner, slash, _ = version.key[len(base) :].partition("/")
+            if not slash or version.is_delete_marker:
+                continue  # not an owner's value (planted at the top): no id to purge
+            written = version.last_modified
+            known = newest.get(owner, written)
+            newest[owner] = None if known is None or written is None else max(known, written)
+        return [
+            Target(name, owner)
+            for owner, written in sorted(newest.items())
+            if older_than is None or (written is not None and written < older_than)
+        ]
 
     # -- running a purge ------------------------------------------------------------------
 
@@ -533,6 +558,9 @@ class Purger:
         if namespace.shape is Shape.KEYS:
             yield from self._shred(target, receipt)
             return
+        if namespace.owned:
+            yield from self._erase_owned(target, receipt)
+            return
         logs = self.logs(target.namespace)
         tombstone = state.ends.get(str(index))
         if tombstone is None and state.reusable:
@@ -755,6 +783,34 @@ class Purger:
             yield from self._delete(doomed)
         raise _unfinished(target)
 
+    def _erase_owned(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
+        """Erase every stored version of an owner's values (a content namespace).
+
+        Values are immutable and named by their content: there is nothing to end first, so
+        the receipt names each version before it is deleted. A retention purge (its
+        cutoff) spares the whole owner if a value was written since the cutoff, as a log
+        written since is spared: whole owners, never half. A value stored after the purge
+        (a workflow still running) is new data of its owner, kept.
+        """
+        state = receipt.state
+        cutoff = state.cutoff_time()
+        for _ in range(_ROUNDS):
+            doomed: list[StoredVersion] = []
+            for prefix, exact in self._prefixes(target):
+                doomed += yield from self._versions(prefix, exact)
+            if not doomed:
+                return
+            if cutoff is not None and any(
+                v.last_modified is None or v.last_modified >= cutoff
+                for v in doomed
+                if not v.is_delete_marker
+            ):
+                state.spared.append(str(target))
+                return
+            yield from receipt.intend(doomed)
+            yield from self._delete(doomed)
+        raise _unfinished(target)
+
     def _is_tombstone(self, target: Target, version: StoredVersion) -> Steps[bool]:
         facts = yield from self.heads(target.namespace).read_head(version.key, version.version_id)
         return facts is not None and facts.purge is not None
@@ -767,6 +823,9 @@ class Purger:
             return
         if namespace.shape is Shape.KEYS:
             yield self.layout.key(DATA_KEYS, f"{target.object_id}/"), False
+            return
+        if namespace.owned:
+            yield self.layout.key(target.namespace, f"{target.object_id}/"), False
             return
         keys = self.logs(target.namespace).keys
         entries = keys.entries_prefix(target.object_id)

@@ -175,9 +175,10 @@ class ReceiptState:
             state = cls(**document)
             for pair in state.targets:
                 namespace, object_id = pair  # a pair, or ValueError
-                if namespace not in NAMESPACES or NAMESPACES[namespace].shape not in (
-                    Shape.HEADS, Shape.LOGS, Shape.KEYS,
-                ):  # fmt: skip
+                if namespace not in NAMESPACES or not (
+                    NAMESPACES[namespace].shape in (Shape.HEADS, Shape.LOGS, Shape.KEYS)
+                    or NAMESPACES[namespace].owned
+                ):
                     raise ValueError(f"unknown namespace {namespace!r}")
                 validate_id(object_id, what="purge target")
             if state.status not in ("in_progress", "complete"):

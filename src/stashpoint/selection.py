@@ -23,6 +23,7 @@ from stashpoint.stores.layout import (
     CONVERSATIONS,
     DATA_KEYS,
     DURABLE_EXECUTIONS,
+    DURABLE_VALUES,
     FLEET,
     LANGGRAPH,
     LANGGRAPH_STORE,
@@ -32,6 +33,7 @@ from stashpoint.stores.layout import (
     RUN_LOGS,
     STRANDS_SESSIONS,
     STRANDS_STORAGE,
+    TEMPORAL_PAYLOADS,
     Shape,
 )
 
@@ -53,6 +55,8 @@ NAMESPACE_NAMES = {
     "sessions": OPENAI_SESSIONS,
     "strands-sessions": STRANDS_SESSIONS,
     "strands-storage": STRANDS_STORAGE,
+    "temporal-payloads": TEMPORAL_PAYLOADS,
+    "durable-values": DURABLE_VALUES,
 }
 """The names a purge's `namespace` takes (the layout's, and the CLI's words for them)."""
 
@@ -88,6 +92,10 @@ class Selector(TypedDict, total=False):
     """A durable conversation's (namespace, conversation id)."""
     log: str
     """A log of `stash.logs`."""
+    values: tuple[str, str]
+    """An owner's values in a content namespace: (`temporal-payloads`, a workflow's owner
+    from `stashpoint.temporal.workflow_owner`) or (`durable-values`, an execution's owner
+    from `StashSerDes.owner`): every stored version under it."""
     prefix: str
     """Every id starting with it (no `/`, no `..`), in every namespace or `namespace`."""
     namespace: str
@@ -108,9 +116,10 @@ def selection(**selector: Unpack[Selector]) -> Selection:
     """Check a purge's arguments and say what it erases; `InvalidArgument` before any I/O.
 
     Exactly one id (`checkpoint`, `agent`, `run`, `thread`, `conversation` as its
-    (namespace, id), `log`) or a `prefix` (of ids: no `/`, no `..`), optionally within
-    one `namespace`. An empty prefix selects everything: refused unless `older_than`
-    bounds it or `all_of_namespace` says so, so no slip ever erases a whole stash.
+    (namespace, id), `log`, `values` as (content namespace, owner)) or a `prefix` (of
+    ids: no `/`, no `..`), optionally within one `namespace`. An empty prefix selects
+    everything: refused unless `older_than` bounds it or `all_of_namespace` says so, so no
+    slip ever erases a whole stash.
     """
     unknown = sorted(set(selector) - set(Selector.__annotations__))
     if unknown:
@@ -118,6 +127,7 @@ def selection(**selector: Unpack[Selector]) -> Selection:
     checkpoint, agent, run = selector.get("checkpoint"), selector.get("agent"), selector.get("run")
     thread, conversation = selector.get("thread"), selector.get("conversation")
     log, prefix, namespace = selector.get("log"), selector.get("prefix"), selector.get("namespace")
+    values = selector.get("values")
     older_than = selector.get("older_than")
     all_of_namespace = bool(selector.get("all_of_namespace", False))
     if "tenant" in selector or "shred" in selector:
@@ -126,7 +136,7 @@ def selection(**selector: Unpack[Selector]) -> Selection:
         name: value
         for name, value in (
             ("checkpoint", checkpoint), ("agent", agent), ("run", run), ("thread", thread),
-            ("conversation", conversation), ("log", log),
+            ("conversation", conversation), ("log", log), ("values", values),
         )
         if value is not None
     }  # fmt: skip
@@ -145,7 +155,7 @@ def selection(**selector: Unpack[Selector]) -> Selection:
     if len(named) > 1 or (named and (prefix is not None or older_than is not None)):
         raise InvalidArgument(
             "purge one thing at a time: one id (checkpoint, agent, run, thread, "
-            "conversation, log) or a prefix"
+            "conversation, log, values) or a prefix"
         )
     if named:
         if namespace is not None or all_of_namespace:
@@ -165,7 +175,7 @@ def selection(**selector: Unpack[Selector]) -> Selection:
     if namespace is None:
         namespaces = tuple(
             n.name for n in NAMESPACES.values()
-            if n.erasable and n.shape in (Shape.HEADS, Shape.LOGS)
+            if n.erasable and (n.shape in (Shape.HEADS, Shape.LOGS) or n.owned)
         )  # fmt: skip
     elif namespace in NAMESPACE_NAMES:
         namespaces = (NAMESPACE_NAMES[namespace],)
@@ -197,6 +207,14 @@ def _target(name: str, value: Any) -> Target:
                 f"conversation must be its (namespace, conversation id), not {described(value)}"
             )
         return Target(CONVERSATIONS, conversation_key(*value))
+    if name == "values":
+        owned = sorted(n.name for n in NAMESPACES.values() if n.owned)
+        if not (isinstance(value, tuple) and len(value) == 2 and value[0] in owned):
+            raise InvalidArgument(
+                f"values must be (namespace, owner) with a namespace of {', '.join(owned)}, "
+                f"not {described(value)}"
+            )
+        return Target(value[0], validate_id(value[1], what="owner"))
     if not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a str, not {described(value)}")
     if name == "thread":

@@ -9,8 +9,10 @@ workflow's namespace and id, or the activity's, so no name leaks into keys), cre
 if absent and judged by its content (the one named-values engine, `stores.named_values`:
 a retried store finds its own copy, a planted object is refused), read back checked
 against the hash its claim names, sealed with the tenant's key on an encrypted stash, and
-under Object Lock where the bucket has it. `erase(namespace, workflow_id)` deletes a
-workflow's payloads (every stored version), for retention or a person's erasure.
+under Object Lock where the bucket has it. A purge erases a workflow's payloads with a
+receipt (`stash.purge(values=("temporal-payloads", workflow_owner(namespace, id)))`, or a
+prefix of owners, `--older-than` for retention); `erase(namespace, workflow_id)` deletes
+them without one.
 
 Needs `temporalio` (`stashpoint[temporal]`); imported only by this module.
 """
@@ -33,7 +35,8 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
-from stashpoint.errors import InvalidArgument, InvalidPayload, LimitExceeded, described
+from stashpoint.errors import InvalidArgument, InvalidId, InvalidPayload, LimitExceeded, described
+from stashpoint.ids import validate_id
 from stashpoint.steps import Steps
 from stashpoint.stores.layout import TEMPORAL_PAYLOADS
 from stashpoint.stores.named_values import NamedValues
@@ -176,11 +179,14 @@ class StashStorageDriver(StorageDriver):
 
     def _owner_of(self, target: Target) -> str:
         owner = self.owner(target)
-        if not isinstance(owner, str) or not owner or "/" in owner or owner.startswith("."):
+        try:
+            # An id, as a purge names it (`stash.purge(values=("temporal-payloads", owner))`).
+            return validate_id(owner, what="owner(target)")
+        except InvalidId:
             raise InvalidArgument(
-                f"owner(target) must return a name without '/', not {described(owner)}"
-            )
-        return owner
+                f"owner(target) must return 1-255 characters of [A-Za-z0-9._:-], "
+                f"not {described(owner)}"
+            ) from None
 
     async def store(
         self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
@@ -225,6 +231,8 @@ class StashStorageDriver(StorageDriver):
     async def erase(self, namespace: str, workflow_id: str) -> int:
         """Delete every stored version of a workflow's payloads; return how many.
 
+        No receipt: `stash.purge(values=("temporal-payloads", workflow_owner(namespace,
+        workflow_id)))` erases the same with one, and refuses what Object Lock retains.
         For retention or a person's erasure, once the workflow's history is gone (or its
         claims are no longer read). Payloads stored for its activities are kept under the
         activities' owners: pass an `owner` that names the workflow for them too.

@@ -249,7 +249,16 @@ def test_a_workflow_on_the_dev_server_keeps_its_large_payloads_in_the_stash(
                 for p in getattr(getattr(event, field), group).payloads
             ]
             stored = len(_keys(stash))
-            assert await StashStorageDriver(stash).erase("default", workflow_id) >= 1
+            # A person's erasure: the workflow's payloads purged, with a receipt naming each.
+            receipt = stash.purge(
+                values=(TEMPORAL_PAYLOADS, workflow_owner("default", workflow_id))
+            )
+            assert receipt.verified and len(receipt.removed) >= 1
+            owner_prefix = stash.layout.key(
+                TEMPORAL_PAYLOADS, workflow_owner("default", workflow_id)
+            )
+            assert all(v.key.startswith(owner_prefix + "/") for v in receipt.removed)
+            assert not any(k.startswith(owner_prefix + "/") for k in _keys(stash))
             return result, [*sizes, stored]
 
     result, numbers = asyncio.run(main())

@@ -27,12 +27,21 @@ Conversation = Annotated[
     str | None, typer.Option(metavar="NS/ID", help="A durable conversation: namespace/id.")
 ]
 Log = Annotated[str | None, typer.Option(metavar="ID", help="A log of stash.logs.")]
+Values = Annotated[
+    str | None,
+    typer.Option(
+        metavar="NS/OWNER",
+        help="An owner's values: temporal-payloads/OWNER (a workflow's payloads) or "
+        "durable-values/OWNER (an execution's values).",
+    ),
+]
 Prefix = Annotated[str | None, typer.Option(metavar="PREFIX", help="Every id starting with it.")]
 Namespace = Annotated[
     str | None,
     typer.Option(
         metavar="NAME",
-        help="Only this namespace: checkpoints, agents, conversations, runs, threads, logs.",
+        help="Only this namespace: checkpoints, agents, conversations, runs, threads, logs, "
+        "temporal-payloads, durable-values, ...",
     ),
 ]
 
@@ -50,7 +59,7 @@ def _age(text: str | None) -> timedelta | None:
     return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
 
 
-def _conversation(text: str | None) -> tuple[str, str] | None:
+def _namespaced(text: str | None) -> tuple[str, str] | None:
     if text is None:
         return None
     namespace, slash, conversation_id = text.partition("/")
@@ -62,7 +71,9 @@ def _conversation(text: str | None) -> tuple[str, str] | None:
 def _selector(**given: Any) -> Selector:
     """Return the library's selection from the options given (those not given left out)."""
     if given.get("conversation") is not None:
-        given["conversation"] = _conversation(given["conversation"])
+        given["conversation"] = _namespaced(given["conversation"])
+    if given.get("values") is not None:
+        given["values"] = _namespaced(given["values"])
     if given.get("older_than") is not None:
         given["older_than"] = _age(given["older_than"])
     chosen = {name: value for name, value in given.items() if value not in (None, False)}
@@ -136,6 +147,7 @@ def purge(
     thread: Thread = None,
     conversation: Conversation = None,
     log: Log = None,
+    values: Values = None,
     prefix: Prefix = None,
     namespace: Namespace = None,
     older_than: Annotated[
@@ -203,7 +215,7 @@ def purge(
             return
         chosen = _selector(
             checkpoint=checkpoint, agent=agent, run=run, thread=thread,
-            conversation=conversation, log=log, prefix=prefix, namespace=namespace,
+            conversation=conversation, log=log, values=values, prefix=prefix, namespace=namespace,
             older_than=older_than, all_of_namespace=all_of_namespace, tenant=tenant,
             shred=shred,
         )  # fmt: skip
@@ -283,6 +295,7 @@ def hold(
     thread: Thread = None,
     conversation: Conversation = None,
     log: Log = None,
+    values: Values = None,
     prefix: Prefix = None,
     namespace: Namespace = None,
     url: Url = None,
@@ -295,7 +308,8 @@ def hold(
     on = action is HoldAction.SET
     chosen = _selector(
         checkpoint=checkpoint, agent=agent, run=run, thread=thread, conversation=conversation,
-        log=log, prefix=prefix, namespace=namespace, all_of_namespace=prefix == "",
+        log=log, values=values, prefix=prefix, namespace=namespace,
+        all_of_namespace=prefix == "",
     )  # fmt: skip
     with open_stash(url) as stash:
         count = stash.legal_hold(on, **chosen)

@@ -60,6 +60,10 @@ class Namespace:
     """Whether its objects may reference blobs (so `gc` reads them for references)."""
     erasable: bool = True
     """Whether it holds what users store, by id (a purge of a prefix walks it)."""
+    owned: bool = False
+    """Content only: each object lives under the id of what owns it (`{owner}/...`, a
+    Temporal workflow's payloads, a durable execution's values), so a purge of that id
+    (or of a prefix of owners) erases them, with a receipt."""
     values: str | None = None
     """Logs only: the namespace holding each log's large values, by log id
     (`{values}/{log_id}/...`), erased with the log."""
@@ -151,14 +155,14 @@ NAMESPACES: dict[str, Namespace] = {
         # The newest entry's small state says where an execution stands (a worker's scan).
         Namespace(DURABLE_EXECUTIONS, Shape.LOGS, full_state_every=1),
         # Named by their hash, referenced from checkpoints (Lambda's or ours): never collected.
-        Namespace(DURABLE_VALUES, Shape.CONTENT),
+        Namespace(DURABLE_VALUES, Shape.CONTENT, owned=True),
         # The newest entry's small state says where the current life's records start.
         Namespace(OPENAI_SESSIONS, Shape.LOGS, full_state_every=1),
         # The newest entry's small state holds each agent's stamp and where the life starts.
         Namespace(STRANDS_SESSIONS, Shape.LOGS, full_state_every=1),
         Namespace(STRANDS_STORAGE, Shape.HEADS),
         # Named by their hash, referenced from Temporal's histories: never collected.
-        Namespace(TEMPORAL_PAYLOADS, Shape.CONTENT),
+        Namespace(TEMPORAL_PAYLOADS, Shape.CONTENT, owned=True),
     )
 }
 """Every namespace of the layout, by name."""
