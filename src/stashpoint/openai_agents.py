@@ -265,14 +265,18 @@ class StashSession:
         what `get_items()` returns by default)."""
         self.stash = stash
         """Where the session is kept."""
-        self._steps = SessionSteps(
-            session_id, LoggedState(stash.log_steps(OPENAI_SESSIONS), _Form())
-        )
+        logs = stash.log_steps(OPENAI_SESSIONS)
+        self._steps = SessionSteps(session_id, LoggedState(logs, _Form()))
+        # The append that completes a range of 64 seals it after the call, not in it.
+        self._sealer = stash.seal_later(logs)
 
     async def _run(self, steps: Steps[T]) -> T:
         from stashpoint.stash import awaited
 
-        return await awaited(self.stash, steps)
+        try:
+            return await awaited(self.stash, steps)
+        finally:
+            self._sealer.poke()
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """Return the session's items, oldest first; with `limit`, the newest `limit`."""

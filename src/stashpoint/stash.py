@@ -42,6 +42,7 @@ from stashpoint.url import parse_url, resolve_url, shown
 
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
     from stashpoint._backends.conformance import Conformance
+    from stashpoint.background import BackgroundSealer, TaskBackground, ThreadBackground
     from stashpoint.doctor import Check
     from stashpoint.encryption import Encryption, Rotation, Sealer
     from stashpoint.garbage import GcReport
@@ -466,6 +467,27 @@ class _StashApi(Generic[StoreT, LogStoreT]):
             raise ConfigurationError(f"{namespace!r} is not a head namespace of the layout")
         return self._parts.cas(namespace)
 
+    def seal_later(self, logs: LogSteps) -> BackgroundSealer:
+        """Have appends through `logs` seal after their calls, not inside them.
+
+        For parts that append on a caller's path (the OpenAI Agents and Strands sessions),
+        with the log steps they append through (`log_steps`): the append that completes a
+        range of 64 versions no longer seals it before it returns (a segment PUT and 64
+        vacating writes: on Lambda a turn's worth of requests); the returned sealer's
+        `poke`, called after each call, seals it on a background thread of this stash (an
+        `AsyncStash`: a task of its loop). Closing the stash waits for it (while the part
+        lives), and `gc` seals what a process that never came back left.
+        """
+        from stashpoint.background import BackgroundSealer
+
+        runner = self._sealing(logs)
+        logs.seal_on_append = False
+        self.on_close(runner.flush)
+        return BackgroundSealer(lambda: len(logs.due_seals) > 0, runner)
+
+    def _sealing(self, logs: LogSteps) -> ThreadBackground | TaskBackground:
+        raise NotImplementedError
+
     def on_close(self, finish: Callable[[], Any]) -> None:
         """Have the bound method `finish` called when the stash closes, before its clients go.
 
@@ -711,6 +733,14 @@ class Stash(Blocking, _StashApi[Store, "LogStore"]):
 
         return LogStore(self._parts.logs(LOGS), self.driver)
 
+    def _sealing(self, logs: LogSteps) -> ThreadBackground:
+        from stashpoint.background import ThreadBackground
+
+        def seal() -> None:
+            run_sync(logs.seal_due(), self.driver)
+
+        return ThreadBackground(seal)
+
     def close(self) -> None:
         """Finish what parts left for after their calls (`on_close`); release clients and files."""
         try:
@@ -757,6 +787,14 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore, "AsyncLogStore"]):
         from stashpoint.logs.store import AsyncLogStore
 
         return AsyncLogStore(self._parts.logs(LOGS), self.driver)
+
+    def _sealing(self, logs: LogSteps) -> TaskBackground:
+        from stashpoint.background import TaskBackground
+
+        async def seal() -> None:
+            await run_async(logs.seal_due(), self.driver)
+
+        return TaskBackground(seal)
 
     async def close(self) -> None:
         """Finish what parts left for after their calls (`on_close`); release clients and files."""

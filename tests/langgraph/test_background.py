@@ -30,7 +30,7 @@ from stashpoint.langgraph import AsyncStashpointSaver, StashpointSaver
 from stashpoint.stores.objects import ListKeys, PutObject
 
 _THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-_BACKGROUND = "stashpoint-saver-background"
+_BACKGROUND = "stashpoint-background"
 
 
 def _turn(saver: StashpointSaver, step: int, config: Any = None) -> Any:

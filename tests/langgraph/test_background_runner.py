@@ -1,4 +1,4 @@
-"""The saver's background runner (`langgraph.background`): work after the calls, never lost
+"""The saver's background runner (`stashpoint.background`): work after the calls, never lost
 to a poke that comes while it runs, never waited for forever."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from stashpoint.langgraph.background import TaskBackground, ThreadBackground
+from stashpoint.background import TaskBackground, ThreadBackground
 
 
 class _Died(BaseException):

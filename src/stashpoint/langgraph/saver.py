@@ -27,8 +27,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from stashpoint.background import TaskBackground, ThreadBackground
 from stashpoint.errors import ConfigurationError, described
-from stashpoint.langgraph.background import TaskBackground, ThreadBackground
 from stashpoint.langgraph.loop import on_loop
 from stashpoint.langgraph.steps import SaverSteps, TupleParts
 from stashpoint.langgraph.thread import check_config

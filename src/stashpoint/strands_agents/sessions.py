@@ -67,7 +67,10 @@ class StashSessionRepository(SessionRepository):
         """Where the sessions are kept."""
         self.save: SaveMode = save
         """When messages are written (`"message"` or `"turn"`)."""
-        self._state = LoggedState(stash.log_steps(STRANDS_SESSIONS), SessionForm())
+        logs = stash.log_steps(STRANDS_SESSIONS)
+        self._state = LoggedState(logs, SessionForm())
+        # The append that completes a range of 64 seals it after the call, not in it.
+        self._sealer = stash.seal_later(logs)
         self._sessions: dict[str, SessionSteps] = {}
         self._pending: dict[str, list[_Pending]] = {}
 
@@ -79,7 +82,10 @@ class StashSessionRepository(SessionRepository):
         return found
 
     def _run(self, steps: Steps[T]) -> T:
-        return run_sync(steps, self.stash.driver)
+        try:
+            return run_sync(steps, self.stash.driver)
+        finally:
+            self._sealer.poke()
 
     def _view(self, session_id: str) -> SessionView:
         self.flush(session_id)

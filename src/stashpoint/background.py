@@ -1,13 +1,15 @@
-"""Work a saver does after the call that caused it returned: seals and clean-up.
+"""Work done after the call that caused it returned: seals and clean-up.
 
-A put whose append completes a range of 64 versions leaves the range to seal, and one that
-replaced a list snapshot leaves the old one to delete (`SaverSteps.background`). Neither
-belongs on the caller's path: on Lambda a cold turn would pay ~70 requests in 13-44 rounds
-for it. The blocking saver runs that work on one thread of its own, the async saver on one
-task of its loop, after the call returned; `flush` waits for it. On Lambda the environment
-is frozen when the handler returns: the work goes on when it is thawed, and what an
-environment that never comes back left, `stashpoint gc` seals. It is best effort by design:
-no reader depends on a seal having happened.
+An append that completes a range of 64 versions leaves the range to seal; a LangGraph put
+that replaced a list snapshot leaves the old one to delete (`SaverSteps.background`).
+Neither belongs on the caller's path: on Lambda a cold turn would pay ~70 requests in
+13-44 rounds for it. A blocking owner runs that work on one thread of its own, an async one
+on one task of its loop, after the call returned; `flush` waits for it. The LangGraph
+savers own one each; `Stash.seal_later` makes one for any part that appends on a
+caller's path (the OpenAI Agents and Strands sessions). On Lambda the environment is
+frozen when the handler returns: the work goes on when it is thawed, and what an
+environment that never comes back left, `stashpoint gc` seals. It is best effort by
+design: no reader depends on a seal having happened.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ logger = logging.getLogger("stashpoint")
 def _said(exc: BaseException) -> None:
     """Log a failure of background work by its type (never its message: it may hold data)."""
     logger.warning(
-        "stashpoint: a LangGraph saver's background seal failed (%s); `stashpoint gc` seals "
-        "what it left",
+        "stashpoint: a background seal failed (%s); `stashpoint gc` seals what it left",
         type(exc).__name__,
     )
 
@@ -49,7 +50,7 @@ class ThreadBackground:
             if self._thread is not None or not self._threaded:
                 return
             self._thread = threading.Thread(
-                target=self._loop, name="stashpoint-saver-background", daemon=True
+                target=self._loop, name="stashpoint-background", daemon=True
             )
             self._thread.start()
 
@@ -125,3 +126,26 @@ class TaskBackground:
             return
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
+
+
+class BackgroundSealer:
+    """Seals what a log namespace's appends left due, after the calls that appended.
+
+    Made by `Stash.seal_later(logs)`: appends through those log steps no longer seal a
+    completed range inside the call; `poke` after each call starts the seal on a
+    background thread (an `AsyncStash`: a task of the running loop) when a range is due.
+    Closing the stash waits for it.
+    """
+
+    def __init__(self, due: Callable[[], bool], runner: ThreadBackground | TaskBackground) -> None:
+        self._due = due
+        self._runner = runner
+
+    def poke(self) -> None:
+        """Start sealing what is due, if anything is (cheap when nothing is)."""
+        if not self._due():
+            return
+        try:
+            self._runner.poke()
+        except RuntimeError:  # an AsyncStash poked outside its loop: the next poke, or gc
+            logger.debug("stashpoint: a due seal waits for the next call (no running loop)")

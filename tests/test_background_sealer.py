@@ -1,0 +1,130 @@
+"""`Stash.seal_later`: sessions' appends never seal inside the caller's call.
+
+The append that completes a range of 64 versions used to seal it before returning (a
+segment PUT and the range's vacating writes). With `seal_later` (the OpenAI Agents and
+Strands sessions) every append is its own request alone; the range is sealed on the
+stash's background thread (a task of the loop for an `AsyncStash`), and the stash's close
+waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import stashpoint
+from stashpoint.steps import ask, run_sync
+from stashpoint.stores.layout import OPENAI_SESSIONS, STRANDS_SESSIONS
+from stashpoint.stores.objects import ListKeys
+
+
+def _segments(stash: Any, namespace: str, log_id: str) -> list[str]:
+    prefix = stash.log_steps(namespace).keys.segments_prefix(log_id)
+    return list(run_sync(ask(ListKeys(prefix)), stash.driver).keys)
+
+
+class _CallersRequests:
+    """Counts the requests sent from the caller's threads (not the stash's own)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Any, proceed: Any) -> Any:
+        if not threading.current_thread().name.startswith("stashpoint-"):
+            with self.lock:
+                self.sent.append(type(request).__name__)
+        return proceed()
+
+    def take(self) -> list[str]:
+        with self.lock:
+            taken, self.sent = self.sent, []
+        return taken
+
+
+def test_an_openai_session_append_is_one_put_even_where_a_range_completes(
+    local_url: tuple[str, dict[str, Any]],
+) -> None:
+    pytest.importorskip("agents")
+    from stashpoint.openai_agents import StashSession
+
+    address, options = local_url
+    with stashpoint.open(address, **options) as stash:
+        session = StashSession("s", stash)
+        asyncio.run(session.get_items())  # the first read of the log: a listing
+        counted = _CallersRequests()
+        with stash.intercept(counted):
+            for n in range(140):  # versions 0-139: ranges complete at 64 and 128
+                asyncio.run(session.add_items([{"role": "user", "content": f"m{n}"}]))
+                assert counted.take() == ["PutObject"], n
+    with stashpoint.open(address, **options) as stash:  # the close waited for the seals
+        assert len(_segments(stash, OPENAI_SESSIONS, "s")) == 2
+        items = asyncio.run(StashSession("s", stash).get_items())
+        assert [i["content"] for i in items] == [f"m{n}" for n in range(140)]
+
+
+def test_an_async_stash_seals_on_a_task_of_its_loop() -> None:
+    pytest.importorskip("agents")
+    from stashpoint.openai_agents import StashSession
+
+    async def main() -> list[str]:
+        url = "memory://sealer-async"
+        async with stashpoint.open_async(url) as stash:
+            session = StashSession("a", stash)
+            await session.add_items([{"role": "user", "content": "m0"}])
+            counted = _CallersRequests()
+            with stash.intercept(counted):
+                for n in range(1, 70):
+                    await session.add_items([{"role": "user", "content": f"m{n}"}])
+            # The seal's requests ran on the loop too: after the appends, not inside them.
+            before = await _listing(stash)
+            await stash.close()
+            return [*before, "|", *(await _listing(stash))]
+
+    async def _listing(stash: Any) -> list[str]:
+        from stashpoint.steps import run_async
+
+        prefix = stash.log_steps(OPENAI_SESSIONS).keys.segments_prefix("a")
+        return list((await run_async(ask(ListKeys(prefix)), stash.driver)).keys)
+
+    found = asyncio.run(main())
+    assert len(found[found.index("|") + 1 :]) == 1  # sealed once the close awaited it
+
+
+def test_a_strands_message_is_one_put_even_where_a_range_completes(
+    local_url: tuple[str, dict[str, Any]],
+) -> None:
+    pytest.importorskip("strands")
+    from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
+
+    from stashpoint.strands_agents import StashSessionRepository
+
+    address, options = local_url
+    with stashpoint.open(address, **options) as stash:
+        repository = StashSessionRepository(stash)
+        repository.create_session(Session("f", SessionType.AGENT))
+        repository.create_agent("f", SessionAgent("a", {}, {}))
+        counted = _CallersRequests()
+        with stash.intercept(counted):
+            for n in range(130):
+                message = {"role": "user", "content": [{"text": f"m{n}"}]}
+                repository.create_message("f", "a", SessionMessage(message, n))
+                assert counted.take() == ["PutObject"], n
+    with stashpoint.open(address, **options) as stash:
+        assert len(_segments(stash, STRANDS_SESSIONS, "f")) == 2
+        stored = StashSessionRepository(stash).list_messages("f", "a")
+        assert [m.message["content"][0]["text"] for m in stored] == [f"m{n}" for n in range(130)]
+
+
+def test_a_sealer_leaves_other_log_steps_sealing_inline(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    address, options = memory_url
+    with stashpoint.open(address, **options) as stash:
+        mine = stash.log_steps(OPENAI_SESSIONS)
+        stash.seal_later(mine)
+        assert mine.seal_on_append is False
+        assert stash.log_steps(OPENAI_SESSIONS).seal_on_append is True  # another part's
