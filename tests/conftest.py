@@ -181,3 +181,16 @@ def locked_bucket() -> Any:
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="locked-bucket", ObjectLockEnabledForBucket=True)
         yield client
+
+
+@pytest.fixture
+def retained_bucket(locked_bucket: Any) -> Any:
+    """`locked_bucket` with a default retention: every new version kept 30 days (governance)."""
+    locked_bucket.put_object_lock_configuration(
+        Bucket="locked-bucket",
+        ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 30}},
+        },
+    )
+    return locked_bucket

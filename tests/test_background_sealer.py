@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -66,32 +67,34 @@ def test_an_openai_session_append_is_one_put_even_where_a_range_completes(
         assert [i["content"] for i in items] == [f"m{n}" for n in range(140)]
 
 
-def test_an_async_stash_seals_on_a_task_of_its_loop() -> None:
+def test_an_async_stash_seals_on_a_task_of_its_loop_after_the_call() -> None:
     pytest.importorskip("agents")
     from stashpoint.openai_agents import StashSession
+    from stashpoint.stores.objects import PutObject
 
     async def main() -> list[str]:
-        url = "memory://sealer-async"
-        async with stashpoint.open_async(url) as stash:
+        async with stashpoint.open_async(f"memory://sealer-{uuid.uuid4().hex}") as stash:
+            segments = stash.log_steps(OPENAI_SESSIONS).keys.segments_prefix("a")
             session = StashSession("a", stash)
-            await session.add_items([{"role": "user", "content": "m0"}])
-            counted = _CallersRequests()
-            with stash.intercept(counted):
-                for n in range(1, 70):
+            events: list[str] = []
+
+            async def hook(request: Any, proceed: Any) -> Any:
+                if isinstance(request, PutObject):
+                    events.append("segment" if request.key.startswith(segments) else "put")
+                return await proceed()
+
+            with stash.intercept(hook):
+                for n in range(70):  # version 64 completes the first range
                     await session.add_items([{"role": "user", "content": f"m{n}"}])
-            # The seal's requests ran on the loop too: after the appends, not inside them.
-            before = await _listing(stash)
-            await stash.close()
-            return [*before, "|", *(await _listing(stash))]
+                    events.append(f"returned {n}")
+                await stash.close()  # waits for the seal's task
+            return events
 
-    async def _listing(stash: Any) -> list[str]:
-        from stashpoint.steps import run_async
-
-        prefix = stash.log_steps(OPENAI_SESSIONS).keys.segments_prefix("a")
-        return list((await run_async(ask(ListKeys(prefix)), stash.driver)).keys)
-
-    found = asyncio.run(main())
-    assert len(found[found.index("|") + 1 :]) == 1  # sealed once the close awaited it
+    events = asyncio.run(main())
+    assert events.count("segment") == 1  # sealed, by the time the close returned
+    # The append of version 64 was one PUT and returned before the segment was written.
+    assert events.index("segment") > events.index("returned 64")
+    assert events[events.index("returned 63") + 1 : events.index("returned 64")] == ["put"]
 
 
 def test_a_strands_message_is_one_put_even_where_a_range_completes(

@@ -378,15 +378,8 @@ def test_an_age_purge_takes_whole_ids_last_written_before_the_bound() -> None:
 
 
 def test_a_retained_transcript_refuses_purge_naming_its_retain_until_date(
-    locked_bucket: Any,
+    retained_bucket: Any,
 ) -> None:
-    locked_bucket.put_object_lock_configuration(
-        Bucket="locked-bucket",
-        ObjectLockConfiguration={
-            "ObjectLockEnabled": "Enabled",
-            "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 30}},
-        },
-    )
     with stashpoint.open("s3://locked-bucket/p?index=none") as stash:
         _log(stash, "t1", SECRET, 3)
         before = pairs(versions(stash))

@@ -130,14 +130,7 @@ def test_a_retention_purge_takes_whole_owners_written_before_the_cutoff(
         assert _fetch(stash, TEMPORAL_PAYLOADS, "new/v0", "recent")
 
 
-def test_object_lock_refuses_the_purge_before_anything_is_erased(locked_bucket: Any) -> None:
-    locked_bucket.put_object_lock_configuration(
-        Bucket="locked-bucket",
-        ObjectLockConfiguration={
-            "ObjectLockEnabled": "Enabled",
-            "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 30}},
-        },
-    )
+def test_object_lock_refuses_the_purge_before_anything_is_erased(retained_bucket: Any) -> None:
     with stashpoint.open("s3://locked-bucket/p?index=none") as stash:
         _store(stash, TEMPORAL_PAYLOADS, "w1", SECRET, "two")
         before = pairs(versions(stash))
