@@ -40,7 +40,7 @@ Free of I/O, like every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
@@ -78,7 +78,14 @@ from stashpoint.receipts import (
 )
 from stashpoint.retry import DEFAULT_RETRY
 from stashpoint.runs.indexing import run_pk
-from stashpoint.selection import NAMESPACE_NAMES, Selection, Selector, selection
+from stashpoint.selection import (
+    NAMESPACE_NAMES,
+    IdSources,
+    Selection,
+    Selector,
+    chosen_ids,
+    selection,
+)
 from stashpoint.steps import Now, Parallel, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.cas import CompareAndSwap
@@ -180,75 +187,10 @@ class Purger:
 
     # -- choosing what to purge -----------------------------------------------------------
 
-    def select(
-        self, prefix: str, namespaces: Sequence[str], older_than: datetime | None
-    ) -> Steps[list[Target]]:
-        """Return every id starting with `prefix` in `namespaces`, namespace by namespace.
-
-        With `older_than`, only ids last written before it (a log's newest entry, a head's
-        storage time).
-        """
-        targets: list[Target] = []
-        for name in namespaces:
-            namespace = NAMESPACES[name]
-            if namespace.shape is Shape.HEADS:
-                cas = self.heads(name)
-                for object_id in (yield from cas.list_ids(prefix)):
-                    try:
-                        facts = yield from cas.read_head(cas.key(object_id))
-                    except StashpointError:
-                        facts = None  # unreadable: erased by a prefix, never by age
-                        if older_than is None:
-                            targets.append(Target(name, object_id))
-                        continue
-                    if facts is None or facts.purge is not None:
-                        continue  # gone, or purged already
-                    written = facts.written_at
-                    if older_than is not None and (written is None or written >= older_than):
-                        continue
-                    targets.append(Target(name, object_id))
-            elif namespace.shape is Shape.LOGS:
-                logs = self.logs(name)
-                for log_id in (yield from logs.list_ids(prefix)):
-                    try:
-                        top = yield from logs.top(log_id)
-                    except StashpointError:
-                        if older_than is None:
-                            targets.append(Target(name, log_id))  # unreadable: erased all the same
-                        continue  # its age is unknown: never purged by age
-                    if top.purge_id is not None:
-                        continue  # purged already
-                    if older_than is not None and top.written_at >= older_than:
-                        continue
-                    targets.append(Target(name, log_id))
-            elif namespace.owned:
-                targets += yield from self._select_owners(name, prefix, older_than)
-        return targets
-
-    def _select_owners(
-        self, name: str, prefix: str, older_than: datetime | None
-    ) -> Steps[list[Target]]:
-        """Return the owners starting with `prefix` of a content namespace's values.
-
-        With `older_than`, only owners whose newest value was written before it (one of
-        unknown age is never chosen by age).
-        """
-        base = self.layout.namespace_prefix(name)
-        newest: dict[str, datetime | None] = {}
-        for version in (yield from self._versions(base + prefix, False)):
-            owner, slash, _ = version.key[len(base) :].partition("/")
-            if not slash or version.is_delete_marker:
-                continue  # not an owner's value (planted at the top): no id to purge
-            written = version.last_modified
-            known = newest.get(owner, written)
-            newest[owner] = None if known is None or written is None else max(known, written)
-        return [
-            Target(name, owner)
-            for owner, written in sorted(newest.items())
-            if older_than is None or (written is not None and written < older_than)
-        ]
-
     # -- running a purge ------------------------------------------------------------------
+
+    def _sources(self) -> IdSources:
+        return IdSources(self.layout, self.heads, self.logs)
 
     def purge(
         self, chosen: Selection, *, actor: str, reusable: bool, dry_run: bool
@@ -259,7 +201,9 @@ class Purger:
         if chosen.prefix is not None:
             if chosen.older_than is not None:
                 cutoff = (yield from ask(Now())) - chosen.older_than
-            targets = yield from self.select(chosen.prefix, chosen.namespaces, cutoff)
+            targets = yield from chosen_ids(
+                self._sources(), chosen.prefix, chosen.namespaces, cutoff
+            )
         return (
             yield from self.run(
                 targets, purge_id=f"purge-{new_id()}", actor=actor, selector=chosen.asked,
@@ -281,7 +225,8 @@ class Purger:
             )
         targets = list(chosen.targets)
         if chosen.prefix is not None:
-            targets = yield from self.select(chosen.prefix, chosen.namespaces, None)
+            sources = self._sources()
+            targets = yield from chosen_ids(sources, chosen.prefix, chosen.namespaces, None)
         versions: list[StoredVersion] = []
         for target in targets:
             for prefix, exact in self._prefixes(target):

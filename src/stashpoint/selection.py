@@ -3,20 +3,23 @@
 Arguments are checked before any request (`InvalidArgument`): exactly one id, or a prefix
 of ids (no `/`, no `..`) within one namespace or all of them, optionally only ids last
 written longer ago than `older_than`; an empty prefix needs `all_of_namespace`; a tenant
-goes with `shred` alone. `purge.Purger` runs what this returns.
+goes with `shred` alone. `chosen_ids` lists the ids a prefix selects (as steps, free of
+I/O); `purge.Purger` runs what this returns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, TypedDict, Unpack
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from stashpoint.agent.logic import conversation_key
 from stashpoint.encryption import TENANT_PATTERN
-from stashpoint.errors import InvalidArgument, described
+from stashpoint.errors import InvalidArgument, StashpointError, described
 from stashpoint.ids import thread_key, validate_id, validate_prefix
 from stashpoint.receipts import Target
+from stashpoint.steps import Steps
 from stashpoint.stores.layout import (
     AGENTS,
     CHECKPOINTS,
@@ -34,8 +37,14 @@ from stashpoint.stores.layout import (
     STRANDS_SESSIONS,
     STRANDS_STORAGE,
     TEMPORAL_PAYLOADS,
+    Layout,
     Shape,
 )
+from stashpoint.stores.objects import every_version
+
+if TYPE_CHECKING:
+    from stashpoint.logs.log import LogSteps
+    from stashpoint.stores.cas import CompareAndSwap
 
 NAMESPACE_NAMES = {
     "checkpoints": CHECKPOINTS,
@@ -221,3 +230,88 @@ def _target(name: str, value: Any) -> Target:
         return Target(LANGGRAPH, thread_key(value))
     namespace = {"checkpoint": CHECKPOINTS, "agent": AGENTS, "run": RUN_LOGS, "log": LOGS}[name]
     return Target(namespace, validate_id(value, what=f"{name} id"))
+
+
+# -- the ids a prefix selects ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IdSources:
+    """Where a prefix's ids are looked for: the stash's steps of each kind of namespace."""
+
+    layout: Layout
+    """Where the stash's objects live (owned content is listed under it)."""
+    heads: Callable[[str], CompareAndSwap]
+    """Makes the compare-and-swap steps of a head namespace."""
+    logs: Callable[[str], LogSteps]
+    """Makes the log steps of a log namespace."""
+
+
+def chosen_ids(
+    sources: IdSources, prefix: str, namespaces: Sequence[str], older_than: datetime | None
+) -> Steps[list[Target]]:
+    """Return every id starting with `prefix` in `namespaces`, namespace by namespace.
+
+    With `older_than`, only ids last written before it (a log's newest entry, a head's
+    storage time).
+    """
+    targets: list[Target] = []
+    for name in namespaces:
+        namespace = NAMESPACES[name]
+        if namespace.shape is Shape.HEADS:
+            cas = sources.heads(name)
+            for object_id in (yield from cas.list_ids(prefix)):
+                try:
+                    facts = yield from cas.read_head(cas.key(object_id))
+                except StashpointError:
+                    facts = None  # unreadable: erased by a prefix, never by age
+                    if older_than is None:
+                        targets.append(Target(name, object_id))
+                    continue
+                if facts is None or facts.purge is not None:
+                    continue  # gone, or purged already
+                written = facts.written_at
+                if older_than is not None and (written is None or written >= older_than):
+                    continue
+                targets.append(Target(name, object_id))
+        elif namespace.shape is Shape.LOGS:
+            logs = sources.logs(name)
+            for log_id in (yield from logs.list_ids(prefix)):
+                try:
+                    top = yield from logs.top(log_id)
+                except StashpointError:
+                    if older_than is None:
+                        targets.append(Target(name, log_id))  # unreadable: erased all the same
+                    continue  # its age is unknown: never purged by age
+                if top.purge_id is not None:
+                    continue  # purged already
+                if older_than is not None and top.written_at >= older_than:
+                    continue
+                targets.append(Target(name, log_id))
+        elif namespace.owned:
+            targets += yield from _owners(sources, name, prefix, older_than)
+    return targets
+
+
+def _owners(
+    sources: IdSources, name: str, prefix: str, older_than: datetime | None
+) -> Steps[list[Target]]:
+    """Return the owners starting with `prefix` of a content namespace's values.
+
+    With `older_than`, only owners whose newest value was written before it (one of
+    unknown age is never chosen by age).
+    """
+    base = sources.layout.namespace_prefix(name)
+    newest: dict[str, datetime | None] = {}
+    for version in (yield from every_version(base + prefix)):
+        owner, slash, _ = version.key[len(base) :].partition("/")
+        if not slash or version.is_delete_marker:
+            continue  # not an owner's value (planted at the top): no id to purge
+        written = version.last_modified
+        known = newest.get(owner, written)
+        newest[owner] = None if known is None or written is None else max(known, written)
+    return [
+        Target(name, owner)
+        for owner, written in sorted(newest.items())
+        if older_than is None or (written is not None and written < older_than)
+    ]
