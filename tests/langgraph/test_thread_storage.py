@@ -259,6 +259,38 @@ def test_a_warm_list_reads_only_the_top_of_what_its_saver_wrote(stash: Any) -> N
     assert len(gets) == 1 + 60, len(gets)
 
 
+def test_a_process_that_read_a_thread_reads_it_again_in_one_request(stash: Any) -> None:
+    """What a saver read (not only what it wrote) serves its next read: entries never change,
+    and the GET of the key after the head shows whether anything came since."""
+    writer = StashpointSaver(stash)
+    config = None
+    for step in range(20):
+        parent = None if config is None else config["configurable"]["checkpoint_id"]
+        config = _put(writer, "reread", {"n": step}, parent=parent)
+        writer.put_writes(config, [("a", step)], f"task-{step}")
+    thread = {"configurable": {"thread_id": "reread"}}
+    sent: list[str] = []
+
+    def counting(request: Any, proceed: Any) -> Any:
+        sent.append(getattr(request, "key", type(request).__name__))
+        return proceed()
+
+    with stashpoint.open(stash.url) as other:  # another process: it read, it never wrote
+        reader = StashpointSaver(other)
+        first = reader.get_tuple(thread)
+        with other.intercept(counting):
+            again = reader.get_tuple(thread)
+        assert first is not None and again is not None
+        assert again.checkpoint == first.checkpoint and again.pending_writes == first.pending_writes
+        assert sent == [other.log_steps("langgraph").keys.entry("reread", 40)], sent
+        config = _put(writer, "reread", {"n": 99}, parent=config["configurable"]["checkpoint_id"])
+        sent.clear()
+        with other.intercept(counting):
+            moved = reader.get_tuple(thread)  # the writer went on: seen, and read
+        assert moved is not None and moved.checkpoint["channel_values"]["n"] == 99
+        assert len(sent) > 1
+
+
 def test_a_warm_list_of_a_sealed_thread_reads_no_segment_its_saver_sealed(stash: Any) -> None:
     """Issue 27 #3: `list(config, limit=20)` in at most 4 requests, for the process that
     wrote the thread: the segments it sealed are kept as it wrote them (they hold exactly

@@ -155,7 +155,9 @@ class LogReader:
         # ETag): an entry vacated, repaired or planted since has another ETag and is read
         # again, as is every entry of storage whose listing gives no ETag. A writer that
         # lost a race reads the head again with one GET per version written since, not one
-        # per version since the last whole state.
+        # per version since the last whole state. A read at a known top (`read_at_top`)
+        # takes them without a listing: its GET of the key after the top shows whether
+        # anything was written since, as for `_written`.
         self._read_entries: Lru[str, ObjectInfo] | None = None
         if read_cache_bytes > 0:
             self._read_entries = Lru(
@@ -328,6 +330,10 @@ class LogReader:
         for kept in (self._read_entries, self._written, self._sealed):
             if kept is not None:
                 kept.forget_where(lambda key: key.startswith(prefixes))
+
+    def _read_kept(self, source: Source) -> ObjectInfo | None:
+        """Return the stored body of entry `source` if this process read it (any ETag)."""
+        return None if self._read_entries is None else self._read_entries.get(source.key)
 
     def _kept(self, source: Source) -> ObjectInfo | None:
         """Return the body this process stored as `source`, if it keeps it.
@@ -592,7 +598,10 @@ class LogReader:
             if version > top or version < 0:
                 continue
             entry_source = Source(self.keys.entry(log_id, version), version, version, False)
-            kept = self._kept(entry_source)
+            # What this process wrote or read of the log: entries never change, and the
+            # round's GET of the key after `top` shows whether anything came since (a
+            # purge's tombstone, a deletion, another writer's append), as for `_written`.
+            kept = self._kept(entry_source) or self._read_kept(entry_source)
             if kept is not None:
                 items.extend((yield from self._decode(log_id, entry_source, kept)))
                 continue
