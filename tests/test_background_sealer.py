@@ -131,3 +131,24 @@ def test_a_sealer_leaves_other_log_steps_sealing_inline(
         stash.seal_later(mine)
         assert mine.seal_on_append is False
         assert stash.log_steps(OPENAI_SESSIONS).seal_on_append is True  # another part's
+
+
+def test_a_long_lived_stash_holds_no_sealer_of_a_session_that_is_gone(
+    memory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """A session per request on one stash: what the stash keeps for its close stays
+    bounded by the sessions alive (the weak references of those gone are dropped)."""
+    import gc
+    import weakref
+
+    def held() -> int:
+        gc.collect()
+        return sum(isinstance(o, weakref.WeakMethod) for o in gc.get_objects())
+
+    address, options = memory_url
+    with stashpoint.open(address, **options) as stash:
+        before = held()
+        alive = [stash.seal_later(stash.log_steps(OPENAI_SESSIONS)) for _ in range(3)]
+        for _ in range(500):
+            stash.seal_later(stash.log_steps(OPENAI_SESSIONS))  # gone at once
+        assert held() - before <= len(alive) + 64  # not 503

@@ -52,6 +52,10 @@ if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold 
     from stashpoint.purge import Purger, PurgeReceipt, Selector
     from stashpoint.runs.store import AsyncRunStore, RunStore
 
+_CLOSING_PRUNE_AT = 64
+"""`on_close` methods held before the dead ones are dropped (amortised: a stash that makes a
+session per request keeps only those alive)."""
+
 StoreT = TypeVar("StoreT", Store, AsyncStore)
 LogStoreT = TypeVar("LogStoreT", "LogStore", "AsyncLogStore")
 RunsT = TypeVar("RunsT", "RunStore", "AsyncRunStore")
@@ -400,6 +404,7 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         self._parts = parts
         self._transport = self._connect(parts.backend)
         self._closing: list[weakref.WeakMethod[Any]] = []
+        self._closing_limit = _CLOSING_PRUNE_AT
         self.driver = self._transport.execute
         """Runs this object's requests: what its operations' steps are driven with."""
         self.checkpoints: StoreT = self._store_type(parts.cas(CHECKPOINTS), self.driver, parts.logs)
@@ -497,6 +502,11 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         """
         if not inspect.ismethod(finish):
             raise InvalidArgument(f"on_close takes a bound method, not {described(finish)}")
+        if len(self._closing) >= self._closing_limit:
+            # A long-lived stash gives a session per request: forget the parts that are gone
+            # (the limit doubles with those alive, so pruning stays amortised O(1)).
+            self._closing = [ref for ref in self._closing if ref() is not None]
+            self._closing_limit = max(_CLOSING_PRUNE_AT, 2 * len(self._closing))
         self._closing.append(weakref.WeakMethod(finish))
 
     def _finishers(self) -> list[Callable[[], Any]]:
