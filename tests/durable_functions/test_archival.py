@@ -7,7 +7,6 @@ execution is refused before anything is erased, naming the versions kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -66,24 +65,6 @@ def test_a_packed_execution_resumes_in_a_new_process(tmp_path: Any) -> None:
         assert len(steps_started) == STEPS + 1  # no step ran again after the pack
 
 
-@pytest.fixture
-def locked_bucket() -> Iterator[Any]:
-    import boto3
-    from moto import mock_aws
-
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="locked-bucket", ObjectLockEnabledForBucket=True)
-        client.put_object_lock_configuration(
-            Bucket="locked-bucket",
-            ObjectLockConfiguration={
-                "ObjectLockEnabled": "Enabled",
-                "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 30}},
-            },
-        )
-        yield client
-
-
 @durable_execution
 def short_one(event: Any, ctx: DurableContext) -> str:
     """Two steps."""
@@ -91,7 +72,7 @@ def short_one(event: Any, ctx: DurableContext) -> str:
     return str(ctx.step(lambda _: "b", name="b"))
 
 
-def test_object_lock_keeps_an_execution_from_a_purge(locked_bucket: Any) -> None:
+def test_object_lock_keeps_an_execution_from_a_purge(retained_bucket: Any) -> None:
     with stashpoint.open("s3://locked-bucket/p?index=none") as stash:
         functions = DurableFunctions(stash)
         functions.register("short", short_one)
