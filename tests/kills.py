@@ -34,6 +34,13 @@ def kill_after_requests(child: str, args: list[str], kill_after: int) -> int:
     return made
 
 
+def whole_lines(text: str) -> list[str]:
+    """The non-blank lines of what a killed child printed, without a last line the kill cut
+    short (the part after the last newline)."""
+    *whole, _cut = text.split("\n")
+    return [line for line in whole if line.strip()]
+
+
 def kill_after_lines(
     child: str,
     args: list[str],
@@ -46,7 +53,9 @@ def kill_after_lines(
     seconds more: a later point in what it does next).
 
     Returns the lines read before the kill (fewer if it ended first) and those it had
-    printed by then that were not read yet, newlines stripped.
+    printed by then that were not read yet, newlines stripped. A line is printed when its
+    newline is: the kill can cut one short (an unbuffered child writes `print`'s parts
+    one by one, as under `PYTHONUNBUFFERED`), and what it cut was never acknowledged.
     """
     import time
 
@@ -57,13 +66,13 @@ def kill_after_lines(
     before: list[str] = []
     for _ in range(lines):
         line = process.stdout.readline()
-        if not line:
+        if not line.endswith("\n"):
             break  # ended before the kill point
         before.append(line.rstrip("\n"))
     if pause:
         time.sleep(pause)  # where in the next step the kill lands; not waited on for a result
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
-    after = [line for line in process.stdout.read().splitlines() if line.strip()]
+    after = whole_lines(process.stdout.read())
     process.stdout.close()
     return before, after

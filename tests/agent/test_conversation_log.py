@@ -18,6 +18,7 @@ from stashpoint.logs.store import LogStore
 from stashpoint.steps import run_sync
 from stashpoint.stores.layout import CONVERSATIONS
 from stashpoint.stores.objects import PutObject
+from tests.kills import whole_lines
 
 
 @pytest.fixture(params=["local_url", "s3_seaweed_url"], ids=["local", "s3"])
@@ -205,10 +206,12 @@ def test_a_writer_killed_mid_commit_loses_no_acknowledged_message(tmp_path: Any)
         assert writer.stdout is not None
         lines: list[str] = []
         while len([x for x in lines if x.startswith("acked")]) < 20 + 7 * round_:
-            lines.append(writer.stdout.readline())
+            line = writer.stdout.readline()
+            assert line.endswith("\n"), "the writer ended before the kill"
+            lines.append(line.rstrip("\n"))
         writer.send_signal(signal.SIGKILL)  # somewhere in the next commit, or between two
         assert writer.wait(timeout=30) == -signal.SIGKILL
-        lines += writer.stdout.read().splitlines()
+        lines += whole_lines(writer.stdout.read())  # not one the kill cut short
         acked += [int(x.split()[1]) for x in lines if x.startswith("acked")]
         with stashpoint.open(url) as stash:
             version, messages = ConversationStore(stash.checkpoints).load("t", "killed")
