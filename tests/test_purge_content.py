@@ -200,3 +200,147 @@ def test_a_crash_at_every_request_of_the_purge_resumes_to_a_complete_receipt() -
                 assert receipt.status == "complete" and receipt.verified, (step, after)
                 assert holding(stash, SECRET) == [], (step, after)
                 assert _fetch(stash, TEMPORAL_PAYLOADS, "w2/v0", "kept"), (step, after)
+
+
+def _receipt_of(stash: Any, namespace: str, owner: str) -> Any:
+    """Finish the purge of an owner a fault or a kill cut short, or start it."""
+    finished = stash.resume_purges()
+    if not finished:  # it never opened its receipt, or it had closed it
+        opened = stash.logs_in("purges").list_ids()
+        finished = [stash.purge_receipt(p) for p in opened] or [
+            stash.purge(values=(namespace, owner))
+        ]
+    [receipt] = finished
+    return receipt
+
+
+def test_a_purge_through_the_fault_proxy_finishes_and_loses_nothing_else(
+    seaweedfs: Any,
+) -> None:
+    from botocore.config import Config
+
+    from tests.faultproxy import FaultPlan, FaultProxy
+
+    prefix = f"t-{uuid.uuid4().hex}"
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        _store(clean, TEMPORAL_PAYLOADS, "w1", *(f"{SECRET} {n}" for n in range(40)))
+        _store(clean, TEMPORAL_PAYLOADS, "w2", "kept 0", "kept 1")
+        mine = f"{TEMPORAL_PAYLOADS}/w1/"
+        before = set(pairs(versions(clean, mine)))
+    plan = FaultPlan(
+        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
+    )
+    config = Config(
+        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
+    )
+    receipt = None
+    failures: list[str] = []
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
+        with stashpoint.open(url, client_config=config) as stash:
+            for _ in range(20):  # bounded: each try gets further
+                try:
+                    receipt = _receipt_of(stash, TEMPORAL_PAYLOADS, "w1")
+                    break
+                except stashpoint.StashpointError as exc:
+                    failures.append(exc.kind.value)
+    assert set(failures) <= {"storage_unavailable", "conflict"}, failures
+    assert sum(plan.injected.values()) > 0
+    assert receipt is not None and receipt.status == "complete" and receipt.verified
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        assert versions(clean, mine) == []
+        # Every version removed is in the receipt, whichever try removed it.
+        assert {(v.key, v.version_id) for v in receipt.removed} >= before
+        assert holding(clean, SECRET) == []
+        assert _fetch(clean, TEMPORAL_PAYLOADS, "w2/v1", "kept 1")["text"] == "kept 1"
+
+
+KILLED_PURGE = """
+import sys, stashpoint
+with stashpoint.open(sys.argv[1]) as stash:
+    def hook(request, proceed):
+        print(".", end="", flush=True)
+        return proceed()
+    with stash.intercept(hook):
+        stash.purge(values=("temporal-payloads", "w1"))
+print("done", flush=True)
+"""
+
+
+def test_a_purge_killed_with_sigkill_resumes_to_a_complete_receipt(tmp_path: Any) -> None:
+    from tests.kills import kill_after_requests
+
+    for kill_after in range(1, 12):  # the purge makes 12 requests: each one
+        url = f"local://{tmp_path / f's-{kill_after}'}"
+        with stashpoint.open(url) as stash:
+            _store(stash, TEMPORAL_PAYLOADS, "w1", *(f"{SECRET} {n}" for n in range(12)))
+            _store(stash, TEMPORAL_PAYLOADS, "w2", "kept")
+        made = kill_after_requests(KILLED_PURGE, [url], kill_after)
+        assert made == kill_after  # killed mid-purge, not after it
+        with stashpoint.open(url) as stash:
+            receipt = _receipt_of(stash, TEMPORAL_PAYLOADS, "w1")
+            assert receipt.status == "complete" and receipt.verified, kill_after
+            assert holding(stash, SECRET) == [], kill_after
+            assert _fetch(stash, TEMPORAL_PAYLOADS, "w2/v0", "kept"), kill_after
+
+
+def test_writers_racing_a_purge_keep_what_is_not_the_owners_and_what_follows_it(
+    seaweedfs: Any,
+) -> None:
+    """Two writers store values while an owner is purged: every value of another owner
+    stays, the purge completes, and a value of the owner stored after the purge returned is
+    new data of the owner, kept (content has no tombstone: docs/purge.md)."""
+    import threading
+
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
+    with stashpoint.open(url) as stash:
+        _store(stash, TEMPORAL_PAYLOADS, "w1", *(f"{SECRET} {n}" for n in range(30)))
+    stored: dict[str, list[str]] = {"w2": [], "w3": []}
+    go = threading.Barrier(3)
+
+    def writer(owner: str) -> None:
+        with stashpoint.open(url) as mine:
+            values = _values(mine, TEMPORAL_PAYLOADS)
+            go.wait()
+            for n in range(25):  # bounded
+                text = f"{owner} value {n}"
+                run_sync(values.store(f"{owner}/v{n}", {"text": text}, _holds(text),
+                                      what="value"), mine.driver)  # fmt: skip
+                stored[owner].append(text)
+
+    threads = [threading.Thread(target=writer, args=(o,)) for o in stored]
+    for thread in threads:
+        thread.start()
+    with stashpoint.open(url) as stash:
+        go.wait()
+        receipt = stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
+    for thread in threads:
+        thread.join(timeout=120)
+    assert receipt.status == "complete" and receipt.verified
+    with stashpoint.open(url) as stash:
+        assert holding(stash, SECRET) == []
+        for owner, texts in stored.items():
+            assert len(texts) == 25
+            for n, text in enumerate(texts):
+                assert _fetch(stash, TEMPORAL_PAYLOADS, f"{owner}/v{n}", text)["text"] == text
+        _store(stash, TEMPORAL_PAYLOADS, "w1", "after the purge")
+        assert _fetch(stash, TEMPORAL_PAYLOADS, "w1/v0", "after the purge")
+
+
+def test_objects_planted_under_an_owner_are_erased_and_its_neighbours_kept() -> None:
+    from stashpoint.stores.objects import PutObject
+
+    with _memory() as stash:
+        _store(stash, TEMPORAL_PAYLOADS, "w1", SECRET)
+        _store(stash, TEMPORAL_PAYLOADS, "w10", "w10 keeps this")
+        planted = {
+            f"{TEMPORAL_PAYLOADS}/w1/not-a-value": SECRET.encode(),
+            f"{TEMPORAL_PAYLOADS}/w1/deep/er/still": b"\x28\xb5\x2f\xfd garbage " + SECRET.encode(),
+            f"{TEMPORAL_PAYLOADS}/w1/\u00e9\u0001": b"\xff\xfe" + SECRET.encode(),
+        }
+        for key, body in planted.items():
+            stash.driver(PutObject(key, body, None, content_encoding=None))
+        receipt = stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
+        assert receipt.verified and holding(stash, SECRET) == []
+        assert set(planted) <= {v.key for v in receipt.removed}
+        assert _fetch(stash, TEMPORAL_PAYLOADS, "w10/v0", "w10 keeps this")
