@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stashpoint.durable_functions import operations as ops
+from stashpoint.durable_functions.checkpoints import apply_checkpoint
 from stashpoint.durable_functions.operations import ExecutionView, Invocation
 from stashpoint.errors import InvalidDurableUpdate, StashpointError
 
@@ -37,7 +38,7 @@ def _held(view: ExecutionView, now: int = T0) -> ExecutionView:
 
 
 def _apply(view: ExecutionView, updates: list[dict[str, Any]], now: int = T0) -> ops.Change:
-    change = ops.apply_checkpoint(
+    change = apply_checkpoint(
         view,
         updates,
         now,
@@ -241,7 +242,7 @@ def test_a_hostile_update_is_refused_and_changes_nothing(why: str, updates: Any)
     view = _held(_view())
     before = (dict(view.operations), list(view.events), view.state)
     with pytest.raises(InvalidDurableUpdate):
-        ops.apply_checkpoint(
+        apply_checkpoint(
             view, updates, T0, new_callback_id=lambda _: "cb", start_invoke=lambda _: "t"
         )
     assert (dict(view.operations), list(view.events), view.state) == before

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from stashpoint.cache import Lru
 from stashpoint.durable_functions import operations as ops
+from stashpoint.durable_functions.checkpoints import apply_checkpoint
 from stashpoint.durable_functions.due_index import DueIndex
 from stashpoint.durable_functions.executions import Executions, Held
 from stashpoint.durable_functions.operations import Change, ExecutionView, Invocation
@@ -345,7 +346,7 @@ class DurableService:
             ):
                 answered.append((state.client_token[1], []))
                 return None  # applied already: the retry gets the same answer
-            change = ops.apply_checkpoint(
+            change = apply_checkpoint(
                 held.view,
                 updates,
                 now,

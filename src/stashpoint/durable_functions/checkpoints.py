@@ -1,0 +1,336 @@
+"""An SDK's checkpoint batch, checked and applied to an execution's operations.
+
+The SDK sends a batch of operation updates (`START`, `SUCCEED`, `FAIL`, `RETRY`,
+`CANCEL` on steps, waits, callbacks, child contexts and chained invokes). The service
+refuses the whole batch when one update is malformed or not allowed in the operation's
+current status (`InvalidDurableUpdate`, with the service's own messages), and otherwise
+changes each operation and records its event. The rules of an execution's other changes
+(claims, resolving what is due, ends) are in `operations`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from stashpoint.durable_functions.operations import (
+    CALLBACK,
+    CHAINED_INVOKE,
+    CONTEXT,
+    EXECUTION,
+    MAX_ERROR_BYTES,
+    OPERATION_TYPES,
+    STEP,
+    VALID_ACTIONS,
+    WAIT,
+    Change,
+    ExecutionView,
+    event_error,
+    result_of,
+)
+from stashpoint.errors import InvalidDurableUpdate
+
+_EVENT_OF_ACTION: Mapping[tuple[str, str], str] = {
+    (STEP, "START"): "StepStarted",
+    (STEP, "SUCCEED"): "StepSucceeded",
+    (STEP, "FAIL"): "StepFailed",
+    (CONTEXT, "START"): "ContextStarted",
+    (CONTEXT, "SUCCEED"): "ContextSucceeded",
+    (CONTEXT, "FAIL"): "ContextFailed",
+    (WAIT, "START"): "WaitStarted",
+    (WAIT, "CANCEL"): "WaitCancelled",
+    (CALLBACK, "START"): "CallbackStarted",
+    (CHAINED_INVOKE, "START"): "ChainedInvokeStarted",
+}
+
+_STATUS_OF_ACTION = {
+    "START": "STARTED",
+    "SUCCEED": "SUCCEEDED",
+    "FAIL": "FAILED",
+    "RETRY": "PENDING",
+    "CANCEL": "CANCELLED",
+}
+
+
+def _error_of(update: Mapping[str, Any]) -> dict[str, Any] | None:
+    error = update.get("Error")
+    if error is None:
+        return None
+    if not isinstance(error, dict):
+        raise InvalidDurableUpdate("Error must be an object")
+    if len(json.dumps(error)) > MAX_ERROR_BYTES:
+        raise InvalidDurableUpdate(f"Error object size must be less than {MAX_ERROR_BYTES} bytes.")
+    return error
+
+
+def _options(update: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    options = update.get(key)
+    if options is not None and not isinstance(options, dict):
+        raise InvalidDurableUpdate(f"{key} must be an object")
+    return options
+
+
+def _check_update(update: Any) -> tuple[str, str, str]:
+    if not isinstance(update, dict):
+        raise InvalidDurableUpdate("an update must be an object")
+    op_id, op_type, action = update.get("Id"), update.get("Type"), update.get("Action")
+    if not isinstance(op_id, str) or not op_id or len(op_id) > 64:
+        raise InvalidDurableUpdate("an update's Id must be 1-64 characters")
+    if op_type not in OPERATION_TYPES:
+        raise InvalidDurableUpdate("Unknown operation type.")
+    if action not in VALID_ACTIONS[op_type]:
+        raise InvalidDurableUpdate("Invalid action for the given operation type.")
+    for key in ("ParentId", "Name", "SubType", "Payload"):
+        value = update.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InvalidDurableUpdate(f"an update's {key} must be a string")
+    return op_id, op_type, action
+
+
+def _check_batch(updates: list[Any], view: ExecutionView) -> None:
+    checked = [_check_update(u) for u in updates]
+    executions = [i for i, (_, op_type, _) in enumerate(checked) if op_type == EXECUTION]
+    if len(executions) > 1:
+        raise InvalidDurableUpdate("Cannot checkpoint multiple EXECUTION updates.")
+    if executions and executions[0] != len(checked) - 1:
+        raise InvalidDurableUpdate("EXECUTION checkpoint must be the last update.")
+    started: set[str] = set()
+    last: dict[str, tuple[str, str]] = {}
+    for update, (op_id, op_type, action) in zip(updates, checked, strict=True):
+        seen = last.get(op_id)
+        if seen is not None and not (
+            seen[0] in (STEP, CONTEXT) and seen[1] == "START" and action != "START"
+        ):
+            raise InvalidDurableUpdate("Cannot checkpoint multiple operations with the same ID.")
+        parent = update.get("ParentId")
+        if parent is not None and parent not in started and parent not in view.operations:
+            raise InvalidDurableUpdate("Invalid parent operation id.")
+        if parent in view.operations and view.operations[parent]["Type"] != CONTEXT:
+            raise InvalidDurableUpdate("Invalid parent operation id.")
+        if action == "START":
+            started.add(op_id)
+        last[op_id] = (op_type, action)
+
+
+def _check_transition(update: Mapping[str, Any], current: Mapping[str, Any] | None) -> None:
+    op_type, action = update["Type"], update["Action"]
+    if current is not None:
+        for key, what in (("Type", "type"), ("SubType", "subtype"), ("Name", "name")):
+            if update.get(key) is not None and update.get(key) != current.get(key):
+                raise InvalidDurableUpdate(f"Inconsistent operation {what}.")
+        if update.get("ParentId") is not None and update["ParentId"] != current.get("ParentId"):
+            raise InvalidDurableUpdate("Inconsistent parent operation id.")
+    status = None if current is None else current["Status"]
+    if action == "SUCCEED" and update.get("Error") is not None:
+        raise InvalidDurableUpdate("Cannot provide an Error for SUCCEED action.")
+    if action == "FAIL" and update.get("Payload") is not None:
+        raise InvalidDurableUpdate("Cannot provide a Payload for FAIL action.")
+    if op_type == STEP:
+        if action == "START" and status is not None and status != "READY":
+            raise InvalidDurableUpdate("Invalid current STEP state to start.")
+        if (
+            action in ("SUCCEED", "FAIL")
+            and status is not None
+            and status not in ("STARTED", "READY")
+        ):
+            raise InvalidDurableUpdate("Invalid current STEP state to close.")
+        if action == "RETRY":
+            if status is not None and status not in ("STARTED", "READY"):
+                raise InvalidDurableUpdate("Invalid current STEP state to re-attempt.")
+            if update.get("StepOptions") is None:
+                raise InvalidDurableUpdate("Invalid StepOptions for the given action.")
+            if update.get("Error") is not None and update.get("Payload") is not None:
+                raise InvalidDurableUpdate("Cannot provide both error and payload to RETRY a STEP.")
+    elif op_type in (WAIT, CALLBACK, CHAINED_INVOKE, CONTEXT) and action == "START":
+        if current is not None:
+            raise InvalidDurableUpdate(f"Cannot start a {op_type} that already exist.")
+    elif op_type == CONTEXT and status is not None and status != "STARTED":
+        raise InvalidDurableUpdate("Invalid current CONTEXT state to close.")
+    elif op_type == WAIT and action == "CANCEL" and status != "STARTED":
+        raise InvalidDurableUpdate(
+            "Cannot cancel a WAIT that does not exist or has already completed."
+        )
+
+
+def apply_checkpoint(
+    view: ExecutionView,
+    updates: list[Any],
+    now_ms: int,
+    *,
+    new_callback_id: Callable[[str], str],
+    start_invoke: Callable[[dict[str, Any]], str],
+) -> Change:
+    """Validate a checkpoint's `updates` against `view` and return what it changes.
+
+    Raises `InvalidDurableUpdate` (nothing changed) for an update the service refuses:
+    an unknown type or action, a transition from the wrong status, inconsistent metadata,
+    a duplicate id, an unknown parent, an oversized error. `new_callback_id(op_id)` names
+    a started callback; `start_invoke(op)` names the execution a chained invoke starts.
+    """
+    if not isinstance(updates, list):
+        raise InvalidDurableUpdate("updates must be a list")
+    _check_batch(updates, view)
+    change = Change(view.state)
+    changed: dict[str, dict[str, Any]] = {}
+    for update in updates:
+        op_id = update["Id"]
+        current = changed.get(op_id, view.operations.get(op_id))
+        _check_transition(update, current)
+        error = _error_of(update)
+        op = _applied(update, current, now_ms, error)
+        op_type, action = update["Type"], update["Action"]
+        details: dict[str, Any] = {}
+        if op_type == EXECUTION:
+            op = dict(view.operations[view.state.execution_op])
+            op["Status"] = _STATUS_OF_ACTION[action]
+            op["ExecutionDetails"] = dict(op.get("ExecutionDetails") or {})
+            if action == "SUCCEED":
+                op["ExecutionDetails"]["Result"] = update.get("Payload")
+            else:
+                op["ExecutionDetails"]["Error"] = error
+            changed[op["Id"]] = op
+            change.put(op)
+            continue
+        if op_type == STEP:
+            attempt = int(op["StepDetails"].get("Attempt", 0))
+            if action == "START":
+                details = {}
+            elif action == "RETRY":
+                delay = _delay(update.get("StepOptions"), "NextAttemptDelaySeconds")
+                attempt += 1
+                op["StepDetails"] = {
+                    **op["StepDetails"],
+                    "Attempt": attempt,
+                    "NextAttemptTimestamp": now_ms + delay * 1000,
+                }
+                retry = {"CurrentAttempt": attempt, "NextAttemptDelaySeconds": delay}
+                if update.get("Payload") is not None:  # a condition's poll: a new state
+                    details = {**result_of(update.get("Payload")), "RetryDetails": retry}
+                    change.event("StepSucceeded", now_ms, op, details)
+                else:
+                    details = {**event_error(error), "RetryDetails": retry}
+                    change.event("StepFailed", now_ms, op, details)
+                changed[op_id] = op
+                change.put(op)
+                continue
+            elif action == "SUCCEED":
+                details = {
+                    **result_of(update.get("Payload")),
+                    "RetryDetails": {"CurrentAttempt": attempt + 1},
+                }
+            else:
+                details = {**event_error(error), "RetryDetails": {"CurrentAttempt": attempt + 1}}
+        elif op_type == CONTEXT:
+            if action == "SUCCEED":
+                details = result_of(update.get("Payload"))
+            elif action == "FAIL":
+                details = event_error(error)
+        elif op_type == WAIT:
+            if action == "START":
+                seconds = _delay(update.get("WaitOptions"), "WaitSeconds")
+                op["WaitDetails"] = {"ScheduledEndTimestamp": now_ms + seconds * 1000}
+                op["_Duration"] = seconds
+                details = {"Duration": seconds, "ScheduledEndTimestamp": now_ms + seconds * 1000}
+            else:
+                details = event_error(error)
+        elif op_type == CALLBACK:
+            callback_options = _options(update, "CallbackOptions") or {}
+            timeout = _seconds(callback_options.get("TimeoutSeconds"))
+            heartbeat = _seconds(callback_options.get("HeartbeatTimeoutSeconds"))
+            callback_id = new_callback_id(op_id)
+            op["CallbackDetails"] = {"CallbackId": callback_id}
+            op["_Timeouts"] = {"Timeout": timeout, "Heartbeat": heartbeat, "Beat": now_ms}
+            details = {"CallbackId": callback_id}
+            if timeout:
+                details["Timeout"] = timeout
+            if heartbeat:
+                details["HeartbeatTimeout"] = heartbeat
+        elif op_type == CHAINED_INVOKE:
+            options = _options(update, "ChainedInvokeOptions")
+            if options is None or not isinstance(options.get("FunctionName"), str):
+                raise InvalidDurableUpdate(
+                    "Update for CHAINED_INVOKE operation requires ChainedInvokeOptions."
+                )
+            tenant = options.get("TenantId")
+            if tenant is not None and (not isinstance(tenant, str) or not tenant):
+                raise InvalidDurableUpdate("TenantId must be a non-empty string.")
+            op["ChainedInvokeDetails"] = {}
+            op["_Invoke"] = {
+                "FunctionName": options["FunctionName"],
+                "TenantId": tenant,
+                "Input": update.get("Payload"),
+            }
+            target = start_invoke(op)
+            op["_Invoke"]["DurableExecutionArn"] = target
+            details = {"FunctionName": options["FunctionName"]}
+            if tenant is not None:
+                details["TenantId"] = tenant
+            if update.get("Payload") is not None:
+                details["Input"] = {"Payload": update["Payload"]}
+            details["ExecutedVersion"] = "$LATEST"
+            details["DurableExecutionArn"] = target
+        event_type = _EVENT_OF_ACTION[(op_type, action)]
+        change.event(event_type, now_ms, op, details)
+        changed[op_id] = op
+        change.put(op)
+    return change
+
+
+def _delay(options: Any, key: str) -> int:
+    if not isinstance(options, dict):
+        raise InvalidDurableUpdate(f"{key} is required")
+    value = options.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidDurableUpdate(f"{key} must be a whole number of seconds >= 0")
+    return value
+
+
+def _seconds(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidDurableUpdate("timeouts must be whole numbers of seconds >= 0")
+    return value
+
+
+def _applied(
+    update: Mapping[str, Any], current: Mapping[str, Any] | None, now_ms: int, error: Any
+) -> dict[str, Any]:
+    op: dict[str, Any] = (
+        dict(current)
+        if current is not None
+        else {
+            "Id": update["Id"],
+            "Type": update["Type"],
+            "StartTimestamp": now_ms,
+        }
+    )
+    for key in ("ParentId", "Name", "SubType"):
+        if update.get(key) is not None:
+            op[key] = update[key]
+    action = update["Action"]
+    op["Status"] = _STATUS_OF_ACTION[action]
+    if action in ("SUCCEED", "FAIL", "CANCEL"):
+        op["EndTimestamp"] = now_ms
+    if update["Type"] == STEP:
+        step = dict(op.get("StepDetails") or {"Attempt": 0})
+        step.pop("NextAttemptTimestamp", None)
+        if action == "SUCCEED":
+            step["Result"] = update.get("Payload")
+        if action in ("FAIL", "RETRY") and error is not None:
+            step["Error"] = error
+        if action == "RETRY" and update.get("Payload") is not None:
+            step["Result"] = update["Payload"]
+        op["StepDetails"] = step
+    elif update["Type"] == CONTEXT:
+        context = dict(op.get("ContextDetails") or {})
+        options = update.get("ContextOptions")
+        if isinstance(options, dict) and options.get("ReplayChildren"):
+            context["ReplayChildren"] = True
+        if action == "SUCCEED":
+            context["Result"] = update.get("Payload")
+        if action == "FAIL":
+            context["Error"] = error
+        op["ContextDetails"] = context
+    return op
