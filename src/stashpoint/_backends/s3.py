@@ -11,7 +11,7 @@ transport; endpoint, region and credentials come from the standard AWS environme
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -238,123 +238,168 @@ def _is_absent(exc: Exception) -> bool:
 
 def s3_calls(request: ObjectRequest, settings: S3Settings) -> Steps[Any]:
     """Carry out one object request as S3 calls; return the object request's result."""
-    bucket = settings.bucket
-    match request:
-        case GetObject() | HeadObject():
-            key = request.key
-            params: dict[str, Any] = {"Bucket": bucket, "Key": key}
-            is_get = isinstance(request, GetObject)
-            if request.version_id is not None and (
-                settings.versioning or request.version_id != "null"
-            ):
-                params["VersionId"] = request.version_id
-            try:
-                method = "get_object" if is_get else "head_object"
-                limit = request.max_bytes if isinstance(request, GetObject) else None
-                response = yield from ask(AwsCall(method, params, is_get, limit))
-            except Exception as exc:
-                if _is_absent(exc):
-                    return None
-                raise _read_failed(exc, key) from exc
-            return ObjectInfo(
-                etag=response["ETag"],
-                metadata=dict(response.get("Metadata") or {}),
-                body=response.get("Body") if is_get else None,
-                version_id=response.get("VersionId"),
-                last_modified=response.get("LastModified"),
-                size=response.get("ContentLength"),
-                retain_until=response.get("ObjectLockRetainUntilDate"),
-                lock_mode=response.get("ObjectLockMode"),
-                legal_hold=response.get("ObjectLockLegalHoldStatus") == "ON",
-            )
-        case PutObject():
-            try:
-                response = yield from ask(AwsCall("put_object", _put_params(request, settings)))
-            except Exception as exc:
-                return _classify_write(exc, request.key)
-            return WriteResult(WriteOutcome.STORED, etag=response.get("ETag"))
-        case DeleteObject(key, etag, version_id):
-            params = {"Bucket": bucket, "Key": key}
-            if etag is not None:
-                params["IfMatch"] = etag
-            if version_id is not None:
-                params["VersionId"] = version_id
-            try:
-                yield from ask(AwsCall("delete_object", params))
-            except Exception as exc:
-                return _classify_write(exc, key)
-            return WriteResult(WriteOutcome.STORED)
-        case ListKeys(prefix, token, page_size, start_after):
-            params = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
-            if token:
-                params["ContinuationToken"] = token
-            elif start_after:
-                params["StartAfter"] = start_after
-            try:
-                response = yield from ask(AwsCall("list_objects_v2", params))
-            except Exception as exc:
-                raise _read_failed(exc, prefix) from exc
-            contents = response.get("Contents", [])
-            keys = [item["Key"] for item in contents]
-            modified = [item["LastModified"] for item in contents]
-            sizes = [int(item.get("Size", 0)) for item in contents]
-            etags = [str(item.get("ETag", "")) for item in contents]
-            more = response.get("IsTruncated") and response.get("NextContinuationToken")
-            return KeyPage(keys, more or None, modified, sizes, etags)
-        case ListVersions(key):
-            if not settings.versioning:
-                raise ConfigurationError(
-                    "this provider keeps no object versions (a directory bucket, R2), so "
-                    "there is no history to read",
-                    object_name=key,
-                )
-            return (yield from _list_versions(key, bucket))
-        case ListVersionPage(prefix, marker, page_size):
-            if not settings.versioning:
-                return (yield from _current_page(bucket, prefix, marker, page_size))
-            return (yield from _version_page(bucket, prefix, marker, page_size))
-        case DeleteVersions(targets):
-            return (yield from _delete_versions(bucket, targets, settings.versioning))
-        case DeleteKeys(keys):
-            return (yield from _delete_objects(bucket, [{"Key": key} for key in keys]))
-        case SetLegalHold(key, version_id, on):
-            params = {"Bucket": bucket, "Key": key, "LegalHold": {"Status": "ON" if on else "OFF"}}
-            if version_id is not None:
-                params["VersionId"] = version_id
-            try:
-                yield from ask(AwsCall("put_object_legal_hold", params))
-            except Exception as exc:
-                raise _read_failed(exc, key) from exc
+    call = _CALLS.get(type(request))
+    if call is None:
+        raise TypeError(f"S3 storage cannot execute {request!r}")
+    return (yield from call(request, settings))
+
+
+def _read(request: GetObject | HeadObject, settings: S3Settings) -> Steps[ObjectInfo | None]:
+    """GET or HEAD one object (a version of it when asked); None: there is none."""
+    key = request.key
+    params: dict[str, Any] = {"Bucket": settings.bucket, "Key": key}
+    is_get = isinstance(request, GetObject)
+    if request.version_id is not None and (settings.versioning or request.version_id != "null"):
+        params["VersionId"] = request.version_id
+    try:
+        method = "get_object" if is_get else "head_object"
+        limit = request.max_bytes if isinstance(request, GetObject) else None
+        response = yield from ask(AwsCall(method, params, is_get, limit))
+    except Exception as exc:
+        if _is_absent(exc):
             return None
-        case RestoreObject():
-            return (yield from _restore(request, bucket))
-        case ListSource(url, token, page_size):
-            _, source_bucket, prefix = source_parts(url)
-            params = {"Bucket": source_bucket, "Prefix": prefix, "MaxKeys": page_size}
-            if token:
-                params["ContinuationToken"] = token
-            try:
-                response = yield from ask(AwsCall("list_objects_v2", params))
-            except Exception as exc:
-                raise _read_failed(exc, url) from exc
-            contents = response.get("Contents", [])
-            more = response.get("IsTruncated") and response.get("NextContinuationToken")
-            return KeyPage(
-                [item["Key"] for item in contents],
-                more or None,
-                [item["LastModified"] for item in contents],
-                [int(item.get("Size", 0)) for item in contents],
-                [str(item.get("ETag", "")) for item in contents],
-            )
-        case ReadSource():
-            return (yield from _read_source(request))
-        case GetLifecycle():
-            return (yield from _lifecycle(bucket))
-        case GetObjectLock():
-            if not settings.versioning:
-                return None  # Object Lock needs versions: a provider without has none
-            return (yield from _object_lock(bucket, settings.retention))
-    raise TypeError(f"S3 storage cannot execute {request!r}")
+        raise _read_failed(exc, key) from exc
+    return ObjectInfo(
+        etag=response["ETag"],
+        metadata=dict(response.get("Metadata") or {}),
+        body=response.get("Body") if is_get else None,
+        version_id=response.get("VersionId"),
+        last_modified=response.get("LastModified"),
+        size=response.get("ContentLength"),
+        retain_until=response.get("ObjectLockRetainUntilDate"),
+        lock_mode=response.get("ObjectLockMode"),
+        legal_hold=response.get("ObjectLockLegalHoldStatus") == "ON",
+    )
+
+
+def _put(request: PutObject, settings: S3Settings) -> Steps[WriteResult]:
+    try:
+        response = yield from ask(AwsCall("put_object", _put_params(request, settings)))
+    except Exception as exc:
+        return _classify_write(exc, request.key)
+    return WriteResult(WriteOutcome.STORED, etag=response.get("ETag"))
+
+
+def _delete(request: DeleteObject, settings: S3Settings) -> Steps[WriteResult]:
+    params: dict[str, Any] = {"Bucket": settings.bucket, "Key": request.key}
+    if request.etag is not None:
+        params["IfMatch"] = request.etag
+    if request.version_id is not None:
+        params["VersionId"] = request.version_id
+    try:
+        yield from ask(AwsCall("delete_object", params))
+    except Exception as exc:
+        return _classify_write(exc, request.key)
+    return WriteResult(WriteOutcome.STORED)
+
+
+def _key_page(
+    bucket: str, prefix: str, token: str | None, page_size: int, start_after: str | None, name: str
+) -> Steps[KeyPage]:
+    """One page of a bucket's keys under `prefix` (`name`: what a failure is reported on)."""
+    params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
+    if token:
+        params["ContinuationToken"] = token
+    elif start_after:
+        params["StartAfter"] = start_after
+    try:
+        response = yield from ask(AwsCall("list_objects_v2", params))
+    except Exception as exc:
+        raise _read_failed(exc, name) from exc
+    contents = response.get("Contents", [])
+    more = response.get("IsTruncated") and response.get("NextContinuationToken")
+    return KeyPage(
+        [item["Key"] for item in contents],
+        more or None,
+        [item["LastModified"] for item in contents],
+        [int(item.get("Size", 0)) for item in contents],
+        [str(item.get("ETag", "")) for item in contents],
+    )
+
+
+def _list_keys(request: ListKeys, settings: S3Settings) -> Steps[KeyPage]:
+    return (
+        yield from _key_page(
+            settings.bucket,
+            request.prefix,
+            request.token,
+            request.page_size,
+            request.start_after,
+            request.prefix,
+        )
+    )
+
+
+def _list_source(request: ListSource, settings: S3Settings) -> Steps[KeyPage]:
+    _, source_bucket, prefix = source_parts(request.url)
+    return (
+        yield from _key_page(
+            source_bucket, prefix, request.token, request.page_size, None, request.url
+        )
+    )
+
+
+def _list_versions_of(request: ListVersions, settings: S3Settings) -> Steps[Any]:
+    if not settings.versioning:
+        raise ConfigurationError(
+            "this provider keeps no object versions (a directory bucket, R2), so "
+            "there is no history to read",
+            object_name=request.key,
+        )
+    return (yield from _list_versions(request.key, settings.bucket))
+
+
+def _version_page_of(request: ListVersionPage, settings: S3Settings) -> Steps[VersionPage]:
+    bucket, prefix, marker, size = (
+        settings.bucket,
+        request.prefix,
+        request.marker,
+        request.page_size,
+    )
+    if not settings.versioning:
+        return (yield from _current_page(bucket, prefix, marker, size))
+    return (yield from _version_page(bucket, prefix, marker, size))
+
+
+def _legal_hold(request: SetLegalHold, settings: S3Settings) -> Steps[None]:
+    params: dict[str, Any] = {
+        "Bucket": settings.bucket,
+        "Key": request.key,
+        "LegalHold": {"Status": "ON" if request.on else "OFF"},
+    }
+    if request.version_id is not None:
+        params["VersionId"] = request.version_id
+    try:
+        yield from ask(AwsCall("put_object_legal_hold", params))
+    except Exception as exc:
+        raise _read_failed(exc, request.key) from exc
+    return None
+
+
+def _object_lock_of(request: GetObjectLock, settings: S3Settings) -> Steps[ObjectLock | None]:
+    if not settings.versioning:
+        return None  # Object Lock needs versions: a provider without has none
+    return (yield from _object_lock(settings.bucket, settings.retention))
+
+
+_CALLS: dict[type[Any], Callable[[Any, S3Settings], Steps[Any]]] = {
+    GetObject: _read,
+    HeadObject: _read,
+    PutObject: _put,
+    DeleteObject: _delete,
+    ListKeys: _list_keys,
+    ListVersions: _list_versions_of,
+    ListVersionPage: _version_page_of,
+    DeleteVersions: lambda r, s: _delete_versions(s.bucket, r.targets, s.versioning),
+    DeleteKeys: lambda r, s: _delete_objects(s.bucket, [{"Key": key} for key in r.keys]),
+    SetLegalHold: _legal_hold,
+    RestoreObject: lambda r, s: _restore(r, s.bucket),
+    ListSource: _list_source,
+    ReadSource: lambda r, s: _read_source(r),
+    GetLifecycle: lambda r, s: _lifecycle(s.bucket),
+    GetObjectLock: _object_lock_of,
+}
+"""How each object request is carried out on S3 (`s3_calls`), by its type."""
 
 
 def _read_source(request: ReadSource) -> Steps[ObjectInfo | None]:
