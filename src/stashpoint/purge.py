@@ -94,6 +94,7 @@ from stashpoint.stores.layout import (
     DATA_KEYS,
     DURABLE_EXECUTIONS,
     NAMESPACES,
+    PROJECTION,
     PURGES,
     QUARANTINE,
     RUN_LOGS,
@@ -780,6 +781,8 @@ class Purger:
         yield self.layout.namespace_prefix(QUARANTINE) + below_prefix, False
         if namespace.values is not None:
             yield self.layout.key(namespace.values, target.object_id) + "/", False
+        # What the queryable archive derived from the log (`stashpoint.projection`).
+        yield self.layout.key(PROJECTION, f"{target.namespace}/{target.object_id}/"), False
 
     def _versions(self, prefix: str, exact: bool) -> Steps[list[StoredVersion]]:
         """Return every stored version under `prefix` (`exact`: of that key alone)."""

@@ -8,6 +8,7 @@ prints is checked. A command that gains `--json` without a schema fails the cens
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -127,6 +128,12 @@ def test_listings_shows_and_reports_validate(stash_url: dict[str, str]) -> None:
     _valid("reindex", cli("reindex", "--json", url=url).stdout)
     _valid("repair", cli("repair", "logs", "events", "--dry-run", "--json", url=url).stdout)
     _valid("restore", cli("restore", "job-1", "--json", url=url).stdout)
+    if importlib.util.find_spec("pyarrow") and importlib.util.find_spec("duckdb"):
+        projected = _valid("project", cli("project", "--json", url=url).stdout)
+        assert projected["rows"] >= 1 and projected["unreadable"] == []
+        sql = "select log_id, written_at, day, record from messages"
+        asked = _valid("query", cli("query", sql, "--json", url=url).stdout)
+        assert asked["rows"] and asked["columns"] == ["log_id", "written_at", "day", "record"]
 
 
 def test_reports_of_changes_validate(stash_url: dict[str, str], tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 The commands live by group: `checkpoints` (list, show, history, diff, export, restore),
 `runs`, `threads`, `agents`, `admin` (reindex, gc, repair, doctor, demo), `purges`
-(purge, receipts, hold) and `keys` (keys list/rotate, decrypt). Modules load
+(purge, receipts, hold), `keys` (keys list/rotate, decrypt) and `archive` (project,
+query). Modules load
 typer alone when they are imported; each command imports the library when it runs, so
 `--help` and `--version` stay quick (`bench/cli_startup_bench.py`).
 
@@ -20,7 +21,17 @@ import sys
 
 import typer
 
-from stashpoint.cli import admin, agents, checkpoints, durable, keys, purges, runs, threads
+from stashpoint.cli import (
+    admin,
+    agents,
+    archive,
+    checkpoints,
+    durable,
+    keys,
+    purges,
+    runs,
+    threads,
+)
 from stashpoint.cli.exits import HELP, USAGE, fail
 from stashpoint.cli.options import settings
 
@@ -43,6 +54,7 @@ app.registered_commands += purges.app.registered_commands
 app.add_typer(purges.receipts, name="receipts")
 app.add_typer(keys.app, name="keys")
 app.registered_commands += keys.commands.registered_commands
+app.registered_commands += archive.app.registered_commands
 
 
 @app.callback()

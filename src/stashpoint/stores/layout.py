@@ -43,6 +43,9 @@ class Shape(Enum):
     """Objects a repair moved aside, kept until an operator deletes them (never read)."""
     KEYS = "keys"
     """Wrapped data keys of client-side encryption (stored as is; only a shred removes them)."""
+    DERIVED = "derived"
+    """Files derived from logs (`stashpoint.projection`), under `{source namespace}/{log id}/`:
+    erased with the log they were derived from, rebuilt from it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,9 @@ TEMPORAL_PAYLOADS = "temporal-payloads"
 """Namespace of Temporal's externally stored payloads (`temporal.StashStorageDriver`),
 named `{owner}/{sha256}`."""
 
+PROJECTION = "projection"
+"""Namespace of the queryable archive (`stashpoint.projection`): Parquet files of logs'
+records, `{source namespace}/{log id}/{life}-{first version}.parquet`."""
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
@@ -163,6 +169,8 @@ NAMESPACES: dict[str, Namespace] = {
         Namespace(STRANDS_STORAGE, Shape.HEADS),
         # Named by their hash, referenced from Temporal's histories: never collected.
         Namespace(TEMPORAL_PAYLOADS, Shape.CONTENT, owned=True),
+        # Derived from logs, erased with them (a purge of a log reaches its projection).
+        Namespace(PROJECTION, Shape.DERIVED, erasable=False),
     )
 }
 """Every namespace of the layout, by name."""

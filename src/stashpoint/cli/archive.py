@@ -1,0 +1,84 @@
+"""The queryable archive from the command line: `stashpoint project` and `stashpoint query`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from stashpoint.cli.options import AsJson, Url, open_stash
+
+app = typer.Typer()
+"""The archive's commands (registered at the top level)."""
+
+_Namespaces = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--namespace",
+        metavar="NS",
+        help="A log namespace to project (repeatable; default: conversations and logs).",
+    ),
+]
+
+
+@app.command()
+def project(
+    prefix: Annotated[str, typer.Option(help="Only logs whose id starts with this.")] = "",
+    namespaces: _Namespaces = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Project logs' records into Parquet files under projection/ (what was appended since).
+
+    Needs the archive extra (pip install 'stashpoint[archive]'). A purge of a log erases
+    its projected files with it; a deleted log's are erased by the next run.
+    """
+    import dataclasses
+
+    from stashpoint.cli.output import Output
+    from stashpoint.cli.safe import safe
+    from stashpoint.projection import SOURCES
+    from stashpoint.projection import project as run_projection
+
+    output = Output(as_json=as_json)
+    with open_stash(url) as stash:
+        report = run_projection(stash, namespaces=namespaces or SOURCES, prefix=prefix)
+    if as_json:
+        output.emit(dataclasses.asdict(report))
+    else:
+        output.say(
+            f"looked at {report.logs} logs: {report.rows} rows in {len(report.files)} new "
+            f"files; {len(report.erased)} logs' projections erased"
+        )
+        for problem in report.unreadable:
+            output.warn(f"[yellow]skipped, unreadable:[/] {safe(problem)}")
+    raise typer.Exit(1 if report.unreadable else 0)
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="SQL over the table `messages`.")],
+    namespaces: _Namespaces = None,
+    url: Url = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run SQL with DuckDB over the projected rows (the table `messages`).
+
+    Columns: namespace, log_id, tenant, version, position, written_at, day, role, content,
+    record. Run `stashpoint project` first; needs the archive extra.
+    """
+    from stashpoint.cli.output import Column, Output
+    from stashpoint.projection import SOURCES
+    from stashpoint.projection import query as run_query
+
+    output = Output(as_json=as_json)
+    with open_stash(url) as stash:
+        result = run_query(stash, sql, namespaces=namespaces or SOURCES)
+        shown = stash.url
+    rows = result.to_pylist()
+    if as_json:
+        output.emit({"columns": result.column_names, "rows": rows})
+        return
+    columns = [Column(name, wrap=True) for name in result.column_names]
+    cells = [["" if row[c] is None else str(row[c]) for c in result.column_names] for row in rows]
+    output.table("query", columns, cells, stash=shown, empty="no rows")

@@ -1,0 +1,531 @@
+"""The queryable archive: the records of logs as Parquet files, queried with DuckDB.
+
+A projection turns each log's records (a conversation's messages, `stash.logs`'
+transcripts) into rows of one table, `messages`: where the row came from (namespace, log
+id, tenant, version, position), when it was written, the message's role and text, and the
+record itself as JSON text. Each log's rows go to files of their own under the stash's
+prefix, `projection/{namespace}/{log id}/{life}-{first version}.parquet`, plain Parquet
+that DuckDB, Athena, Spark or pyarrow read with no stashpoint code.
+
+- **Incremental.** A rerun lists the projection's files and each log's head, and projects
+  only the versions appended since (one new file per log that grew). A file is created only
+  if absent (If-None-Match, through the one write engine) and named by the first version it
+  holds: two projectors at once name the same file, one creates it and the other finds it
+  (judged by what it holds: a file of the same log, life and first version is as good as its
+  own), so no row is projected twice. A file found there that is not such a projection
+  (planted, damaged) is written over.
+- **Erasure reaches it.** A purge of a log erases its projected files with everything else
+  the log owns, named in the receipt (`purge._prefixes`); Object Lock and legal holds are
+  checked on them as on the log. A projection never outlives its source: a run erases the
+  files of a log that was deleted, and of a life the log no longer has; a file a run wrote
+  while its log was purged or deleted is erased by that run when it sees so (a projector
+  killed in between leaves it to the next run).
+- **Not for encrypted stashes yet**: rows are plain Parquet; a stash with client-side
+  encryption refuses to project (`ConfigurationError`), so a shred is never outlived.
+
+Needs the `archive` extra (pyarrow, duckdb), imported only here.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+from stashpoint.errors import (
+    CheckpointNotFound,
+    ConfigurationError,
+    InvalidArgument,
+    StashpointError,
+    StorageUnavailable,
+)
+from stashpoint.logs.format import SEGMENT_SPAN, LogEntry
+from stashpoint.logs.head import LogHead
+from stashpoint.logs.log import LogSteps
+from stashpoint.steps import Parallel, Steps, ask, run_sync
+from stashpoint.stores import writes
+from stashpoint.stores.layout import CONVERSATIONS, LOGS, PROJECTION
+from stashpoint.stores.objects import (
+    Create,
+    GetObject,
+    KeyPage,
+    ListKeys,
+    ObjectInfo,
+    PutObject,
+    delete_every_version,
+)
+from stashpoint.stores.writes import Found
+
+if TYPE_CHECKING:
+    import pyarrow
+
+    from stashpoint.stash import Stash
+
+__all__ = [
+    "PROJECTION_FORMAT",
+    "SOURCES",
+    "ProjectionReport",
+    "project",
+    "query",
+    "table",
+]
+
+PROJECTION_FORMAT = "stashpoint.projection/1"
+"""The format of a projected file (its Parquet key-value metadata `stashpoint`)."""
+SOURCES = (CONVERSATIONS, LOGS)
+"""The log namespaces projected by default: durable conversations and `stash.logs`."""
+TABLE = "messages"
+"""The name `query` gives the projected rows."""
+WINDOW = 2 * SEGMENT_SPAN
+"""Versions read at once: bounds a projection's memory however long a log is."""
+FILE_READ_LIMIT = 1 << 30
+"""Largest projected file read back (a log's rows of one run)."""
+_FETCH = 32
+"""Files fetched at once by `table`."""
+_META_KEY = b"stashpoint"
+_DIGITS = 20
+
+
+@dataclass
+class ProjectionReport:
+    """What one projection run did."""
+
+    logs: int = 0
+    """Logs looked at."""
+    rows: int = 0
+    """Rows in the files of `files`."""
+    files: list[str] = field(default_factory=list)
+    """Keys of the files this run created (or found created, at that very moment, by
+    another projector of the same rows)."""
+    erased: list[str] = field(default_factory=list)
+    """`namespace/log id` of each log whose projected files (or some) were erased because
+    the log was deleted, purged or began a new life."""
+    unreadable: list[str] = field(default_factory=list)
+    """`namespace/log id: why` of each log skipped (it is projected on a later run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _File:
+    """One projected file, as its key names it."""
+
+    key: str
+    life: int
+    first: int
+
+
+def _arrow() -> tuple[Any, Any]:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:  # pragma: no cover - the extra is missing
+        raise ConfigurationError(
+            "the projection needs pyarrow: pip install 'stashpoint[archive]'"
+        ) from None
+    return pyarrow, pyarrow.parquet
+
+
+def _schema(pa: Any) -> Any:
+    return pa.schema(
+        [
+            ("namespace", pa.string()),
+            ("log_id", pa.string()),
+            ("tenant", pa.string()),
+            ("version", pa.int64()),
+            ("position", pa.int64()),
+            ("written_at", pa.timestamp("ms", tz="UTC")),
+            ("day", pa.date32()),
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("record", pa.string()),
+        ]
+    )
+
+
+def _utf8(text: str) -> str:
+    """`text` as valid UTF-8 (a lone surrogate, which JSON allows, written as its escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _message(record: Any) -> dict[str, Any] | None:
+    """Return the message a record holds: the record, or its `message` or `item` field."""
+    if not isinstance(record, dict):
+        return None
+    if isinstance(record.get("role"), str):
+        return record
+    for name in ("message", "item"):
+        inner = record.get(name)
+        if isinstance(inner, dict) and isinstance(inner.get("role"), str):
+            return inner
+    return None
+
+
+def _text(content: Any) -> str | None:
+    """Return a message's content as text: a string as is, a list's text parts joined."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            part["text"] if isinstance(part, dict) and isinstance(part.get("text"), str) else
+            part if isinstance(part, str) else None
+            for part in content
+        ]  # fmt: skip
+        texts = [p for p in parts if p is not None]
+        if texts:
+            return "\n".join(texts)
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def tenant_of(namespace: str, log_id: str) -> str:
+    """Return the tenant a log names: its id's first dot-separated segment.
+
+    `acme.t1`: `acme`; a conversation's, that of the namespace it was committed in.
+    """
+    if namespace == CONVERSATIONS:
+        # `conversation.{len(namespace)}.{namespace}.{conversation id}` (agent.logic)
+        _, _, rest = log_id.partition(".")
+        length, _, rest = rest.partition(".")
+        if length.isdigit():
+            log_id = rest[: int(length)]
+    return log_id.split(".", 1)[0]
+
+
+def rows_of(namespace: str, log_id: str, entries: Sequence[LogEntry]) -> dict[str, list[Any]]:
+    """Return the rows of `entries` (one per record), as columns."""
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "namespace", "log_id", "tenant", "version", "position", "written_at", "day",
+            "role", "content", "record",
+        )
+    }  # fmt: skip
+    tenant = tenant_of(namespace, log_id)
+    for entry in entries:
+        written = entry.written_at.astimezone(UTC)
+        for offset, record in enumerate(entry.records):
+            message = _message(record)
+            content = None if message is None else _text(message.get("content"))
+            columns["namespace"].append(namespace)
+            columns["log_id"].append(log_id)
+            columns["tenant"].append(tenant)
+            columns["version"].append(entry.version)
+            columns["position"].append(entry.first_record + offset)
+            columns["written_at"].append(written)
+            columns["day"].append(written.date())
+            columns["role"].append(None if message is None else _utf8(message["role"]))
+            columns["content"].append(None if content is None else _utf8(content))
+            columns["record"].append(_utf8(json.dumps(record, ensure_ascii=False)))
+    return columns
+
+
+def encode_file(
+    namespace: str, log_id: str, life: int, first: int, last: int, columns: dict[str, list[Any]]
+) -> bytes:
+    """One projected file: the rows as Parquet (zstd), what they came from in its metadata."""
+    pa, pq = _arrow()
+    described = {
+        "format": PROJECTION_FORMAT,
+        "namespace": namespace,
+        "log_id": log_id,
+        "life": life,
+        "first": first,
+        "last": last,
+    }
+    schema = _schema(pa).with_metadata({_META_KEY: json.dumps(described).encode()})
+    rows = pa.table(columns, schema=schema)
+    out = io.BytesIO()
+    pq.write_table(rows, out, compression="zstd")
+    return out.getvalue()
+
+
+def described_by(body: bytes) -> dict[str, Any] | None:
+    """Return what a projected file says it holds (None: not a projected file)."""
+    pa, pq = _arrow()
+    try:
+        metadata = pq.read_schema(pa.BufferReader(body)).metadata or {}
+        described = json.loads(metadata[_META_KEY])
+    except Exception:  # anything unreadable is not a projection
+        return None
+    if not isinstance(described, dict) or described.get("format") != PROJECTION_FORMAT:
+        return None
+    return described
+
+
+class _Projector:
+    """One run of a projection over some namespaces, as steps (free of I/O)."""
+
+    def __init__(self, stash: Stash) -> None:
+        if stash.encryption is not None:
+            raise ConfigurationError(
+                "a stash with client-side encryption cannot be projected yet: its rows "
+                "would be stored in plain Parquet, beyond the reach of a shred"
+            )
+        self.layout = stash.layout
+        self.retry = stash.retry
+        self.stash = stash
+        self.report = ProjectionReport()
+
+    def prefix(self, namespace: str, log_id: str = "") -> str:
+        """Return the key prefix of a namespace's projected files (one log's: `log_id`)."""
+        below = f"{namespace}/" if not log_id else f"{namespace}/{log_id}/"
+        return self.layout.key(PROJECTION, below)
+
+    def key(self, namespace: str, log_id: str, life: int, first: int) -> str:
+        """Return the key of the file holding a log's life's versions from `first` on."""
+        name = f"{life:0{_DIGITS}d}-{first:0{_DIGITS}d}.parquet"
+        return self.prefix(namespace, log_id) + name
+
+    def files(self, namespace: str, id_prefix: str = "") -> Steps[dict[str, list[_File]]]:
+        """Return the projected files of a namespace's logs (ids from `id_prefix`), by log."""
+        below = self.prefix(namespace)
+        found: dict[str, list[_File]] = {}
+        page: KeyPage | None = None
+        while page is None or page.next_token is not None:
+            token = None if page is None else page.next_token
+            page = yield from ask(ListKeys(below + id_prefix, token))
+            for key in page.keys:
+                log_id, _, name = key[len(below) :].rpartition("/")
+                parsed = _parse_name(name)
+                if log_id and parsed is not None:
+                    found.setdefault(log_id, []).append(_File(key, *parsed))
+        return found
+
+    def run(self, namespaces: Sequence[str], id_prefix: str) -> Steps[ProjectionReport]:
+        """Project every log of `namespaces` whose id starts with `id_prefix`."""
+        for namespace in namespaces:
+            logs = self.stash.log_steps(namespace)
+            projected = yield from self.files(namespace, id_prefix)
+            ids = yield from logs.list_ids(id_prefix)
+            for log_id in sorted(set(ids) | set(projected)):
+                self.report.logs += 1
+                try:
+                    yield from self.log(logs, namespace, log_id, projected.get(log_id, []))
+                except StashpointError as exc:
+                    self.report.unreadable.append(f"{namespace}/{log_id}: {exc.kind.value}")
+        return self.report
+
+    def log(self, logs: LogSteps, namespace: str, log_id: str, files: list[_File]) -> Steps[None]:
+        """Bring one log's projection up to its head (or erase it: the log is gone)."""
+        head = yield from _live_head(logs, log_id)
+        if head is None:
+            if files:
+                yield from self.erase(namespace, log_id, [f.key for f in files])
+            return
+        old = [f.key for f in files if f.life != head.base]
+        if old:
+            yield from self.erase(namespace, log_id, old)
+        current = sorted((f for f in files if f.life == head.base), key=lambda f: f.first)
+        start = head.base
+        if current:
+            start = yield from self.after(current[-1])
+        if start > head.version:
+            return
+        columns = yield from self.read(logs, namespace, log_id, start, head.version)
+        body = encode_file(namespace, log_id, head.base, start, head.version, columns)
+        key = self.key(namespace, log_id, head.base, start)
+        request = PutObject(
+            key,
+            body,
+            Create(),
+            content_type="application/vnd.apache.parquet",
+            content_encoding=None,
+        )
+        judge = _judge(namespace, log_id, head.base, start)
+        yield from writes.create_named(
+            request, judge, self.retry, what="projection", limit=FILE_READ_LIMIT, refresh=False
+        )
+        # Purged or deleted while it was projected: what was just written must not outlive it.
+        after = yield from _live_head(logs, log_id)
+        if after is None or after.base != head.base:
+            yield from self.erase(namespace, log_id, [key])
+            return
+        self.report.files.append(key)
+        self.report.rows += len(columns["record"])
+
+    def after(self, newest: _File) -> Steps[int]:
+        """Return the version after `newest`'s last (its first when it is not a projection).
+
+        Read from the file itself (its Parquet metadata): object metadata is not kept alike
+        by every backend. A file is one run's increment of one log, so it is small.
+        """
+        info = yield from ask(GetObject(newest.key, None, FILE_READ_LIMIT))
+        described = described_by(b"" if info is None or info.body is None else info.body)
+        last = None if described is None else described.get("last")
+        if not isinstance(last, int) or isinstance(last, bool) or last < newest.first:
+            return newest.first  # written over when this run creates it again
+        return last + 1
+
+    def read(
+        self, logs: LogSteps, namespace: str, log_id: str, start: int, stop: int
+    ) -> Steps[dict[str, list[Any]]]:
+        """Return the rows of versions `start..stop`, read a window at a time."""
+        listing = yield from logs.listing(log_id)
+        columns: dict[str, list[Any]] = {}
+        at = start
+        while at <= stop:
+            until = min(stop, at - at % WINDOW + WINDOW - 1)
+            entries = yield from logs.entries(log_id, at, until, listed=listing)
+            for name, values in rows_of(namespace, log_id, entries).items():
+                columns.setdefault(name, []).extend(values)
+            at = until + 1
+        return columns
+
+    def erase(self, namespace: str, log_id: str, keys: Sequence[str]) -> Steps[None]:
+        """Erase every stored version of `keys` (a log's files it no longer derives)."""
+        for key in keys:
+            _, failures = yield from delete_every_version(key)
+            if failures:
+                raise StorageUnavailable(
+                    "a projected file could not be erased (a retention or legal hold?)",
+                    object_name=key,
+                )
+        self.report.erased.append(f"{namespace}/{log_id}")
+
+
+def _parse_name(name: str) -> tuple[int, int] | None:
+    """`(life, first)` of a projected file's name; None: not one."""
+    stem, dot, extension = name.partition(".")
+    life, dash, first = stem.partition("-")
+    if (dot, extension, dash) != (".", "parquet", "-") or not (life + first).isdigit():
+        return None
+    if len(life) != _DIGITS or len(first) != _DIGITS:
+        return None
+    return int(life), int(first)
+
+
+def _live_head(logs: LogSteps, log_id: str) -> Steps[LogHead | None]:
+    """Return the log's head; None when it is gone (deleted, purged, never written)."""
+    try:
+        head = yield from logs.head(log_id)
+    except CheckpointNotFound:  # Purged too
+        return None
+    return None if head.ended else head
+
+
+def _judge(namespace: str, log_id: str, life: int, first: int) -> writes.Judge:
+    """Judge a file found under a projected file's name.
+
+    The same log, life and first version is as good as ours (another projector's, perhaps
+    ending earlier); anything else is OTHER (written over).
+    """
+
+    def judge(found: ObjectInfo) -> Steps[Found]:
+        described = described_by(found.body or b"")
+        same = described is not None and (
+            described.get("namespace"),
+            described.get("log_id"),
+            described.get("life"),
+            described.get("first"),
+        ) == (namespace, log_id, life, first)
+        return Found.SAME if same else Found.OTHER
+        yield  # a generator, like every step
+
+    return judge
+
+
+def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
+    from stashpoint.stores.layout import NAMESPACES, Shape
+
+    chosen = list(namespaces)
+    for namespace in chosen:
+        settings = NAMESPACES.get(namespace)
+        if settings is None or settings.shape is not Shape.LOGS or not settings.erasable:
+            raise InvalidArgument(
+                f"{namespace!r} is not a namespace of logs a projection reads "
+                f"(the default: {', '.join(SOURCES)})",
+                object_name=namespace,
+            )
+    return chosen
+
+
+def project(
+    stash: Stash, *, namespaces: Sequence[str] = SOURCES, prefix: str = ""
+) -> ProjectionReport:
+    """Project the records of the logs of `namespaces` whose ids start with `prefix`.
+
+    Incremental: only versions appended since the last run are read and written. Raises
+    `ConfigurationError` on a stash with client-side encryption or without the `archive`
+    extra; a log that cannot be read is skipped and named in the report.
+    """
+    from stashpoint.ids import validate_prefix
+
+    chosen = _check_namespaces(namespaces)
+    validate_prefix(prefix)
+    _arrow()
+    projector = _Projector(stash)
+    return run_sync(projector.run(chosen, prefix), stash.driver)
+
+
+def _fetch_all(keys: Sequence[str]) -> Steps[list[ObjectInfo | None]]:
+    found: list[ObjectInfo | None] = []
+    for start in range(0, len(keys), _FETCH):
+        batch = tuple(GetObject(k, None, FILE_READ_LIMIT) for k in keys[start : start + _FETCH])
+        found += yield from ask(Parallel(batch))
+    return found
+
+
+def _projected_keys(projector: _Projector, namespaces: Sequence[str]) -> Steps[list[str]]:
+    keys: list[str] = []
+    for namespace in namespaces:
+        by_log = yield from projector.files(namespace)
+        keys += [f.key for files in by_log.values() for f in files]
+    return keys
+
+
+def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table:
+    """Every projected row of `namespaces`, as one Arrow table (for pandas, Polars, ...).
+
+    A file erased while it was read (a purge) is left out; one that is not a projection (a
+    hostile object) is left out too.
+    """
+    pa, pq = _arrow()
+    projector = _Projector(stash)
+    chosen = _check_namespaces(namespaces)
+
+    def read() -> Steps[list[ObjectInfo | None]]:
+        keys = yield from _projected_keys(projector, chosen)
+        return (yield from _fetch_all(keys))
+
+    tables = []
+    for info in run_sync(read(), stash.driver):
+        body = b"" if info is None or info.body is None else info.body
+        if described_by(body) is None:
+            continue
+        tables.append(pq.read_table(pa.BufferReader(body)).replace_schema_metadata(None))
+    if not tables:
+        return _schema(pa).empty_table()
+    return pa.concat_tables(tables)
+
+
+def query(stash: Stash, sql: str, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table:
+    """Run `sql` with DuckDB over the projected rows (the table `messages`).
+
+    Raises `InvalidArgument` for SQL DuckDB refuses: with DuckDB's message when it is about
+    the SQL (a syntax error, an unknown column), with the error's type alone otherwise (a
+    conversion error's message quotes the value it met, and errors never carry payloads).
+    """
+    try:
+        import duckdb
+    except ImportError:  # pragma: no cover - the extra is missing
+        raise ConfigurationError("queries need duckdb: pip install 'stashpoint[archive]'") from None
+    if not isinstance(sql, str) or not sql.strip():
+        raise InvalidArgument("a query needs SQL text")
+    rows = table(stash, namespaces=namespaces)
+    connection = duckdb.connect(":memory:")
+    try:
+        connection.register(TABLE, rows)
+        try:
+            result = connection.sql(sql)
+            return _schema(_arrow()[0]).empty_table() if result is None else result.to_arrow_table()
+        except duckdb.Error as exc:
+            about_sql = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
+            said = f": {str(exc).splitlines()[0]}" if isinstance(exc, about_sql) else ""
+            raise InvalidArgument(f"the query failed ({type(exc).__name__}){said}") from None
+    finally:
+        connection.close()

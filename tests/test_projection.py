@@ -1,0 +1,345 @@
+"""The queryable archive: logs projected to Parquet, queried with DuckDB, erased with them.
+
+Each test checks rows by their identity (namespace, log, version, position): a projection
+loses none and repeats none, whatever runs, races, crashes or is killed; a purge leaves no
+projected row of the purged id in any stored version, and every other row stays.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("duckdb")
+
+import pyarrow
+import pyarrow.parquet
+
+import stashpoint
+from stashpoint import projection
+from stashpoint.agent import ConversationStore, Message
+from stashpoint.errors import ConfigurationError, InvalidArgument
+from stashpoint.stores.layout import PROJECTION
+from stashpoint.stores.objects import GetObject, PutObject
+from tests.purging import versions
+
+SECRET = "card 4111-1111-1111-1111"
+
+
+def _write(stash: Any, log_id: str, turns: int, text: str = "turn", after: Any = None) -> Any:
+    head = after
+    for n in range(turns):
+        head = stash.logs.append(
+            log_id,
+            [{"role": "user", "content": f"{text} {n}"}, {"role": "assistant", "content": "ok"}],
+            after=head,
+        )
+    return head
+
+
+def _rows(stash: Any) -> Counter[tuple[str, str, int, int]]:
+    result = projection.query(
+        stash, "select namespace, log_id, version, position from messages"
+    ).to_pylist()
+    return Counter((r["namespace"], r["log_id"], r["version"], r["position"]) for r in result)
+
+
+def _expected(stash: Any, *log_ids: str) -> Counter[tuple[str, str, int, int]]:
+    wanted: Counter[tuple[str, str, int, int]] = Counter()
+    for log_id in log_ids:
+        for entry in stash.logs.entries(log_id):
+            for offset in range(len(entry.records)):
+                wanted[("logs", log_id, entry.version, entry.first_record + offset)] += 1
+    return wanted
+
+
+def _projected_text(stash: Any) -> list[str]:
+    """Every value of every stored version of every projected file, decompressed."""
+    found = []
+    for version in versions(stash, f"{PROJECTION}/"):
+        if version.is_delete_marker:
+            continue
+        info = stash.driver(GetObject(version.key, version.version_id))
+        try:
+            rows = pyarrow.parquet.read_table(pyarrow.BufferReader(info.body)).to_pylist()
+        except pyarrow.ArrowException:
+            found.append(info.body.decode("utf-8", "replace"))  # not Parquet: its bytes
+            continue
+        found += [str(value) for row in rows for value in row.values()]
+    return found
+
+
+def _memory() -> Any:
+    return stashpoint.open(f"memory://projection-{uuid.uuid4().hex}")
+
+
+def test_a_projection_holds_every_record_once_and_a_rerun_only_what_was_appended(
+    erasure_url: str,
+) -> None:
+    with stashpoint.open(erasure_url) as stash:
+        head = _write(stash, "acme.t1", 70)  # beyond a sealed segment
+        _write(stash, "globex.t1", 3)
+        first = projection.project(stash)
+        assert first.rows == 146 and len(first.files) == 2 and not first.unreadable
+        assert _rows(stash) == _expected(stash, "acme.t1", "globex.t1")
+        again = projection.project(stash)
+        assert (again.rows, again.files) == (0, [])  # nothing appended: nothing written
+        _write(stash, "acme.t1", 2, "later", after=head)
+        third = projection.project(stash)
+        assert third.rows == 4 and len(third.files) == 1
+        assert _rows(stash) == _expected(stash, "acme.t1", "globex.t1")
+        per_tenant = projection.query(
+            stash, "select tenant, count(*) as n from messages group by tenant order by tenant"
+        ).to_pylist()
+        assert per_tenant == [{"tenant": "acme", "n": 144}, {"tenant": "globex", "n": 6}]
+
+
+def test_messages_are_rows_with_role_and_text_whatever_their_shape() -> None:
+    with _memory() as stash:
+        conversations = ConversationStore(stash.checkpoints)
+        conversations.commit(
+            "acme",
+            "c1",
+            0,
+            [
+                Message(role="user", content="hello"),
+                Message(role="assistant", content=[{"type": "text", "text": "hi"}, "there"]),
+            ],
+        )
+        stash.logs.append("x", [{"message": {"role": "tool", "content": {"n": 1}}}, 7], after=None)
+        projection.project(stash)
+        rows = projection.query(
+            stash, "select namespace, tenant, role, content from messages order by all"
+        ).to_pylist()
+    assert rows == [
+        {
+            "namespace": "conversations",
+            "tenant": "acme",
+            "role": "assistant",
+            "content": "hi\nthere",
+        },
+        {"namespace": "conversations", "tenant": "acme", "role": "user", "content": "hello"},
+        {"namespace": "logs", "tenant": "x", "role": "tool", "content": '{"n": 1}'},
+        {"namespace": "logs", "tenant": "x", "role": None, "content": None},  # nulls last
+    ]
+
+
+def test_a_purge_erases_the_projected_rows_of_its_id_and_keeps_every_other(
+    erasure_url: str,
+) -> None:
+    with stashpoint.open(erasure_url) as stash:
+        head = _write(stash, "acme.t1", 40, SECRET)
+        projection.project(stash)
+        _write(stash, "acme.t1", 3, SECRET, after=head)  # a second file of the same log
+        _write(stash, "acme.t2", 5)
+        projection.project(stash)
+        assert sum(SECRET in text for text in _projected_text(stash)) == 86
+        projected = {v.key for v in versions(stash, f"{PROJECTION}/logs/acme.t1/")}
+        assert len(projected) == 2
+        receipt = stash.purge(log="acme.t1")
+        assert receipt.verified
+        assert projected <= {v.key for v in receipt.removed}  # the receipt names them
+        assert not any(SECRET in text for text in _projected_text(stash))
+        assert versions(stash, f"{PROJECTION}/logs/acme.t1/") == []
+        assert _rows(stash) == _expected(stash, "acme.t2")
+        assert projection.project(stash).rows == 0  # a purged log is not projected again
+
+
+def test_a_prefix_purge_reaches_the_projection_of_every_log_it_takes() -> None:
+    with _memory() as stash:
+        _write(stash, "acme.t1", 2, SECRET)
+        _write(stash, "acme.t2", 2, SECRET)
+        _write(stash, "globex.t1", 2)
+        projection.project(stash)
+        stash.purge(prefix="acme.")
+        assert not any(SECRET in text for text in _projected_text(stash))
+        assert _rows(stash) == _expected(stash, "globex.t1")
+
+
+def test_a_deleted_log_and_an_old_life_are_erased_by_the_next_run() -> None:
+    with _memory() as stash:
+        _write(stash, "gone", 2, SECRET)
+        _write(stash, "reborn", 2, SECRET)
+        projection.project(stash)
+        stash.logs.delete("gone")
+        stash.logs.delete("reborn")
+        _write(stash, "reborn", 1, "new life")
+        report = projection.project(stash)
+        assert sorted(report.erased) == ["logs/gone", "logs/reborn"]
+        assert not any(SECRET in text for text in _projected_text(stash))
+        rows = projection.query(stash, "select log_id, content from messages").to_pylist()
+        assert sorted(r["content"] for r in rows) == ["new life 0", "ok"]
+
+
+def test_two_projectors_at_once_write_no_row_twice_and_lose_none(seaweedfs: Any) -> None:
+    url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
+    ids = [f"t{n}" for n in range(6)]
+    with stashpoint.open(url) as stash:
+        heads = {log_id: _write(stash, log_id, 3) for log_id in ids}
+    go = threading.Barrier(3)
+    failures: list[BaseException] = []
+
+    def projector() -> None:
+        try:
+            with stashpoint.open(url) as mine:
+                go.wait()
+                for _ in range(4):  # bounded
+                    projection.project(mine)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=projector) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    with stashpoint.open(url) as stash:
+        go.wait()
+        for turn in range(3):  # appends while they project
+            for log_id in ids:
+                heads[log_id] = _write(stash, log_id, 1, f"race {turn}", after=heads[log_id])
+    for thread in threads:
+        thread.join(timeout=300)
+    assert failures == []
+    with stashpoint.open(url) as stash:
+        projection.project(stash)
+        rows = _rows(stash)
+        assert rows == _expected(stash, *ids)
+        assert max(rows.values()) == 1
+
+
+def test_a_crash_at_every_request_of_a_projection_loses_and_repeats_no_row() -> None:
+    from tests.crashes import Crash, crash_at
+
+    def scenario(stash: Any) -> None:
+        head = _write(stash, "a", 2)
+        projection.project(stash)
+        _write(stash, "a", 2, "more", after=head)
+        _write(stash, "b", 1)
+
+    with _memory() as stash:
+        scenario(stash)
+        with crash_at(stash, 10**6, False) as calls:
+            projection.project(stash)
+    total = len(calls)
+    assert total >= 8
+    for step in range(total):
+        for after in (False, True):
+            with _memory() as stash:
+                scenario(stash)
+                with crash_at(stash, step, after), pytest.raises(Crash):
+                    projection.project(stash)
+                projection.project(stash)  # the next run, a new process
+                assert _rows(stash) == _expected(stash, "a", "b"), (step, after)
+
+
+KILLED_PROJECTOR = """
+import sys, stashpoint
+from stashpoint import projection
+with stashpoint.open(sys.argv[1]) as stash:
+    def hook(request, proceed):
+        print(".", end="", flush=True)
+        return proceed()
+    with stash.intercept(hook):
+        projection.project(stash)
+print("done", flush=True)
+"""
+
+
+def test_a_projector_killed_with_sigkill_leaves_what_the_next_run_completes(
+    tmp_path: Any,
+) -> None:
+    from tests.kills import kill_after_requests
+
+    for kill_after in (2, 5, 9, 14):
+        url = f"local://{tmp_path / f's-{kill_after}'}"
+        with stashpoint.open(url) as stash:
+            for n in range(4):
+                _write(stash, f"t{n}", 2)
+        made = kill_after_requests(KILLED_PROJECTOR, [url], kill_after)
+        assert made == kill_after  # killed mid-run
+        with stashpoint.open(url) as stash:
+            projection.project(stash)
+            assert _rows(stash) == _expected(stash, *(f"t{n}" for n in range(4))), kill_after
+
+
+def test_hostile_records_and_planted_objects_are_projected_or_passed_over() -> None:
+    with _memory() as stash:
+        odd = [
+            {"role": "user", "content": "bell \x07 escape \x1b[31m nul \x00 end"},
+            {"role": "user", "content": "right-to-left \u202e override, astral \U0001f600"},
+            {"role": "assistant", "content": "x" * 1_000_000},
+            {"role": ["not", "a", "role"], "content": None},
+        ]
+        stash.logs.append("odd", odd, after=None)
+        _write(stash, "fine", 1)
+        _write(stash, "damaged", 1)
+        above = stash.layout.key("logs", f"damaged/{1:020d}")  # a damaged newest entry
+        stash.driver(PutObject(above, b"\xff\xfe not an entry", None, content_encoding=None))
+        projector_key = stash.layout.key(
+            PROJECTION, f"logs/odd/{0:020d}-{0:020d}.parquet"
+        )  # where the next file goes: a planted object is written over
+        stash.driver(PutObject(projector_key, b"not parquet", None, content_encoding=None))
+        junk = stash.layout.key(PROJECTION, "logs/fine/garbage.bin")
+        stash.driver(PutObject(junk, b"PAR1 junk", None, content_encoding=None))
+        report = projection.project(stash)
+        assert report.unreadable == ["logs/damaged: invalid_payload"]  # reported, run goes on
+        rows = projection.query(
+            stash, "select log_id, role, length(content) as n from messages where log_id = 'odd'"
+        ).to_pylist()
+        assert len(rows) == 4 and {"log_id": "odd", "role": "assistant", "n": 1_000_000} in rows
+        assert {r["role"] for r in rows} == {"user", "assistant", None}
+        text = projection.query(
+            stash, "select content from messages where content like 'right-to-left%'"
+        ).to_pylist()
+        assert text == [{"content": "right-to-left \u202e override, astral \U0001f600"}]
+        assert _rows(stash) == _expected(stash, "odd", "fine")
+
+
+def test_bad_input_is_a_typed_error_and_an_encrypted_stash_is_refused(tmp_path: Any) -> None:
+    with _memory() as stash:
+        with pytest.raises(InvalidArgument):
+            projection.project(stash, namespaces=["purges"])
+        with pytest.raises(InvalidArgument):
+            projection.project(stash, namespaces=["no-such"])
+        with pytest.raises(InvalidArgument):
+            projection.query(stash, "  ")
+        _write(stash, "t", 1, SECRET)
+        projection.project(stash)
+        with pytest.raises(InvalidArgument) as caught:
+            projection.query(stash, "select cast(content as integer) from messages")
+        assert SECRET not in str(caught.value) and "turn" not in str(caught.value)
+    from stashpoint.encryption import Encryption
+
+    encryption = Encryption.local(tmp_path / "keys")
+    with (
+        stashpoint.open(f"local://{tmp_path / 's'}", encryption=encryption) as stash,
+        pytest.raises(ConfigurationError),
+    ):
+        projection.project(stash)
+
+
+def test_a_record_no_stash_can_store_is_projected_as_valid_text_all_the_same() -> None:
+    """A lone surrogate (valid in JSON text, refused by every stashpoint write) in a record
+    read from a planted entry is written as its escape, never a crashed projection."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    entry = SimpleNamespace(
+        version=3,
+        first_record=7,
+        written_at=datetime(2026, 12, 5, tzinfo=UTC),
+        records=[{"role": "user", "content": "lone \ud800 surrogate"}],
+    )
+    columns = projection.rows_of("logs", "acme.t1", [entry])  # type: ignore[list-item]
+    body = projection.encode_file("logs", "acme.t1", 0, 3, 3, columns)
+    [row] = pyarrow.parquet.read_table(pyarrow.BufferReader(body)).to_pylist()
+    assert row["content"] == "lone \\ud800 surrogate" and row["position"] == 7
+    assert projection.described_by(body) == {
+        "format": projection.PROJECTION_FORMAT, "namespace": "logs", "log_id": "acme.t1",
+        "life": 0, "first": 3, "last": 3,
+    }  # fmt: skip
+    assert projection.described_by(b"PAR1 not a projection") is None
