@@ -21,6 +21,7 @@ import pyarrow
 import pyarrow.parquet
 
 import stashpoint
+import stashpoint.stores.objects
 from stashpoint import projection
 from stashpoint.agent import ConversationStore, Message
 from stashpoint.errors import ConfigurationError, InvalidArgument
@@ -343,3 +344,110 @@ def test_a_record_no_stash_can_store_is_projected_as_valid_text_all_the_same() -
         "life": 0, "first": 3, "last": 3,
     }  # fmt: skip
     assert projection.described_by(b"PAR1 not a projection") is None
+
+
+# -- the write of a projected file, scripted (free of I/O) -----------------------------------
+
+
+def _file(first: int, log_id: str = "acme.t1", life: int = 0) -> bytes:
+    columns = projection.rows_of("logs", log_id, [])
+    return projection.encode_file("logs", log_id, life, first, first + 4, columns)
+
+
+def _create(body: bytes) -> Any:
+    from stashpoint.retry import DEFAULT_RETRY
+    from stashpoint.stores.objects import Create
+    from stashpoint.stores.writes import create_named
+
+    request = PutObject("projection/logs/acme.t1/f.parquet", body, Create(), content_encoding=None)
+    judge = projection.file_judge("logs", "acme.t1", 0, 5)
+    return create_named(request, judge, DEFAULT_RETRY, what="projection", limit=1 << 30,
+                        refresh=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("found", "rewritten"),
+    [
+        (_file(5), False),  # another projector's file of the same rows' start: kept
+        (_file(6), True),  # another first version under this name: not what it says
+        (_file(5, log_id="acme.t2"), True),  # another log's
+        (_file(5, life=9), True),  # another life's
+        (b"PAR1 planted", True),
+    ],
+)
+def test_a_file_found_under_the_name_is_kept_only_when_it_holds_the_same_rows_start(
+    found: bytes, rewritten: bool
+) -> None:
+    from stashpoint.stores.objects import Match
+    from tests.scripted import REFUSED, STORED, Script
+
+    there = (GetObject, stashpoint.stores.objects.ObjectInfo(etag="etag-there", body=found))
+    answers = [(PutObject, REFUSED), there] + ([(PutObject, STORED)] if rewritten else [])
+    script = Script(answers)
+    assert script.run(_create(_file(5))) == ("etag-new" if rewritten else "etag-there")
+    if rewritten:
+        assert script.puts()[1].condition == Match("etag-there")
+
+
+def test_the_fault_proxy_on_every_request_loses_and_repeats_no_row(seaweedfs: Any) -> None:
+    from tests.faultproxy import FaultProxy, everyday_faults
+
+    plan, config = everyday_faults()
+    prefix = f"t-{uuid.uuid4().hex}"
+    ids = [f"t{n}" for n in range(5)]
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        heads = {log_id: _write(clean, log_id, 2) for log_id in ids}
+    failures: list[str] = []
+    with FaultProxy(seaweedfs.endpoint, plan) as proxy:
+        url = seaweedfs.url(prefix, endpoint=proxy.endpoint)
+        with stashpoint.open(url, client_config=config) as stash:
+            for turn in range(8):  # bounded: appends between runs, each run may fail
+                for log_id in ids:
+                    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+                        heads[log_id] = _write(clean, log_id, 1, f"r{turn}", after=heads[log_id])
+                try:
+                    report = projection.project(stash)
+                    failures += report.unreadable
+                except stashpoint.StashpointError as exc:
+                    failures.append(exc.kind.value)
+    assert sum(plan.injected.values()) > 0
+    with stashpoint.open(seaweedfs.url(prefix)) as clean:
+        projection.project(clean)
+        rows = _rows(clean)
+        assert rows == _expected(clean, *ids), failures
+        assert max(rows.values()) == 1
+
+
+def test_a_projector_racing_a_purge_leaves_none_of_the_purged_rows(seaweedfs: Any) -> None:
+    """What a run wrote while its log was purged it erases when it reads the head again: once
+    both have returned, no projected row of the purged id is stored, in any version."""
+    for round_ in range(3):  # bounded
+        url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
+        with stashpoint.open(url) as stash:
+            _write(stash, "acme.t1", 30 + 10 * round_, SECRET)
+            _write(stash, "acme.t2", 2)
+        go = threading.Barrier(2)
+        failures: list[BaseException] = []
+
+        def projector(
+            url: str = url, go: Any = go, failures: list[BaseException] = failures
+        ) -> None:
+            try:
+                with stashpoint.open(url) as mine:
+                    go.wait()
+                    for _ in range(3):
+                        projection.project(mine)
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+        thread = threading.Thread(target=projector)
+        thread.start()
+        with stashpoint.open(url) as stash:
+            go.wait()
+            assert stash.purge(log="acme.t1").verified
+        thread.join(timeout=300)
+        assert failures == []
+        with stashpoint.open(url) as stash:
+            assert not any(SECRET in text for text in _projected_text(stash)), round_
+            assert projection.query(stash, "select count(*) as n from messages where "
+                                    "log_id = 'acme.t1'").to_pylist() == [{"n": 0}]  # fmt: skip

@@ -336,7 +336,7 @@ class _Projector:
             content_type="application/vnd.apache.parquet",
             content_encoding=None,
         )
-        judge = _judge(namespace, log_id, head.base, start)
+        judge = file_judge(namespace, log_id, head.base, start)
         yield from writes.create_named(
             request, judge, self.retry, what="projection", limit=FILE_READ_LIMIT, refresh=False
         )
@@ -408,7 +408,7 @@ def _live_head(logs: LogSteps, log_id: str) -> Steps[LogHead | None]:
     return None if head.ended else head
 
 
-def _judge(namespace: str, log_id: str, life: int, first: int) -> writes.Judge:
+def file_judge(namespace: str, log_id: str, life: int, first: int) -> writes.Judge:
     """Judge a file found under a projected file's name.
 
     The same log, life and first version is as good as ours (another projector's, perhaps
