@@ -45,7 +45,7 @@ def _write(stash: Any, log_id: str, turns: int, text: str = "turn", after: Any =
 
 def _rows(stash: Any) -> Counter[tuple[str, str, int, int]]:
     result = projection.query(
-        stash, "select namespace, log_id, version, position from messages"
+        stash, "select namespace, log_id, version, position from records"
     ).to_pylist()
     return Counter((r["namespace"], r["log_id"], r["version"], r["position"]) for r in result)
 
@@ -115,7 +115,7 @@ def test_messages_are_rows_with_role_and_text_whatever_their_shape() -> None:
         stash.logs.append("x", [{"message": {"role": "tool", "content": {"n": 1}}}, 7], after=None)
         projection.project(stash)
         rows = projection.query(
-            stash, "select namespace, tenant, role, content from messages order by all"
+            stash, "select namespace, tenant, role, content from records order by all"
         ).to_pylist()
     assert rows == [
         {
@@ -289,7 +289,7 @@ def test_hostile_records_and_planted_objects_are_projected_or_passed_over() -> N
         report = projection.project(stash)
         assert report.unreadable == ["logs/damaged: invalid_payload"]  # reported, run goes on
         rows = projection.query(
-            stash, "select log_id, role, length(content) as n from messages where log_id = 'odd'"
+            stash, "select log_id, role, length(content) as n from records where log_id = 'odd'"
         ).to_pylist()
         assert len(rows) == 4 and {"log_id": "odd", "role": "assistant", "n": 1_000_000} in rows
         assert {r["role"] for r in rows} == {"user", "assistant", None}
@@ -451,3 +451,37 @@ def test_a_projector_racing_a_purge_leaves_none_of_the_purged_rows(seaweedfs: An
             assert not any(SECRET in text for text in _projected_text(stash)), round_
             assert projection.query(stash, "select count(*) as n from messages where "
                                     "log_id = 'acme.t1'").to_pylist() == [{"n": 0}]  # fmt: skip
+
+
+def test_a_runs_attempts_are_a_view_with_how_each_ended() -> None:
+    with _memory() as stash:
+        run = stash.runs.create_run("etl")
+        extract = stash.runs.record_attempt(run, "extract", 1, {"rows": 3})
+        stash.runs.complete_attempt(extract, {"ok": True})
+        load = stash.runs.record_attempt(run, "load", 1, None)
+        stash.runs.fail_attempt(load, "disk full")
+        stash.runs.record_attempt(run, "load", 2, None)  # still running
+        stash.logs.append("x", [{"role": "user", "content": "hi"}, {"n": 1}], after=None)
+        projection.project(stash)
+        attempts = projection.query(
+            stash,
+            "select run_id, node_id, attempt, status, error, finished_at >= started_at as ok "
+            "from attempts order by node_id, attempt",
+        ).to_pylist()
+        assert attempts == [
+            {"run_id": run, "node_id": "extract", "attempt": 1, "status": "completed",
+             "error": None, "ok": True},
+            {"run_id": run, "node_id": "load", "attempt": 1, "status": "failed",
+             "error": "disk full", "ok": True},
+            {"run_id": run, "node_id": "load", "attempt": 2, "status": "running",
+             "error": None, "ok": None},
+        ]  # fmt: skip
+        failed = projection.query(
+            stash, "select node_id, count(*) as n from attempts where status = 'failed' group by 1"
+        ).to_pylist()
+        assert failed == [{"node_id": "load", "n": 1}]
+        messages = projection.query(stash, "select content from messages").to_pylist()
+        assert messages == [{"content": "hi"}]  # the view: records that are messages
+        assert projection.query(stash, "select count(*) as n from records").to_pylist() == [
+            {"n": 2 + 5}  # two log records; three attempts and two ends
+        ]

@@ -1,11 +1,12 @@
 """The queryable archive: the records of logs as Parquet files, queried with DuckDB.
 
 A projection turns each log's records (a conversation's messages, `stash.logs`'
-transcripts) into rows of one table, `messages`: where the row came from (namespace, log
-id, tenant, version, position), when it was written, the message's role and text, and the
-record itself as JSON text. Each log's rows go to files of their own under the stash's
-prefix, `projection/{namespace}/{log id}/{life}-{first version}.parquet`, plain Parquet
-that DuckDB, Athena, Spark or pyarrow read with no stashpoint code.
+transcripts, a run's attempts) into rows of one table, `records`: where the row came from
+(namespace, log id, tenant, version, position), when it was written, a message's role and
+text, and the record itself as JSON text; `query` adds the views `messages` and `attempts`.
+Each log's rows go to files of their own under the stash's prefix,
+`projection/{namespace}/{log id}/{life}-{first version}.parquet`, plain Parquet that DuckDB,
+Athena, Spark or pyarrow read with no stashpoint code.
 
 - **Incremental.** A rerun lists the projection's files and each log's head, and projects
   only the versions appended since (one new file per log that grew). A file is created only
@@ -47,7 +48,7 @@ from stashpoint.logs.head import LogHead
 from stashpoint.logs.log import LogSteps
 from stashpoint.steps import Parallel, Steps, ask, run_sync
 from stashpoint.stores import writes
-from stashpoint.stores.layout import CONVERSATIONS, LOGS, PROJECTION
+from stashpoint.stores.layout import CONVERSATIONS, LOGS, PROJECTION, RUN_LOGS
 from stashpoint.stores.objects import (
     Create,
     GetObject,
@@ -75,10 +76,37 @@ __all__ = [
 
 PROJECTION_FORMAT = "stashpoint.projection/1"
 """The format of a projected file (its Parquet key-value metadata `stashpoint`)."""
-SOURCES = (CONVERSATIONS, LOGS)
-"""The log namespaces projected by default: durable conversations and `stash.logs`."""
-TABLE = "messages"
+SOURCES = (CONVERSATIONS, LOGS, RUN_LOGS)
+"""The log namespaces projected by default: durable conversations, `stash.logs` and runs."""
+TABLE = "records"
 """The name `query` gives the projected rows."""
+VIEWS = {
+    "messages": f"select * from {TABLE} where role is not null",
+    "attempts": f"""
+        with recorded as (
+            select log_id as run_id, record ->> 'attempt_id' as attempt_id,
+                   record ->> 'node_id' as node_id,
+                   try_cast(record ->> 'attempt' as integer) as attempt,
+                   record ->> 'status' as status, record ->> 'error' as error,
+                   try_cast(record ->> 'started_at' as timestamptz) as started_at,
+                   try_cast(record ->> 'finished_at' as timestamptz) as finished_at,
+                   tenant, day
+            from {TABLE} where namespace = '{RUN_LOGS}' and record ->> 'op' = 'attempt'
+        ), ended as (
+            select record ->> 'attempt_id' as attempt_id, record ->> 'status' as status,
+                   record ->> 'error' as error,
+                   try_cast(record ->> 'finished_at' as timestamptz) as finished_at
+            from {TABLE} where namespace = '{RUN_LOGS}' and record ->> 'op' = 'end'
+        )
+        select r.run_id, r.attempt_id, r.node_id, r.attempt,
+               coalesce(e.status, r.status) as status, coalesce(e.error, r.error) as error,
+               r.started_at, coalesce(e.finished_at, r.finished_at) as finished_at,
+               r.tenant, r.day
+        from recorded r left join ended e using (attempt_id)
+    """,
+}
+"""Views `query` defines over the rows: `messages` (the records that are messages) and
+`attempts` (a run's attempts with how each ended, from the `run-logs` records)."""
 WINDOW = 2 * SEGMENT_SPAN
 """Versions read at once: bounds a projection's memory however long a log is."""
 FILE_READ_LIMIT = 1 << 30
@@ -504,8 +532,10 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
 
 
 def query(stash: Stash, sql: str, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table:
-    """Run `sql` with DuckDB over the projected rows (the table `messages`).
+    """Run `sql` with DuckDB over the projected rows (`records`, `messages`, `attempts`).
 
+    The table `records` holds every projected row; its views are `messages` (the records
+    that are messages) and `attempts` (runs' attempts, each with how it ended).
     Raises `InvalidArgument` for SQL DuckDB refuses: with DuckDB's message when it is about
     the SQL (a syntax error, an unknown column), with the error's type alone otherwise (a
     conversion error's message quotes the value it met, and errors never carry payloads).
@@ -520,6 +550,8 @@ def query(stash: Stash, sql: str, *, namespaces: Sequence[str] = SOURCES) -> pya
     connection = duckdb.connect(":memory:")
     try:
         connection.register(TABLE, rows)
+        for name, view in VIEWS.items():
+            connection.execute(f"create view {name} as {view}")
         try:
             result = connection.sql(sql)
             return _schema(_arrow()[0]).empty_table() if result is None else result.to_arrow_table()

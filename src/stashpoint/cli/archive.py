@@ -16,7 +16,7 @@ _Namespaces = Annotated[
     typer.Option(
         "--namespace",
         metavar="NS",
-        help="A log namespace to project (repeatable; default: conversations and logs).",
+        help="A log namespace (repeatable; default: conversations, logs, run-logs).",
     ),
 ]
 
@@ -57,15 +57,17 @@ def project(
 
 @app.command()
 def query(
-    sql: Annotated[str, typer.Argument(help="SQL over the table `messages`.")],
+    sql: Annotated[str, typer.Argument(help="SQL over `records`, `messages`, `attempts`.")],
     namespaces: _Namespaces = None,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
-    """Run SQL with DuckDB over the projected rows (the table `messages`).
+    """Run SQL with DuckDB over the projected rows.
 
-    Columns: namespace, log_id, tenant, version, position, written_at, day, role, content,
-    record. Run `stashpoint project` first; needs the archive extra.
+    The table `records` (namespace, log_id, tenant, version, position, written_at, day,
+    role, content, record) and its views `messages` (records with a role) and `attempts`
+    (runs' attempts: run_id, node_id, attempt, status, error, started_at, finished_at).
+    Run `stashpoint project` first; needs the archive extra.
     """
     from stashpoint.cli.output import Column, Output
     from stashpoint.projection import SOURCES
