@@ -131,7 +131,7 @@ def test_listings_shows_and_reports_validate(stash_url: dict[str, str]) -> None:
     if importlib.util.find_spec("pyarrow") and importlib.util.find_spec("duckdb"):
         projected = _valid("project", cli("project", "--json", url=url).stdout)
         assert projected["rows"] >= 1 and projected["unreadable"] == []
-        sql = "select log_id, written_at, day, record from messages"
+        sql = "select log_id, written_at, day, record from records"
         asked = _valid("query", cli("query", sql, "--json", url=url).stdout)
         assert asked["rows"] and asked["columns"] == ["log_id", "written_at", "day", "record"]
 
