@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -113,6 +115,8 @@ FILE_READ_LIMIT = 1 << 30
 """Largest projected file read back (a log's rows of one run)."""
 _FETCH = 32
 """Files fetched at once by `table`."""
+PROJECTORS = 8
+"""Logs a projection brings up to date at once (each on a thread of its own)."""
 _META_KEY = b"stashpoint"
 _DIGITS = 20
 
@@ -298,6 +302,7 @@ class _Projector:
         self.retry = stash.retry
         self.stash = stash
         self.report = ProjectionReport()
+        self.lock = threading.Lock()  # logs are projected on several threads at once
 
     def prefix(self, namespace: str, log_id: str = "") -> str:
         """Return the key prefix of a namespace's projected files (one log's: `log_id`)."""
@@ -324,19 +329,29 @@ class _Projector:
                     found.setdefault(log_id, []).append(_File(key, *parsed))
         return found
 
-    def run(self, namespaces: Sequence[str], id_prefix: str) -> Steps[ProjectionReport]:
-        """Project every log of `namespaces` whose id starts with `id_prefix`."""
+    def work(
+        self, namespaces: Sequence[str], id_prefix: str
+    ) -> Steps[list[tuple[str, str, list[_File]]]]:
+        """Return each log of `namespaces` (ids from `id_prefix`) with its projected files.
+
+        The logs listed, and the logs that have files but are gone (their files are erased).
+        """
+        work: list[tuple[str, str, list[_File]]] = []
         for namespace in namespaces:
-            logs = self.stash.log_steps(namespace)
             projected = yield from self.files(namespace, id_prefix)
-            ids = yield from logs.list_ids(id_prefix)
+            ids = yield from self.stash.log_steps(namespace).list_ids(id_prefix)
             for log_id in sorted(set(ids) | set(projected)):
-                self.report.logs += 1
-                try:
-                    yield from self.log(logs, namespace, log_id, projected.get(log_id, []))
-                except StashpointError as exc:
-                    self.report.unreadable.append(f"{namespace}/{log_id}: {exc.kind.value}")
-        return self.report
+                work.append((namespace, log_id, projected.get(log_id, [])))
+        return work
+
+    def bring_up_to_date(self, namespace: str, log_id: str, files: list[_File]) -> None:
+        """Run `log` for one log; a log that cannot be read is named in the report."""
+        try:
+            run_sync(self.log(self.stash.log_steps(namespace), namespace, log_id, files),
+                     self.stash.driver)  # fmt: skip
+        except StashpointError as exc:
+            with self.lock:
+                self.report.unreadable.append(f"{namespace}/{log_id}: {exc.kind.value}")
 
     def log(self, logs: LogSteps, namespace: str, log_id: str, files: list[_File]) -> Steps[None]:
         """Bring one log's projection up to its head (or erase it: the log is gone)."""
@@ -373,8 +388,9 @@ class _Projector:
         if after is None or after.base != head.base:
             yield from self.erase(namespace, log_id, [key])
             return
-        self.report.files.append(key)
-        self.report.rows += len(columns["record"])
+        with self.lock:
+            self.report.files.append(key)
+            self.report.rows += len(columns["record"])
 
     def after(self, newest: _File) -> Steps[int]:
         """Return the version after `newest`'s last (its first when it is not a projection).
@@ -413,7 +429,8 @@ class _Projector:
                     "a projected file could not be erased (a retention or legal hold?)",
                     object_name=key,
                 )
-        self.report.erased.append(f"{namespace}/{log_id}")
+        with self.lock:
+            self.report.erased.append(f"{namespace}/{log_id}")
 
 
 def _parse_name(name: str) -> tuple[int, int] | None:
@@ -487,7 +504,18 @@ def project(
     validate_prefix(prefix)
     _arrow()
     projector = _Projector(stash)
-    return run_sync(projector.run(chosen, prefix), stash.driver)
+    work = run_sync(projector.work(chosen, prefix), stash.driver)
+    projector.report.logs = len(work)
+    # Logs at once: a log's reads are a few rounds each, and most of a run is waiting.
+    with ThreadPoolExecutor(PROJECTORS, thread_name_prefix="stashpoint-projection") as pool:
+        done = [pool.submit(projector.bring_up_to_date, *item) for item in work]
+        try:
+            for future in done:
+                future.result()
+        finally:
+            for future in done:
+                future.cancel()  # after a failure, no log not yet begun
+    return projector.report
 
 
 def _fetch_all(keys: Sequence[str]) -> Steps[list[ObjectInfo | None]]:
