@@ -35,3 +35,43 @@ def crash_at(stash: Any, step: int, after: bool) -> Iterator[list[str]]:
 
     with stash.intercept(hook):
         yield calls
+
+
+def crash_everywhere(
+    open_stash: Callable[[], Any],
+    scenario: Callable[[Any], None],
+    action: Callable[[Any], Any],
+    check: Callable[[Any, int, bool], None],
+    *,
+    at_least: int = 1,
+) -> int:
+    """Crash `action` at each of its requests, before and after each, on a fresh stash.
+
+    Each round opens a stash (`open_stash`), sets it up (`scenario`), runs `action` until
+    it dies at the chosen request, then calls `check(stash, step, after)` (the next
+    process: a rerun, a resume, and what must hold). Returns how many requests `action`
+    makes when nothing dies (asserted to be at least `at_least`).
+    """
+    with open_stash() as stash:
+        scenario(stash)
+        with crash_at(stash, 10**6, False) as calls:
+            action(stash)
+    total = len(calls)
+    assert total >= at_least, calls
+    for step in range(total):
+        for after in (False, True):
+            with open_stash() as stash:
+                scenario(stash)
+                with crash_at(stash, step, after), _raises_crash():
+                    action(stash)
+                check(stash, step, after)
+    return total
+
+
+@contextlib.contextmanager
+def _raises_crash() -> Iterator[None]:
+    try:
+        yield
+    except Crash:
+        return
+    raise AssertionError("the action did not meet the crash")

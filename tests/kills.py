@@ -13,6 +13,21 @@ import subprocess
 import sys
 
 
+def counting_child(call: str, imports: str = "") -> str:
+    """A child for `kill_after_requests`: open the stash at `sys.argv[1]`, print a dot per
+    request while running `call` (Python, with `stash` in scope), then `done`."""
+    return (
+        f"import sys, stashpoint\n{imports}\n"
+        "with stashpoint.open(sys.argv[1]) as stash:\n"
+        "    def hook(request, proceed):\n"
+        "        print('.', end='', flush=True)\n"
+        "        return proceed()\n"
+        "    with stash.intercept(hook):\n"
+        f"        {call}\n"
+        "print('done', flush=True)\n"
+    )
+
+
 def kill_after_requests(child: str, args: list[str], kill_after: int) -> int:
     """Run `python -c child *args`, SIGKILL it after `kill_after` requests; return how many
     it had made (fewer when it finished first)."""

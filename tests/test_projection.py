@@ -27,6 +27,7 @@ from stashpoint.agent import ConversationStore, Message
 from stashpoint.errors import ConfigurationError, InvalidArgument
 from stashpoint.stores.layout import PROJECTION
 from stashpoint.stores.objects import GetObject, PutObject
+from tests.kills import counting_child
 from tests.purging import versions
 
 SECRET = "card 4111-1111-1111-1111"
@@ -213,7 +214,7 @@ def test_two_projectors_at_once_write_no_row_twice_and_lose_none(seaweedfs: Any)
 
 
 def test_a_crash_at_every_request_of_a_projection_loses_and_repeats_no_row() -> None:
-    from tests.crashes import Crash, crash_at
+    from tests.crashes import crash_everywhere
 
     def scenario(stash: Any) -> None:
         head = _write(stash, "a", 2)
@@ -221,33 +222,14 @@ def test_a_crash_at_every_request_of_a_projection_loses_and_repeats_no_row() -> 
         _write(stash, "a", 2, "more", after=head)
         _write(stash, "b", 1)
 
-    with _memory() as stash:
-        scenario(stash)
-        with crash_at(stash, 10**6, False) as calls:
-            projection.project(stash)
-    total = len(calls)
-    assert total >= 8
-    for step in range(total):
-        for after in (False, True):
-            with _memory() as stash:
-                scenario(stash)
-                with crash_at(stash, step, after), pytest.raises(Crash):
-                    projection.project(stash)
-                projection.project(stash)  # the next run, a new process
-                assert _rows(stash) == _expected(stash, "a", "b"), (step, after)
+    def check(stash: Any, step: int, after: bool) -> None:
+        projection.project(stash)  # the next run, a new process
+        assert _rows(stash) == _expected(stash, "a", "b"), (step, after)
+
+    crash_everywhere(_memory, scenario, projection.project, check, at_least=8)
 
 
-KILLED_PROJECTOR = """
-import sys, stashpoint
-from stashpoint import projection
-with stashpoint.open(sys.argv[1]) as stash:
-    def hook(request, proceed):
-        print(".", end="", flush=True)
-        return proceed()
-    with stash.intercept(hook):
-        projection.project(stash)
-print("done", flush=True)
-"""
+KILLED_PROJECTOR = counting_child("projection.project(stash)", "from stashpoint import projection")
 
 
 def test_a_projector_killed_with_sigkill_leaves_what_the_next_run_completes(

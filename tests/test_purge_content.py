@@ -20,6 +20,7 @@ from stashpoint.errors import InvalidArgument, InvalidId, InvalidPayload
 from stashpoint.steps import run_sync
 from stashpoint.stores.layout import DURABLE_VALUES, NAMESPACES, TEMPORAL_PAYLOADS
 from stashpoint.stores.named_values import NamedValues
+from tests.kills import counting_child
 from tests.purging import holding, pairs, versions
 
 SECRET = "card 4111-1111-1111-1111"
@@ -172,34 +173,21 @@ def test_the_cli_purges_an_owners_values(tmp_path: Any) -> None:
 
 
 def test_a_crash_at_every_request_of_the_purge_resumes_to_a_complete_receipt() -> None:
-    from tests.crashes import Crash, crash_at
+    from tests.crashes import crash_everywhere
 
     def scenario(stash: Any) -> None:
         _store(stash, TEMPORAL_PAYLOADS, "w1", SECRET, SECRET + " again", "third")
         _store(stash, TEMPORAL_PAYLOADS, "w2", "kept")
 
-    with _memory() as stash:
-        scenario(stash)
-        with crash_at(stash, 10**6, False) as calls:
-            stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
-    total = len(calls)
-    assert total >= 5
-    for step in range(total):
-        for after in (False, True):
-            with _memory() as stash:
-                scenario(stash)
-                with crash_at(stash, step, after), pytest.raises(Crash):
-                    stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
-                finished = stash.resume_purges()
-                if not finished:  # crashed before the receipt opened, or after it closed
-                    opened = stash.logs_in("purges").list_ids()
-                    finished = [stash.purge_receipt(p) for p in opened] or [
-                        stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
-                    ]
-                [receipt] = finished
-                assert receipt.status == "complete" and receipt.verified, (step, after)
-                assert holding(stash, SECRET) == [], (step, after)
-                assert _fetch(stash, TEMPORAL_PAYLOADS, "w2/v0", "kept"), (step, after)
+    def check(stash: Any, step: int, after: bool) -> None:
+        receipt = _receipt_of(stash, TEMPORAL_PAYLOADS, "w1")  # the next process finishes it
+        assert receipt.status == "complete" and receipt.verified, (step, after)
+        assert holding(stash, SECRET) == [], (step, after)
+        assert _fetch(stash, TEMPORAL_PAYLOADS, "w2/v0", "kept"), (step, after)
+
+    crash_everywhere(
+        _memory, scenario, lambda s: s.purge(values=(TEMPORAL_PAYLOADS, "w1")), check, at_least=5
+    )
 
 
 def _receipt_of(stash: Any, namespace: str, owner: str) -> Any:
@@ -217,9 +205,7 @@ def _receipt_of(stash: Any, namespace: str, owner: str) -> Any:
 def test_a_purge_through_the_fault_proxy_finishes_and_loses_nothing_else(
     seaweedfs: Any,
 ) -> None:
-    from botocore.config import Config
-
-    from tests.faultproxy import FaultPlan, FaultProxy
+    from tests.faultproxy import FaultProxy, everyday_faults
 
     prefix = f"t-{uuid.uuid4().hex}"
     with stashpoint.open(seaweedfs.url(prefix)) as clean:
@@ -227,12 +213,7 @@ def test_a_purge_through_the_fault_proxy_finishes_and_loses_nothing_else(
         _store(clean, TEMPORAL_PAYLOADS, "w2", "kept 0", "kept 1")
         mine = f"{TEMPORAL_PAYLOADS}/w1/"
         before = set(pairs(versions(clean, mine)))
-    plan = FaultPlan(
-        {"drop_response": 0.06, "drop_request": 0.04, "slowdown": 0.04, "conflict": 0.04}
-    )
-    config = Config(
-        read_timeout=2, connect_timeout=2, retries={"mode": "standard", "max_attempts": 3}
-    )
+    plan, config = everyday_faults()
     receipt = None
     failures: list[str] = []
     with FaultProxy(seaweedfs.endpoint, plan) as proxy:
@@ -255,16 +236,7 @@ def test_a_purge_through_the_fault_proxy_finishes_and_loses_nothing_else(
         assert _fetch(clean, TEMPORAL_PAYLOADS, "w2/v1", "kept 1")["text"] == "kept 1"
 
 
-KILLED_PURGE = """
-import sys, stashpoint
-with stashpoint.open(sys.argv[1]) as stash:
-    def hook(request, proceed):
-        print(".", end="", flush=True)
-        return proceed()
-    with stash.intercept(hook):
-        stash.purge(values=("temporal-payloads", "w1"))
-print("done", flush=True)
-"""
+KILLED_PURGE = counting_child('stash.purge(values=("temporal-payloads", "w1"))')
 
 
 def test_a_purge_killed_with_sigkill_resumes_to_a_complete_receipt(tmp_path: Any) -> None:
