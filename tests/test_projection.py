@@ -295,6 +295,9 @@ def test_bad_input_is_a_typed_error_and_an_encrypted_stash_is_refused(tmp_path: 
         with pytest.raises(InvalidArgument) as caught:
             projection.query(stash, "select cast(content as integer) from messages")
         assert SECRET not in str(caught.value) and "turn" not in str(caught.value)
+    for not_a_stash in (None, "local://x"):
+        with pytest.raises(InvalidArgument):
+            projection.project(not_a_stash)  # type: ignore[arg-type]
     from stashpoint.encryption import Encryption
 
     encryption = Encryption.local(tmp_path / "keys")

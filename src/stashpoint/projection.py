@@ -293,6 +293,13 @@ class _Projector:
     """One run of a projection over some namespaces, as steps (free of I/O)."""
 
     def __init__(self, stash: Stash) -> None:
+        from stashpoint.stash import Stash
+
+        if not isinstance(stash, Stash):
+            raise InvalidArgument(
+                "a projection needs a blocking stash (stashpoint.open), not "
+                f"{type(stash).__name__}"
+            )
         if stash.encryption is not None:
             raise ConfigurationError(
                 "a stash with client-side encryption cannot be projected yet: its rows "
