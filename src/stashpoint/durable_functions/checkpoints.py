@@ -114,34 +114,17 @@ def _check_batch(updates: list[Any], view: ExecutionView) -> None:
 
 
 def _check_transition(update: Mapping[str, Any], current: Mapping[str, Any] | None) -> None:
+    """Refuse an update its operation's current status (or metadata) does not allow."""
     op_type, action = update["Type"], update["Action"]
     if current is not None:
-        for key, what in (("Type", "type"), ("SubType", "subtype"), ("Name", "name")):
-            if update.get(key) is not None and update.get(key) != current.get(key):
-                raise InvalidDurableUpdate(f"Inconsistent operation {what}.")
-        if update.get("ParentId") is not None and update["ParentId"] != current.get("ParentId"):
-            raise InvalidDurableUpdate("Inconsistent parent operation id.")
+        _check_consistent(update, current)
     status = None if current is None else current["Status"]
     if action == "SUCCEED" and update.get("Error") is not None:
         raise InvalidDurableUpdate("Cannot provide an Error for SUCCEED action.")
     if action == "FAIL" and update.get("Payload") is not None:
         raise InvalidDurableUpdate("Cannot provide a Payload for FAIL action.")
     if op_type == STEP:
-        if action == "START" and status is not None and status != "READY":
-            raise InvalidDurableUpdate("Invalid current STEP state to start.")
-        if (
-            action in ("SUCCEED", "FAIL")
-            and status is not None
-            and status not in ("STARTED", "READY")
-        ):
-            raise InvalidDurableUpdate("Invalid current STEP state to close.")
-        if action == "RETRY":
-            if status is not None and status not in ("STARTED", "READY"):
-                raise InvalidDurableUpdate("Invalid current STEP state to re-attempt.")
-            if update.get("StepOptions") is None:
-                raise InvalidDurableUpdate("Invalid StepOptions for the given action.")
-            if update.get("Error") is not None and update.get("Payload") is not None:
-                raise InvalidDurableUpdate("Cannot provide both error and payload to RETRY a STEP.")
+        _check_step(update, action, status)
     elif op_type in (WAIT, CALLBACK, CHAINED_INVOKE, CONTEXT) and action == "START":
         if current is not None:
             raise InvalidDurableUpdate(f"Cannot start a {op_type} that already exist.")
@@ -151,6 +134,31 @@ def _check_transition(update: Mapping[str, Any], current: Mapping[str, Any] | No
         raise InvalidDurableUpdate(
             "Cannot cancel a WAIT that does not exist or has already completed."
         )
+
+
+def _check_consistent(update: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Refuse an update whose type, subtype, name or parent differ from the operation's."""
+    for key, what in (("Type", "type"), ("SubType", "subtype"), ("Name", "name")):
+        if update.get(key) is not None and update.get(key) != current.get(key):
+            raise InvalidDurableUpdate(f"Inconsistent operation {what}.")
+    if update.get("ParentId") is not None and update["ParentId"] != current.get("ParentId"):
+        raise InvalidDurableUpdate("Inconsistent parent operation id.")
+
+
+def _check_step(update: Mapping[str, Any], action: str, status: str | None) -> None:
+    """Refuse a step's update its status does not allow (`status` None: a new step)."""
+    if action == "START" and status is not None and status != "READY":
+        raise InvalidDurableUpdate("Invalid current STEP state to start.")
+    open_to_close = status is None or status in ("STARTED", "READY")
+    if action in ("SUCCEED", "FAIL") and not open_to_close:
+        raise InvalidDurableUpdate("Invalid current STEP state to close.")
+    if action == "RETRY":
+        if not open_to_close:
+            raise InvalidDurableUpdate("Invalid current STEP state to re-attempt.")
+        if update.get("StepOptions") is None:
+            raise InvalidDurableUpdate("Invalid StepOptions for the given action.")
+        if update.get("Error") is not None and update.get("Payload") is not None:
+            raise InvalidDurableUpdate("Cannot provide both error and payload to RETRY a STEP.")
 
 
 def apply_checkpoint(
