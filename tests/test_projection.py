@@ -268,8 +268,17 @@ def test_hostile_records_and_planted_objects_are_projected_or_passed_over() -> N
         stash.driver(PutObject(projector_key, b"not parquet", None, content_encoding=None))
         junk = stash.layout.key(PROJECTION, "logs/fine/garbage.bin")
         stash.driver(PutObject(junk, b"PAR1 junk", None, content_encoding=None))
+        beyond = stash.layout.key(PROJECTION, f"logs/fine/{0:020d}-{999:020d}.parquet")
+        stash.driver(PutObject(beyond, b"named beyond the top", None, content_encoding=None))
+        elsewhere = stash.layout.key(PROJECTION, f"logs/odd/{0:020d}-{5:020d}.parquet")
+        other_log = projection.encode_file(
+            "logs", "fine", 0, 5, 9, projection.rows_of("logs", "fine", [])
+        )
+        stash.driver(PutObject(elsewhere, other_log, None, content_encoding=None))
         report = projection.project(stash)
         assert report.unreadable == ["logs/damaged: invalid_payload"]  # reported, run goes on
+        assert versions(stash, beyond) == []  # it would have held the log back: erased
+        assert versions(stash, elsewhere) == []  # another log's file here: not this one's
         rows = projection.query(
             stash, "select log_id, role, length(content) as n from records where log_id = 'odd'"
         ).to_pylist()

@@ -297,8 +297,7 @@ class _Projector:
 
         if not isinstance(stash, Stash):
             raise InvalidArgument(
-                "a projection needs a blocking stash (stashpoint.open), not "
-                f"{type(stash).__name__}"
+                f"a projection needs a blocking stash (stashpoint.open), not {type(stash).__name__}"
             )
         if stash.encryption is not None:
             raise ConfigurationError(
@@ -372,8 +371,18 @@ class _Projector:
             yield from self.erase(namespace, log_id, old)
         current = sorted((f for f in files if f.life == head.base), key=lambda f: f.first)
         start = head.base
-        if current:
-            start = yield from self.after(current[-1])
+        while current:
+            newest = current[-1]
+            following = yield from self.after(newest, namespace, log_id)
+            if following is not None:
+                start = following  # above the head we read: another run's, newer; skip
+                break
+            if newest.first <= head.version:
+                start = newest.first  # not a projection: written over by this run's file
+                break
+            # Not a projection, and named beyond the top: it would hold the log back.
+            yield from self.erase(namespace, log_id, [newest.key])
+            current.pop()
         if start > head.version:
             return
         columns = yield from self.read(logs, namespace, log_id, start, head.version)
@@ -399,17 +408,28 @@ class _Projector:
             self.report.files.append(key)
             self.report.rows += len(columns["record"])
 
-    def after(self, newest: _File) -> Steps[int]:
-        """Return the version after `newest`'s last (its first when it is not a projection).
+    def after(self, newest: _File, namespace: str, log_id: str) -> Steps[int | None]:
+        """Return the version after `newest`'s last (None: not a projection of it).
 
-        Read from the file itself (its Parquet metadata): object metadata is not kept alike
-        by every backend. A file is one run's increment of one log, so it is small.
+        None when the file is not a projection of this log's life from its first version
+        (planted, damaged, another log's). Read from the file itself (its Parquet
+        metadata): object metadata is not kept alike by every backend. A file is one run's
+        increment of one log, so it is small.
         """
         info = yield from ask(GetObject(newest.key, None, FILE_READ_LIMIT))
         described = described_by(b"" if info is None or info.body is None else info.body)
-        last = None if described is None else described.get("last")
-        if not isinstance(last, int) or isinstance(last, bool) or last < newest.first:
-            return newest.first  # written over when this run creates it again
+        if described is None:
+            return None
+        last = described.get("last")
+        said = (described.get("namespace"), described.get("log_id"), described.get("life"))
+        if (
+            said != (namespace, log_id, newest.life)
+            or described.get("first") != newest.first
+            or not isinstance(last, int)
+            or isinstance(last, bool)
+            or last < newest.first
+        ):
+            return None
         return last + 1
 
     def read(
