@@ -3,9 +3,8 @@
 The commands live by group: `checkpoints` (list, show, history, diff, export, restore),
 `runs`, `threads`, `agents`, `admin` (reindex, gc, repair, doctor, demo), `purges`
 (purge, receipts, hold), `keys` (keys list/rotate, decrypt) and `archive` (project,
-query). Modules load
-typer alone when they are imported; each command imports the library when it runs, so
-`--help` and `--version` stay quick (`bench/cli_startup_bench.py`).
+query). Modules load typer alone when they are imported; each command imports the library
+when it runs, so `--help` and `--version` stay quick (`bench/cli_startup_bench.py`).
 
 Every command takes `--url` (else the global `--url`, else `STASHPOINT_URL`, else
 ./.stashpoint) and `--json`. Errors print one line (what, which object, what to do) and

@@ -134,6 +134,7 @@ named `{owner}/{sha256}`."""
 PROJECTION = "projection"
 """Namespace of the queryable archive (`stashpoint.projection`): Parquet files of logs'
 records, `{source namespace}/{log id}/{life}-{first version}.parquet`."""
+
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
