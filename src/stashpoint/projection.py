@@ -54,11 +54,10 @@ from stashpoint.stores.layout import CONVERSATIONS, LOGS, PROJECTION, RUN_LOGS
 from stashpoint.stores.objects import (
     Create,
     GetObject,
-    KeyPage,
-    ListKeys,
     ObjectInfo,
     PutObject,
     delete_every_version,
+    every_key_page,
 )
 from stashpoint.stores.writes import Found
 
@@ -324,10 +323,7 @@ class _Projector:
         """Return the projected files of a namespace's logs (ids from `id_prefix`), by log."""
         below = self.prefix(namespace)
         found: dict[str, list[_File]] = {}
-        page: KeyPage | None = None
-        while page is None or page.next_token is not None:
-            token = None if page is None else page.next_token
-            page = yield from ask(ListKeys(below + id_prefix, token))
+        for page in (yield from every_key_page(below + id_prefix)):
             for key in page.keys:
                 log_id, _, name = key[len(below) :].rpartition("/")
                 parsed = _parse_name(name)
