@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.sdk_suites import outcomes
 
-SUITE = '''
+SUITE = """
 from pathlib import Path
 
 def test_fails_once():
@@ -20,7 +20,7 @@ def test_always_fails():
 
 def test_passes():
     pass
-'''
+"""
 
 
 def test_a_failure_is_run_again_and_only_a_repeated_one_stands(tmp_path: Path) -> None:

@@ -132,7 +132,8 @@ def test_strands_session_and_storage_tests_pass_on_the_stash_on_seaweedfs(
     # Ours on SeaweedFS (every backend under a prefix of its own) beside Strands' shipped.
     shipped = _outcomes(SESSION_FILES, ours=False)
     ours = _outcomes(SESSION_FILES, ours=True, url=seaweedfs.url("strands"))
-    assert compare(shipped, ours, NOT_APPLICABLE) >= 220  # 228 of 267 with 1.62.0 (265)
+    compare(shipped, ours, NOT_APPLICABLE)  # 228 of 267 pass with 1.62.0 (as shipped 265)
+    assert len(shipped) >= 260 and len(ours) >= 260  # every test ran on both; judged one by one
 
 
 def test_strands_agent_swarm_and_graph_tests_keep_their_state_on_the_stash() -> None:
