@@ -128,7 +128,7 @@ if TYPE_CHECKING:
     from stashpoint.envelope import CheckpointInfo, Envelope
     from stashpoint.ids import new_id, validate_id
     from stashpoint.logs import AsyncLogStore, LogEntry, LogHead, LogStore
-    from stashpoint.purge import PurgeReceipt
+    from stashpoint.maintenance.purge import PurgeReceipt
     from stashpoint.retry import RetryPolicy
     from stashpoint.runs import (
         AsyncRunStore,
@@ -189,7 +189,7 @@ _LAZY = {
     **dict.fromkeys(("CheckpointInfo", "Envelope"), "stashpoint.envelope"),
     **dict.fromkeys(("new_id", "validate_id"), "stashpoint.ids"),
     "RetryPolicy": "stashpoint.retry",
-    "PurgeReceipt": "stashpoint.purge",
+    "PurgeReceipt": "stashpoint.maintenance.purge",
     **dict.fromkeys(("Encryption", "KeyRule"), "stashpoint.encryption"),
     **dict.fromkeys(("AttemptStatus", "RunStatus"), "stashpoint.status"),
     "Deadline": "stashpoint.deadline",

@@ -158,7 +158,7 @@ def backend_of(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, 
         else:
             objects, memory_index = MemoryTransport(), SqliteIndexTransport(":memory:")
         has_index = own.get("index") != "none"
-        from stashpoint import receipt_seal
+        from stashpoint.maintenance import receipt_seal
 
         name = parsed.location
         return Backend(
@@ -182,7 +182,7 @@ def backend_of(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, 
         if object_options:
             raise unknown_options("local", set(object_options), {"fsync"})
         index, async_index = _index_factories(own.get("index"), str(root / "index.sqlite3"), own)
-        from stashpoint import receipt_seal
+        from stashpoint.maintenance import receipt_seal
 
         return Backend(
             PROVIDERS["local"],

@@ -43,13 +43,13 @@ from stashpoint.url import parse_url, resolve_url, shown
 if TYPE_CHECKING:  # runs, index and maintenance load on first use (Lambda cold starts)
     from stashpoint._backends.conformance import Conformance
     from stashpoint.background import BackgroundSealer, TaskBackground, ThreadBackground
-    from stashpoint.doctor import Check
     from stashpoint.encryption import Encryption, Rotation, Sealer
-    from stashpoint.garbage import GcReport
     from stashpoint.logs.log import LogSteps
     from stashpoint.logs.repair import LogRepair
     from stashpoint.logs.store import AsyncLogStore, LogStore
-    from stashpoint.purge import Purger, PurgeReceipt, Selector
+    from stashpoint.maintenance.doctor import Check
+    from stashpoint.maintenance.garbage import GcReport
+    from stashpoint.maintenance.purge import Purger, PurgeReceipt, Selector
     from stashpoint.runs.store import AsyncRunStore, RunStore
 
 _CLOSING_PRUNE_AT = 64
@@ -95,9 +95,9 @@ class Options:
     bucket's SSE for encryption at rest); also the `encryption=PATH` URL option."""
     erasure_key: bytes | str | None = None
     """The secret purge receipts are sealed with, so maintenance obeys only receipts the
-    erasing identity wrote (`stashpoint.receipt_seal`): at least 32 bytes or characters, or
-    `file:PATH`; default: `STASHPOINT_ERASURE_KEY`, else a key of the stash's own for a
-    local folder or `memory://`, else none (S3: `gc` then obeys no receipt)."""
+    erasing identity wrote (`stashpoint.maintenance.receipt_seal`): at least 32 bytes or
+    characters, or `file:PATH`; default: `STASHPOINT_ERASURE_KEY`, else a key of the stash's
+    own for a local folder or `memory://`, else none (S3: `gc` then obeys no receipt)."""
     backend: dict[str, Any] = field(default_factory=dict)
     """Backend options (S3: `client_config`, `sse`, `kms_key_id`, `storage_class`,
     `endpoint_url`...; index: `index_endpoint_url`, `index_client_config`; `ttl_days`,
@@ -290,7 +290,7 @@ class _Parts:
         on_progress: OnProgress,
         pack: bool = False,
     ) -> Steps[GcReport]:
-        from stashpoint.garbage import collect_garbage
+        from stashpoint.maintenance.garbage import collect_garbage
 
         return collect_garbage(
             self.backend.layout,
@@ -306,7 +306,7 @@ class _Parts:
         )
 
     def purger(self, blob_min_age: timedelta = timedelta(hours=1)) -> Purger:
-        from stashpoint.purge import Purger
+        from stashpoint.maintenance.purge import Purger
 
         def garbage() -> Steps[GcReport]:
             return self.collect(True, blob_min_age, False, silent)
@@ -325,7 +325,7 @@ class _Parts:
 
     def erasure_key(self) -> bytes | None:
         """Return the erasure key receipts are sealed with: the option's, else the stash's."""
-        from stashpoint import receipt_seal
+        from stashpoint.maintenance import receipt_seal
 
         key = receipt_seal.resolve(self.erasure_key_option)
         if key is None and self.backend.erasure_key is not None:
@@ -354,7 +354,7 @@ class _Parts:
         return repair_log(logs, log_id, quarantine_prefix=quarantine, dry_run=dry_run)
 
     def doctor(self) -> Steps[list[Check]]:
-        from stashpoint.doctor import diagnose
+        from stashpoint.maintenance.doctor import diagnose
 
         encryption = None if self.sealer is None else self.sealer.encryption
         return diagnose(
@@ -367,7 +367,7 @@ class _Parts:
 
     def seals_receipts(self) -> bool:
         """Whether purges here seal their receipts (a key set, or the stash's own)."""
-        from stashpoint import receipt_seal
+        from stashpoint.maintenance import receipt_seal
 
         own = self.backend.erasure_key is not None
         return own or receipt_seal.resolve(self.erasure_key_option) is not None
@@ -578,7 +578,7 @@ class _StashApi(Generic[StoreT, LogStoreT]):
     ) -> Steps[PurgeReceipt]:
         """Erase for good every stored version of one id, or of every id a prefix selects.
 
-        What (`stashpoint.purge.Selector`): one of `checkpoint`, `agent` (an agent
+        What (`stashpoint.maintenance.purge.Selector`): one of `checkpoint`, `agent` (an agent
         checkpoint), `run`, `thread` (a LangGraph thread), `conversation` (its namespace
         and id), `log` (of `stash.logs`), or a `prefix` of ids (in every namespace, or in
         `namespace`: `checkpoints`, `agents`, `conversations`, `runs`, `threads`, `logs`,
@@ -601,7 +601,7 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         Object Lock keeps, before erasing anything; a crash leaves an open purge that
         `resume_purges` (or `gc`) finishes.
         """
-        from stashpoint.purge import selection, shreddable
+        from stashpoint.maintenance.purge import selection, shreddable
 
         chosen = selection(**selector)
         tenant = selector.get("tenant") if selector.get("shred") else None
@@ -634,7 +634,7 @@ class _StashApi(Generic[StoreT, LogStoreT]):
     ) -> Steps[list[PurgeReceipt]]:
         """Finish every purge a crash left open (its receipt idle for at least `idle`).
 
-        Only receipts this stash may obey (`stashpoint.receipt_seal`): sealed under its
+        Only receipts this stash may obey (`stashpoint.maintenance.receipt_seal`): sealed under its
         erasure key, or, where none is set, unsealed ones; a shred only with
         `confirm_shred`. Others are left open (`gc` reports them).
         """
@@ -646,18 +646,18 @@ class _StashApi(Generic[StoreT, LogStoreT]):
     def legal_hold(self, on: bool, **selector: Unpack[Selector]) -> Steps[int]:
         """Set (`on`) or clear an S3 Object Lock legal hold on every version of an id.
 
-        The same selection as `purge` (`stashpoint.purge.Selector`). A held version cannot
-        be deleted until the hold is cleared, so a purge of it is refused
+        The same selection as `purge` (`stashpoint.maintenance.purge.Selector`). A held
+        version cannot be deleted until the hold is cleared, so a purge of it is refused
         (`RetentionLocked`). Returns how many versions were held or released.
         `ConfigurationError` without Object Lock.
         """
-        from stashpoint.purge import selection
+        from stashpoint.maintenance.purge import selection
 
         return self._parts.purger().hold(selection(**selector), on=on)
 
     @operation
     def doctor(self) -> Steps[list[Check]]:
-        """Probe storage and index; see `stashpoint.doctor`. Leaves nothing behind."""
+        """Probe storage and index; see `stashpoint.maintenance.doctor`. Leaves nothing behind."""
         return self._parts.doctor()
 
     @property

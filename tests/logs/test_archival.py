@@ -14,10 +14,11 @@ import boto3
 import pytest
 
 import stashpoint
-from stashpoint import ArchivedObject, ErrorKind, doctor
+from stashpoint import ArchivedObject, ErrorKind
 from stashpoint._backends import s3 as s3_backend
 from stashpoint._backends.aws import AwsCall
 from stashpoint.logs import SEGMENT_SPAN
+from stashpoint.maintenance import doctor
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import GetLifecycle
 from tests.cli.test_cli import cli

@@ -12,7 +12,7 @@ import typer
 from stashpoint.cli.options import AsJson, Url, Wide, open_stash
 
 if TYPE_CHECKING:
-    from stashpoint.purge import PurgeReceipt, Selector
+    from stashpoint.maintenance.purge import PurgeReceipt, Selector
 
 app = typer.Typer()
 """`purge` and `hold` (registered at the top level)."""

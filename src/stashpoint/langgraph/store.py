@@ -55,7 +55,7 @@ from stashpoint.stores.layout import LANGGRAPH_STORE
 __all__ = ["AsyncStashpointStore", "InvalidNamespace", "StashpointStore"]
 
 if TYPE_CHECKING:
-    from stashpoint.purge import PurgeReceipt, Selector
+    from stashpoint.maintenance.purge import PurgeReceipt, Selector
     from stashpoint.stash import AsyncStash, Stash
 
 

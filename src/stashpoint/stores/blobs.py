@@ -4,7 +4,7 @@ A value over the size threshold is written as its own object (created with If-No
 so concurrent writers of the same value are harmless) and replaced in its parent by a small
 reference. Blobs are self-describing envelopes of kind `stashpoint.blob`, readable with
 `zstd -d | jq` like everything else. Unreferenced blobs are removed by `stashpoint gc`
-(`stashpoint.garbage`).
+(`stashpoint.maintenance.garbage`).
 """
 
 from __future__ import annotations
