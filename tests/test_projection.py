@@ -101,6 +101,35 @@ def test_a_projection_holds_every_record_once_and_a_rerun_only_what_was_appended
         assert per_tenant == [{"tenant": "acme", "n": 144}, {"tenant": "globex", "n": 6}]
 
 
+def test_a_rerun_finds_an_unchanged_log_up_to_date_in_two_requests(erasure_url: str) -> None:
+    from stashpoint.stores.objects import ListKeys
+
+    with stashpoint.open(erasure_url) as stash:
+        heads = {log_id: _write(stash, log_id, 70) for log_id in ("acme.t1", "acme.t2")}
+        _write(stash, "globex.t1", 3)
+        projection.project(stash)
+        sent: list[Any] = []
+
+        def count(request: Any, proceed: Any) -> Any:
+            sent.append(request)
+            return proceed()
+
+        with stash.intercept(count):
+            again = projection.project(stash)
+        assert (again.unchanged, again.rows, again.files, again.erased) == (3, 0, [], [])
+        per_log = [r for r in sent if "/acme.t1/" in getattr(r, "key", getattr(r, "prefix", ""))]
+        # The newest file, read and judged, and one short listing after its last version.
+        assert [type(r) for r in per_log] == [GetObject, ListKeys], per_log
+        # Sources: one listing of the files and one of the ids per namespace; no head reads.
+        assert len(sent) <= 3 * 2 + 2 * len(projection.SOURCES), [type(r) for r in sent]
+        # What was written since is seen the same way: one grew, one was deleted.
+        _write(stash, "acme.t1", 1, "later", after=heads["acme.t1"])
+        stash.logs.delete("acme.t2")
+        third = projection.project(stash)
+        assert (third.unchanged, third.rows, third.erased) == (1, 2, ["logs/acme.t2"])
+        assert _rows(stash) == _expected(stash, "acme.t1", "globex.t1")
+
+
 def test_messages_are_rows_with_role_and_text_whatever_their_shape() -> None:
     with _memory() as stash:
         conversations = ConversationStore(stash.checkpoints)

@@ -76,3 +76,15 @@ def test_an_ended_version_means_a_listing() -> None:
         stash.logs.delete("l")
         body = stash.driver(GetObject(LogKeys(stash.layout, "logs").entry("l", 1), None, 10**7))
     assert _read_after(head, [body, None])[0] is None
+
+
+def test_written_after_is_one_listing_after_the_version_and_none_without_seeks() -> None:
+    from stashpoint.stores.objects import KeyPage, ListKeys
+
+    for keys, grew in (([], False), (["x"], True)):
+        script = Script([(ListKeys, KeyPage(keys=keys, next_token=None))])
+        assert script.run(_steps().written_after("l", 7)) is grew
+        (request,) = script.requests
+        assert request.start_after.endswith(f"/{7:020d}") and request.page_size == 1
+    unordered = LogSteps(LogKeys(Layout(), "logs"), Codec(), RetryPolicy(), seeks=False)
+    assert Script([]).run(unordered.written_after("l", 7)) is None

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import stashpoint
 from stashpoint import Envelope
@@ -320,3 +322,47 @@ def test_a_stash_inside_another_stash_s_namespace_is_refused(tmp_path: Path, inn
     stashpoint.open(f"s3://bucket/tenant/{inner}?nested_prefix=allow").close()
     with pytest.raises(stashpoint.ConfigurationError, match="nested_prefix"):
         stashpoint.open(f"s3://bucket/tenant/{inner}?nested_prefix=yes")
+
+
+_NAME = "ab-._~0"  # characters on both sides of `/` in key order
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    keys=st.sets(
+        st.lists(st.text(_NAME, min_size=1, max_size=3), min_size=1, max_size=3).map("/".join),
+        max_size=25,
+    ),
+    after=st.text(_NAME + "/", max_size=6),
+    page_size=st.integers(1, 6),
+)
+def test_a_local_listing_pages_in_key_order_from_any_key(
+    tmp_path_factory: pytest.TempPathFactory, keys: set[str], after: str, page_size: int
+) -> None:
+    # The folder walk is ordered and pruned: what it lists must be what sorting every key
+    # lists, page by page, with `/` sorting among the characters names hold.
+    from stashpoint.stores.objects import ListKeys, PutObject
+
+    root = tmp_path_factory.mktemp("listing")
+    keys = {k for k in keys if not any(f"{k}/".startswith(f"{o}/") for o in keys if o != k)}
+    keys = {k for k in keys if all(part not in (".", "..") for part in k.split("/"))}
+    with stashpoint.open(f"local://{root}") as stash:
+        for key in keys:
+            stash.driver(PutObject(f"p/{key}", b"x", None, content_encoding=None))
+        listed: list[str] = []
+        token = None
+        while True:
+            page = stash.driver(
+                ListKeys(
+                    "p/", token, page_size=page_size, start_after=f"p/{after}" if after else None
+                )
+            )
+            assert len(page.keys) <= page_size
+            listed += page.keys
+            token = page.next_token
+            if token is None:
+                break
+    expected = sorted(f"p/{k}" for k in keys if not after or f"p/{k}" > f"p/{after}")
+    assert listed == expected

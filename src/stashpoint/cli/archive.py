@@ -47,8 +47,8 @@ def project(
         output.emit(dataclasses.asdict(report))
     else:
         output.say(
-            f"looked at {report.logs} logs: {report.rows} rows in {len(report.files)} new "
-            f"files; {len(report.erased)} logs' projections erased"
+            f"looked at {report.logs} logs ({report.unchanged} unchanged): {report.rows} rows "
+            f"in {len(report.files)} new files; {len(report.erased)} logs' projections erased"
         )
         for problem in report.unreadable:
             output.warn(f"[yellow]skipped, unreadable:[/] {safe(problem)}")

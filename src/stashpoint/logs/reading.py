@@ -472,6 +472,24 @@ class LogReader:
         head, _, _ = yield from self.head_with(log_id, lambda _: ())
         return head
 
+    def written_after(self, log_id: str, version: int) -> Steps[bool | None]:
+        """Whether anything was written to the log after `version`, in one short listing.
+
+        Keys are never freed: no entry key after `version`'s means nothing was appended,
+        deleted, purged or begun anew since. None where listings cannot start after a key
+        (`seeks` off): the caller reads the head instead.
+        """
+        if not self.seeks:
+            return None
+        page = yield from ask(
+            ListKeys(
+                self.keys.entries_prefix(check_log_id(log_id)),
+                page_size=1,
+                start_after=self.keys.entry(log_id, version),
+            )
+        )
+        return bool(page.keys)
+
     def head_with(
         self,
         log_id: str,
