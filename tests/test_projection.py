@@ -508,3 +508,92 @@ def test_a_runs_attempts_are_a_view_with_how_each_ended() -> None:
         assert projection.query(stash, "select count(*) as n from records").to_pylist() == [
             {"n": 2 + 5}  # two log records; three attempts and two ends
         ]
+
+
+def _chat(stash: Any) -> tuple[Any, Any]:
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from stashpoint.langgraph import StashpointSaver
+
+    def bot(state: Any) -> dict[str, Any]:
+        return {"messages": [("ai", f"answer {len(state['messages'])}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("bot", bot)
+    graph.add_edge(START, "bot")
+    saver = StashpointSaver(stash)
+    return graph.compile(checkpointer=saver), saver
+
+
+def _checkpoints(stash: Any) -> dict[str, set[tuple[Any, ...]]]:
+    rows = projection.query(
+        stash, "select thread_key, checkpoint_id, parent_id, step, source from checkpoints"
+    ).to_pylist()
+    found: dict[str, set[tuple[Any, ...]]] = {}
+    for r in rows:
+        found.setdefault(r["thread_key"], set()).add(
+            (r["checkpoint_id"], r["parent_id"], r["step"], r["source"])
+        )
+    return found
+
+
+def _listed(saver: Any, thread_id: str) -> set[tuple[Any, ...]]:
+    config = {"configurable": {"thread_id": thread_id}}
+    return {
+        (
+            c.config["configurable"]["checkpoint_id"],
+            c.parent_config["configurable"]["checkpoint_id"] if c.parent_config else None,
+            c.metadata["step"],
+            c.metadata["source"],
+        )
+        for c in saver.list(config)
+    }
+
+
+def test_langgraph_threads_are_checkpoints_and_writes_that_deletion_prune_and_purge_reach() -> None:
+    pytest.importorskip("langgraph")
+    with _memory() as stash:
+        app, saver = _chat(stash)
+        threads = ("acme.t1", "acme.t2", "globex.t3")
+        for thread_id in threads:
+            for turn in range(3):
+                config = {"configurable": {"thread_id": thread_id}}
+                app.invoke({"messages": [("user", f"{SECRET} in {thread_id} {turn}")]}, config)
+        saver.flush()
+        projection.project(stash)
+        assert _checkpoints(stash) == {t: _listed(saver, t) for t in threads}
+        assert {len(v) for v in _checkpoints(stash).values()} == {9}  # 3 turns: input, 2 steps
+        writes = projection.query(
+            stash,
+            "select checkpoint_id, task_id, channels from checkpoint_writes"
+            " where thread_key = 'acme.t1'",
+        ).to_pylist()
+        pending = {
+            (c.config["configurable"]["checkpoint_id"], task, channel)
+            for c in saver.list({"configurable": {"thread_id": "acme.t1"}})
+            for task, channel, _ in c.pending_writes or []
+        }
+        assert {(w["checkpoint_id"], w["task_id"], ch) for w in writes for ch in w["channels"]} == (
+            pending
+        )
+        # Deleted: the next run erases its files (a new life), every stored version.
+        saver.delete_thread("acme.t1")
+        # Pruned: a rebase keeps the latest checkpoint, and so does the projection.
+        saver.prune(["acme.t2"])
+        saver.flush()
+        report = projection.project(stash)
+        assert {"langgraph/acme.t1", "langgraph/acme.t2"} <= set(report.erased)
+        found = _checkpoints(stash)
+        assert "acme.t1" not in found
+        assert found["acme.t2"] == _listed(saver, "acme.t2") and len(found["acme.t2"]) == 1
+        stored = " ".join(_projected_text(stash))
+        assert f"{SECRET} in acme.t1" not in stored
+        # Purged: the receipt names the projected files, and nothing of the thread is left.
+        receipt = stash.purge(thread="globex.t3")
+        erased = {r.key for r in receipt.removed}
+        assert any(
+            k.startswith(stash.layout.key(PROJECTION, "langgraph/globex.t3/")) for k in erased
+        )
+        assert "globex.t3" not in _checkpoints(stash)
+        assert f"{SECRET} in globex.t3" not in " ".join(_projected_text(stash))
+        assert f"{SECRET} in acme.t2 2" in stored  # the latest checkpoint's messages stay

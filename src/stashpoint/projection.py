@@ -50,7 +50,7 @@ from stashpoint.logs.head import LogHead
 from stashpoint.logs.log import LogSteps
 from stashpoint.steps import Parallel, Steps, ask, run_sync
 from stashpoint.stores import writes
-from stashpoint.stores.layout import CONVERSATIONS, LOGS, PROJECTION, RUN_LOGS
+from stashpoint.stores.layout import CONVERSATIONS, LANGGRAPH, LOGS, PROJECTION, RUN_LOGS
 from stashpoint.stores.objects import (
     Create,
     GetObject,
@@ -77,10 +77,20 @@ __all__ = [
 
 PROJECTION_FORMAT = "stashpoint.projection/1"
 """The format of a projected file (its Parquet key-value metadata `stashpoint`)."""
-SOURCES = (CONVERSATIONS, LOGS, RUN_LOGS)
-"""The log namespaces projected by default: durable conversations, `stash.logs` and runs."""
+SOURCES = (CONVERSATIONS, LOGS, RUN_LOGS, LANGGRAPH)
+"""The log namespaces projected by default: durable conversations, `stash.logs`, runs and
+LangGraph threads."""
 TABLE = "records"
 """The name `query` gives the projected rows."""
+_THREAD_RECORDS = f"""
+    select log_id as thread_key, tenant, version, written_at, day, cast(record as json) as r
+    from {TABLE} where namespace = '{LANGGRAPH}' and record ->> 'op' <> 'rebase'
+    union all
+    select log_id, tenant, version, written_at, day,
+           unnest(try_cast(cast(record as json) -> '$.records' as json[]))
+    from {TABLE} where namespace = '{LANGGRAPH}' and record ->> 'op' = 'rebase'
+"""
+"""A LangGraph thread's records, a rebase's (`prune`, `copy_thread`) taken apart."""
 VIEWS = {
     "messages": f"select * from {TABLE} where role is not null",
     "attempts": f"""
@@ -105,9 +115,29 @@ VIEWS = {
                r.tenant, r.day
         from recorded r left join ended e using (attempt_id)
     """,
+    "checkpoints": f"""
+        select thread_key, tenant, r ->> 'ns' as checkpoint_ns, r ->> 'id' as checkpoint_id,
+               r ->> 'parent' as parent_id,
+               try_cast(r ->> '$.metadata.msgpack.step' as bigint) as step,
+               r ->> '$.metadata.msgpack.source' as source,
+               try_cast(r ->> '$.checkpoint.msgpack.ts' as timestamptz) as checkpoint_ts,
+               json_keys(r -> '$.checkpoint.msgpack.channel_versions') as channels,
+               version, written_at, day
+        from ({_THREAD_RECORDS}) where r ->> 'op' = 'put'
+    """,
+    "checkpoint_writes": f"""
+        select thread_key, tenant, r ->> 'ns' as checkpoint_ns, r ->> 'id' as checkpoint_id,
+               r ->> 'task' as task_id, r ->> 'path' as task_path,
+               list_transform(try_cast(r -> '$.items' as json[]), lambda item: item ->> '$[1]')
+                   as channels,
+               version, written_at, day
+        from ({_THREAD_RECORDS}) where r ->> 'op' = 'writes'
+    """,
 }
-"""Views `query` defines over the rows: `messages` (the records that are messages) and
-`attempts` (a run's attempts with how each ended, from the `run-logs` records)."""
+"""Views `query` defines over the rows: `messages` (the records that are messages),
+`attempts` (a run's attempts with how each ended, from the `run-logs` records),
+`checkpoints` and `checkpoint_writes` (a LangGraph thread's puts and its tasks' writes,
+with the channels each names; values stay in the record)."""
 WINDOW = 2 * SEGMENT_SPAN
 """Versions read at once: bounds a projection's memory however long a log is."""
 FILE_READ_LIMIT = 1 << 30
@@ -378,11 +408,14 @@ class _Projector:
             if files:
                 yield from self.erase(namespace, log_id, [f.key for f in files])
             return
-        old = [f.key for f in files if f.life != head.base]
+        # The first version readers read: a log's base, or a later one its owner's state
+        # names (a LangGraph thread's deletion or prune starts a life in its state).
+        life = logs.life_of(head)
+        old = [f.key for f in files if f.life != life]
         if old:
             yield from self.erase(namespace, log_id, old)
-        current = sorted((f for f in files if f.life == head.base), key=lambda f: f.first)
-        start = head.base
+        current = sorted((f for f in files if f.life == life), key=lambda f: f.first)
+        start = life
         while current:
             newest = current[-1]
             following = yield from self.after(newest, namespace, log_id)
@@ -398,8 +431,8 @@ class _Projector:
         if start > head.version:
             return
         columns = yield from self.read(logs, namespace, log_id, start, head.version)
-        body = encode_file(namespace, log_id, head.base, start, head.version, columns)
-        key = self.key(namespace, log_id, head.base, start)
+        body = encode_file(namespace, log_id, life, start, head.version, columns)
+        key = self.key(namespace, log_id, life, start)
         request = PutObject(
             key,
             body,
@@ -407,13 +440,13 @@ class _Projector:
             content_type="application/vnd.apache.parquet",
             content_encoding=None,
         )
-        judge = file_judge(namespace, log_id, head.base, start)
+        judge = file_judge(namespace, log_id, life, start)
         yield from writes.create_named(
             request, judge, self.retry, what="projection", limit=FILE_READ_LIMIT, refresh=False
         )
         # Purged or deleted while it was projected: what was just written must not outlive it.
         after = yield from _live_head(logs, log_id)
-        if after is None or after.base != head.base:
+        if after is None or logs.life_of(after) != life:
             yield from self.erase(namespace, log_id, [key])
             return
         with self.lock:

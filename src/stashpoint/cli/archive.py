@@ -16,7 +16,7 @@ _Namespaces = Annotated[
     typer.Option(
         "--namespace",
         metavar="NS",
-        help="A log namespace (repeatable; default: conversations, logs, run-logs).",
+        help="A log namespace (repeatable; default: conversations, logs, run-logs, langgraph).",
     ),
 ]
 
