@@ -24,7 +24,7 @@ import stashpoint
 import stashpoint.stores.objects
 from stashpoint import projection
 from stashpoint.agent import ConversationStore, Message
-from stashpoint.errors import ConfigurationError, InvalidArgument
+from stashpoint.errors import InvalidArgument
 from stashpoint.stores.layout import PROJECTION
 from stashpoint.stores.objects import GetObject, PutObject
 from tests.kills import counting_child
@@ -320,7 +320,7 @@ def test_hostile_records_and_planted_objects_are_projected_or_passed_over() -> N
         assert _rows(stash) == _expected(stash, "odd", "fine")
 
 
-def test_bad_input_is_a_typed_error_and_an_encrypted_stash_is_refused(tmp_path: Any) -> None:
+def test_bad_input_is_a_typed_error() -> None:
     with _memory() as stash:
         with pytest.raises(InvalidArgument):
             projection.project(stash, namespaces=["purges"])
@@ -336,14 +336,39 @@ def test_bad_input_is_a_typed_error_and_an_encrypted_stash_is_refused(tmp_path: 
     for not_a_stash in (None, "local://x"):
         with pytest.raises(InvalidArgument):
             projection.project(not_a_stash)  # type: ignore[arg-type]
-    from stashpoint.encryption import Encryption
 
-    encryption = Encryption.local(tmp_path / "keys")
-    with (
-        stashpoint.open(f"local://{tmp_path / 's'}", encryption=encryption) as stash,
-        pytest.raises(ConfigurationError),
-    ):
-        projection.project(stash)
+
+def test_on_an_encrypted_stash_files_are_sealed_by_their_tenant_and_a_shred_reaches_them(
+    tmp_path: Any,
+) -> None:
+    from stashpoint.encryption import MAGIC, Encryption, KeyRule
+
+    encryption = Encryption(
+        (
+            KeyRule("acme", "keyring:acme", prefix="acme."),
+            KeyRule("globex", "keyring:globex", prefix="globex."),
+            KeyRule("default", "keyring:default"),
+        ),
+        keyring=str(tmp_path / "keyring.json"),
+    )
+    root = tmp_path / "stash"
+    with stashpoint.open(f"local://{root}", encryption=encryption) as stash:
+        _write(stash, "acme.t1", 3, f"{SECRET} acme")
+        _write(stash, "globex.t1", 3, f"{SECRET} globex")
+        report = projection.project(stash)
+        assert report.rows == 12 and len(report.files) == 2
+        files = sorted((root / PROJECTION).rglob("*.parquet"))
+        assert len(files) == 2
+        for path in files:  # sealed, like every object: no plain Parquet, no plain text
+            body = path.read_bytes()
+            assert body.startswith(MAGIC) and SECRET.encode() not in body
+        assert _rows(stash) == _expected(stash, "acme.t1", "globex.t1")
+        stash.purge(tenant="acme", shred=True)
+        # Acme's rows went with its keys; a run names its logs unreadable, and goes on.
+        assert {r[1] for r in _rows(stash)} == {"globex.t1"}
+        again = projection.project(stash)
+        assert again.unreadable == ["logs/acme.t1: shredded"]
+        assert _rows(stash) == _expected(stash, "globex.t1")
 
 
 def test_a_record_no_stash_can_store_is_projected_as_valid_text_all_the_same() -> None:

@@ -62,6 +62,7 @@ from stashpoint.stores.layout import (
     LANGGRAPH,
     LANGGRAPH_VALUES,
     NAMESPACES,
+    PROJECTION,
     QUARANTINE,
     SEALED,
     Layout,
@@ -462,9 +463,10 @@ def locate(layout: Layout, encryption: Encryption, key: str) -> Located:
 
 def _owner(namespace: str, rest: str) -> tuple[str, str]:
     """Return (kind, id) of an object `{namespace}/{rest}`: the id the rules match."""
-    if namespace == SEALED:
+    if namespace in (SEALED, PROJECTION):
+        # A sealed segment, or the archive's projection of a log: its log's tenant's.
         inner, _, rest = rest.partition("/")
-        return f"{SEALED}/{inner}", _id_of(inner, rest)
+        return f"{namespace}/{inner}", _id_of(inner, rest)
     if namespace == QUARANTINE:
         original = rest.rpartition(".")[0]  # `{key}.{etag}`: the key it was moved from
         inner, _, inner_rest = original.partition("/")

@@ -3,13 +3,15 @@
 A projection turns each log's records (a conversation's messages, `stash.logs`'
 transcripts, a run's attempts) into rows of one table, `records`: where the row came from
 (namespace, log id, tenant, version, position), when it was written, a message's role and
-text, and the record itself as JSON text; `query` adds the views `messages` and `attempts`.
+text, and the record itself as JSON text; `query` adds the views `messages`, `attempts`,
+`checkpoints` and `checkpoint_writes`.
 Each log's rows go to files of their own under the stash's prefix,
 `projection/{namespace}/{log id}/{life}-{first version}.parquet`, plain Parquet that DuckDB,
 Athena, Spark or pyarrow read with no stashpoint code.
 
-- **Incremental.** A rerun lists the projection's files and each log's head, and projects
-  only the versions appended since (one new file per log that grew). A file is created only
+- **Incremental.** A rerun lists the projection's files; a log with no key after its newest
+  file's last version is up to date (two requests); any other's head is read, and only the
+  versions appended since are projected (one new file per log that grew). A file is created only
   if absent (If-None-Match, through the one write engine) and named by the first version it
   holds: two projectors at once name the same file, one creates it and the other finds it
   (judged by what it holds: a file of the same log, life and first version is as good as its
@@ -21,8 +23,9 @@ Athena, Spark or pyarrow read with no stashpoint code.
   files of a log that was deleted, and of a life the log no longer has; a file a run wrote
   while its log was purged or deleted is erased by that run when it sees so (a projector
   killed in between leaves it to the next run).
-- **Not for encrypted stashes yet**: rows are plain Parquet; a stash with client-side
-  encryption refuses to project (`ConfigurationError`), so a shred is never outlived.
+- **Encrypted stashes**: a file is sealed like every object, under its log's tenant's key
+  (`encryption.locate`), so a tenant's shred makes its projected rows unreadable with its
+  logs, and a read passes over them as erased. Only stashpoint reads such files.
 
 Needs the `archive` extra (pyarrow, duckdb), imported only here.
 """
@@ -42,6 +45,7 @@ from stashpoint.errors import (
     CheckpointNotFound,
     ConfigurationError,
     InvalidArgument,
+    KeyShredded,
     StashpointError,
     StorageUnavailable,
 )
@@ -331,11 +335,6 @@ class _Projector:
             raise InvalidArgument(
                 f"a projection needs a blocking stash (stashpoint.open), not {type(stash).__name__}"
             )
-        if stash.encryption is not None:
-            raise ConfigurationError(
-                "a stash with client-side encryption cannot be projected yet: its rows "
-                "would be stored in plain Parquet, beyond the reach of a shred"
-            )
         self.layout = stash.layout
         self.retry = stash.retry
         self.stash = stash
@@ -567,8 +566,8 @@ def project(
     """Project the records of the logs of `namespaces` whose ids start with `prefix`.
 
     Incremental: only versions appended since the last run are read and written. Raises
-    `ConfigurationError` on a stash with client-side encryption or without the `archive`
-    extra; a log that cannot be read is skipped and named in the report.
+    `ConfigurationError` without the `archive` extra; a log that cannot be read (damaged,
+    or its tenant's keys shredded) is skipped and named in the report.
     """
     from stashpoint.ids import validate_prefix
 
@@ -591,10 +590,18 @@ def project(
 
 
 def _fetch_all(keys: Sequence[str]) -> Steps[list[ObjectInfo | None]]:
+    """Read projected files; one whose tenant's keys were shredded reads as erased (None)."""
     found: list[ObjectInfo | None] = []
     for start in range(0, len(keys), _FETCH):
         batch = tuple(GetObject(k, None, FILE_READ_LIMIT) for k in keys[start : start + _FETCH])
-        found += yield from ask(Parallel(batch))
+        try:
+            found += yield from ask(Parallel(batch))
+        except KeyShredded:
+            for request in batch:  # which ones: read one by one
+                try:
+                    found.append((yield from ask(request)))
+                except KeyShredded:
+                    found.append(None)
     return found
 
 
