@@ -8,7 +8,8 @@ default; `--s3` for SeaweedFS on 127.0.0.1), then measures, in one run:
 - **full**: `projection.project` on the stash, from nothing (reads every log, writes one
   file per log through the write engine);
 - **rerun**: `project` again after 1% more messages (one more turn on 1% of the logs);
-- **query**: `select tenant, day, count(*) ... group by all` through `projection.query`.
+- **query**: `select tenant, day, count(*) ... group by all` through `projection.query`,
+  and (local folder) DuckDB's `read_parquet` over the files themselves.
 
     .venv/bin/python -m bench.projection_bench [--logs 1000] [--messages 100] [--s3]
 """
@@ -96,13 +97,26 @@ def main() -> None:
             )
             query = time.perf_counter() - started
             assert sum(answer.column("n").to_pylist()) == rows + again.rows
+            direct = None
+            if not args.s3:  # what DuckDB (or Athena) reading the files themselves costs
+                import duckdb
+
+                files = Path(folder) / "stash" / "projection" / "logs" / "*" / "*.parquet"
+                started = time.perf_counter()
+                counted = duckdb.sql(
+                    f"select tenant, day, count(*) as n from read_parquet('{files}') group by all"
+                ).fetchall()
+                direct = time.perf_counter() - started
+                assert sum(n for _, _, n in counted) == rows + again.rows
     print(f"{rows} messages in {args.logs} logs ({'SeaweedFS' if args.s3 else 'local folder'})")
     print(f"baseline, pyarrow from memory: {baseline:.2f} s ({rows / baseline:,.0f} msg/s)")
     print(f"projection, full: {full:.2f} s ({rows / full:,.0f} msg/s): "
           f"{baseline / full:.2f}x the baseline's throughput")  # fmt: skip
     print(f"rerun after {again.rows} new messages ({again.rows / rows:.1%}): {rerun:.2f} s "
           f"({rerun / full:.1%} of the full run)")  # fmt: skip
-    print(f"query, count by tenant and day: {query:.2f} s")
+    print(f"query, count by tenant and day: {query:.2f} s (projection.query)")
+    if direct is not None:
+        print(f"the same with DuckDB over the files: {direct:.2f} s")
 
 
 if __name__ == "__main__":

