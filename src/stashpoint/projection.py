@@ -641,10 +641,11 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
 
 
 def query(stash: Stash, sql: str, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table:
-    """Run `sql` with DuckDB over the projected rows (`records`, `messages`, `attempts`).
+    """Run `sql` with DuckDB over the projected rows (`records` and its views).
 
     The table `records` holds every projected row; its views are `messages` (the records
-    that are messages) and `attempts` (runs' attempts, each with how it ended).
+    that are messages), `attempts` (runs' attempts, each with how it ended), and
+    `checkpoints` and `checkpoint_writes` (LangGraph threads' puts and tasks' writes).
     Raises `InvalidArgument` for SQL DuckDB refuses: with DuckDB's message when it is about
     the SQL (a syntax error, an unknown column), with the error's type alone otherwise (a
     conversion error's message quotes the value it met, and errors never carry payloads).

@@ -57,7 +57,13 @@ def project(
 
 @app.command()
 def query(
-    sql: Annotated[str, typer.Argument(help="SQL over `records`, `messages`, `attempts`.")],
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="SQL over `records` and its views (`messages`, `attempts`, `checkpoints`, "
+            "`checkpoint_writes`)."
+        ),
+    ],
     namespaces: _Namespaces = None,
     url: Url = None,
     as_json: AsJson = False,
@@ -65,8 +71,10 @@ def query(
     """Run SQL with DuckDB over the projected rows.
 
     The table `records` (namespace, log_id, tenant, version, position, written_at, day,
-    role, content, record) and its views `messages` (records with a role) and `attempts`
-    (runs' attempts: run_id, node_id, attempt, status, error, started_at, finished_at).
+    role, content, record) and its views `messages` (records with a role), `attempts`
+    (runs' attempts: run_id, node_id, attempt, status, error, started_at, finished_at),
+    `checkpoints` (LangGraph puts: thread_key, checkpoint_id, parent_id, step, source,
+    channels) and `checkpoint_writes` (tasks' writes: checkpoint_id, task_id, channels).
     Run `stashpoint project` first; needs the archive extra.
     """
     from stashpoint.cli.output import Column, Output
