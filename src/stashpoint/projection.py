@@ -9,8 +9,9 @@ Each log's rows go to files of their own under the stash's prefix,
 `projection/{namespace}/{log id}/{life}-{first version}.parquet`, plain Parquet that DuckDB,
 Athena, Spark or pyarrow read with no stashpoint code.
 
-- **Incremental.** A rerun lists the projection's files; a log with no key after its newest
-  file's last version is up to date (two requests); any other's head is read, and only the
+- **Incremental.** A rerun lists the projection's files and the logs' ids (with the tops the
+  listing shows); a log with no key after its newest file's last version is up to date
+  (one or two requests); any other's head is read, and only the
   versions appended since are projected (one new file per log that grew). A file is created only
   if absent (If-None-Match, through the one write engine) and named by the first version it
   holds: two projectors at once name the same file, one creates it and the other finds it
@@ -365,39 +366,49 @@ class _Projector:
 
     def work(
         self, namespaces: Sequence[str], id_prefix: str
-    ) -> Steps[list[tuple[str, str, list[_File]]]]:
+    ) -> Steps[list[tuple[str, str, list[_File], int | None]]]:
         """Return each log of `namespaces` (ids from `id_prefix`) with its projected files.
 
-        The logs listed, and the logs that have files but are gone (their files are erased).
+        The logs listed, with their tops where the listing showed them (`list_tops`), and
+        the logs that have files but are gone (their files are erased).
         """
-        work: list[tuple[str, str, list[_File]]] = []
+        work: list[tuple[str, str, list[_File], int | None]] = []
         for namespace in namespaces:
             projected = yield from self.files(namespace, id_prefix)
-            ids = yield from self.stash.log_steps(namespace).list_ids(id_prefix)
-            for log_id in sorted(set(ids) | set(projected)):
-                work.append((namespace, log_id, projected.get(log_id, [])))
+            tops = yield from self.stash.log_steps(namespace).list_tops(id_prefix)
+            for log_id in sorted(set(tops) | set(projected)):
+                work.append((namespace, log_id, projected.get(log_id, []), tops.get(log_id)))
         return work
 
-    def bring_up_to_date(self, namespace: str, log_id: str, files: list[_File]) -> None:
+    def bring_up_to_date(
+        self, namespace: str, log_id: str, files: list[_File], top: int | None
+    ) -> None:
         """Run `log` for one log; a log that cannot be read is named in the report."""
+        logs = self.stash.log_steps(namespace)
         try:
-            run_sync(self.log(self.stash.log_steps(namespace), namespace, log_id, files),
-                     self.stash.driver)  # fmt: skip
+            run_sync(self.log(logs, namespace, log_id, files, top), self.stash.driver)
         except StashpointError as exc:
             with self.lock:
                 self.report.unreadable.append(f"{namespace}/{log_id}: {exc.kind.value}")
 
-    def log(self, logs: LogSteps, namespace: str, log_id: str, files: list[_File]) -> Steps[None]:
-        """Bring one log's projection up to its head (or erase it: the log is gone)."""
+    def log(
+        self, logs: LogSteps, namespace: str, log_id: str, files: list[_File], top: int | None
+    ) -> Steps[None]:
+        """Bring one log's projection up to its head (or erase it: the log is gone).
+
+        `top`: the log's newest version as the run's listing showed it (None: not known).
+        """
         if files and len({f.life for f in files}) == 1:
-            # A rerun's common case, in two requests instead of a head read: the newest
-            # file says the last version it holds, and no key after it (keys are never
-            # freed) means nothing was appended, deleted or purged since.
+            # A rerun's common case, without a head read: the newest file says the last
+            # version it holds, and no key after it (keys are never freed) means nothing
+            # was appended, deleted or purged since: the listing's top says so, or one
+            # short listing after it.
             newest = max(files, key=lambda f: f.first)
             following = yield from self.after(newest, namespace, log_id)
-            if (
-                following is not None
-                and (yield from logs.written_after(log_id, following - 1)) is False
+            if following is not None and (
+                top == following - 1
+                if top is not None
+                else (yield from logs.written_after(log_id, following - 1)) is False
             ):
                 with self.lock:
                     self.report.unchanged += 1
@@ -633,8 +644,8 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
         if described_by(body) is None:
             continue
         # One small file at a time: pyarrow's thread pool costs more than it saves (2.5x).
-        read = pq.read_table(pa.BufferReader(body), use_threads=False)
-        tables.append(read.replace_schema_metadata(None))
+        loaded = pq.read_table(pa.BufferReader(body), use_threads=False)
+        tables.append(loaded.replace_schema_metadata(None))
     if not tables:
         return _schema(pa).empty_table()
     return pa.concat_tables(tables)

@@ -88,3 +88,23 @@ def test_written_after_is_one_listing_after_the_version_and_none_without_seeks()
         assert request.start_after.endswith(f"/{7:020d}") and request.page_size == 1
     unordered = LogSteps(LogKeys(Layout(), "logs"), Codec(), RetryPolicy(), seeks=False)
     assert Script([]).run(unordered.written_after("l", 7)) is None
+
+
+def test_list_tops_are_the_newest_versions_of_the_logs_a_page_holds_whole() -> None:
+    from stashpoint.stores.objects import KeyPage, ListKeys
+
+    keys = LogKeys(Layout(), "logs")
+    first = [keys.entry("a", v) for v in range(3)] + [keys.entry("b", 0), "logs/b/planted"]
+    first += [keys.entry("c", v) for v in range(2)]  # cut: the page goes on
+    second = [keys.entry("d", 7)]
+    script = Script(
+        [
+            (ListKeys, KeyPage(keys=first, next_token="more")),
+            (ListKeys, KeyPage(keys=second, next_token=None)),
+        ]
+    )
+    assert script.run(_steps().list_tops()) == {"a": 2, "b": None, "c": None, "d": 7}
+    assert script.requests[1].start_after == "logs/c/~"  # past the rest of c's keys
+    unordered = LogSteps(LogKeys(Layout(), "logs"), Codec(), RetryPolicy(), seeks=False)
+    pages = Script([(ListKeys, KeyPage(keys=[keys.entry("a", 4)], next_token=None))])
+    assert pages.run(unordered.list_tops()) == {"a": None}

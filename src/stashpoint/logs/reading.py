@@ -885,7 +885,11 @@ class LogReader:
         return ids[:limit], ids[limit - 1]
 
     def _ids_after(
-        self, prefix: str, after: str | None, limit: int | None
+        self,
+        prefix: str,
+        after: str | None,
+        limit: int | None,
+        tops: dict[str, int | None] | None = None,
     ) -> Steps[tuple[list[str], bool]]:
         """Return the log ids after the key `after`, and whether the listing ended.
 
@@ -893,21 +897,51 @@ class LogReader:
         starts after the last log it named (`start_after` past the rest of that log's
         entries), so a log costs one LIST at most however long it is. A page whose last
         key names no log (an object planted without a `/`) is passed by that key, so such
-        objects never bring a page back.
+        objects never bring a page back. `tops`, when given, is filled with each id's
+        newest listed version: None for a log whose keys a page cut (a long one, passed
+        by `start_after`) or that holds a key that names no version.
         """
         base = self.keys.ids_prefix()
         ids: list[str] = []
+        cut: set[str] = set()
         while limit is None or len(ids) < limit:
             page = yield from ask(ListKeys(base + prefix, start_after=after))
             for key in page.keys:
-                log_id, slash, _ = key[len(base) :].partition("/")
+                log_id, slash, name = key[len(base) :].partition("/")
                 if slash and (not ids or ids[-1] != log_id):
                     ids.append(log_id)
+                if slash and tops is not None:
+                    try:
+                        version = parse_entry_name(name, key)
+                    except StashpointError:
+                        cut.add(log_id)  # not a version: its top is not known
+                        continue
+                    tops[log_id] = max(tops.get(log_id) or 0, version)
             if not page.keys or page.next_token is None:
-                return ids, True
+                break
+            if ids:
+                cut.add(ids[-1])  # its keys may go on past the page
             skip = f"{base}{ids[-1]}/~" if ids else page.keys[-1]
             after = max(skip, page.keys[-1])  # the rest of the last log's entries: skipped
-        return ids, False
+        else:
+            return ids, False
+        if tops is not None:
+            tops.update(dict.fromkeys(cut & tops.keys()))
+        return ids, True
+
+    def list_tops(self, prefix: str = "") -> Steps[dict[str, int | None]]:
+        """Return the ids `list_ids` returns, each with its newest version when known.
+
+        From the same listing: a log whose keys one page holds whole has its top there
+        (keys are never freed: the newest key is the newest version ever written); a long
+        log (its keys cut by a page) and storage that cannot list in order give None.
+        """
+        validate_prefix(prefix)
+        if not self.seeks:
+            return dict.fromkeys((yield from self.list_ids(prefix)))
+        tops: dict[str, int | None] = {}
+        ids, _ = yield from self._ids_after(prefix, None, None, tops)
+        return {log_id: tops.get(log_id) for log_id in ids}
 
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of logs with entries in this namespace that start with `prefix`."""
