@@ -11,12 +11,12 @@ Athena, Spark or pyarrow read with no stashpoint code.
 
 - **Incremental.** A rerun lists the projection's files and the logs' ids (with the tops the
   listing shows); a log with no key after its newest file's last version is up to date
-  (one or two requests); any other's head is read, and only the
-  versions appended since are projected (one new file per log that grew). A file is created only
-  if absent (If-None-Match, through the one write engine) and named by the first version it
-  holds: two projectors at once name the same file, one creates it and the other finds it
-  (judged by what it holds: a file of the same log, life and first version is as good as its
-  own), so no row is projected twice. A file found there that is not such a projection
+  (one or two requests); any other's head is read, and only the versions appended since
+  are projected (one new file per log that grew). A file is created only if absent
+  (If-None-Match, through the one write engine) and named by the first version it holds:
+  two projectors at once name the same file, one creates it and the other finds it (judged
+  by what it holds: a file of the same log, life and first version is as good as its own),
+  so no row is projected twice. A file found there that is not such a projection
   (planted, damaged) is written over.
 - **Erasure reaches it.** A purge of a log erases its projected files with everything else
   the log owns, named in the receipt (`purge._prefixes`); Object Lock and legal holds are
@@ -172,8 +172,8 @@ class ProjectionReport:
     unreadable: list[str] = field(default_factory=list)
     """`namespace/log id: why` of each log skipped (it is projected on a later run)."""
     unchanged: int = 0
-    """Logs found up to date from their newest file and one short listing (nothing
-    written to them since it was projected)."""
+    """Logs found up to date from their newest file and the listing's top (or, for a long
+    log, one short listing): nothing was written to them since it was projected."""
 
 
 @dataclass(frozen=True, slots=True)
