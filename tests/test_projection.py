@@ -126,8 +126,13 @@ def test_a_rerun_finds_an_unchanged_log_up_to_date_in_one_request(erasure_url: s
         # What was written since is seen the same way: one grew, one was deleted.
         _write(stash, "acme.t1", 1, "later", after=heads["acme.t1"])
         stash.logs.delete("acme.t2")
-        third = projection.project(stash)
+        sent.clear()
+        with stash.intercept(count):
+            third = projection.project(stash)
         assert (third.unchanged, third.rows, third.erased) == (1, 2, ["logs/acme.t2"])
+        files = stash.layout.key(PROJECTION, "logs/acme.t1/")
+        reads = [r for r in sent if isinstance(r, GetObject) and r.key.startswith(files)]
+        assert len(reads) == 1  # the grown log's newest file is read and judged once
         assert _rows(stash) == _expected(stash, "acme.t1", "globex.t1")
 
 

@@ -398,6 +398,7 @@ class _Projector:
 
         `top`: the log's newest version as the run's listing showed it (None: not known).
         """
+        judged: dict[str, int | None] = {}  # what `after` said of a file, by key: read once
         if files and len({f.life for f in files}) == 1:
             # A rerun's common case, without a head read: the newest file says the last
             # version it holds, and no key after it (keys are never freed) means nothing
@@ -405,6 +406,7 @@ class _Projector:
             # short listing after it.
             newest = max(files, key=lambda f: f.first)
             following = yield from self.after(newest, namespace, log_id)
+            judged[newest.key] = following
             if following is not None and (
                 top == following - 1
                 if top is not None
@@ -428,7 +430,10 @@ class _Projector:
         start = life
         while current:
             newest = current[-1]
-            following = yield from self.after(newest, namespace, log_id)
+            if newest.key in judged:
+                following = judged[newest.key]
+            else:
+                following = yield from self.after(newest, namespace, log_id)
             if following is not None:
                 start = following  # above the head we read: another run's, newer; skip
                 break
