@@ -251,6 +251,11 @@ def test_oversize_payload_is_refused_and_previous_revision_kept(backend: Any) ->
 
 def test_racing_creates_have_exactly_one_winner(backend: Any) -> None:
     url, options, _ = backend
+    if url.startswith("s3://moto"):
+        # moto checks If-None-Match and stores in two steps without a lock: two threads
+        # can both pass the check (stop 61's CI saw two winners). Racing creates run on
+        # SeaweedFS, its directory-bucket stand-in, the local folder and memory.
+        pytest.skip("moto's conditional create is not atomic across threads")
     checkpoint_id = stashpoint.new_id()
     outcomes: list[str] = []
     barrier = threading.Barrier(8)
