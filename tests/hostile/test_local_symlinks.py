@@ -109,3 +109,24 @@ def test_the_store_root_itself_may_be_a_symlink(tmp_path: Path) -> None:
     with open_store(tmp_path) as stash:
         seed(stash)
         assert stash.checkpoints.load("good").revision == 0
+
+
+@pytest.mark.parametrize("root", [".", "store", "./store/"])
+def test_a_relative_root_is_checked_like_an_absolute_one(
+    tmp_path: Path, outside: Path, monkeypatch: pytest.MonkeyPatch, root: str
+) -> None:
+    """A store opened at a folder relative to the working one (even the working folder
+    itself, whose name pathlib drops from the paths it joins) refuses links and `..`."""
+    from stashpoint._backends.local import LocalTransport
+    from stashpoint.stores.objects import GetObject
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "store").mkdir(exist_ok=True)
+    transport = LocalTransport(root)
+    folder = tmp_path / "store" if "store" in root else tmp_path
+    (folder / "evil").symlink_to(outside / "passwd")
+    with pytest.raises(UnsafeStorage):
+        transport.execute(GetObject("evil"))
+    with pytest.raises(UnsafeStorage):
+        transport.execute(GetObject("../outside/passwd"))
+    assert transport.execute(GetObject("missing")) is None

@@ -10,6 +10,7 @@ spares it. Each is tried on the local backend and on SeaweedFS, versioned and un
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -139,19 +140,27 @@ def test_a_reusable_purge_crashed_at_any_request_never_erases_the_life_after_it(
 def test_gc_crashed_at_any_request_never_erases_a_reusable_ids_new_life(
     tmp_path: Path, after: bool
 ) -> None:
+    # The scene (a purged life, then a new one, sealed) is written once and copied for
+    # each crash: a closed local stash is its folder.
+    scene = tmp_path / "scene"
+    with stashpoint.open(f"local://{scene}", vacate_sealed_entries=True) as stash:
+        _append(stash, "L", OLD, 10)
+        stash.purge(log="L", reusable=True)
+        _append(stash, "L", NEW, 70)
+        stash.logs.seal("L")
     for step in range(200):  # bounded
-        url = f"local://{tmp_path / f's{step}-{after}'}"
-        with stashpoint.open(url, vacate_sealed_entries=True) as stash:
-            _append(stash, "L", OLD, 10)
-            stash.purge(log="L", reusable=True)
-            _append(stash, "L", NEW, 70)
-            stash.logs.seal("L")
-            with crash_at(stash, step, after) as calls:
-                try:
-                    stash.collect_garbage(dry_run=False, min_age=timedelta(0))
-                    crashed = False
-                except Crash:
-                    crashed = True
+        folder = tmp_path / f"s{step}-{after}"
+        shutil.copytree(scene, folder, symlinks=True)
+        url = f"local://{folder}"
+        with (
+            stashpoint.open(url, vacate_sealed_entries=True) as stash,
+            crash_at(stash, step, after) as calls,
+        ):
+            try:
+                stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+                crashed = False
+            except Crash:
+                crashed = True
         with stashpoint.open(url) as again:
             again.collect_garbage(dry_run=False, min_age=timedelta(0))
             assert _texts(again, "L") == [f"{NEW} {turn}" for turn in range(70)]
