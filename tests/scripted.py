@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stashpoint.steps import Compute, Now, Sleep, Steps
+from stashpoint.clock import REAL
+from stashpoint.randomness import SYSTEM, Randomness
+from stashpoint.steps import ID_REQUESTS, Compute, Now, Sleep, Steps
 from stashpoint.stores.objects import PutObject, WriteOutcome, WriteResult
 
 Answer = Any  # a result, an exception to raise, or a function of the request
@@ -23,6 +25,7 @@ class Script:
     answers: list[tuple[type[Any], Answer]]
     requests: list[Any] = field(default_factory=list)
     sleeps: int = 0
+    ids: Randomness = SYSTEM  # each script is another writer: never a shared seed
 
     def run(self, steps: Steps[Any]) -> Any:
         try:
@@ -37,6 +40,9 @@ class Script:
                     continue
                 if isinstance(request, Now):
                     request = steps.send(datetime(2026, 1, 1, tzinfo=UTC))
+                    continue
+                if isinstance(request, ID_REQUESTS):
+                    request = steps.send(self.ids.answer(request, REAL))
                     continue
                 assert self.answers, f"unscripted request {request!r}"
                 kind, answer = self.answers.pop(0)

@@ -151,7 +151,9 @@ def _scripted(sealer: Sealer, request: PutObject, answers: dict[type, Any]) -> l
     """Drive the sealing of `request`, answering each request from `answers`; return them."""
     from datetime import UTC, datetime
 
-    from stashpoint.steps import Compute, Now
+    from stashpoint.clock import REAL
+    from stashpoint.randomness import SYSTEM
+    from stashpoint.steps import ID_REQUESTS, Compute, Now
 
     seen: list[Any] = []
     steps = sealer.sealing(request)
@@ -165,6 +167,9 @@ def _scripted(sealer: Sealer, request: PutObject, answers: dict[type, Any]) -> l
             elif isinstance(asked, Compute):
                 seen.pop()  # the codec's own work, not a request
                 sent = asked.work()
+            elif isinstance(asked, ID_REQUESTS):
+                seen.pop()  # the data key's new id, not a request
+                sent = SYSTEM.answer(asked, REAL)
             else:
                 answer = answers[type(asked)]
                 sent = answer(asked) if callable(answer) else answer

@@ -52,9 +52,9 @@ from stashpoint.errors import (
     Undecryptable,
     described,
 )
-from stashpoint.ids import new_id, thread_id_of
+from stashpoint.ids import thread_id_of
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
-from stashpoint.steps import Now, Request, Steps, ask
+from stashpoint.steps import NewId, Now, Request, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.layout import (
     BLOBS,
@@ -661,7 +661,7 @@ class Sealer:
                 object_name=tenant,
             )
         self._checked.put(tenant, now)
-        key_id = new_id()
+        key_id = yield from ask(NewId())
         fresh = yield from ask(GenerateDataKey(rule.key, context_of(tenant, key_id)))
         record = DataKeyRecord(tenant, key_id, fresh.master, fresh.wrapped, now.isoformat())
         yield from self._store(record, Create())

@@ -108,11 +108,13 @@ class Envelope:
         payload: Any,
         *,
         at: datetime | None = None,
+        write_id: str | None = None,
     ) -> Envelope:
         """Return revision 0 of a new checkpoint; a bad id or kind raises `InvalidId`.
 
         `at`: when it is written (its `created_at` and `updated_at`); default the wall
-        clock. The library's own saves pass their stash's clock.
+        clock. `write_id`: its write id; default a fresh random one. The library's own
+        saves pass their stash's clock and source of ids (`stashpoint.randomness`).
         """
         now = utc_now() if at is None else at
         return cls(
@@ -121,7 +123,7 @@ class Envelope:
             kind=kind,
             schema_version=schema_version,
             revision=0,
-            write_id=new_write_id(),
+            write_id=new_write_id() if write_id is None else write_id,
             created_at=now,
             updated_at=now,
             payload=payload,
@@ -144,13 +146,17 @@ class Envelope:
         extra = {name: value for name, value in fields.items() if name not in _FIELDS}
         return cls(**known, extra=extra)
 
-    def next(self, payload: Any, *, at: datetime | None = None) -> Envelope:
+    def next(
+        self, payload: Any, *, at: datetime | None = None, write_id: str | None = None
+    ) -> Envelope:
         """Return the following revision carrying `payload`, with a fresh write id.
 
         Identity (`id`, `run_id`, `kind`, `schema_version`, `created_at`) is kept; the
         current write id joins the lineage. `at`: its `updated_at` (default the wall
-        clock; the library's own saves pass their stash's clock). Raises `LimitExceeded`
-        past `MAX_REVISION`, `InvalidPayload` for an `at` without a time zone.
+        clock; the library's own saves pass their stash's clock). `write_id`: its write id
+        (default a fresh random one; the library's saves pass their stash's). Raises
+        `LimitExceeded` past `MAX_REVISION`, `InvalidPayload` for an `at` without a time
+        zone or a malformed `write_id`.
         """
         if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
             raise InvalidPayload(
@@ -169,13 +175,19 @@ class Envelope:
             object.__setattr__(following, name, getattr(self, name))
         for name, value in (
             ("revision", self.revision + 1),
-            ("write_id", new_write_id()),
+            ("write_id", new_write_id() if write_id is None else self._checked(write_id)),
             ("lineage", (self.write_id, *self.lineage[: LINEAGE_DEPTH - 2])),
             ("updated_at", utc_now() if at is None else at),
             ("payload", payload),
         ):
             object.__setattr__(following, name, value)
         return following
+
+    def _checked(self, write_id: str) -> str:
+        try:
+            return check_write_id(write_id)
+        except ValueError as exc:
+            raise InvalidPayload(str(exc), object_name=_name(self.id)) from None
 
     def saved_by(self, writer: str) -> Envelope:
         """Return this envelope as `writer` stores it: first among `writers` (the store's)."""

@@ -16,10 +16,6 @@ MAX_ID_LENGTH = 255
 """Longest id: the longest file name common file systems allow (the local backend)."""
 _ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,255}")
 
-_lock = threading.Lock()
-_last_ms = 0
-_last_seq = 0
-
 
 def validate_id(value: str, *, what: str = "id") -> str:
     """Return `value` if it is a valid id, else raise `InvalidId`.
@@ -51,26 +47,50 @@ def validate_prefix(value: str, *, what: str = "prefix") -> str:
 
 def new_id() -> str:
     """Return a new time-ordered UUIDv7 string (RFC 9562), monotonic within this process."""
-    global _last_ms, _last_seq
-    with _lock:
-        ms = time.time_ns() // 1_000_000
-        if ms <= _last_ms:
-            # Same (or an earlier, after a clock step) millisecond: keep order with a counter.
-            ms = _last_ms
-            _last_seq += 1
-            if _last_seq >= 1 << 12:
-                ms += 1
-                _last_seq = 0
-        else:
-            _last_seq = 0
-        _last_ms = ms
-        seq = _last_seq
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    return _PROCESS_IDS.next(time.time_ns() // 1_000_000, int.from_bytes(os.urandom(8), "big"))
+
+
+def _next_tick(ms: int, last_ms: int, last_seq: int) -> tuple[int, int]:
+    """Return the (millisecond, sequence) of the next id after (`last_ms`, `last_seq`)."""
+    if ms > last_ms:
+        return ms, 0
+    # Same (or an earlier, after a clock step) millisecond: keep order with a counter.
+    if last_seq + 1 >= 1 << 12:
+        return last_ms + 1, 0
+    return last_ms, last_seq + 1
+
+
+def uuid7(ms: int, seq: int, rand: int) -> str:
+    """Return the UUIDv7 text of a Unix millisecond, a 12-bit sequence and random bits.
+
+    Only the low 62 bits of `rand` are used.
+    """
+    rand &= (1 << 62) - 1
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | rand
     # The canonical 8-4-4-4-12 text, written out: the `uuid` module costs a cold start ~5 ms.
     digits = f"{value:032x}"
     return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
+
+class IdSequence:
+    """Time-ordered UUIDv7 ids from given times and random bits, monotonic per instance.
+
+    `new_id` uses one for the whole process; a seeded source of ids keeps its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = (0, 0)
+
+    def next(self, ms: int, rand: int) -> str:
+        """Return the id for Unix millisecond `ms` (or just after the last one given)."""
+        with self._lock:
+            ms, seq = _next_tick(ms, *self._last)
+            self._last = (ms, seq)
+        return uuid7(ms, seq, rand)
+
+
+_PROCESS_IDS = IdSequence()
 
 _PROCESS = base64.urlsafe_b64encode(os.urandom(9)).decode("ascii")
 
@@ -105,7 +125,12 @@ def writer_token(depth: int = 0) -> str:
 
 def new_write_id() -> str:
     """Return a fresh random write id: 128 bits, 22 URL-safe characters."""
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+    return write_id_text(os.urandom(16))
+
+
+def write_id_text(raw: bytes) -> str:
+    """Return the write id of 16 random bytes: 22 URL-safe characters."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 _SAFE_THREAD = re.compile(r"[A-Za-z0-9._-]{1,200}")

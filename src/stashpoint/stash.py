@@ -23,6 +23,7 @@ from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
 from stashpoint.composition import Backend, backend_of, split_options
 from stashpoint.errors import ConfigurationError, InvalidArgument, KeyShredded, described
 from stashpoint.progress import OnProgress, silent
+from stashpoint.randomness import SYSTEM, Randomness
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
 from stashpoint.steps import Steps, run_async, run_sync
 from stashpoint.stores.cas import CompareAndSwap, EtagCache
@@ -78,6 +79,9 @@ class Options:
     clock: Clock = REAL
     """What the stash answers the logic's time requests with: the system's clocks, or a
     `stashpoint.clock.FakeClock` in tests of leases, waits and retries."""
+    randomness: Randomness = SYSTEM
+    """What the stash answers the logic's id requests with: the operating system's, or a
+    `stashpoint.randomness.SeededRandomness` in tests that want the same ids every run."""
     vacate_sealed_entries: bool = False
     """Replace each sealed log entry by a small marker once its segment is stored (its key
     stays occupied), so a log's bytes at rest are about its segments'. Costs one more PUT
@@ -119,6 +123,8 @@ class Options:
             raise ConfigurationError("log_delete_after must be a timedelta >= 0")
         if not isinstance(self.clock, Clock):
             raise ConfigurationError("clock must be a stashpoint.clock.Clock")
+        if not isinstance(self.randomness, Randomness):
+            raise ConfigurationError("randomness must be a stashpoint.randomness.Randomness")
         if not isinstance(self.vacate_sealed_entries, bool):
             raise ConfigurationError("vacate_sealed_entries must be a bool")
         cache_bytes = self.log_read_cache_bytes
@@ -171,7 +177,9 @@ class _Parts:
         self.sealer = self._sealer(options.encryption, own.get("encryption"))
         self.erasure_key_option = options.erasure_key
         if self.sealer is not None:
-            self.backend = self._encrypted(self.backend, self.sealer, options.clock)
+            self.backend = self._encrypted(
+                self.backend, self.sealer, options.clock, options.randomness
+            )
         self.cache = EtagCache()
         ttl_days = _number(own.get("ttl_days"), "ttl_days", float)
         self.ttl_seconds = None if ttl_days is None else int(ttl_days * 86400)
@@ -197,7 +205,9 @@ class _Parts:
         return Sealer(encryption, self.backend.layout, self.codec, self.retry)
 
     @staticmethod
-    def _encrypted(backend: Backend, sealer: Sealer, clock: Clock) -> Backend:
+    def _encrypted(
+        backend: Backend, sealer: Sealer, clock: Clock, randomness: Randomness
+    ) -> Backend:
         """Return the backend with its object transports wrapped to seal and open."""
         from stashpoint._backends.encrypting import (
             AsyncEncryptingTransport,
@@ -208,9 +218,9 @@ class _Parts:
         keys = KeyServices(sealer)
         return dataclasses.replace(
             backend,
-            objects=lambda: EncryptingTransport(backend.objects(), sealer, keys, clock),
+            objects=lambda: EncryptingTransport(backend.objects(), sealer, keys, clock, randomness),
             async_objects=lambda: AsyncEncryptingTransport(
-                backend.async_objects(), sealer, keys, clock
+                backend.async_objects(), sealer, keys, clock, randomness
             ),
         )
 
@@ -399,6 +409,7 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         options = options or Options()
         parts = _Parts(url, options)
         self._clock = options.clock
+        self._randomness = options.randomness
         self.url = parts.url
         """The URL this stash was opened with."""
         self._parts = parts
@@ -727,7 +738,7 @@ class Stash(Blocking, _StashApi[Store, "LogStore"]):
         return LogStore(steps, self.driver)
 
     def _connect(self, backend: Backend) -> Router:
-        return Router(backend.objects(), backend.index, self._clock)
+        return Router(backend.objects(), backend.index, self._clock, self._randomness)
 
     @functools.cached_property
     def runs(self) -> RunStore:
@@ -782,7 +793,9 @@ class AsyncStash(Awaiting, _StashApi[AsyncStore, "AsyncLogStore"]):
         return AsyncLogStore(steps, self.driver)
 
     def _connect(self, backend: Backend) -> AsyncRouter:
-        return AsyncRouter(backend.async_objects(), backend.async_index, self._clock)
+        return AsyncRouter(
+            backend.async_objects(), backend.async_index, self._clock, self._randomness
+        )
 
     @functools.cached_property
     def runs(self) -> AsyncRunStore:
@@ -878,6 +891,8 @@ class OpenOptions(TypedDict, total=False):
     """Client-side encryption: an `Encryption`, or the path of its JSON settings file."""
     clock: Clock
     """The clock leases, waits and retries read (a `FakeClock` in tests)."""
+    randomness: Randomness
+    """Where the stash's ids come from (a `SeededRandomness` in tests)."""
     erasure_key: bytes | str
     """The secret purge receipts are sealed with (`Options.erasure_key`)."""
     endpoint_url: str
@@ -965,6 +980,7 @@ def _options(options: dict[str, Any]) -> Options:
         "vacate_sealed_entries",
         "log_read_cache_bytes",
         "clock",
+        "randomness",
         "erasure_key",
     )
     if not isinstance(options.get("encryption", ""), str | Path):

@@ -16,6 +16,8 @@ function, such as an agent turn, awaited if it returns an awaitable) and `Parall
 (independent requests sent at once: one round trip, not N). Time is a request like any
 other: `Now`, `Sleep` and `WaitDone` go to `execute`, and the stash answers them with its
 clock (`stashpoint.clock`), so every guarantee that rests on time is tested on a fake one.
+Randomness is one too: `NewId` and `NewWriteId` are answered by the stash's source of ids
+(`stashpoint.randomness`), a seeded one in tests that want the same ids on every run.
 """
 
 from __future__ import annotations
@@ -79,6 +81,20 @@ class WaitDone(Request[bool]):
 
 CLOCK_REQUESTS = (Sleep, Now, WaitDone)
 """The requests a stash's clock answers (`stashpoint.clock.answer`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewId(Request[str]):
+    """Request: a new time-ordered id (UUIDv7), from the stash's source of ids."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewWriteId(Request[str]):
+    """Request: a new random write id (22 URL-safe characters), from the stash's source."""
+
+
+ID_REQUESTS = (NewId, NewWriteId)
+"""The requests a stash's source of ids answers (`stashpoint.randomness`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from typing import Any
 from stashpoint.cache import Lru
 from stashpoint.clock import Clock, answer, answer_async
 from stashpoint.encryption import KeyRequest, Sealer, UnwrapDataKey
-from stashpoint.steps import CLOCK_REQUESTS, run_async, run_sync
+from stashpoint.randomness import SYSTEM, Randomness
+from stashpoint.steps import CLOCK_REQUESTS, ID_REQUESTS, run_async, run_sync
 from stashpoint.stores.objects import GetObject, HeadObject, PutObject
 
 
@@ -71,7 +72,14 @@ class KeyServices:
 class EncryptingTransport:
     """A blocking object transport that seals and opens bodies (see the module)."""
 
-    def __init__(self, inner: Any, sealer: Sealer, keys: KeyServices, clock: Clock) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        sealer: Sealer,
+        keys: KeyServices,
+        clock: Clock,
+        randomness: Randomness = SYSTEM,
+    ) -> None:
         self.inner = inner
         """The transport that stores the ciphertext."""
         self.sealer = sealer
@@ -80,12 +88,16 @@ class EncryptingTransport:
         """Serves data-key requests."""
         self.clock = clock
         """Answers the logic's clock requests (data keys' ages)."""
+        self.randomness = randomness
+        """Answers the logic's id requests (new data keys' ids)."""
 
     def _step(self, request: Any) -> Any:
         if isinstance(request, KeyRequest):
             return self.keys.execute(request)
         if isinstance(request, CLOCK_REQUESTS):
             return answer(self.clock, request)
+        if isinstance(request, ID_REQUESTS):
+            return self.randomness.answer(request, self.clock)
         return self.inner.execute(request)
 
     def execute(self, request: Any) -> Any:
@@ -111,7 +123,14 @@ class EncryptingTransport:
 class AsyncEncryptingTransport:
     """The asyncio twin of `EncryptingTransport` (key services run in worker threads)."""
 
-    def __init__(self, inner: Any, sealer: Sealer, keys: KeyServices, clock: Clock) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        sealer: Sealer,
+        keys: KeyServices,
+        clock: Clock,
+        randomness: Randomness = SYSTEM,
+    ) -> None:
         self.inner = inner
         """The async transport that stores the ciphertext."""
         self.sealer = sealer
@@ -120,6 +139,8 @@ class AsyncEncryptingTransport:
         """Serves data-key requests (blocking: run in a thread)."""
         self.clock = clock
         """Answers the logic's clock requests."""
+        self.randomness = randomness
+        """Answers the logic's id requests (new data keys' ids)."""
 
     async def _keys(self, request: KeyRequest) -> Any:
         import asyncio
@@ -131,6 +152,8 @@ class AsyncEncryptingTransport:
             return await self._keys(request)
         if isinstance(request, CLOCK_REQUESTS):
             return await answer_async(self.clock, request)
+        if isinstance(request, ID_REQUESTS):
+            return self.randomness.answer(request, self.clock)
         return await self.inner.execute(request)
 
     async def execute(self, request: Any) -> Any:

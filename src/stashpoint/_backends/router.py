@@ -9,7 +9,8 @@ from typing import Any
 
 from stashpoint.clock import REAL, Clock, answer, answer_async
 from stashpoint.errors import ConfigurationError
-from stashpoint.steps import CLOCK_REQUESTS, Request
+from stashpoint.randomness import SYSTEM, Randomness
+from stashpoint.steps import CLOCK_REQUESTS, ID_REQUESTS, Request
 from stashpoint.stores.objects import ListSource, ReadSource
 
 _NO_INDEX = "this stash has no index (open it with ?index=...)"
@@ -29,11 +30,19 @@ class _Routes:
     the index's modules (a Lambda cold start pays for neither).
     """
 
-    def __init__(self, objects: Any, index: Callable[[], Any] | None, clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        objects: Any,
+        index: Callable[[], Any] | None,
+        clock: Clock = REAL,
+        randomness: Randomness = SYSTEM,
+    ) -> None:
         self.objects = objects
         """The object-storage transport."""
         self.clock = clock
         """Answers the logic's clock requests (`Now`, `Sleep`, `WaitDone`)."""
+        self.randomness = randomness
+        """Answers the logic's id requests (`NewId`, `NewWriteId`)."""
         self.hooks: tuple[Hook, ...] = ()
         """Hooks every request passes through, outermost first (`Stash.intercept`)."""
         self._make_index = index
@@ -83,10 +92,13 @@ class Router(_Routes):
     def execute(self, request: Request[Any]) -> Any:
         """Execute one request on the transport that serves it (through the hooks).
 
-        The clock's requests are answered by the clock, before any hook.
+        The clock's requests are answered by the clock, and id requests by the stash's
+        source of ids, before any hook: neither is storage.
         """
         if isinstance(request, CLOCK_REQUESTS):
             return answer(self.clock, request)
+        if isinstance(request, ID_REQUESTS):
+            return self.randomness.answer(request, self.clock)
         if not self.hooks:
             return self.route(request).execute(request)
         return self.chain(request, lambda: self.route(request).execute(request))()
@@ -106,6 +118,8 @@ class AsyncRouter(_Routes):
         """Execute one request on the transport that serves it (through the hooks)."""
         if isinstance(request, CLOCK_REQUESTS):
             return await answer_async(self.clock, request)
+        if isinstance(request, ID_REQUESTS):
+            return self.randomness.answer(request, self.clock)
         if isinstance(request, ListSource | ReadSource) and request.url.startswith("file://"):
             import asyncio
 

@@ -54,7 +54,7 @@ from stashpoint.langgraph.items import (
     stored_item,
     vector_of,
 )
-from stashpoint.steps import Now, Parallel, Steps, ask
+from stashpoint.steps import NewWriteId, Now, Parallel, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap, facts_from_envelope, optimistic_update
 from stashpoint.stores.objects import GetObject, ObjectInfo, every_key_page
 
@@ -400,11 +400,18 @@ class StoreSteps:
             if following is None or (absent and not create):
                 return None
             now = yield from ask(Now())  # the stash's clock
+            write_id = yield from ask(NewWriteId())
             if absent or head is None:
                 return Envelope.initial(
-                    object_id, None, KIND, SCHEMA_VERSION, following.payload(), at=now
+                    object_id,
+                    None,
+                    KIND,
+                    SCHEMA_VERSION,
+                    following.payload(),
+                    at=now,
+                    write_id=write_id,
                 )
-            return head.next(following.payload(), at=now)
+            return head.next(following.payload(), at=now, write_id=write_id)
 
         def save(head: Envelope | None, envelope: Envelope | None) -> Steps[Envelope | None]:
             if envelope is None:

@@ -54,7 +54,6 @@ from stashpoint.errors import (
     StashpointError,
     UnsupportedFormat,
 )
-from stashpoint.ids import new_write_id
 from stashpoint.logs.bounds import (
     DUE_SEALS_PER_LOG,
     PURGE_ATTEMPTS,
@@ -89,7 +88,7 @@ from stashpoint.logs.sealing import (
     LogSealer,
     PackReport,
 )
-from stashpoint.steps import Now, Steps, ask
+from stashpoint.steps import NewWriteId, Now, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.cas import optimistic_update
 from stashpoint.stores.objects import (
@@ -217,7 +216,7 @@ class LogSteps(LogSealer):
             schema_version=schema_version
             if schema_version is not None
             else (inherited.schema_version if inherited is not None else 1),
-            write_id=new_write_id(),
+            write_id=(yield from ask(NewWriteId())),
             written_at=now,
             extra=extra or {},
             patch=None if change is None else change[0],

@@ -15,10 +15,9 @@ from enum import StrEnum
 
 from stashpoint.encryption import Encryption
 from stashpoint.errors import ConfigurationError, StashpointError
-from stashpoint.ids import new_id
 from stashpoint.index.requests import DescribeIndex
 from stashpoint.index.schema import SECONDARY_INDEXES, TTL_ATTRIBUTE
-from stashpoint.steps import Steps, ask
+from stashpoint.steps import NewId, Steps, ask
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
     Create,
@@ -103,7 +102,7 @@ def diagnose(
     checks: list[Check] = []
     if provider is not None:
         checks.append(_provider(provider))
-    key = layout.key(".doctor", f"probe-{new_id()}")
+    key = layout.key(".doctor", f"probe-{(yield from ask(NewId()))}")
     try:
         checks += yield from _conditional_writes(key)
         if provider is not None and not provider.versioning:

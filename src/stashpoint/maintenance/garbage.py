@@ -24,11 +24,10 @@ from stashpoint.errors import (
     StashpointError,
     StorageUnavailable,
 )
-from stashpoint.ids import new_write_id
 from stashpoint.logs.log import LogSteps
 from stashpoint.progress import OnProgress, Progress, silent
 from stashpoint.retry import DEFAULT_RETRY
-from stashpoint.steps import Steps, ask
+from stashpoint.steps import NewWriteId, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.blobs import REF_KEY, is_ref
 from stashpoint.stores.layout import BLOBS, CLOCK, Layout
@@ -265,7 +264,7 @@ def storage_now(layout: Layout) -> Steps[datetime]:
     time and deleted, so a collector whose own clock runs ahead never takes a blob written
     a moment ago for an old one.
     """
-    key = layout.key(CLOCK, new_write_id())
+    key = layout.key(CLOCK, (yield from ask(NewWriteId())))
     result = yield from ask(PutObject(key, b"{}", Create(), content_encoding=None))
     if result.outcome is not WriteOutcome.STORED:
         raise StorageUnavailable(

@@ -61,7 +61,6 @@ from stashpoint.errors import (
     StashpointError,
     StorageUnavailable,
 )
-from stashpoint.ids import new_id
 from stashpoint.index.requests import DeleteItem, GetPartition
 from stashpoint.index.schema import execution_due_pk
 from stashpoint.logs.format import parse_entry_name
@@ -87,7 +86,7 @@ from stashpoint.maintenance.selection import (
 )
 from stashpoint.retry import DEFAULT_RETRY
 from stashpoint.runs.indexing import run_pk
-from stashpoint.steps import Now, Parallel, Steps, ask
+from stashpoint.steps import NewId, Now, Parallel, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import (
@@ -208,7 +207,8 @@ class Purger:
             )
         return (
             yield from self.run(
-                targets, purge_id=f"purge-{new_id()}", actor=actor, selector=chosen.asked,
+                targets, purge_id=f"purge-{(yield from ask(NewId()))}", actor=actor,
+                selector=chosen.asked,
                 reusable=reusable, dry_run=dry_run, cutoff=cutoff,
             )
         )  # fmt: skip

@@ -30,7 +30,7 @@ from stashpoint.errors import (
     RunNotFound,
     described,
 )
-from stashpoint.ids import new_id, validate_id
+from stashpoint.ids import validate_id
 from stashpoint.logs.state import Known
 from stashpoint.runs import callbacks, transitions
 from stashpoint.runs.heads import (
@@ -54,16 +54,17 @@ from stashpoint.runs.models import (
 from stashpoint.runs.queries import RunQueries
 from stashpoint.runs.transitions import Change
 from stashpoint.status import RunStatus
-from stashpoint.steps import Now, Steps, ask
+from stashpoint.steps import NewId, Now, Steps, ask
 from stashpoint.twins import operation
 
 DurableT = TypeVar("DurableT")
 FleetT = TypeVar("FleetT")
 
 
-def _attempt_id(run_id: str) -> str:
+def _attempt_id(run_id: str) -> Steps[str]:
     """Return a new attempt id of `run_id` (`{run_id}~{uuid7}`)."""
-    return f"{validate_id(run_id, what='run id')}{ATTEMPT_SEPARATOR}{new_id()}"
+    validate_id(run_id, what="run id")
+    return f"{run_id}{ATTEMPT_SEPARATOR}{(yield from ask(NewId()))}"
 
 
 def _signal_name(name: object) -> str:
@@ -98,7 +99,9 @@ class RunOperations(RunQueries, Generic[DurableT, FleetT]):
 
         `CheckpointConflict` if a run with this id exists.
         """
-        run_id = validate_id(new_id() if run_id is None else run_id, what="run id")
+        if run_id is None:
+            run_id = yield from ask(NewId())
+        run_id = validate_id(run_id, what="run id")
         check_text(graph_name, "graph_name")
         validate_id(namespace, what="namespace")
         check_text(graph_hash, "graph_hash", optional=True)
@@ -143,7 +146,7 @@ class RunOperations(RunQueries, Generic[DurableT, FleetT]):
         whose lease runs out is listed as abandoned (`list_attempts(abandoned=True)`).
         `worker` says where it runs (`stashpoint.spot.compute_identity()`).
         """
-        attempt_id = _attempt_id(run_id)
+        attempt_id = yield from _attempt_id(run_id)
         check_text(node_id, "node_id")
         if type(attempt) is not int or attempt < 0:
             raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
@@ -189,7 +192,7 @@ class RunOperations(RunQueries, Generic[DurableT, FleetT]):
         done before it is recorded: an at-least-once step without a lease costs one write,
         and a crash before it loses only the work, which then runs again.
         """
-        attempt_id = _attempt_id(run_id)
+        attempt_id = yield from _attempt_id(run_id)
         check_text(node_id, "node_id")
         if type(attempt) is not int or attempt < 0:
             raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
@@ -237,7 +240,8 @@ class RunOperations(RunQueries, Generic[DurableT, FleetT]):
             if type(attempt) is not int or attempt < 0:
                 raise InvalidArgument(f"attempt must be an int >= 0, not {described(attempt)}")
             stored = yield from self._blobs.offload(value, "input", owner=run_id)
-            planned.append((f"{run_id}{ATTEMPT_SEPARATOR}{new_id()}", node_id, attempt, stored))
+            attempt_id = f"{run_id}{ATTEMPT_SEPARATOR}{(yield from ask(NewId()))}"
+            planned.append((attempt_id, node_id, attempt, stored))
 
         def record(head: RunHead, now: datetime) -> Change:
             return transitions.compose(head, [
@@ -486,7 +490,9 @@ class RunOperations(RunQueries, Generic[DurableT, FleetT]):
         """
         validate_id(run_id, what="run id")
         name = _signal_name(name)
-        signal_id = validate_id(new_id() if signal_id is None else signal_id, what="signal id")
+        if signal_id is None:
+            signal_id = yield from ask(NewId())
+        signal_id = validate_id(signal_id, what="signal id")
         return (yield from self._signal(run_id, name, payload, signal_id))
 
     @operation
@@ -534,7 +540,7 @@ class RunOperations(RunQueries, Generic[DurableT, FleetT]):
 
         False: the event arrived since the caller read the run (nothing was written).
         """
-        attempt_id = _attempt_id(run_id)
+        attempt_id = yield from _attempt_id(run_id)
         change = yield from self._apply_change(
             run_id,
             lambda head, now: transitions.await_signal(
@@ -546,7 +552,7 @@ class RunOperations(RunQueries, Generic[DurableT, FleetT]):
 
     def time_out_wait(self, run_id: str, name: str, attempt: int, error: str) -> Steps[bool]:
         """Record that the wait of step `name` timed out; False: its event arrived first."""
-        attempt_id = _attempt_id(run_id)
+        attempt_id = yield from _attempt_id(run_id)
         change = yield from self._apply_change(
             run_id,
             lambda head, now: transitions.time_out_wait(

@@ -19,7 +19,7 @@ from stashpoint.codec import Codec, check_json
 from stashpoint.envelope import Envelope
 from stashpoint.errors import InvalidPayload, StashpointError
 from stashpoint.retry import DEFAULT_RETRY, RetryPolicy
-from stashpoint.steps import Now, Steps, ask
+from stashpoint.steps import NewWriteId, Now, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.layout import BLOBS, Layout
 from stashpoint.stores.objects import Create, GetObject, ObjectInfo, PutObject
@@ -88,7 +88,8 @@ class Blobs:
         name = digest if tenant is None else f"{digest}~{tenant}"
         key = self.layout.key(BLOBS, name)
         now = yield from ask(Now())
-        blob = Envelope.initial(digest, None, BLOB_KIND, 1, value, at=now)
+        write_id = yield from ask(NewWriteId())
+        blob = Envelope.initial(digest, None, BLOB_KIND, 1, value, at=now, write_id=write_id)
         body = yield from self.codec.encoding(blob)
 
         def judge(existing: ObjectInfo) -> Steps[Found]:

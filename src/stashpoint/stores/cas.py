@@ -35,9 +35,9 @@ from stashpoint.errors import (
     described,
     whole,
 )
-from stashpoint.ids import new_write_id, validate_id, validate_prefix, writer_token
+from stashpoint.ids import validate_id, validate_prefix, writer_token
 from stashpoint.retry import RetryPolicy
-from stashpoint.steps import Now, Parallel, Sleep, Steps, ask
+from stashpoint.steps import NewWriteId, Now, Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
@@ -556,7 +556,8 @@ class CompareAndSwap:
 
         def change(envelope: Envelope, fresh: bool) -> Steps[Envelope]:
             now = yield from ask(Now())  # the stash's clock: a fake one reaches the save
-            return envelope.next(mutate(envelope), at=now)
+            payload = mutate(envelope)
+            return envelope.next(payload, at=now, write_id=(yield from ask(NewWriteId())))
 
         def save(envelope: Envelope, following: Envelope) -> Steps[Envelope]:
             yield from self.compare_and_swap(following, envelope.revision)
@@ -774,7 +775,7 @@ class CompareAndSwap:
                 kind=PURGED_KIND,
                 schema_version=1,
                 revision=0 if facts is None else min(facts.revision + 1, MAX_REVISION),
-                write_id=new_write_id(),
+                write_id=(yield from ask(NewWriteId())),
                 created_at=now,
                 updated_at=now,
                 payload={"purge_id": purge_id, "reusable": reusable},

@@ -21,7 +21,7 @@ from stashpoint.errors import (
     Purged,
     described,
 )
-from stashpoint.steps import Now, Steps, ask
+from stashpoint.steps import NewWriteId, Now, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import STRANDS_STORAGE
 
@@ -149,13 +149,14 @@ class StorageSteps:
         object_id = storage_id(key)
         payload = _payload(bytes(data))
         now = yield from ask(Now())
+        write_id = yield from ask(NewWriteId())
         seen = self.known.get(object_id)
         if seen is not None:
-            envelope = seen.next(payload, at=now)
+            envelope = seen.next(payload, at=now, write_id=write_id)
             expected: int | None = seen.revision
         else:
             envelope = Envelope.initial(
-                object_id, None, STORAGE_KIND, SCHEMA_VERSION, payload, at=now
+                object_id, None, STORAGE_KIND, SCHEMA_VERSION, payload, at=now, write_id=write_id
             )
             expected = None
         try:
