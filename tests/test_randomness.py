@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 import stashpoint
+from examples import fake_model
 from stashpoint import Envelope
+from stashpoint.agent import AgentCheckpoint, AgentRunner, Message
 from stashpoint.clock import FakeClock
 from stashpoint.randomness import SYSTEM, Randomness, SeededRandomness
 from stashpoint.steps import NewId, NewWriteId
@@ -17,7 +19,7 @@ from tests.crashes import crash_at
 
 
 def _session(folder: Path, randomness: Randomness) -> list[str]:
-    """A run, two attempts, a signal, a log and a purge; every id they were given."""
+    """A run, two attempts, a log, a purge, an update and an agent: every id made."""
     with stashpoint.open(f"local://{folder}", clock=FakeClock(), randomness=randomness) as stash:
         run_id = stash.runs.create_run("graph")
         first = stash.runs.record_attempt(run_id, "node", 0)
@@ -29,7 +31,14 @@ def _session(folder: Path, randomness: Randomness) -> list[str]:
         created = Envelope.initial("c", None, "k", 1, {"n": 0}, write_id="w" * 22)
         stash.checkpoints.compare_and_swap(created, None)
         updated = stash.checkpoints.update("c", lambda head: {"n": head.payload["n"] + 1})
-        return [run_id, first, second, *writes, receipt.purge_id, updated.write_id]
+        runner = AgentRunner(AgentCheckpoint.existing("agent", stash.checkpoints))
+        _, state = runner.start(
+            agent="a", model=fake_model.MODEL, transcript=[Message(role="user", content="hi")]
+        )
+        return [
+            run_id, first, second, *writes, receipt.purge_id, updated.write_id,
+            state.execution_id,
+        ]  # fmt: skip
 
 
 def test_one_seed_gives_the_same_ids_on_every_run_and_another_seed_others(

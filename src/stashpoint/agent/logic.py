@@ -55,11 +55,11 @@ from stashpoint.errors import (
     described,
     whole,
 )
-from stashpoint.ids import new_id, validate_id
+from stashpoint.ids import validate_id
 from stashpoint.logs.format import LogKeys
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.logs.state import Known, LoggedState
-from stashpoint.steps import Call, Steps, ask
+from stashpoint.steps import Call, NewId, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import AGENTS, CONVERSATIONS
 
@@ -546,9 +546,11 @@ def start(
     durable: DurableConversationCheckpoint | None,
 ) -> Steps[tuple[Saved, AgentCheckpointState]]:
     """Create the checkpoint with a ready state."""
+    if not execution_id:
+        execution_id = yield from ask(NewId())
     try:
         state = AgentCheckpointState(
-            execution_id=execution_id or new_id(),
+            execution_id=execution_id,
             agent=agent,
             model=model,
             transcript=transcript,
