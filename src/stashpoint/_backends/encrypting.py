@@ -69,8 +69,8 @@ class KeyServices:
             return self._kms
 
 
-class EncryptingTransport:
-    """A blocking object transport that seals and opens bodies (see the module)."""
+class _Encrypting:
+    """What both twins hold: the wrapped transport, the logic and what answers its asks."""
 
     def __init__(
         self,
@@ -81,15 +81,19 @@ class EncryptingTransport:
         randomness: Randomness = SYSTEM,
     ) -> None:
         self.inner = inner
-        """The transport that stores the ciphertext."""
+        """The transport that stores the ciphertext (blocking, or async for the twin)."""
         self.sealer = sealer
         """The logic."""
         self.keys = keys
-        """Serves data-key requests."""
+        """Serves data-key requests (in a worker thread for the asyncio twin)."""
         self.clock = clock
         """Answers the logic's clock requests (data keys' ages)."""
         self.randomness = randomness
         """Answers the logic's id requests (new data keys' ids)."""
+
+
+class EncryptingTransport(_Encrypting):
+    """A blocking object transport that seals and opens bodies (see the module)."""
 
     def _step(self, request: Any) -> Any:
         if isinstance(request, KeyRequest):
@@ -120,27 +124,8 @@ class EncryptingTransport:
         self.inner.close()
 
 
-class AsyncEncryptingTransport:
+class AsyncEncryptingTransport(_Encrypting):
     """The asyncio twin of `EncryptingTransport` (key services run in worker threads)."""
-
-    def __init__(
-        self,
-        inner: Any,
-        sealer: Sealer,
-        keys: KeyServices,
-        clock: Clock,
-        randomness: Randomness = SYSTEM,
-    ) -> None:
-        self.inner = inner
-        """The async transport that stores the ciphertext."""
-        self.sealer = sealer
-        """The logic."""
-        self.keys = keys
-        """Serves data-key requests (blocking: run in a thread)."""
-        self.clock = clock
-        """Answers the logic's clock requests."""
-        self.randomness = randomness
-        """Answers the logic's id requests (new data keys' ids)."""
 
     async def _keys(self, request: KeyRequest) -> Any:
         import asyncio
