@@ -27,6 +27,7 @@ from tests import servers
 from tests.crashes import Crash, crash_at
 from tests.faultproxy import FaultPlan, FaultProxy
 from tests.kills import kill_after_lines
+from tests.together import READY_THEN_WAIT, start_together
 
 
 class _Outcomes:
@@ -146,6 +147,7 @@ PROCESS_WRITER = textwrap.dedent(
     url, who, times = sys.argv[1], sys.argv[2], int(sys.argv[3])
     conflicts = 0
     with stashpoint.open(url) as stash:
+        READY_THEN_WAIT
         head = None
         for n in range(times):
             while True:
@@ -158,7 +160,7 @@ PROCESS_WRITER = textwrap.dedent(
                     head = None
     print(conflicts)
     """
-)
+).replace("READY_THEN_WAIT", READY_THEN_WAIT)  # ready, then wait for the word
 
 
 @pytest.mark.parametrize("where", ["local", "seaweedfs"])
@@ -174,11 +176,13 @@ def test_processes_racing_on_one_log_lose_and_duplicate_nothing(
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", PROCESS_WRITER, url, f"p{i}", "20"],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for i in range(4)
     ]
+    start_together(workers)  # they really race, however slowly each one starts
     conflicts = [int(w.communicate(timeout=180)[0]) for w in workers]
     assert all(w.returncode == 0 for w in workers)
     outcomes = _Outcomes()

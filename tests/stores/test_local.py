@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import stashpoint
 from stashpoint import Envelope
 from tests.kills import kill_after_lines
+from tests.together import READY_THEN_WAIT, start_together
 
 INCREMENT_WORKER = textwrap.dedent(
     """
@@ -23,6 +24,7 @@ INCREMENT_WORKER = textwrap.dedent(
     url, checkpoint_id, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     conflicts = 0
     with stashpoint.open(url) as stash:
+        READY_THEN_WAIT
         done = 0
         while done < count:
             current = stash.checkpoints.load(checkpoint_id)
@@ -34,7 +36,7 @@ INCREMENT_WORKER = textwrap.dedent(
                 conflicts += 1
     print(conflicts)
     """
-)
+).replace("READY_THEN_WAIT", READY_THEN_WAIT)  # ready, then wait for the word
 
 
 def test_four_processes_increment_without_losing_an_update(tmp_path: Path) -> None:
@@ -46,11 +48,13 @@ def test_four_processes_increment_without_losing_an_update(tmp_path: Path) -> No
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", INCREMENT_WORKER, url, "counter", "25"],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for _ in range(4)
     ]
+    start_together(workers)  # they really race, however slowly each one starts
     conflicts = [int(w.communicate(timeout=120)[0]) for w in workers]
     assert all(w.returncode == 0 for w in workers)
     with stashpoint.open(url) as stash:
