@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -58,19 +58,27 @@ def outcomes(
     plugin: tuple[Path, str] | None,
     env: Mapping[str, str] | None = None,
     timeout: float = 900,
+    counts: Callable[[str], bool] = lambda test: True,
 ) -> dict[str, str]:
     """Run the SDK's test files; return each test's outcome (PASSED, FAILED, SKIPPED...).
 
     `plugin`: (its folder, its module name) loaded with `-p`; None runs the suite as shipped.
-    A test that fails or errors is run once more in a pytest of its own and judged by that
-    run: some SDK tests wait on threads or the event loop with short timeouts that a busy
-    machine misses, as shipped and on ours alike. A real failure fails both times.
+    A test that fails or errors, and whose outcome `counts` for the judgement, is run once
+    more in a pytest of its own and judged by that run: some SDK tests wait on threads or
+    the event loop with short timeouts that a busy machine misses, as shipped and on ours
+    alike. A real failure fails both times. A failure that does not count (a test not
+    applicable, or one that failed as shipped) is not run again: its outcome decides nothing.
     """
     found = _run(root, files, plugin=plugin, env=env, timeout=timeout)
-    failed = [test for test, outcome in found.items() if outcome in ("FAILED", "ERROR")]
+    failed = [t for t, outcome in found.items() if outcome in ("FAILED", "ERROR") and counts(t)]
     if failed:
         found.update(_run(root, failed, plugin=plugin, env=env, timeout=timeout))
     return found
+
+
+def passed(found: Mapping[str, str]) -> frozenset[str]:
+    """The tests of a run that passed."""
+    return frozenset(t for t, outcome in found.items() if outcome == "PASSED")
 
 
 def _run(

@@ -1,10 +1,10 @@
-"""The harness that runs a framework's own tests: a failure is confirmed by a second run."""
+"""The harness that runs a framework's own tests: a failure that counts is confirmed by a second run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.sdk_suites import outcomes
+from tests.sdk_suites import outcomes, passed
 
 SUITE = """
 from pathlib import Path
@@ -32,3 +32,14 @@ def test_a_failure_is_run_again_and_only_a_repeated_one_stands(tmp_path: Path) -
         "tests/test_suite.py::test_always_fails": "FAILED",
         "tests/test_suite.py::test_passes": "PASSED",
     }
+
+
+def test_a_failure_that_decides_nothing_is_not_run_again(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_suite.py").write_text(SUITE)
+    found = outcomes(
+        tmp_path, ["tests/test_suite.py"], plugin=None, counts=lambda test: "always" in test
+    )
+    assert found["tests/test_suite.py::test_fails_once"] == "FAILED"  # not run again
+    assert found["tests/test_suite.py::test_always_fails"] == "FAILED"
+    assert passed(found) == {"tests/test_suite.py::test_passes"}
