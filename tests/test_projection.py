@@ -13,6 +13,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
@@ -628,3 +630,106 @@ def test_langgraph_threads_are_checkpoints_and_writes_that_deletion_prune_and_pu
         assert "globex.t3" not in _checkpoints(stash)
         assert f"{SECRET} in globex.t3" not in " ".join(_projected_text(stash))
         assert f"{SECRET} in acme.t2 2" in stored  # the latest checkpoint's messages stay
+
+
+def test_models_and_token_counts_are_columns_whatever_the_framework_names_them() -> None:
+    records = [
+        # OpenAI chat completions: usage beside the message
+        {"message": {"role": "assistant", "content": "a"}, "model": "gpt-4o",
+         "usage": {"prompt_tokens": 11, "completion_tokens": 3}},
+        # Anthropic Messages: on the message itself
+        {"role": "assistant", "content": [{"type": "text", "text": "b"}],
+         "model": "claude-sonnet", "usage": {"input_tokens": 20, "output_tokens": 5}},
+        # LangChain's AIMessage as a dict
+        {"role": "assistant", "content": "c", "usage_metadata": {"input_tokens": 7,
+         "output_tokens": 2, "total_tokens": 9}, "response_metadata": {"model_name": "m-lc"}},
+        # Strands / Bedrock Converse: the counts in the event's metadata
+        {"message": {"role": "assistant", "content": [{"text": "d"}]},
+         "metadata": {"usage": {"inputTokens": 30, "outputTokens": 4}}, "modelId": "nova"},
+        # Pydantic AI's ModelResponse: no role, still counted
+        {"kind": "response", "parts": [], "model_name": "pai",
+         "usage": {"input_tokens": 1, "output_tokens": 1}},
+        # stashpoint.agent's ModelRef, and counts that are not counts
+        {"role": "assistant", "content": "e", "model": {"provider": "p", "name": "ref"},
+         "usage": {"input_tokens": True, "output_tokens": -1}},
+        {"role": "user", "content": "f", "usage": {"input_tokens": 1 << 70, "output_tokens": "9"}},
+    ]  # fmt: skip
+    with _memory() as stash:
+        stash.logs.append("acme.t1", records, after=None)
+        projection.project(stash)
+        rows = projection.query(
+            stash,
+            "select position, model, input_tokens, output_tokens from records order by position",
+        ).to_pylist()
+        spend = projection.query(
+            stash,
+            """select tenant, date_trunc('month', day) as month,
+                      sum(input_tokens + output_tokens) as tokens
+               from records group by all""",
+        ).to_pylist()
+    assert [(r["model"], r["input_tokens"], r["output_tokens"]) for r in rows] == [
+        ("gpt-4o", 11, 3),
+        ("claude-sonnet", 20, 5),
+        ("m-lc", 7, 2),
+        ("nova", 30, 4),
+        ("pai", 1, 1),
+        ("ref", None, None),
+        (None, None, None),
+    ]
+    assert [r["tokens"] for r in spend] == [14 + 25 + 9 + 34 + 2]
+
+
+_USAGE_KEYS = [
+    "role", "content", "message", "model", "model_name", "usage", "metadata",
+    "usage_metadata", "response_metadata", "input_tokens", "prompt_tokens", "outputTokens",
+    "token_usage", "name", "x",
+]  # fmt: skip
+
+
+@settings(max_examples=200)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(st.sampled_from(_USAGE_KEYS), inner, max_size=5)
+        ),
+        max_leaves=20,
+    )
+)
+def test_usage_of_any_record_is_a_model_name_and_two_counts_or_nothing(record: Any) -> None:
+    model, input_tokens, output_tokens = projection.usage_of(record)
+    assert model is None or isinstance(model, str)
+    if model is not None:
+        model.encode("utf-8")  # valid text, whatever the record held
+    for count in (input_tokens, output_tokens):
+        assert count is None or (type(count) is int and 0 <= count < 1 << 63)
+
+
+def test_a_file_written_before_the_token_columns_reads_them_as_null() -> None:
+    with _memory() as stash:
+        _write(stash, "acme.t1", 1)
+        projection.project(stash)
+        (key,) = [v.key for v in versions(stash, f"{PROJECTION}/")]
+        old = pyarrow.parquet.read_table(pyarrow.BufferReader(stash.driver(GetObject(key)).body))
+        old = old.drop_columns(["model", "input_tokens", "output_tokens"])  # as 0.x wrote it
+        out = pyarrow.BufferOutputStream()
+        pyarrow.parquet.write_table(old, out, compression="zstd")
+        stash.driver(PutObject(key, out.getvalue().to_pybytes(), None, content_encoding=None))
+        _write(stash, "acme.t1", 1, after=stash.logs.head("acme.t1"))
+        stash.logs.append(
+            "acme.t1", [{"role": "assistant", "content": "x", "usage": {"input_tokens": 4}}],
+            after=stash.logs.head("acme.t1"),
+        )  # fmt: skip
+        assert projection.project(stash).rows == 3  # the old file is still a projection
+        rows = projection.query(
+            stash, "select version, input_tokens from records order by version, position"
+        ).to_pylist()
+        assert projection.table(stash).schema.names[-3:] == [
+            "model",
+            "input_tokens",
+            "output_tokens",
+        ]
+    assert [(r["version"], r["input_tokens"]) for r in rows] == [
+        (0, None), (0, None), (1, None), (1, None), (2, 4),
+    ]  # fmt: skip

@@ -3,8 +3,8 @@
 A projection turns each log's records (a conversation's messages, `stash.logs`'
 transcripts, a run's attempts) into rows of one table, `records`: where the row came from
 (namespace, log id, tenant, version, position), when it was written, a message's role and
-text, and the record itself as JSON text; `query` adds the views `messages`, `attempts`,
-`checkpoints` and `checkpoint_writes`.
+text, the record itself as JSON text, and the model and token counts it names; `query`
+adds the views `messages`, `attempts`, `checkpoints` and `checkpoint_writes`.
 Each log's rows go to files of their own under the stash's prefix,
 `projection/{namespace}/{log id}/{life}-{first version}.parquet`, plain Parquet that DuckDB,
 Athena, Spark or pyarrow read with no stashpoint code.
@@ -209,6 +209,9 @@ def _schema(pa: Any) -> Any:
             ("role", pa.string()),
             ("content", pa.string()),
             ("record", pa.string()),
+            ("model", pa.string()),
+            ("input_tokens", pa.int64()),
+            ("output_tokens", pa.int64()),
         ]
     )
 
@@ -233,6 +236,78 @@ def _message(record: Any) -> dict[str, Any] | None:
         if isinstance(inner, dict) and isinstance(inner.get("role"), str):
             return inner
     return None
+
+
+_MODEL_FIELDS = ("model", "model_name", "modelId", "model_id")
+"""Where a message or record names its model (OpenAI and Anthropic, LangChain's metadata,
+Pydantic AI, Bedrock)."""
+_USAGE_PLACES = (
+    ("usage",),
+    ("usage_metadata",),
+    ("metadata", "usage"),
+    ("response_metadata", "usage"),
+    ("response_metadata", "token_usage"),
+)
+"""Where a message or record keeps its token counts (OpenAI and Anthropic, LangChain,
+Strands' and Bedrock's metadata, LangChain's provider metadata)."""
+_INPUT_FIELDS = ("input_tokens", "prompt_tokens", "inputTokens", "request_tokens")
+_OUTPUT_FIELDS = ("output_tokens", "completion_tokens", "outputTokens", "response_tokens")
+_INT64_MAX = (1 << 63) - 1
+
+
+def _model(holder: dict[str, Any]) -> str | None:
+    """Return the model a message or record names, itself or in its provider metadata."""
+    for place in (holder, holder.get("response_metadata")):
+        if not isinstance(place, dict):
+            continue
+        for name in _MODEL_FIELDS:
+            value = place.get(name)
+            if isinstance(value, dict):  # stashpoint.agent's ModelRef: {provider, name}
+                value = value.get("name")
+            if isinstance(value, str):
+                return value
+    return None
+
+
+def _count(usage: dict[str, Any], names: tuple[str, ...]) -> int | None:
+    """Return the first of `names` in `usage` that is a token count (a non-negative int64)."""
+    for name in names:
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT64_MAX:
+            return value
+    return None
+
+
+def _tokens(holder: dict[str, Any]) -> tuple[int | None, int | None]:
+    """Return the input and output token counts a message or record holds (None: not said)."""
+    for path in _USAGE_PLACES:
+        usage: Any = holder
+        for name in path:
+            usage = usage.get(name) if isinstance(usage, dict) else None
+        if isinstance(usage, dict):
+            counts = (_count(usage, _INPUT_FIELDS), _count(usage, _OUTPUT_FIELDS))
+            if counts != (None, None):
+                return counts
+    return None, None
+
+
+def usage_of(record: Any) -> tuple[str | None, int | None, int | None]:
+    """Return the model, input tokens and output tokens a record says (None: not said).
+
+    Looked for in the message the record holds, then in the record: the model under
+    `model`, `model_name`, `modelId` or `model_id` (or in `response_metadata`); the counts
+    in `usage`, `usage_metadata`, `metadata.usage` or `response_metadata`'s `usage` /
+    `token_usage`, as `input_tokens` / `prompt_tokens` / `inputTokens` /
+    `request_tokens` and `output_tokens` / `completion_tokens` / `outputTokens` /
+    `response_tokens`. A count that is not a non-negative integer (int64) is not one.
+    """
+    if not isinstance(record, dict):
+        return None, None, None
+    message = _message(record)
+    holders = [record] if message is None or message is record else [message, record]
+    model = next((m for h in holders if (m := _model(h)) is not None), None)
+    tokens = next((t for h in holders if (t := _tokens(h)) != (None, None)), (None, None))
+    return None if model is None else _utf8(model), *tokens
 
 
 def _text(content: Any) -> str | None:
@@ -271,7 +346,7 @@ def rows_of(namespace: str, log_id: str, entries: Sequence[LogEntry]) -> dict[st
         name: []
         for name in (
             "namespace", "log_id", "tenant", "version", "position", "written_at", "day",
-            "role", "content", "record",
+            "role", "content", "record", "model", "input_tokens", "output_tokens",
         )
     }  # fmt: skip
     tenant = tenant_of(namespace, log_id)
@@ -290,6 +365,10 @@ def rows_of(namespace: str, log_id: str, entries: Sequence[LogEntry]) -> dict[st
             columns["role"].append(None if message is None else _utf8(message["role"]))
             columns["content"].append(None if content is None else _utf8(content))
             columns["record"].append(_utf8(json.dumps(record, ensure_ascii=False)))
+            model, input_tokens, output_tokens = usage_of(record)
+            columns["model"].append(model)
+            columns["input_tokens"].append(input_tokens)
+            columns["output_tokens"].append(output_tokens)
     return columns
 
 
@@ -650,10 +729,26 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
             continue
         # One small file at a time: pyarrow's thread pool costs more than it saves (2.5x).
         loaded = pq.read_table(pa.BufferReader(body), use_threads=False)
-        tables.append(loaded.replace_schema_metadata(None))
+        tables.append(_conformed(pa, loaded))
     if not tables:
         return _schema(pa).empty_table()
     return pa.concat_tables(tables)
+
+
+def _conformed(pa: Any, loaded: Any) -> Any:
+    """Return a file's rows in the current schema (a column added since it was written: null).
+
+    Columns are only ever added (at the end), so every file a release wrote reads so.
+    """
+    schema = _schema(pa)
+    present = set(loaded.column_names)
+    columns = [
+        loaded.column(name)
+        if name in present
+        else pa.nulls(loaded.num_rows, schema.field(name).type)
+        for name in schema.names
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def query(stash: Stash, sql: str, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table:
