@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.retries.standard import ExponentialBackoff
 from hypothesis import HealthCheck, settings
 
 from tests import servers
@@ -28,6 +29,16 @@ for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPO
 os.environ["AWS_ACCESS_KEY_ID"] = servers.ACCESS_KEY
 os.environ["AWS_SECRET_ACCESS_KEY"] = servers.SECRET_KEY
 os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+
+# botocore (standard and legacy retries alike, with new retries off) waits 0-1 s, then 0-2 s,
+# before resending a request that failed: a dropped connection, a 503 SlowDown. The fault
+# proxy fails a few percent of requests, so the write-path matrices spent most of their time
+# asleep in botocore (187 s of sleep over the three `test_s3` fault-proxy tests). What they
+# test is that faults lose and repeat nothing, not botocore's pacing: its waits are scaled to
+# a twentieth here (0-50 ms, then 0-100 ms), still long beside a request to a local server,
+# so a resending thread still falls behind the others.
+_botocore_delay = ExponentialBackoff.delay_amount
+ExponentialBackoff.delay_amount = lambda self, context: _botocore_delay(self, context) / 20  # type: ignore[method-assign]
 
 
 @pytest.fixture
