@@ -248,7 +248,7 @@ def main() -> None:
             results.append(result)
             # At rest: sealed entries are deleted after `log_delete_after` (1 h) by `gc`.
             with stashpoint.open(url, log_delete_after=timedelta(0), **options) as stash:
-                stash.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
+                stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
             at_rest = dict(result, name=f"{name}, at rest (after gc --pack)")
             at_rest["bytes"], at_rest["objects"] = _s3_bytes(s3, bucket, prefix)
             results.append(at_rest)

@@ -91,7 +91,7 @@ def main() -> None:
             url = s3_server.url(prefix)
             result = _chat(url, args.turns, cold, source)
             with stashpoint.open(url, log_delete_after=timedelta(0)) as stash:
-                stash.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
+                stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
             at_rest, _ = _s3_bytes(s3_server.client(), servers.VERSIONED_BUCKET, prefix)
             rows.append((name, result, at_rest))
     finally:

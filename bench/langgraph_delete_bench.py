@@ -79,10 +79,10 @@ def run(url: str, turns: int) -> dict[str, Any]:
         )
         report: list[Any] = []
         result["gc_after_both"] = _counted(
-            stash, lambda: report.append(stash.collect_garbage(dry_run=False))
+            stash, lambda: report.append(stash.admin.collect_garbage(dry_run=False))
         )
         result["gc_vacated"] = report[0].lives_tidied
-        result["gc_again"] = _counted(stash, lambda: stash.collect_garbage(dry_run=False))
+        result["gc_again"] = _counted(stash, lambda: stash.admin.collect_garbage(dry_run=False))
     return result
 
 

@@ -92,7 +92,7 @@ def run(url: str, turns: int) -> dict[str, Any]:
         before = _at_rest(stash)
         meter = _Meter(stash)
         started = time.perf_counter()
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(hours=1), pack=True)
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(hours=1), pack=True)
         pack_seconds = time.perf_counter() - started
         pack_requests: Counter[str] = Counter(meter.requests)
         after = _at_rest(stash)

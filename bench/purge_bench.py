@@ -98,7 +98,7 @@ def run(server: servers.S3Server, turns: int, vacate: bool) -> dict[str, Any]:
 
     started = time.perf_counter()
     with purged.intercept(hook):
-        receipt = purged.purge(agent="long")
+        receipt = purged.admin.purge(agent="long")
     seconds = time.perf_counter() - started
     assert receipt.verified
     assert receipt.status == "complete"

@@ -35,6 +35,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
         "stashpoint.logs.store.LogStore",
         "stashpoint.runs.store.RunStore",
         "stashpoint.stash.Stash",
+        "stashpoint.admin.Admin",
     ],
 )
 def test_every_public_method_of_a_documented_class_is_in_the_reference(

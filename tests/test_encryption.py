@@ -92,7 +92,7 @@ def test_every_stored_object_is_ciphertext_and_reads_back(
     with stashpoint.open(url, encryption=encryption) as stash:
         for tenant in SECRETS:
             _fill(stash, tenant)
-        receipt = stash.purge(log="globex-log", actor="tester")
+        receipt = stash.admin.purge(log="globex-log", actor="tester")
     sealed = data_keys = 0
     for path, body in _files(root):
         for secret in SECRETS.values():
@@ -114,7 +114,7 @@ def test_every_stored_object_is_ciphertext_and_reads_back(
         assert [e.records[0]["m"] for e in stash.logs.entries("acme-log")][-1].endswith(" 69")
         attempts = stash.runs.load_run("acme-run").attempts
         assert attempts[0].input == {"big": SECRETS["acme"] * 4000}
-        assert stash.purge_receipt(receipt.purge_id).verified
+        assert stash.admin.purge_receipt(receipt.purge_id).verified
         from stashpoint.langgraph import StashpointSaver
 
         config = {"configurable": {"thread_id": "acme-thread", "checkpoint_ns": ""}}
@@ -244,9 +244,9 @@ def test_a_shredded_tenant_is_unreadable_and_the_others_load(
     with stashpoint.open(url, encryption=encryption) as stash:
         for tenant in SECRETS:
             _fill(stash, tenant)
-        plan = stash.purge(tenant="acme", shred=True, dry_run=True)
+        plan = stash.admin.purge(tenant="acme", shred=True, dry_run=True)
         assert plan.status == "dry_run" and plan.objects >= 1 and not plan.shredded
-        receipt = stash.purge(tenant="acme", shred=True, actor="dpo")
+        receipt = stash.admin.purge(tenant="acme", shred=True, actor="dpo")
         assert receipt.verified and receipt.actor == "dpo"
         assert receipt.shredded and "acme" in receipt.shredded[0]
         assert all("/data-keys/acme/" in f"/{v.key}" for v in receipt.removed)
@@ -263,7 +263,7 @@ def test_a_shredded_tenant_is_unreadable_and_the_others_load(
             )
         assert stash.checkpoints.load("globex-1").payload["secret"] == SECRETS["globex"]
         assert stash.runs.load_run("globex-run").attempts[0].output == {"ok": SECRETS["globex"]}
-        assert stash.purge_receipt(receipt.purge_id).shredded == receipt.shredded
+        assert stash.admin.purge_receipt(receipt.purge_id).shredded == receipt.shredded
     assert not list((root / "data-keys").glob("acme/*"))
     assert "acme" not in json.loads(Path(str(encryption.keyring)).read_text())["keys"]
     with stashpoint.open(url, encryption=encryption) as fresh, pytest.raises(KeyShredded):
@@ -277,16 +277,16 @@ def test_a_shred_is_refused_when_it_would_take_another_tenant(tmp_path: Path) ->
     )
     with stashpoint.open(f"local://{tmp_path / 's'}", encryption=shared) as stash:
         with pytest.raises(ConfigurationError, match="shares its master key"):
-            stash.purge(tenant="acme", shred=True)
+            stash.admin.purge(tenant="acme", shred=True)
         with pytest.raises(ConfigurationError, match="no key rule names"):
-            stash.purge(tenant="nobody", shred=True)
+            stash.admin.purge(tenant="nobody", shred=True)
     with stashpoint.open(f"local://{tmp_path / 'plain'}") as plain:
         with pytest.raises(ConfigurationError, match="not encrypted"):
-            plain.purge(tenant="acme", shred=True)
+            plain.admin.purge(tenant="acme", shred=True)
         for bad in ({"tenant": "acme"}, {"tenant": "Acme!", "shred": True},
                     {"tenant": "acme", "shred": True, "prefix": "x"}):  # fmt: skip
             with pytest.raises(stashpoint.InvalidArgument):
-                plain.purge(**bad)
+                plain.admin.purge(**bad)
 
 
 def test_rotation_rewraps_data_keys_and_rewrites_no_data_object(
@@ -298,7 +298,7 @@ def test_rotation_rewraps_data_keys_and_rewrites_no_data_object(
     before = {p: b for p, b in _files(root) if "data-keys" not in p.parts}
     keyring = Path(str(encryption.keyring))
     with stashpoint.open(url, encryption=encryption) as stash:
-        done = stash.rotate_keys("acme")
+        done = stash.admin.rotate_keys("acme")
     assert [(r.tenant, r.rewrapped) for r in done] == [("acme", 1)]
     assert "version 2" in done[0].master
     after = {p: b for p, b in _files(root) if "data-keys" not in p.parts}
@@ -391,7 +391,7 @@ def test_no_plaintext_or_key_material_in_errors_logs_or_spans(
     messages.append(str(_load_error(url, encryption, "acme-1")))
     messages.append(str(_load_error(url, encryption, "globex-1")))
     with stashpoint.open(url, encryption=encryption) as stash:
-        stash.purge(tenant="globex", shred=True)
+        stash.admin.purge(tenant="globex", shred=True)
         with pytest.raises(KeyShredded) as shredded:
             stash.runs.load_run("globex-run")
         messages.append(str(shredded.value))
@@ -494,7 +494,10 @@ def test_any_bytes_planted_under_a_key_read_as_a_typed_error(tmp_path: Path) -> 
         @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
         @given(body=st.one_of(st.binary(max_size=200), _frames()))
         def planted(body: bytes) -> None:
-            for read in (lambda: stash.decrypt(body), lambda: stash.decrypt(body, key=key)):
+            for read in (
+                lambda: stash.admin.decrypt(body),
+                lambda: stash.admin.decrypt(body, key=key),
+            ):
                 with pytest.raises(StashpointError) as decrypting:
                     read()
                 assert decrypting.value.kind.value != "other"
@@ -522,7 +525,7 @@ def test_a_shred_cut_off_at_any_request_is_finished_by_a_confirmed_resume(tmp_pa
     url, encryption = fresh("count")
     with stashpoint.open(url, encryption=encryption) as stash:
         with crash_at(stash, 10**9, False) as calls:
-            stash.purge(tenant="acme", shred=True)
+            stash.admin.purge(tenant="acme", shred=True)
         total = len(calls)
     assert total >= 6
     for step in range(total):
@@ -533,16 +536,18 @@ def test_a_shred_cut_off_at_any_request_is_finished_by_a_confirmed_resume(tmp_pa
                 crash_at(stash, step, after),
                 contextlib.suppress(Crash),
             ):
-                stash.purge(tenant="acme", shred=True)
+                stash.admin.purge(tenant="acme", shred=True)
             with stashpoint.open(url, encryption=encryption) as again:
                 opened = again.logs_in("purges").list_ids()
-                assert again.resume_purges() == [] or not opened  # a shred waits for the operator
-                finished = again.resume_purges(confirm_shred=True)
+                assert (
+                    again.admin.resume_purges() == [] or not opened
+                )  # a shred waits for the operator
+                finished = again.admin.resume_purges(confirm_shred=True)
                 if not opened:  # cut off before its receipt: nothing was done yet
                     assert again.checkpoints.load("acme-1").payload["secret"] == SECRETS["acme"]
-                    finished = [again.purge(tenant="acme", shred=True)]
+                    finished = [again.admin.purge(tenant="acme", shred=True)]
                 elif not finished:  # it had finished: the crash came after its last write
-                    finished = [again.purge_receipt(p) for p in opened]
+                    finished = [again.admin.purge_receipt(p) for p in opened]
                 assert [r.status for r in finished] == ["complete"], (step, after)
                 assert finished[0].shredded and finished[0].verified
                 with pytest.raises(KeyShredded):
@@ -555,14 +560,14 @@ def test_doctor_reports_the_tenants_and_probes_through_the_encryption(
 ) -> None:
     url, encryption, root = encrypted
     with stashpoint.open(url, encryption=encryption) as stash:
-        checks = {c.name: c for c in stash.doctor()}
+        checks = {c.name: c for c in stash.admin.doctor()}
     assert checks["encryption"].status.value == "pass"
     assert "3 tenant(s) (acme, globex, default)" in checks["encryption"].detail
     assert all(c.status.value != "fail" for c in checks.values()), checks
     assert checks["read back (GET)"].status.value == "pass"  # the probe, sealed and opened
     assert list((root / "data-keys").glob("default/*"))  # its tenant's data key was made
     with stashpoint.open(url) as plain:
-        assert "encryption" not in {c.name for c in plain.doctor()}
+        assert "encryption" not in {c.name for c in plain.admin.doctor()}
 
 
 def test_tenants_never_share_a_blob_so_erasing_one_keeps_the_other_s(
@@ -576,11 +581,11 @@ def test_tenants_never_share_a_blob_so_erasing_one_keeps_the_other_s(
             stash.runs.record_attempt(run, "x", 1, same)
         blobs = sorted(p.name for p in (root / "blobs").iterdir())
         assert len(blobs) == 2 and blobs[0].partition("~")[0] == blobs[1].partition("~")[0]
-        receipt = stash.purge(run="acme-run", blob_min_age=timedelta(0))
+        receipt = stash.admin.purge(run="acme-run", blob_min_age=timedelta(0))
         assert [b.rpartition("~")[2] for b in receipt.blobs] == ["acme"]
         assert [p.name for p in (root / "blobs").iterdir()] == [blobs[1]]
         assert stash.runs.load_run("globex-run").attempts[0].input == same
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.unreferenced == [] and report.deleted == 0  # globex's is referenced
         assert report.unreadable == []
         assert stash.runs.load_run("globex-run").attempts[0].input == same

@@ -109,7 +109,7 @@ def test_an_encrypted_stash_on_kms_is_ciphertext_decryptable_and_shreddable(
 
     with stashpoint.open(url, encryption=_encryption(kms, keys)) as stash:  # a new process
         assert stash.checkpoints.load("acme-1").payload == {"secret": SECRETS["acme"]}
-        receipt = stash.purge(tenant="acme", shred=True, actor="dpo")
+        receipt = stash.admin.purge(tenant="acme", shred=True, actor="dpo")
         assert receipt.verified and "deletion scheduled" in receipt.shredded[0]
         assert kms.describe_key(KeyId=keys["acme"])["KeyMetadata"]["KeyState"] == (
             "PendingDeletion"
@@ -155,7 +155,7 @@ def test_rotation_on_kms_rewraps_under_the_rule_s_current_key(
         before = s3.get_object(Bucket="enc-bucket", Key=f"{stash.layout.prefix}/checkpoints/acme-1")
     moved = dict(keys, acme=kms.create_key(Description="acme-2")["KeyMetadata"]["Arn"])
     with stashpoint.open(url, encryption=_encryption(kms, moved)) as stash:
-        done = stash.rotate_keys("acme")
+        done = stash.admin.rotate_keys("acme")
         assert [(r.tenant, r.rewrapped) for r in done] == [("acme", 1)]
         after = s3.get_object(Bucket="enc-bucket", Key=f"{stash.layout.prefix}/checkpoints/acme-1")
         assert after["ETag"] == before["ETag"]  # the data object is not rewritten
@@ -187,8 +187,8 @@ def test_a_shred_erases_a_tenant_whose_objects_object_lock_keeps() -> None:
                 for i in range(3):
                     head = stash.logs.append(f"{tenant}-log", [f"{secret} {i}"], after=head)
             with pytest.raises(stashpoint.RetentionLocked):
-                stash.purge(log="acme-log")
-            receipt = stash.purge(tenant="acme", shred=True, actor="dpo")
+                stash.admin.purge(log="acme-log")
+            receipt = stash.admin.purge(tenant="acme", shred=True, actor="dpo")
             assert receipt.verified and receipt.shredded
             with pytest.raises(KeyShredded):
                 stash.logs.entries("acme-log")

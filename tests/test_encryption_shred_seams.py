@@ -40,7 +40,7 @@ def test_a_process_opened_before_a_shred_gets_key_shredded_within_the_bound(
             Envelope.initial("globex-1", None, "demo", 1, {"n": 1}), None
         )
         assert before.checkpoints.load("acme-1").payload == {"n": 1}  # its key is held
-        operator.purge(tenant="acme", shred=True)
+        operator.admin.purge(tenant="acme", shred=True)
         clock.advance(31)
         with pytest.raises(KeyShredded):
             before.checkpoints.load("acme-1")
@@ -61,7 +61,7 @@ def test_a_writer_holding_a_data_key_stops_sealing_for_a_shredded_tenant(
         stashpoint.open(url, encryption=_encryption(tmp_path)) as operator,
     ):
         head = writer.logs.append("acme-log", [{"m": 1}], after=None)
-        operator.purge(tenant="acme", shred=True)
+        operator.admin.purge(tenant="acme", shred=True)
         clock.advance(61)  # the default bound: one minute
         with pytest.raises(KeyShredded):
             writer.logs.append("acme-log", [{"m": 2}], after=head)
@@ -78,7 +78,7 @@ def test_the_bound_is_the_window_a_held_key_is_used_in_after_a_shred(tmp_path: P
     ):
         held.logs.append("acme-log", [{"m": 1}], after=None)
         assert held.logs.records("acme-log") == [{"m": 1}]
-        operator.purge(tenant="acme", shred=True)
+        operator.admin.purge(tenant="acme", shred=True)
         clock.advance(59)
         assert held.logs.records("acme-log") == [{"m": 1}]  # within the bound: held
         clock.advance(2)
@@ -113,7 +113,7 @@ def test_an_object_sealed_with_another_tenants_key_is_undecryptable(tmp_path: Pa
         with pytest.raises(Undecryptable) as refused:
             stash.checkpoints.load("acme-planted")
         assert "globex" in str(refused.value) and "payload-9f2e" not in str(refused.value)
-        stash.purge(tenant="acme", shred=True)
+        stash.admin.purge(tenant="acme", shred=True)
         with pytest.raises((Undecryptable, KeyShredded)):
             stash.checkpoints.load("acme-planted")  # never readable after acme's shred
         assert stash.checkpoints.load("globex-1").payload == {"who": "globex"}
@@ -133,16 +133,16 @@ def test_after_a_shred_gc_skips_the_tenant_and_a_prefix_purge_erases_it_unread(
     with stashpoint.open(url, encryption=_encryption(tmp_path)) as stash:
         for tenant in SECRETS:
             _fill(stash, tenant)
-        stash.purge(tenant="acme", shred=True)
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        stash.admin.purge(tenant="acme", shred=True)
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.shredded and all("acme" in key for key in report.shredded)
         assert report.unreadable == []
-        receipt = stash.purge(prefix="acme-")
+        receipt = stash.admin.purge(prefix="acme-")
         assert receipt.status == "complete" and receipt.verified
         assert set(receipt.keyless) >= {"checkpoints/acme-1", "logs/acme-log", "run-logs/acme-run"}
-        assert stash.resume_purges() == []
+        assert stash.admin.resume_purges() == []
         assert [v.key for v in versions(stash) if "acme-" in v.key] == []
-        again = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        again = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert again.shredded == [] and again.open_purges == []
         assert stash.checkpoints.load("globex-1").payload["secret"] == SECRETS["globex"]
         assert stash.runs.load_run("globex-run").attempts[0].output == {"ok": SECRETS["globex"]}
@@ -157,9 +157,9 @@ def test_the_catch_all_tenant_cannot_be_shredded(tmp_path: Path) -> None:
             stash.intercept(lambda request, proceed: sent.append(request) or proceed()),
             pytest.raises(stashpoint.ConfigurationError) as refused,
         ):
-            stash.purge(tenant="default", shred=True)
+            stash.admin.purge(tenant="default", shred=True)
         assert sent == [] and "catch-all" in str(refused.value)
-        assert stash.purge(checkpoint="other-1").status == "complete"
+        assert stash.admin.purge(checkpoint="other-1").status == "complete"
 
 
 # -- item 8 and the must-show scan: nothing of a shredded tenant is readable anywhere ------
@@ -194,7 +194,7 @@ def test_after_a_shred_no_byte_of_the_tenant_is_readable_in_objects_or_the_index
             f"error ({len(SECRETS[t]) + 9} characters: sealed in the run's log)" for t in SECRETS
         }
         assert stash.runs.load_run("globex-failing").error == f"{SECRETS['globex']} broke it"
-        stash.purge(tenant="acme", shred=True)
+        stash.admin.purge(tenant="acme", shred=True)
     found = [
         str(path.relative_to(root))
         for path in root.rglob("*")
@@ -220,7 +220,7 @@ def test_after_a_shred_no_index_item_on_dynamodb_holds_the_tenants_text(
         attempt = stash.runs.record_attempt(run, "x", 1, None)
         stash.runs.fail_attempt(attempt, f"KeyError: {SECRETS['acme']}")
         stash.runs.fail_run(run, f"{SECRETS['acme']} broke it")
-        stash.purge(tenant="acme", shred=True)
+        stash.admin.purge(tenant="acme", shred=True)
     table = url.split("index=dynamodb://")[1].split("&")[0]
     client = boto3.client(
         "dynamodb", endpoint_url=options["index_endpoint_url"], region_name="us-east-1"

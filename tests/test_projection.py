@@ -180,7 +180,7 @@ def test_a_purge_erases_the_projected_rows_of_its_id_and_keeps_every_other(
         assert sum(SECRET in text for text in _projected_text(stash)) == 86
         projected = {v.key for v in versions(stash, f"{PROJECTION}/logs/acme.t1/")}
         assert len(projected) == 2
-        receipt = stash.purge(log="acme.t1")
+        receipt = stash.admin.purge(log="acme.t1")
         assert receipt.verified
         assert projected <= {v.key for v in receipt.removed}  # the receipt names them
         assert not any(SECRET in text for text in _projected_text(stash))
@@ -195,7 +195,7 @@ def test_a_prefix_purge_reaches_the_projection_of_every_log_it_takes() -> None:
         _write(stash, "acme.t2", 2, SECRET)
         _write(stash, "globex.t1", 2)
         projection.project(stash)
-        stash.purge(prefix="acme.")
+        stash.admin.purge(prefix="acme.")
         assert not any(SECRET in text for text in _projected_text(stash))
         assert _rows(stash) == _expected(stash, "globex.t1")
 
@@ -371,7 +371,7 @@ def test_on_an_encrypted_stash_files_are_sealed_by_their_tenant_and_a_shred_reac
             body = path.read_bytes()
             assert body.startswith(MAGIC) and SECRET.encode() not in body
         assert _rows(stash) == _expected(stash, "acme.t1", "globex.t1")
-        stash.purge(tenant="acme", shred=True)
+        stash.admin.purge(tenant="acme", shred=True)
         # Acme's rows went with its keys; a run names its logs unreadable, and goes on.
         assert {r[1] for r in _rows(stash)} == {"globex.t1"}
         again = projection.project(stash)
@@ -500,7 +500,7 @@ def test_a_projector_racing_a_purge_leaves_none_of_the_purged_rows(seaweedfs: An
         thread.start()
         with stashpoint.open(url) as stash:
             go.wait()
-            assert stash.purge(log="acme.t1").verified
+            assert stash.admin.purge(log="acme.t1").verified
         thread.join(timeout=300)
         assert failures == []
         with stashpoint.open(url) as stash:
@@ -622,7 +622,7 @@ def test_langgraph_threads_are_checkpoints_and_writes_that_deletion_prune_and_pu
         stored = " ".join(_projected_text(stash))
         assert f"{SECRET} in acme.t1" not in stored
         # Purged: the receipt names the projected files, and nothing of the thread is left.
-        receipt = stash.purge(thread="globex.t3")
+        receipt = stash.admin.purge(thread="globex.t3")
         erased = {r.key for r in receipt.removed}
         assert any(
             k.startswith(stash.layout.key(PROJECTION, "langgraph/globex.t3/")) for k in erased

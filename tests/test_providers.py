@@ -49,12 +49,12 @@ def test_a_stash_uses_its_profile_and_refuses_one_for_another_scheme(
     with pytest.raises(ConfigurationError):
         stashpoint.open(memory_url[0], provider="r2")
     with stashpoint.open(memory_url[0]) as memory, pytest.raises(ConfigurationError):
-        memory.conformance()  # S3 only
+        memory.admin.conformance()  # S3 only
 
 
 def _kit(url: str) -> Any:
     with stashpoint.open(url) as stash:
-        return stash.conformance()
+        return stash.admin.conformance()
 
 
 def _left(server: servers.S3Server, bucket: str, prefix: str) -> list[str]:
@@ -155,7 +155,7 @@ def test_gc_packing_and_export_work_on_a_directory_bucket_and_listings_cost_what
         for n in range(1100):  # 17 segments sealed, a pack's worth and more
             head = writer.logs.append("long", [{"n": n}], after=head, state={"n": n})
     with stashpoint.open(url + "&provider=s3express") as stash:
-        report = stash.collect_garbage(dry_run=False, pack=True, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, pack=True, min_age=timedelta(0))
         assert report.packs == 1 and report.unreadable == []
     with stashpoint.open(url + "&provider=s3express") as fresh:  # a new process: no hint
         meter = Meter(fresh)
@@ -198,12 +198,12 @@ def test_a_purge_on_a_store_that_keeps_copies_says_what_it_did_not_reach(
     url, options = s3_moto_url
     with stashpoint.open(f"{url}?index=none&provider=tigris", **options) as stash:
         stash.logs.append("t1", [{"text": "x"}], after=None)
-        receipt = stash.purge(log="t1")
+        receipt = stash.admin.purge(log="t1")
         assert "snapshots" in receipt.beyond_reach
-        assert stash.purge_receipt(receipt.purge_id).beyond_reach == receipt.beyond_reach
+        assert stash.admin.purge_receipt(receipt.purge_id).beyond_reach == receipt.beyond_reach
     with stashpoint.open(f"{url}?index=none", **options) as stash:  # aws: replicas
         stash.logs.append("t2", [{"text": "x"}], after=None)
-        assert "replication" in stash.purge(log="t2").beyond_reach
+        assert "replication" in stash.admin.purge(log="t2").beyond_reach
 
 
 def test_minio_s_profile_says_its_repository_is_archived() -> None:

@@ -27,7 +27,7 @@ def _session(folder: Path, randomness: Randomness) -> list[str]:
         head = stash.logs.append("L", [{"text": "one"}], after=None)
         head = stash.logs.append("L", [{"text": "two"}], after=head)
         writes = [entry.write_id for entry in stash.logs.entries("L")]
-        receipt = stash.purge(log="L")
+        receipt = stash.admin.purge(log="L")
         created = Envelope.initial("c", None, "k", 1, {"n": 0}, write_id="w" * 22)
         stash.checkpoints.compare_and_swap(created, None)
         updated = stash.checkpoints.update("c", lambda head: {"n": head.payload["n"] + 1})

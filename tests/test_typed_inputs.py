@@ -21,7 +21,7 @@ def test_decrypt_with_a_key_that_is_not_a_str_is_invalid_argument(
     with stashpoint.open(url, **options) as stash:
         for key in (0, b"k", ["k"]):
             with pytest.raises(stashpoint.InvalidArgument):
-                stash.decrypt(b"\x28\xb5\x2f\xfd", key=key)  # type: ignore[arg-type]
+                stash.admin.decrypt(b"\x28\xb5\x2f\xfd", key=key)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

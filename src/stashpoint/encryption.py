@@ -486,7 +486,7 @@ def _id_of(namespace: str, rest: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Rotation:
-    """What a key rotation did for one tenant (`Stash.rotate_keys`)."""
+    """What a key rotation did for one tenant (`Admin.rotate_keys`)."""
 
     tenant: str
     """The tenant."""

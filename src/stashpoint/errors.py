@@ -108,7 +108,7 @@ class CheckpointNotFound(StashpointError):
 
 
 class Purged(CheckpointNotFound):
-    """The id was purged (`Stash.purge`): nothing of it can be read, and writes are refused.
+    """The id was purged (`Admin.purge`): nothing of it can be read, and writes are refused.
 
     A not-found (it subclasses `CheckpointNotFound`), with its own kind, so a reader that
     treats a missing id as absent goes on working; `purge_id` names the erasure receipt.

@@ -10,7 +10,7 @@ if absent and judged by its content (the one named-values engine, `stores.named_
 a retried store finds its own copy, a planted object is refused), read back checked
 against the hash its claim names, sealed with the tenant's key on an encrypted stash, and
 under Object Lock where the bucket has it. A purge erases a workflow's payloads with a
-receipt (`stash.purge(values=("temporal-payloads", workflow_owner(namespace, id)))`, or a
+receipt (`stash.admin.purge(values=("temporal-payloads", workflow_owner(namespace, id)))`, or a
 prefix of owners, `--older-than` for retention); `erase(namespace, workflow_id)` deletes
 them without one.
 
@@ -180,7 +180,7 @@ class StashStorageDriver(StorageDriver):
     def _owner_of(self, target: Target) -> str:
         owner = self.owner(target)
         try:
-            # An id, as a purge names it (`stash.purge(values=("temporal-payloads", owner))`).
+            # An id, as a purge names it (`stash.admin.purge(values=("temporal-payloads", owner))`).
             return validate_id(owner, what="owner(target)")
         except InvalidId:
             raise InvalidArgument(
@@ -231,7 +231,7 @@ class StashStorageDriver(StorageDriver):
     async def erase(self, namespace: str, workflow_id: str) -> int:
         """Delete every stored version of a workflow's payloads; return how many.
 
-        No receipt: `stash.purge(values=("temporal-payloads", workflow_owner(namespace,
+        No receipt: `stash.admin.purge(values=("temporal-payloads", workflow_owner(namespace,
         workflow_id)))` erases the same with one, and refuses what Object Lock retains.
         For retention or a person's erasure, once the workflow's history is gone (or its
         claims are no longer read). Payloads stored for its activities are kept under the

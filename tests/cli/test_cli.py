@@ -246,7 +246,7 @@ def test_gc_with_history_keeps_blobs_older_revisions_reference(url: str) -> None
     )  # fmt: skip
     assert kept["blobs"] == 2 and kept["unreferenced"] == [] and kept["deleted"] == 0
     with stashpoint.open(url) as stash:
-        assert stash.collect_garbage(dry_run=True, min_age=timedelta(0)).unreferenced
+        assert stash.admin.collect_garbage(dry_run=True, min_age=timedelta(0)).unreferenced
 
 
 def test_gc_deletes_nothing_while_a_head_cannot_be_read(url: str) -> None:

@@ -28,7 +28,7 @@ def test_a_purged_log_leaves_no_payload_and_refuses_every_writer(stash: Any) -> 
     before = {v for p in prefixes for v in pairs(versions(stash, p))}
     assert holding(stash, SECRET)
 
-    receipt = stash.purge(log="t1", actor="tester")
+    receipt = stash.admin.purge(log="t1", actor="tester")
 
     assert receipt.status == "complete" and receipt.verified
     assert receipt.actor == "tester" and [str(t) for t in receipt.targets] == ["logs/t1"]
@@ -36,7 +36,7 @@ def test_a_purged_log_leaves_no_payload_and_refuses_every_writer(stash: Any) -> 
     assert {(v.key, v.version_id) for v in receipt.removed} == before - after
     assert receipt.objects == len(before - after) > 0
     assert receipt.kept == len(after) == 71  # a marker per version and the tombstone
-    assert stash.purge_receipt(receipt.purge_id).removed == receipt.removed
+    assert stash.admin.purge_receipt(receipt.purge_id).removed == receipt.removed
     with pytest.raises(stashpoint.Purged) as read:
         stash.logs.head("t1")
     assert read.value.purge_id == receipt.purge_id and read.value.kind.value == "purged"
@@ -60,7 +60,7 @@ def test_a_purged_checkpoint_leaves_a_tombstone_and_no_revision(stash: Any) -> N
     kept = Envelope.initial("c2", None, "demo", 1, {"note": OTHER})
     stash.checkpoints.compare_and_swap(kept, None)
 
-    receipt = stash.purge(checkpoint="c1")
+    receipt = stash.admin.purge(checkpoint="c1")
 
     assert receipt.verified and holding(stash, SECRET) == []
     assert len(versions(stash, "checkpoints/c1")) == 1  # the tombstone
@@ -83,8 +83,8 @@ def test_a_purged_checkpoint_leaves_a_tombstone_and_no_revision(stash: Any) -> N
 def test_a_reusable_purge_lets_the_id_start_afresh(stash: Any) -> None:
     _log(stash, "t1", SECRET, 5)
     stash.checkpoints.compare_and_swap(Envelope.initial("c1", None, "d", 1, {"n": SECRET}), None)
-    stash.purge(log="t1", reusable=True)
-    stash.purge(checkpoint="c1", reusable=True)
+    stash.admin.purge(log="t1", reusable=True)
+    stash.admin.purge(checkpoint="c1", reusable=True)
     with pytest.raises(stashpoint.CheckpointNotFound) as gone:
         stash.logs.head("t1")
     assert not isinstance(gone.value, stashpoint.Purged)
@@ -98,7 +98,7 @@ def test_a_reusable_purge_lets_the_id_start_afresh(stash: Any) -> None:
 def test_a_dry_run_plans_and_writes_nothing(stash: Any) -> None:
     _log(stash, "t1", SECRET, 70)
     before = pairs(versions(stash))
-    plan = stash.purge(log="t1", dry_run=True)
+    plan = stash.admin.purge(log="t1", dry_run=True)
     assert plan.status == "dry_run" and not plan.verified
     assert pairs(versions(stash)) == before  # not even a receipt
     assert {(v.key, v.version_id) for v in plan.removed} <= before
@@ -112,8 +112,8 @@ def test_a_prefix_purge_takes_every_namespace_and_leaves_other_ids(stash: Any) -
         Envelope.initial("acme.c1", None, "d", 1, {"n": SECRET}), None
     )
     _log(stash, "globex.t1", OTHER, 3)
-    receipt = stash.purge(prefix="acme.")
+    receipt = stash.admin.purge(prefix="acme.")
     assert {str(t) for t in receipt.targets} == {"logs/acme.t1", "checkpoints/acme.c1"}
     assert holding(stash, SECRET) == [] and holding(stash, OTHER)
-    again = stash.purge(prefix="acme.")  # purged ids are not purged twice
+    again = stash.admin.purge(prefix="acme.")  # purged ids are not purged twice
     assert again.targets == [] and again.verified

@@ -80,7 +80,7 @@ def test_object_lock_keeps_an_execution_from_a_purge(retained_bucket: Any) -> No
         functions.run_due()
         history = functions.history(arn)
         with pytest.raises(stashpoint.RetentionLocked) as refused:
-            stash.purge(prefix=execution_id(arn), namespace="durable-executions")
+            stash.admin.purge(prefix=execution_id(arn), namespace="durable-executions")
         assert refused.value.locked and "durable-executions/short:kept/" in str(refused.value)
         assert functions.history(arn) == history  # nothing erased
         assert functions.describe(arn)["Status"] == "SUCCEEDED"

@@ -205,7 +205,7 @@ def test_a_purged_execution_leaves_no_item_and_cannot_start_again_unnoticed(
     arn = functions.start("napper", None, name="gone")
     functions.run_due()
     log_id = execution_id(arn)
-    receipt = stash.purge(prefix=log_id, namespace="durable-executions")
+    receipt = stash.admin.purge(prefix=log_id, namespace="durable-executions")
     assert receipt.index_items == 1
     assert _item(stash, arn) is None
     assert functions.executions() == []

@@ -77,7 +77,7 @@ def test_gc_does_not_delete_through_a_symlinked_blobs_folder(tmp_path: Path, out
         old = time.time() - 10 * 86400
         os.utime(outside / "passwd", (old, old))
         with pytest.raises(UnsafeStorage):
-            stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+            stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
     assert (outside / "passwd").exists()
 
 

@@ -61,7 +61,7 @@ def test_too_deep_run_output_leaves_the_run_readable(tmp_path: Any) -> None:
         state = stash.runs.load_run(run_id)
         assert state is not None and state.attempts[0].status.value == "running"
         assert stash.runs.reindex(resume=False).indexed == 1  # reindex and gc still work
-        assert stash.collect_garbage(dry_run=True).unreadable == []
+        assert stash.admin.collect_garbage(dry_run=True).unreadable == []
 
 
 class Colour(enum.Enum):

@@ -114,7 +114,7 @@ def test_deployed_stack_on_moto_runs_the_library(deployed: dict[str, str]) -> No
         run_id = stash.runs.create_run("graph")
         stash.runs.complete_run(run_id)
         assert [r.status for r in stash.runs.list_runs().items] == [RunStatus.COMPLETED]
-        assert [c.status for c in stash.doctor() if c.status == "fail"] == []
+        assert [c.status for c in stash.admin.doctor() if c.status == "fail"] == []
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="team-checkpoints").get("Contents", [])]
     assert sorted(keys) == [
         "team-agents/checkpoints/agent-1",

@@ -236,8 +236,8 @@ def _workload(url: str) -> None:
         saver.get_tuple(config)
         list(saver.list(config))
         saver.delete_thread("t")
-        stash.collect_garbage(dry_run=False, min_age=timedelta(0), history=True)
-        stash.doctor()
+        stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0), history=True)
+        stash.admin.doctor()
 
 
 def test_the_worker_policy_allows_every_call_the_library_makes(
@@ -266,11 +266,11 @@ def test_the_erasure_policy_with_the_worker_policy_allows_purges_and_holds(
             log = stash.logs.append("log", [n], after=log, state={"n": n})
         run_id = stash.runs.create_run("etl")
         stash.runs.record_attempt(run_id, "extract", 1, {"big": "y" * 4096})
-        stash.purge(log="log", dry_run=True)
-        stash.purge(log="log")
-        stash.purge(checkpoint="job", blob_min_age=timedelta(0))
-        stash.purge(run=run_id, blob_min_age=timedelta(0))
-        stash.resume_purges()
+        stash.admin.purge(log="log", dry_run=True)
+        stash.admin.purge(log="log")
+        stash.admin.purge(checkpoint="job", blob_min_age=timedelta(0))
+        stash.admin.purge(run=run_id, blob_min_age=timedelta(0))
+        stash.admin.resume_purges()
     worker = _resolve(_generator()._worker_policy(with_kms=False))
     both = {"Statement": worker["Statement"]
             + _resolve(_generator()._erasure_policy())["Statement"]}  # fmt: skip

@@ -153,7 +153,7 @@ def test_a_failed_background_seal_is_said_by_kind_and_gc_seals_it(
         assert found is not None and found.checkpoint["channel_values"]["n"] == 39
         with stashpoint.open(memory_url[0]) as cold:
             assert len(list(StashpointSaver(cold).list(_THREAD))) == 40
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.segments_sealed == 1
         assert len(_segments(stash)) == 1
 
@@ -230,7 +230,7 @@ def test_a_process_killed_after_its_put_returned_loses_nothing_and_gc_seals(
         assert len(found) == 65  # every acknowledged put
         assert found[0].checkpoint["channel_values"]["n"] == 64  # the last put's values
         # Sealed by the saver's thread if it got there before the kill, else by gc.
-        stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert len(_segments(stash)) == 1
         assert len(list(saver.list(_THREAD))) == 65
 
@@ -349,5 +349,5 @@ def test_seals_after_the_call_through_the_fault_proxy_lose_nothing(seaweedfs: An
     with stashpoint.open(seaweedfs.url(prefix)) as stash:
         stored = [t.checkpoint["channel_values"]["n"] for t in StashpointSaver(stash).list(_THREAD)]
         assert sorted(stored)[-acknowledged:] == list(range(acknowledged))
-        stash.collect_garbage(dry_run=False, min_age=timedelta(0))  # what a failed seal left
+        stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))  # what a failed seal left
         assert len(_segments(stash)) == 1

@@ -83,7 +83,7 @@ def test_a_known_head_whose_versions_were_packed_is_read_from_the_pack(
             items.append(f"m{i}")
             config = _grow(saver, items, config)
         assert _messages(saver) == items
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
         assert report.packs >= 1
         assert _messages(saver) == items  # same head, its older versions moved
 
@@ -96,7 +96,7 @@ def test_a_known_head_of_a_purged_thread_is_not_read(memory_url: tuple[str, Any]
             config = _grow(saver, [f"m{j}" for j in range(i + 1)], config)
         assert _messages(saver) == [f"m{j}" for j in range(5)]
         with stashpoint.open(memory_url[0]) as other:
-            other.purge(thread="t")
+            other.admin.purge(thread="t")
         with pytest.raises(Purged):
             saver.get_tuple(_LATEST)
 

@@ -42,7 +42,7 @@ def test_a_put_after_a_reusable_purge_reads_back_from_any_process(erasure_url: s
         saver = StashpointSaver(stash)
         first = _put(saver, base, OLD + " 1", 0)
         stale = _put(saver, first, OLD + " 2" + BIG, 1)
-        other.purge(thread="t1", reusable=True)
+        other.admin.purge(thread="t1", reusable=True)
         # The saver still holds the purged life's head and the caller its config.
         new = _put(saver, stale, "new life" + BIG, 2)
         assert saver.get_tuple(base).checkpoint["channel_values"]["note"] == "new life" + BIG
@@ -53,8 +53,8 @@ def test_a_put_after_a_reusable_purge_reads_back_from_any_process(erasure_url: s
     with stashpoint.open(url) as cold:
         saver = StashpointSaver(cold)
         assert saver.get_tuple(base).checkpoint["channel_values"]["note"] == "new life" + BIG
-        cold.collect_garbage(dry_run=False, min_age=timedelta(0))
-        cold.resume_purges()
+        cold.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
+        cold.admin.resume_purges()
         assert holding(cold, OLD) == []
     with stashpoint.open(url) as cold:
         tuples = list(StashpointSaver(cold).list(base))
@@ -75,7 +75,7 @@ def test_a_reusable_thread_purge_crashed_at_any_request_leaves_the_next_put_read
             stale = _put(saver, _put(saver, base, OLD + " 1", 0), OLD + " 2" + BIG, 1)
             with crash_at(stash, step, after) as calls:
                 try:
-                    stash.purge(thread="t1", reusable=True)
+                    stash.admin.purge(thread="t1", reusable=True)
                     crashed = False
                 except Crash:
                     crashed = True
@@ -85,8 +85,8 @@ def test_a_reusable_thread_purge_crashed_at_any_request_leaves_the_next_put_read
         with stashpoint.open(url) as stash:
             _put(StashpointSaver(stash), stale, "new life" + BIG, 2)  # a stale config
         with stashpoint.open(url) as cold:
-            cold.resume_purges()
-            cold.collect_garbage(dry_run=False, min_age=timedelta(0))
+            cold.admin.resume_purges()
+            cold.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
             latest = StashpointSaver(cold).get_tuple(base)
             if ended or not opened:
                 # A new life after the tombstone, or no purge at all: the put is there.
@@ -123,8 +123,8 @@ def test_a_reusable_thread_purge_and_the_next_put_through_the_fault_proxy(
             saver = StashpointSaver(stash)
             for _ in range(20):  # bounded: each try gets further
                 try:
-                    if not stash.resume_purges():
-                        stash.purge(thread="t1", reusable=True)
+                    if not stash.admin.resume_purges():
+                        stash.admin.purge(thread="t1", reusable=True)
                     break
                 except stashpoint.StashpointError as exc:
                     failures.append(exc.kind.value)
@@ -137,7 +137,7 @@ def test_a_reusable_thread_purge_and_the_next_put_through_the_fault_proxy(
                     failures.append(exc.kind.value)
             for _ in range(20):
                 try:
-                    stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+                    stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
                     break
                 except stashpoint.StashpointError as exc:
                     failures.append(exc.kind.value)

@@ -272,5 +272,5 @@ def test_sigkill_at_the_seal_never_leaves_history_unreadable(
                 unreadable.append((thread, kill_at, after, exc))
         assert unreadable == []
         # gc (the library's) seals what the kills left unsealed, LangGraph threads too.
-        report = stash.collect_garbage(dry_run=False)
+        report = stash.admin.collect_garbage(dry_run=False)
         assert report.logs >= SEAL_KILL_ROUNDS

@@ -60,10 +60,10 @@ def test_delete_thread_is_a_few_requests_and_gc_vacates_below(
         assert list(saver.list(THREAD)) == []
         assert _whole_entries(stash) == whole + 1  # nothing vacated yet: the tombstone added
         requests.clear()
-        report = stash.collect_garbage(dry_run=False)
+        report = stash.admin.collect_garbage(dry_run=False)
         assert report.lives_tidied >= steps - 3 * SEGMENT_SPAN  # entries, and segments deleted
         assert _whole_entries(stash) == 1  # the tombstone alone
-        assert stash.collect_garbage(dry_run=False).lives_tidied == 0  # nothing left to do
+        assert stash.admin.collect_garbage(dry_run=False).lives_tidied == 0  # nothing left to do
         assert saver.get_tuple(THREAD) is None
         # The thread starts again where the deletion left it; nothing older is read.
         _put(saver, "t", {"messages": ["again"]})
@@ -81,7 +81,7 @@ def test_a_stale_writer_loses_before_and_after_gc_tidies(memory_url: tuple[str, 
         StashpointSaver(stash).delete_thread("t")
         for tidy in (False, True):
             if tidy:
-                stash.collect_garbage(dry_run=False)
+                stash.admin.collect_garbage(dry_run=False)
             with pytest.raises(CheckpointConflict):
                 _put(zombie, "t", {"messages": ["late"]}, parent=config["configurable"][
                     "checkpoint_id"], marker=True)  # fmt: skip
@@ -99,7 +99,7 @@ def test_prune_rebases_in_one_put_and_gc_vacates_below(memory_url: tuple[str, An
         saver.prune(["t"], strategy="keep_latest")
         assert requests.count("PutObject") == 1, requests  # the rebase alone
         assert [t.checkpoint["channel_values"] for t in saver.list(THREAD)] == [expected]
-        report = stash.collect_garbage(dry_run=False)
+        report = stash.admin.collect_garbage(dry_run=False)
         assert report.lives_tidied >= steps - 2 * SEGMENT_SPAN
         assert _whole_entries(stash) == 1  # the rebase alone
     with stashpoint.open(memory_url[0]) as stash:  # a new process reads the same

@@ -856,7 +856,7 @@ def test_a_packed_thread_reads_its_latest_and_its_past(memory_url: tuple[str, An
         _grown(saver, steps, thread_id="long", word="message")
         thread = {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
         history = [t.config["configurable"]["checkpoint_id"] for t in saver.list(thread)]
-        report = stash.collect_garbage(dry_run=False, pack=True)
+        report = stash.admin.collect_garbage(dry_run=False, pack=True)
         assert report.packs == 1 and report.segments_deleted == PACK_SPAN // SEGMENT_SPAN
     with stashpoint.open(memory_url[0]) as stash:  # a new process
         saver = StashpointSaver(stash)

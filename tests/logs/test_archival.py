@@ -143,7 +143,7 @@ def test_doctor_reports_the_lifecycle_and_fails_one_that_archives_hot_objects(
         }]},
     )  # fmt: skip
     with stashpoint.open(url, **options) as stash:
-        [check] = [c for c in stash.doctor() if c.name == "lifecycle"]
+        [check] = [c for c in stash.admin.doctor() if c.name == "lifecycle"]
     assert check.status == verdict, check.detail
     if verdict == "pass":
         assert storage_class in check.detail
@@ -159,7 +159,7 @@ def test_doctor_reports_object_lock_on_s3_and_its_absence_locally(
     client.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True)
     with stashpoint.open("s3://locked/p?index=none", **options) as stash:
         assert stash.driver(GetObjectLock()) == ObjectLock(enabled=True)
-        [check] = [c for c in stash.doctor() if c.name == "object lock"]
+        [check] = [c for c in stash.admin.doctor() if c.name == "object lock"]
         assert check.status == "pass" and "no default retention" in check.detail
     client.put_object_lock_configuration(
         Bucket="locked",
@@ -170,7 +170,7 @@ def test_doctor_reports_object_lock_on_s3_and_its_absence_locally(
     )
     with stashpoint.open("s3://locked/p?index=none", **options) as stash:
         assert stash.driver(GetObjectLock()) == ObjectLock(True, "GOVERNANCE", 30, None)
-        checks = {c.name: c for c in stash.doctor()}  # reports, never raises
+        checks = {c.name: c for c in stash.admin.doctor()}  # reports, never raises
         check = checks["object lock"]
         assert check.status == "warn" and "30 days in GOVERNANCE mode" in check.detail
         assert (
@@ -178,7 +178,7 @@ def test_doctor_reports_object_lock_on_s3_and_its_absence_locally(
             and "could not be removed" in checks["cleanup"].detail
         )
     with stashpoint.open(url, **options) as stash:  # versioned, not locked
-        [check] = [c for c in stash.doctor() if c.name == "object lock"]
+        [check] = [c for c in stash.admin.doctor() if c.name == "object lock"]
         assert (check.status, check.detail) == ("pass", "off: nothing is retained past a delete")
     with stashpoint.open(f"local://{tmp_path}") as local:
         assert local.driver(GetObjectLock()) is None
@@ -211,7 +211,7 @@ def test_doctor_reports_the_templates_lifecycle_packs_moved_and_old_versions_exp
     )  # fmt: skip
     with stashpoint.open(url, **options) as stash:
         rules = stash.driver(GetLifecycle())
-        [check] = [c for c in stash.doctor() if c.name == "lifecycle"]
+        [check] = [c for c in stash.admin.doctor() if c.name == "lifecycle"]
     assert (rules[0].noncurrent_expire_days, rules[0].expires_delete_markers) == (365, True)
     assert check.status == "pass", check.detail
     assert f"{stash_prefix}/sealed/ -> DEEP_ARCHIVE after 90 d" in check.detail

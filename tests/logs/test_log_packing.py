@@ -176,7 +176,7 @@ def test_deleting_or_purging_a_packed_log_removes_its_packs(
         stash.logs.pack("erased")
         stash.logs.delete("gone")
         assert _sealed_keys(stash, "gone") == []
-        receipt = stash.purge(log="erased")
+        receipt = stash.admin.purge(log="erased")
         assert receipt.verified
         assert versions(stash, "sealed/logs/erased/") == []
 
@@ -186,9 +186,9 @@ def test_gc_packs_every_log_and_reports_it(memory_url: tuple[str, dict[str, Any]
     with stashpoint.open(url) as stash:
         _build(stash, "a", versions_=PACK_SPAN + SEGMENT_SPAN + 1)
         _build(stash, "b", versions_=SEGMENT_SPAN + 1)  # too short to pack
-        dry = stash.collect_garbage(dry_run=True, pack=True)
+        dry = stash.admin.collect_garbage(dry_run=True, pack=True)
         assert dry.packs == 0 and _name(0, PACK_SPAN) not in _sealed_keys(stash, "a")
-        report = stash.collect_garbage(dry_run=False, pack=True)
+        report = stash.admin.collect_garbage(dry_run=False, pack=True)
         assert (report.packs, report.segments_deleted) == (1, PACK_SPAN // SEGMENT_SPAN)
         assert report.entries_vacated == PACK_SPAN + SEGMENT_SPAN + SEGMENT_SPAN
         assert _sealed_keys(stash, "b") == [_name(0, SEGMENT_SPAN)]

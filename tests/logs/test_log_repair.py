@@ -50,12 +50,12 @@ def test_a_planted_future_entry_is_named_and_repaired(stash: stashpoint.Stash) -
     assert planted in message and info.value.object_name == planted
     assert "stashpoint repair logs job" in message and "version 48" in message
 
-    dry = stash.repair_log("logs", "job")  # the default only reports
+    dry = stash.admin.repair_log("logs", "job")  # the default only reports
     assert (dry.gap, dry.above, dry.moved, dry.dry_run) == (11, (planted,), (), True)
     with pytest.raises(InvalidPayload):
         stash.logs.head("job")
 
-    report = stash.repair_log("logs", "job", dry_run=False)
+    report = stash.admin.repair_log("logs", "job", dry_run=False)
     assert report.gap == 11 and report.above == (planted,) and report.kept == ()
     (moved,) = report.moved
     assert moved.startswith(stash.layout.namespace_prefix("quarantine"))
@@ -67,7 +67,7 @@ def test_a_planted_future_entry_is_named_and_repaired(stash: stashpoint.Stash) -
     assert stash.logs.records("job") == [f"r{v}" for v in range(11)]
     after = stash.logs.append("job", ["r11"], after=stash.logs.head("job"), state={"v": 11})
     assert after.version == 11 and stash.logs.head("job").state == {"v": 11}
-    again = stash.repair_log("logs", "job", dry_run=False)
+    again = stash.admin.repair_log("logs", "job", dry_run=False)
     assert again.gap is None and again.moved == ()
 
 
@@ -113,7 +113,7 @@ def test_repair_leaves_an_object_rewritten_while_it_is_moved(stash: stashpoint.S
         return proceed()
 
     with stash.intercept(rewrite_before_delete):
-        report = stash.repair_log("logs", "job", dry_run=False)
+        report = stash.admin.repair_log("logs", "job", dry_run=False)
     assert report.kept == (planted,) and report.moved == ()
     assert stash.driver(GetObject(planted)) is not None
 
@@ -122,13 +122,13 @@ def test_repair_never_moves_a_log_without_a_gap(stash: stashpoint.Stash) -> None
     head = None
     for v in range(70):  # one sealed segment and entries beyond it
         head = stash.logs.append("job", [f"r{v}"], after=head, state={"v": v})
-    report = stash.repair_log("logs", "job", dry_run=False)
+    report = stash.admin.repair_log("logs", "job", dry_run=False)
     assert report.gap is None and report.above == () and report.moved == ()
     assert stash.logs.records("job") == [f"r{v}" for v in range(70)]
     with pytest.raises(stashpoint.InvalidArgument):
-        stash.repair_log("checkpoints", "job")
+        stash.admin.repair_log("checkpoints", "job")
     with pytest.raises(stashpoint.InvalidId):
-        stash.repair_log("logs", "../x")
+        stash.admin.repair_log("logs", "../x")
 
 
 @pytest.mark.parametrize(

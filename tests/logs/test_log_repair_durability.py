@@ -67,7 +67,7 @@ def _nothing_lost(stash: Any, planted: dict[str, bytes]) -> None:
 
 def _finish(stash: Any, planted: dict[str, bytes]) -> None:
     """Repair again until done; then the log reads and goes on."""
-    report = stash.repair_log("logs", "job", dry_run=False)
+    report = stash.admin.repair_log("logs", "job", dry_run=False)
     assert report.kept == ()
     _nothing_lost(stash, planted)
     for key, body in planted.items():
@@ -88,7 +88,7 @@ def _requests_of_one_repair() -> int:
             return proceed()
 
         with stash.intercept(count):
-            stash.repair_log("logs", "job", dry_run=False)
+            stash.admin.repair_log("logs", "job", dry_run=False)
     return len(calls)
 
 
@@ -100,7 +100,7 @@ def test_a_crash_at_every_request_of_a_repair_loses_nothing(after: bool) -> None
         with stashpoint.open(f"memory://crash-{uuid.uuid4().hex}") as stash:
             planted = _wedge(stash)
             with crash_at(stash, step, after), pytest.raises(Crash):
-                stash.repair_log("logs", "job", dry_run=False)
+                stash.admin.repair_log("logs", "job", dry_run=False)
             _nothing_lost(stash, planted)
             _finish(stash, planted)
 
@@ -121,7 +121,7 @@ def test_a_repair_through_the_fault_proxy_loses_nothing(seaweedfs: servers.S3Ser
         with stashpoint.open(url, client_config=config) as faulty:
             for _ in range(6):  # bounded: each repair goes on from where the last stopped
                 try:
-                    faulty.repair_log("logs", "job", dry_run=False)
+                    faulty.admin.repair_log("logs", "job", dry_run=False)
                 except StorageUnavailable:
                     failures += 1
                 with stashpoint.open(seaweedfs.url(prefix)) as clean:
@@ -140,7 +140,7 @@ KILLED_REPAIR = textwrap.dedent(
             print(type(request).__name__, flush=True)
             return result
         with stash.intercept(told):
-            stash.repair_log("logs", "job", dry_run=False)
+            stash.admin.repair_log("logs", "job", dry_run=False)
     print("done", flush=True)
     """
 )

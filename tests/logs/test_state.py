@@ -114,7 +114,7 @@ def test_a_lost_race_still_ends_in_purged_for_a_purged_log() -> None:
     with stashpoint.open(url) as first, stashpoint.open(url) as second:
         run_id = first.runs.create_run("race")
         first.runs.record_attempt(run_id, "a", 1)
-        second.purge(run=run_id)
+        second.admin.purge(run=run_id)
         with pytest.raises(stashpoint.Purged):
             first.runs.record_attempt(run_id, "b", 1)
 

@@ -25,14 +25,14 @@ def test_doctor_on_the_local_default_leaves_nothing_behind(tmp_path: Path) -> No
         stash.checkpoints.compare_and_swap(Envelope.initial("a", None, "k", 1, {}), None)
         stash.runs.create_run("g")
         before = _tree(root)
-        checks = stash.doctor()
+        checks = stash.admin.doctor()
     assert all(c.status is not Status.FAIL for c in checks), checks
     assert _tree(root) == before
 
 
 def test_doctor_does_not_claim_gsis_or_ttl_for_sqlite(tmp_path: Path) -> None:
     with stashpoint.open(f"local://{tmp_path / 's'}") as stash:
-        checks = {c.name: c for c in stash.doctor()}
+        checks = {c.name: c for c in stash.admin.doctor()}
     assert "index GSIs" not in checks and "index TTL" not in checks
     assert "SQLite" in checks["index"].detail
 
@@ -53,7 +53,7 @@ def test_doctor_on_a_read_only_folder_says_so_in_words(tmp_path: Path) -> None:
     local.os.open = refusing  # type: ignore[assignment]
     try:
         with stashpoint.open(f"local://{root}?index=none") as stash:
-            checks = stash.doctor()
+            checks = stash.admin.doctor()
     finally:
         local.os.open = real_open  # type: ignore[assignment]
     storage = [c for c in checks if c.status is Status.FAIL]

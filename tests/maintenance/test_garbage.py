@@ -51,7 +51,7 @@ def test_a_blob_reused_while_gc_runs_is_never_deleted_under_its_new_reference(
             return proceed()
 
         with stash.intercept(hook):
-            report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+            report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert reused, "the save ran inside the collection"
         assert report.unreferenced and report.deleted == 0
         # The save that reused the blob reads it back: nothing it referenced was deleted.
@@ -84,7 +84,7 @@ def test_a_collector_whose_clock_runs_ahead_keeps_a_blob_written_a_moment_ago(
                 return datetime.now(UTC) + timedelta(hours=3)
 
         monkeypatch.setattr(garbage, "datetime", Ahead)
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(hours=1))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(hours=1))
         assert report.deleted == 0 and report.too_young == 1
 
 
@@ -98,7 +98,9 @@ def test_gc_and_reindex_report_progress_with_counts() -> None:
         for n in range(4):
             stash.runs.record_attempt(stash.runs.create_run("g"), "n", 1, {**BIG, "n": n})
         heard: list[Progress] = []
-        report = stash.collect_garbage(dry_run=True, min_age=timedelta(0), on_progress=heard.append)
+        report = stash.admin.collect_garbage(
+            dry_run=True, min_age=timedelta(0), on_progress=heard.append
+        )
         phases = {p.phase for p in heard}
         assert {"heads", "logs", "blobs"} <= phases
         heads = [p for p in heard if p.phase == "heads"]

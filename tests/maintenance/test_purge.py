@@ -72,7 +72,7 @@ def test_a_hostile_or_unclear_purge_is_refused_before_any_request(arguments: Any
             stash.intercept(lambda request, proceed: sent.append(request) or proceed()),
             pytest.raises(stashpoint.StashpointError) as refused,
         ):
-            stash.purge(**arguments)
+            stash.admin.purge(**arguments)
         assert sent == []
         assert refused.value.kind.value in ("invalid_argument", "invalid_id")
         assert len(_records(stash, "t1")) == 3
@@ -82,7 +82,7 @@ def test_an_empty_prefix_needs_all_of_namespace_and_then_takes_only_that_namespa
     with _memory() as stash:
         _log(stash, "t1", SECRET, 2)
         stash.checkpoints.compare_and_swap(Envelope.initial("c1", None, "d", 1, {"n": 1}), None)
-        receipt = stash.purge(prefix="", namespace="logs", all_of_namespace=True)
+        receipt = stash.admin.purge(prefix="", namespace="logs", all_of_namespace=True)
         assert [str(t) for t in receipt.targets] == ["logs/t1"]
         assert stash.checkpoints.load("c1").payload == {"n": 1}
 
@@ -103,7 +103,7 @@ def test_a_run_loses_its_index_items_and_blobs_only_it_referenced(tmp_path: Path
         blobs_before = {v.key for v in versions(stash, "blobs/")}
         assert len(blobs_before) == 2
 
-        receipt = stash.purge(run=purged, blob_min_age=timedelta(0))
+        receipt = stash.admin.purge(run=purged, blob_min_age=timedelta(0))
 
         own = hashlib.sha256(json.dumps(BIG_OWN, separators=(",", ":")).encode()).hexdigest()
         assert receipt.index_items >= 2 and receipt.verified
@@ -124,7 +124,7 @@ def test_a_young_blob_stays_for_a_writer_about_to_reference_it(tmp_path: Path) -
     with stashpoint.open(f"local://{tmp_path / 's'}?blob_threshold=1024") as stash:
         run_id = stash.runs.create_run("etl")
         stash.runs.record_attempt(run_id, "extract", 1, BIG_OWN)
-        receipt = stash.purge(run=run_id)  # blobs younger than an hour stay
+        receipt = stash.admin.purge(run=run_id)  # blobs younger than an hour stay
         assert receipt.blobs == [] and len(receipt.kept_blobs) == 1
         assert len(versions(stash, "blobs/")) == 1
 
@@ -136,7 +136,7 @@ def test_an_agent_checkpoint_is_purged_whole(tmp_path: Path) -> None:
     _agent(url, "agent-1", 3)
     _agent(url, "agent-2", 1)
     with stashpoint.open(url) as stash:
-        receipt = stash.purge(agent="agent-1")
+        receipt = stash.admin.purge(agent="agent-1")
         assert [str(t) for t in receipt.targets] == ["agents/agent-1"]
         assert holding(stash, "sk-secret", "agents/agent-1") == []
         # agent-1's third answer, nowhere (quoted: a random write id may hold r2)
@@ -153,7 +153,7 @@ def test_a_conversation_is_named_by_its_namespace_and_id() -> None:
         logs = stash.logs_in("conversations")
         key = conversation_key("support", "c-9")
         logs.append(key, [{"text": SECRET}], after=None)
-        receipt = stash.purge(conversation=("support", "c-9"))
+        receipt = stash.admin.purge(conversation=("support", "c-9"))
         assert [str(t) for t in receipt.targets] == [f"conversations/{key}"]
         assert holding(stash, SECRET) == []
 
@@ -175,7 +175,7 @@ def test_a_langgraph_thread_loses_its_large_values_and_refuses_its_saver() -> No
         other = {"configurable": {"thread_id": "user-8", "checkpoint_ns": ""}}
         saver.put(other, empty_checkpoint(), {"source": "input", "step": -1}, {})
 
-        receipt = stash.purge(thread="user/7")
+        receipt = stash.admin.purge(thread="user/7")
 
         assert receipt.verified and holding(stash, SECRET) == []
         assert versions(stash, "langgraph-values/") == []
@@ -207,7 +207,7 @@ def test_objects_planted_under_a_purged_id_are_erased_and_its_neighbours_kept() 
         }
         for key, text in planted.items():
             stash.driver(PutObject(key, text.encode(), None, content_encoding=None))
-        receipt = stash.purge(log="t1")
+        receipt = stash.admin.purge(log="t1")
         assert receipt.verified and holding(stash, SECRET) == []
         assert {k for k in planted} <= {v.key for v in receipt.removed}
         assert [r["message"] for r in _records(stash, "t10")] == [f"{OTHER} 0", f"{OTHER} 1"]
@@ -220,7 +220,7 @@ def test_a_log_whose_top_is_damaged_is_purged_all_the_same() -> None:
         stash.driver(PutObject(top, b"\x28\xb5\x2f\xfd garbage " + SECRET.encode(), None))
         with pytest.raises(stashpoint.StashpointError):
             stash.logs.head("t1")
-        receipt = stash.purge(log="t1")
+        receipt = stash.admin.purge(log="t1")
         assert receipt.verified and holding(stash, SECRET) == []
         with pytest.raises(stashpoint.Purged):
             stash.logs.head("t1")
@@ -248,7 +248,10 @@ def _purge_requests(purge: Callable[[Any], Any]) -> int:
 
 @pytest.mark.parametrize(
     "purge",
-    [lambda s: s.purge(log="t1"), lambda s: s.purge(prefix="c", namespace="checkpoints")],
+    [
+        lambda s: s.admin.purge(log="t1"),
+        lambda s: s.admin.purge(prefix="c", namespace="checkpoints"),
+    ],
     ids=["log", "checkpoint-by-prefix"],
 )
 def test_a_crash_at_every_request_leaves_whole_or_purged_and_resumes_complete(
@@ -269,11 +272,11 @@ def test_a_crash_at_every_request_leaves_whole_or_purged_and_resumes_complete(
                     ]
                 with contextlib.suppress(stashpoint.Purged):
                     assert stash.checkpoints.load("c1").payload == {"note": SECRET + "!"}
-                finished = stash.resume_purges()
+                finished = stash.admin.resume_purges()
                 if not finished:
                     # The crash came before the receipt was opened, or after it was closed.
                     opened = stash.logs_in("purges").list_ids()
-                    finished = [stash.purge_receipt(p) for p in opened] or [purge(stash)]
+                    finished = [stash.admin.purge_receipt(p) for p in opened] or [purge(stash)]
                 [receipt] = finished
                 assert receipt.status == "complete" and receipt.verified, (step, after)
                 targets = [str(t) for t in receipt.targets]
@@ -306,7 +309,7 @@ def test_engine_writes_each_version_into_the_receipt_before_deleting_it() -> Non
             return proceed()
 
         with stash.intercept(hook):
-            receipt = stash.purge(log="t1")
+            receipt = stash.admin.purge(log="t1")
         assert set(deleted) == {(v.key, v.version_id) for v in receipt.removed}
         assert deleted
 
@@ -320,7 +323,7 @@ def test_purge_process_killed_with_sigkill_resumes_to_a_complete_receipt(tmp_pat
                 print(".", end="", flush=True)
                 return proceed()
             with stash.intercept(hook):
-                stash.purge(log="t1")
+                stash.admin.purge(log="t1")
         print("done", flush=True)
         """
     )
@@ -333,7 +336,7 @@ def test_purge_process_killed_with_sigkill_resumes_to_a_complete_receipt(tmp_pat
         with stashpoint.open(url) as stash:
             with contextlib.suppress(stashpoint.Purged):
                 assert len(_records(stash, "t1")) == 130
-            finished = stash.resume_purges() or [stash.purge(log="t1")]
+            finished = stash.admin.resume_purges() or [stash.admin.purge(log="t1")]
             assert [r.status for r in finished] == ["complete"]
             assert holding(stash, SECRET) == [], kill_after
             assert [r["message"] for r in _records(stash, "t2")] == [f"{OTHER} 0", f"{OTHER} 1"]
@@ -347,14 +350,14 @@ def test_gc_finishes_a_purge_a_crash_left_open_once_it_has_been_idle() -> None:
     with _memory(clock=clock) as stash:
         _scenario(stash)
         with crash_at(stash, 12, True), pytest.raises(Crash):
-            stash.purge(log="t1")
+            stash.admin.purge(log="t1")
         [open_purge] = stash.logs_in("purges").list_ids()
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(hours=1))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(hours=1))
         assert report.purges_resumed == 0 and report.open_purges == [open_purge]
         clock.advance(2 * 3600)
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(hours=1))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(hours=1))
         assert report.purges_resumed == 1 and report.open_purges == []
-        assert stash.purge_receipt(open_purge).status == "complete"
+        assert stash.admin.purge_receipt(open_purge).status == "complete"
         assert holding(stash, SECRET, "logs/") == []
 
 
@@ -367,7 +370,7 @@ def test_an_age_purge_takes_whole_ids_last_written_before_the_bound() -> None:
         clock.advance(101 * 86400)
         stash.logs.append("touched", [{"message": "recent"}], after=stash.logs.head("touched"))
         _log(stash, "new", OTHER, 1)
-        receipt = stash.purge(older_than=timedelta(days=400), namespace="logs")
+        receipt = stash.admin.purge(older_than=timedelta(days=400), namespace="logs")
         assert [str(t) for t in receipt.targets] == ["logs/old"]
         assert receipt.selector == {"namespace": "logs", "older_than_seconds": 400 * 86400.0}
         assert holding(stash, SECRET) == []
@@ -384,7 +387,7 @@ def test_a_retained_transcript_refuses_purge_naming_its_retain_until_date(
         _log(stash, "t1", SECRET, 3)
         before = pairs(versions(stash))
         with pytest.raises(stashpoint.RetentionLocked) as refused:
-            stash.purge(log="t1")
+            stash.admin.purge(log="t1")
         assert refused.value.kind.value == "retention_locked"
         assert len(refused.value.locked) == 3 and all(
             until for _, _, until, _ in refused.value.locked
@@ -408,12 +411,12 @@ def test_a_legal_hold_set_and_cleared_from_the_cli_governs_the_purge(locked_buck
     assert json.loads(held.output) == {"legal_hold": True, "versions": 2}
     with stashpoint.open(url) as stash:
         with pytest.raises(stashpoint.RetentionLocked) as refused:
-            stash.purge(log="t1")
+            stash.admin.purge(log="t1")
         assert "(legal hold)" in str(refused.value)
     cleared = runner.invoke(app, ["hold", "clear", "--log", "t1", "--url", url])
     assert cleared.exit_code == 0 and "cleared from 2 version(s)" in cleared.output
     with stashpoint.open(url) as stash:
-        assert stash.purge(log="t1").verified
+        assert stash.admin.purge(log="t1").verified
         assert holding(stash, SECRET) == []
 
 
@@ -421,25 +424,25 @@ def test_a_legal_hold_needs_object_lock() -> None:
     with _memory() as stash:
         _log(stash, "t1", SECRET, 1)
         with pytest.raises(stashpoint.ConfigurationError):
-            stash.legal_hold(True, log="t1")
+            stash.admin.legal_hold(True, log="t1")
 
 
 def test_gc_sweeps_what_a_crashed_stale_writer_left_beside_a_purged_thread() -> None:
     pytest.importorskip("langgraph")
     with _memory() as stash:
         _log(stash, "t1", SECRET, 3)
-        receipt = stash.purge(log="t1")
+        receipt = stash.admin.purge(log="t1")
         # A seal that raced the purge's last listing (or a stale put that crashed before
         # its refused append could clean up) left an object beside the purged log.
         late = "sealed/logs/t1/00000000000000000000-00000000000000000063"
         stash.driver(PutObject(late, SECRET.encode(), None, content_encoding=None))
-        report = stash.collect_garbage(dry_run=True)
+        report = stash.admin.collect_garbage(dry_run=True)
         assert report.purge_leftovers == 0 and holding(stash, SECRET)
-        report = stash.collect_garbage(dry_run=False)
+        report = stash.admin.collect_garbage(dry_run=False)
         assert report.purge_leftovers == 1 and holding(stash, SECRET) == []
-        kept = stash.purge_receipt(receipt.purge_id)
+        kept = stash.admin.purge_receipt(receipt.purge_id)
         assert late in {v.key for v in kept.removed} and kept.status == "complete"
-        assert stash.collect_garbage(dry_run=False).purge_leftovers == 0
+        assert stash.admin.collect_garbage(dry_run=False).purge_leftovers == 0
 
 
 def test_a_stale_langgraph_put_refused_after_a_purge_leaves_no_large_value() -> None:
@@ -452,7 +455,7 @@ def test_a_stale_langgraph_put_refused_after_a_purge_leaves_no_large_value() -> 
         saver = StashpointSaver(stash)
         config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         saved = saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
-        stash.purge(thread="t")
+        stash.admin.purge(thread="t")
         late = empty_checkpoint()
         late["channel_values"] = {"notes": SECRET + "z" * 300_000}
         late["channel_versions"] = {"notes": 1}
@@ -476,10 +479,10 @@ def test_a_retention_rule_locks_sealed_segments_and_the_purge_names_them(
         assert (held.retain_until - held.last_modified).days in (29, 30)
         entry = stash.driver(HeadObject("p/logs/t1/00000000000000000069"))
         assert entry is not None and entry.lock_mode is None  # hot entries stay free
-        [check] = [c for c in stash.doctor() if c.name == "object lock"]
+        [check] = [c for c in stash.admin.doctor() if c.name == "object lock"]
         assert "sealed GOVERNANCE 30 days" in check.detail
         with pytest.raises(stashpoint.RetentionLocked) as refused:
-            stash.purge(log="t1")
+            stash.admin.purge(log="t1")
         assert [key for key, *_ in refused.value.locked] == [segment]
         assert len(_records(stash, "t1")) == 70
 

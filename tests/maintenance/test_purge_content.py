@@ -58,10 +58,10 @@ def test_an_owners_values_are_purged_with_a_receipt_and_no_one_elses(
         _store(stash, namespace, "w1", SECRET, "second of w1")
         _store(stash, namespace, "w10", "w10 keeps this")  # w1 is a prefix of it: untouched
         before = pairs(versions(stash))
-        dry = stash.purge(values=(namespace, "w1"), dry_run=True)
+        dry = stash.admin.purge(values=(namespace, "w1"), dry_run=True)
         assert dry.status == "dry_run" and len(dry.removed) == 2
         assert pairs(versions(stash)) == before  # a dry run writes nothing
-        receipt = stash.purge(values=(namespace, "w1"))
+        receipt = stash.admin.purge(values=(namespace, "w1"))
         assert receipt.verified
         assert {str(t) for t in receipt.targets} == {f"{namespace}/w1"}
         assert {v.key for v in receipt.removed} == {
@@ -72,7 +72,7 @@ def test_an_owners_values_are_purged_with_a_receipt_and_no_one_elses(
         with pytest.raises(InvalidPayload):  # a reference to it is refused, never empty
             _fetch(stash, namespace, "w1/v0", SECRET)
         assert _fetch(stash, namespace, "w10/v0", "w10 keeps this")["text"] == "w10 keeps this"
-        assert stash.purge_receipt(receipt.purge_id).verified  # the receipt reads back
+        assert stash.admin.purge_receipt(receipt.purge_id).verified  # the receipt reads back
 
 
 def _memory(**options: Any) -> Any:
@@ -85,7 +85,7 @@ def test_a_prefix_purge_reaches_owned_content_beside_logs_and_heads() -> None:
         _store(stash, DURABLE_VALUES, "acme.e1", SECRET)
         _store(stash, TEMPORAL_PAYLOADS, "globex.w1", "globex's")
         stash.logs.append("acme.notes", [{"text": SECRET}], after=None)
-        receipt = stash.purge(prefix="acme.")
+        receipt = stash.admin.purge(prefix="acme.")
         assert {str(t) for t in receipt.targets} == {
             f"{TEMPORAL_PAYLOADS}/acme.w1",
             f"{DURABLE_VALUES}/acme.e1",
@@ -93,7 +93,7 @@ def test_a_prefix_purge_reaches_owned_content_beside_logs_and_heads() -> None:
         }
         assert holding(stash, SECRET) == []
         assert _fetch(stash, TEMPORAL_PAYLOADS, "globex.w1/v0", "globex's")
-        only = stash.purge(prefix="globex.", namespace="temporal-payloads")
+        only = stash.admin.purge(prefix="globex.", namespace="temporal-payloads")
         assert [str(t) for t in only.targets] == [f"{TEMPORAL_PAYLOADS}/globex.w1"]
 
 
@@ -122,7 +122,7 @@ def test_a_retention_purge_takes_whole_owners_written_before_the_cutoff(
         run_sync(_values(stash, TEMPORAL_PAYLOADS).store(
             "mixed/v9", {"text": "recent half"}, _holds("recent half"), what="value"
         ), stash.driver)  # fmt: skip
-        receipt = stash.purge(
+        receipt = stash.admin.purge(
             prefix="", namespace="temporal-payloads", older_than=timedelta(days=30)
         )
         assert [str(t) for t in receipt.targets] == [f"{TEMPORAL_PAYLOADS}/old"]
@@ -136,21 +136,21 @@ def test_object_lock_refuses_the_purge_before_anything_is_erased(retained_bucket
         _store(stash, TEMPORAL_PAYLOADS, "w1", SECRET, "two")
         before = pairs(versions(stash))
         with pytest.raises(stashpoint.RetentionLocked) as refused:
-            stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
+            stash.admin.purge(values=(TEMPORAL_PAYLOADS, "w1"))
         assert len(refused.value.locked) == 2
         assert pairs(versions(stash)) == before
-        assert stash.legal_hold(True, values=(TEMPORAL_PAYLOADS, "w1")) == 2
+        assert stash.admin.legal_hold(True, values=(TEMPORAL_PAYLOADS, "w1")) == 2
 
 
 def test_bad_selectors_are_typed_errors() -> None:
     with _memory() as stash:
         for wrong in ("w1", ("blobs", "w1"), ("langgraph-values", "t"), (TEMPORAL_PAYLOADS,)):
             with pytest.raises(InvalidArgument):
-                stash.purge(values=wrong)  # type: ignore[arg-type]
+                stash.admin.purge(values=wrong)  # type: ignore[arg-type]
         with pytest.raises(InvalidId):
-            stash.purge(values=(TEMPORAL_PAYLOADS, "a/b"))
+            stash.admin.purge(values=(TEMPORAL_PAYLOADS, "a/b"))
         with pytest.raises(InvalidArgument):
-            stash.purge(values=(TEMPORAL_PAYLOADS, "w1"), log="x")
+            stash.admin.purge(values=(TEMPORAL_PAYLOADS, "w1"), log="x")
 
 
 def test_the_cli_purges_an_owners_values(tmp_path: Any) -> None:
@@ -186,17 +186,21 @@ def test_a_crash_at_every_request_of_the_purge_resumes_to_a_complete_receipt() -
         assert _fetch(stash, TEMPORAL_PAYLOADS, "w2/v0", "kept"), (step, after)
 
     crash_everywhere(
-        _memory, scenario, lambda s: s.purge(values=(TEMPORAL_PAYLOADS, "w1")), check, at_least=5
+        _memory,
+        scenario,
+        lambda s: s.admin.purge(values=(TEMPORAL_PAYLOADS, "w1")),
+        check,
+        at_least=5,
     )
 
 
 def _receipt_of(stash: Any, namespace: str, owner: str) -> Any:
     """Finish the purge of an owner a fault or a kill cut short, or start it."""
-    finished = stash.resume_purges()
+    finished = stash.admin.resume_purges()
     if not finished:  # it never opened its receipt, or it had closed it
         opened = stash.logs_in("purges").list_ids()
-        finished = [stash.purge_receipt(p) for p in opened] or [
-            stash.purge(values=(namespace, owner))
+        finished = [stash.admin.purge_receipt(p) for p in opened] or [
+            stash.admin.purge(values=(namespace, owner))
         ]
     [receipt] = finished
     return receipt
@@ -236,7 +240,7 @@ def test_a_purge_through_the_fault_proxy_finishes_and_loses_nothing_else(
         assert _fetch(clean, TEMPORAL_PAYLOADS, "w2/v1", "kept 1")["text"] == "kept 1"
 
 
-KILLED_PURGE = counting_child('stash.purge(values=("temporal-payloads", "w1"))')
+KILLED_PURGE = counting_child('stash.admin.purge(values=("temporal-payloads", "w1"))')
 
 
 def test_a_purge_killed_with_sigkill_resumes_to_a_complete_receipt(tmp_path: Any) -> None:
@@ -285,7 +289,7 @@ def test_writers_racing_a_purge_keep_what_is_not_the_owners_and_what_follows_it(
         thread.start()
     with stashpoint.open(url) as stash:
         go.wait()
-        receipt = stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
+        receipt = stash.admin.purge(values=(TEMPORAL_PAYLOADS, "w1"))
     for thread in threads:
         thread.join(timeout=120)
     assert receipt.status == "complete" and receipt.verified
@@ -312,7 +316,7 @@ def test_objects_planted_under_an_owner_are_erased_and_its_neighbours_kept() -> 
         }
         for key, body in planted.items():
             stash.driver(PutObject(key, body, None, content_encoding=None))
-        receipt = stash.purge(values=(TEMPORAL_PAYLOADS, "w1"))
+        receipt = stash.admin.purge(values=(TEMPORAL_PAYLOADS, "w1"))
         assert receipt.verified and holding(stash, SECRET) == []
         assert set(planted) <= {v.key for v in receipt.removed}
         assert _fetch(stash, TEMPORAL_PAYLOADS, "w10/v0", "w10 keeps this")

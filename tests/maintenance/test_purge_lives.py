@@ -47,11 +47,11 @@ def _texts(stash: Any, log_id: str) -> list[str]:
 def test_gc_after_a_reusable_purge_keeps_the_new_lifes_segments(erasure_url: str) -> None:
     with stashpoint.open(erasure_url, vacate_sealed_entries=True) as stash:
         _append(stash, "L", OLD, 10)
-        assert stash.purge(log="L", reusable=True).status == "complete"
+        assert stash.admin.purge(log="L", reusable=True).status == "complete"
         _append(stash, "L", NEW, 140)  # versions 11-150: segment 64-127 of the new life
         stash.logs.seal("L")
         assert any("sealed/" in v.key for v in versions(stash, "sealed/"))
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.purge_leftovers == 0
         assert _texts(stash, "L") == [f"{NEW} {turn}" for turn in range(140)]
         assert holding(stash, OLD) == []
@@ -63,13 +63,13 @@ def test_gc_pack_after_a_reusable_purge_keeps_the_new_lifes_packs(tmp_path: Path
     url = f"local://{tmp_path / 'stash'}"
     with stashpoint.open(url, vacate_sealed_entries=True) as stash:
         _append(stash, "L", OLD, 5)
-        stash.purge(log="L", reusable=True)
+        stash.admin.purge(log="L", reusable=True)
         _append(stash, "L", NEW, 1100)  # versions 6-1105: the pack 1024-2047 needs more
         _append(stash, "L", NEW + "2", 1000)
-        stash.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
+        stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
         packs = [v.key for v in versions(stash, "sealed/") if "-00000000000000002047" in v.key]
         assert packs, "the new life was packed"
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0), pack=True)
         assert report.purge_leftovers == 0
         texts = _texts(stash, "L")
         assert len(texts) == 2100 and texts[0] == f"{NEW} 0" and texts[-1] == f"{NEW}2 999"
@@ -79,13 +79,13 @@ def test_a_planted_segment_of_the_purged_life_is_still_swept(tmp_path: Path) -> 
     url = f"local://{tmp_path / 'stash'}"
     with stashpoint.open(url) as stash:
         _append(stash, "L", OLD, 70)
-        stash.purge(log="L", reusable=True)
+        stash.admin.purge(log="L", reusable=True)
         _append(stash, "L", NEW, 3)
         from stashpoint.stores.objects import PutObject
 
         planted = f"sealed/logs/L/{0:020d}-{63:020d}"
         stash.driver(PutObject(planted, b"left by a stale sealer " + OLD.encode(), None))
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.purge_leftovers == 1
         assert holding(stash, OLD) == []
         assert _texts(stash, "L") == [f"{NEW} {turn}" for turn in range(3)]
@@ -103,7 +103,7 @@ def test_a_reusable_purge_crashed_at_any_request_never_erases_the_life_after_it(
             _append(stash, "L", OLD, 10)
             with crash_at(stash, step, after) as calls:
                 try:
-                    stash.purge(log="L", reusable=True)
+                    stash.admin.purge(log="L", reusable=True)
                     crashed = False
                 except Crash:
                     crashed = True
@@ -119,9 +119,9 @@ def test_a_reusable_purge_crashed_at_any_request_never_erases_the_life_after_it(
                 writer.logs.seal("L")
                 started = True
         with stashpoint.open(url) as maintainer:
-            maintainer.collect_garbage(dry_run=False, min_age=timedelta(0))
-            maintainer.collect_garbage(dry_run=False, min_age=timedelta(0))
-            assert maintainer.resume_purges() == []
+            maintainer.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
+            maintainer.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
+            assert maintainer.admin.resume_purges() == []
             if not maintainer.logs_in("purges").list_ids():
                 # Died before its receipt was opened: nothing was asked of anyone yet.
                 assert not started and len(_texts(maintainer, "L")) == 10
@@ -145,7 +145,7 @@ def test_gc_crashed_at_any_request_never_erases_a_reusable_ids_new_life(
     scene = tmp_path / "scene"
     with stashpoint.open(f"local://{scene}", vacate_sealed_entries=True) as stash:
         _append(stash, "L", OLD, 10)
-        stash.purge(log="L", reusable=True)
+        stash.admin.purge(log="L", reusable=True)
         _append(stash, "L", NEW, 70)
         stash.logs.seal("L")
     for step in range(200):  # bounded
@@ -157,12 +157,12 @@ def test_gc_crashed_at_any_request_never_erases_a_reusable_ids_new_life(
             crash_at(stash, step, after) as calls,
         ):
             try:
-                stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+                stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
                 crashed = False
             except Crash:
                 crashed = True
         with stashpoint.open(url) as again:
-            again.collect_garbage(dry_run=False, min_age=timedelta(0))
+            again.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
             assert _texts(again, "L") == [f"{NEW} {turn}" for turn in range(70)]
             assert holding(again, OLD) == []
         if not crashed:
@@ -185,8 +185,8 @@ def test_a_reusable_purge_through_the_fault_proxy_keeps_the_new_life(seaweedfs: 
         with stashpoint.open(url, client_config=config, vacate_sealed_entries=True) as stash:
             for _ in range(20):  # bounded: each try gets further
                 try:
-                    if not stash.resume_purges():
-                        stash.purge(log="L", reusable=True)
+                    if not stash.admin.resume_purges():
+                        stash.admin.purge(log="L", reusable=True)
                     break
                 except stashpoint.StashpointError as exc:
                     failures.append(exc.kind.value)
@@ -198,7 +198,7 @@ def test_a_reusable_purge_through_the_fault_proxy_keeps_the_new_life(seaweedfs: 
         with stashpoint.open(url, client_config=config) as stash:
             for _ in range(20):  # bounded
                 try:
-                    stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+                    stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
                     break
                 except stashpoint.StashpointError as exc:
                     failures.append(exc.kind.value)
@@ -236,14 +236,16 @@ def test_a_retention_purge_spares_a_log_saved_after_it_was_chosen(erasure_url: s
             return proceed()
 
         with stash.intercept(hook):
-            receipt = stash.purge(prefix="old-", older_than=timedelta(days=30), namespace="logs")
+            receipt = stash.admin.purge(
+                prefix="old-", older_than=timedelta(days=30), namespace="logs"
+            )
         assert saved
         assert [str(t) for t in receipt.targets] == ["logs/old-a", "logs/old-b"]
         assert receipt.spared == ["logs/old-b"]
         assert _texts(stash, "old-b") == [f"{OLD} 0", f"{OLD} 1", f"{OLD} 2", "kept"]
         with pytest.raises(stashpoint.Purged):
             stash.logs.head("old-a")
-        stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert _texts(stash, "old-b") == [f"{OLD} 0", f"{OLD} 1", f"{OLD} 2", "kept"]
 
 
@@ -269,7 +271,7 @@ def test_a_retention_purge_spares_a_head_saved_after_it_was_chosen(tmp_path: Pat
 
         time.sleep(0.05)  # the two heads' storage times lie before the bound
         with stash.intercept(hook):
-            receipt = stash.purge(
+            receipt = stash.admin.purge(
                 prefix="c-", older_than=timedelta(milliseconds=20), namespace="checkpoints"
             )
         assert saved
@@ -296,7 +298,7 @@ def test_a_reusable_purge_killed_with_sigkill_never_erases_the_life_after_it(
                 print(".", end="", flush=True)
                 return proceed()
             with stash.intercept(hook):
-                stash.purge(log="L", reusable=True)
+                stash.admin.purge(log="L", reusable=True)
         print("done", flush=True)
         """
     )
@@ -314,12 +316,12 @@ def test_a_reusable_purge_killed_with_sigkill_never_erases_the_life_after_it(
                 writer.logs.seal("L")
                 started = True
         with stashpoint.open(url) as maintainer:
-            maintainer.resume_purges()
-            maintainer.collect_garbage(dry_run=False, min_age=timedelta(0))
+            maintainer.admin.resume_purges()
+            maintainer.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
             if not maintainer.logs_in("purges").list_ids():
                 assert not started  # killed before its receipt: nothing was done
                 continue
-            maintainer.collect_garbage(dry_run=False, min_age=timedelta(0))
+            maintainer.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
             assert holding(maintainer, OLD) == [], kill_after
             if started:
                 assert _texts(maintainer, "L") == [f"{NEW} {turn}" for turn in range(70)]
@@ -348,13 +350,15 @@ def test_a_retention_purge_crashed_at_any_request_never_erases_a_save_made_after
 
             with stash.intercept(hook), crash_at(stash, step, after) as calls:
                 try:
-                    stash.purge(prefix="old-", older_than=timedelta(days=30), namespace="logs")
+                    stash.admin.purge(
+                        prefix="old-", older_than=timedelta(days=30), namespace="logs"
+                    )
                     crashed = False
                 except Crash:
                     crashed = True
         with stashpoint.open(url, clock=clock) as again:
-            again.resume_purges()
-            again.collect_garbage(dry_run=False, min_age=timedelta(0))
+            again.admin.resume_purges()
+            again.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
             if saved:
                 assert _texts(again, "old-b")[-1] == "kept", (step, after)
         if not crashed:
@@ -395,8 +399,8 @@ def test_a_retention_purge_through_the_fault_proxy_spares_a_save_made_after_the_
             with stash.intercept(hook):
                 for _ in range(20):  # bounded: each try gets further
                     try:
-                        if not stash.resume_purges():
-                            stash.purge(
+                        if not stash.admin.resume_purges():
+                            stash.admin.purge(
                                 prefix="old-", older_than=timedelta(days=30), namespace="logs"
                             )
                         break

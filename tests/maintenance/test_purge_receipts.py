@@ -47,12 +47,12 @@ def test_gc_skips_and_reports_a_planted_receipt_of_any_shape(tmp_path: Path, sha
         stash.logs_in("purges").append(
             "purge-x", [], after=None, state=SHAPES[shape], kind=RECEIPT_KIND
         )
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.unreadable_receipts == ["purge-x: invalid_payload"]
         assert report.purges_resumed == 0
         assert [r for e in stash.logs.entries("victim") for r in e.records] == [{"text": "kept"}]
         with pytest.raises(stashpoint.StashpointError) as refused:
-            stash.purge_receipt("purge-x")
+            stash.admin.purge_receipt("purge-x")
         assert refused.value.kind.value == "invalid_payload"
 
 
@@ -63,14 +63,14 @@ def test_a_receipt_whose_records_are_not_versions_reads_as_invalid(tmp_path: Pat
             kind=RECEIPT_KIND,
         )  # fmt: skip
         with pytest.raises(stashpoint.InvalidPayload):
-            stash.purge_receipt("purge-x")
+            stash.admin.purge_receipt("purge-x")
 
 
 def test_gc_goes_on_past_an_object_planted_under_purges(tmp_path: Path) -> None:
     with stashpoint.open(f"local://{tmp_path / 's'}") as stash:
         stash.driver(PutObject("purges/purge-y/00000000000000000000", b"not zstd", None))
         stash.driver(PutObject("purges/stray", b"{}", None))
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert [r.split(":")[0] for r in report.unreadable_receipts] == ["purge-y"]
-        receipt = stash.purge(log="nothing-here")
+        receipt = stash.admin.purge(log="nothing-here")
         assert receipt.status == "complete"

@@ -58,7 +58,7 @@ def test_writers_racing_a_purge_are_told_purged_and_nothing_they_wrote_survives(
         for thread in threads:
             thread.start()
         assert started.wait(120)
-        receipt = stash.purge(log="t1")
+        receipt = stash.admin.purge(log="t1")
         for thread in threads:
             thread.join(120)
         assert endings == dict.fromkeys(range(4), "purged")
@@ -104,7 +104,7 @@ def test_a_1000_turn_transcript_is_erased_version_by_version_and_others_load(
         before = {v for prefix in mine for v in pairs(versions(stash, prefix))}
         assert len(before) > 1000
 
-        receipt = stash.purge(agent="gone")
+        receipt = stash.admin.purge(agent="gone")
 
         assert receipt.status == "complete" and receipt.verified
         after = [v for prefix in mine for v in versions(stash, prefix)]
@@ -160,11 +160,13 @@ def test_a_purge_through_the_fault_proxy_finishes_on_resume_and_loses_nothing_el
         with stashpoint.open(url, client_config=config) as stash:
             for _ in range(20):  # bounded: each try gets further
                 try:
-                    done = stash.resume_purges()
-                    receipt = done[0] if done else stash.purge(log="t1")
+                    done = stash.admin.resume_purges()
+                    receipt = done[0] if done else stash.admin.purge(log="t1")
                     break
                 except stashpoint.Purged:
-                    [receipt] = [stash.purge_receipt(p) for p in stash.logs_in("purges").list_ids()]
+                    [receipt] = [
+                        stash.admin.purge_receipt(p) for p in stash.logs_in("purges").list_ids()
+                    ]
                     break
                 except stashpoint.StashpointError as exc:
                     failures.append(exc.kind.value)

@@ -64,7 +64,7 @@ def test_gc_never_obeys_a_planted_open_receipt(where: tuple[str, dict[str, Any]]
     with stashpoint.open(url, **options) as stash:
         _victim(stash)
         _plant(stash, [["logs", "victim"]])
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.unsealed_receipts == ["purge-planted"]
         assert report.purges_resumed == 0 and "purge-planted" in report.open_purges
         assert _count(stash) == 70
@@ -77,7 +77,7 @@ def test_gc_never_sweeps_beside_the_ids_of_a_planted_finished_receipt(
     with stashpoint.open(url, **options) as stash:
         _victim(stash)
         _plant(stash, [["logs", "victim"]], status="complete", verified=True)
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.purge_leftovers == 0 and report.unsealed_receipts == ["purge-planted"]
     with stashpoint.open(url, **options) as cold:
         assert _count(cold) == 70  # its segment included
@@ -88,10 +88,10 @@ def test_a_forged_seal_is_refused_even_by_an_explicit_resume(tmp_path: Path) -> 
     with stashpoint.open(url, erasure_key=KEY) as stash:
         _victim(stash)
         _plant(stash, [["logs", "victim"]], seal="hmac-sha256:1:" + "0" * 64)
-        assert stash.resume_purges() == []  # the operator's own resume skips it too
-        assert stash.collect_garbage(dry_run=False, min_age=timedelta(0)).unsealed_receipts == [
-            "purge-planted"
-        ]
+        assert stash.admin.resume_purges() == []  # the operator's own resume skips it too
+        assert stash.admin.collect_garbage(
+            dry_run=False, min_age=timedelta(0)
+        ).unsealed_receipts == ["purge-planted"]
         assert _count(stash) == 70
 
 
@@ -100,9 +100,9 @@ def test_a_receipt_sealed_with_another_key_is_not_obeyed(tmp_path: Path) -> None
     with stashpoint.open(url, erasure_key="x" * 40) as other:
         _victim(other)
         with crash_at(other, 12, False), pytest.raises(Crash):
-            other.purge(log="victim")
+            other.admin.purge(log="victim")
     with stashpoint.open(url, erasure_key=KEY) as stash:
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.unsealed_receipts and report.purges_resumed == 0
 
 
@@ -111,9 +111,9 @@ def test_a_genuine_crashed_purge_is_finished_by_gc_under_the_same_key(seaweedfs:
     with stashpoint.open(url, erasure_key=KEY) as stash:
         _victim(stash)
         with crash_at(stash, 12, False), pytest.raises(Crash):
-            stash.purge(log="victim")
+            stash.admin.purge(log="victim")
     with stashpoint.open(url, erasure_key=KEY) as stash:
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.purges_resumed == 1 and report.unsealed_receipts == []
         with pytest.raises(stashpoint.Purged):
             stash.logs.head("victim")
@@ -124,10 +124,10 @@ def test_without_a_key_only_the_operator_resumes_an_unsealed_receipt(seaweedfs: 
     with stashpoint.open(url) as stash:
         _victim(stash)
         with crash_at(stash, 12, False), pytest.raises(Crash):
-            stash.purge(log="victim")
-        report = stash.collect_garbage(dry_run=False, min_age=timedelta(0))
+            stash.admin.purge(log="victim")
+        report = stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
         assert report.purges_resumed == 0 and len(report.unsealed_receipts) == 1
-        [done] = stash.resume_purges()
+        [done] = stash.admin.resume_purges()
         assert done.status == "complete"
 
 
@@ -141,8 +141,8 @@ def test_a_planted_shred_receipt_never_shreds_without_confirmation(tmp_path: Pat
             stashpoint.Envelope.initial("acme-1", None, "d", 1, {"n": 1}), None
         )
         _plant(stash, [["data-keys", "acme"]], selector={"tenant": "acme", "shred": True})
-        stash.collect_garbage(dry_run=False, min_age=timedelta(0))
-        assert stash.resume_purges() == []
+        stash.admin.collect_garbage(dry_run=False, min_age=timedelta(0))
+        assert stash.admin.resume_purges() == []
         assert stash.checkpoints.load("acme-1").payload == {"n": 1}
 
 
@@ -152,5 +152,5 @@ def test_erasure_keys_are_checked(tmp_path: Path) -> None:
     with stashpoint.open(f"local://{tmp_path / 's'}", erasure_key="short") as stash:
         stash.logs.append("t", [1], after=None)
         with pytest.raises(stashpoint.ConfigurationError) as refused:
-            stash.purge(log="t")
+            stash.admin.purge(log="t")
         assert "short" not in str(refused.value)

@@ -29,7 +29,7 @@ async def test_async_fixture_gives_a_working_stack(stashpoint_moto_async: Any) -
 
 
 def test_doctor_passes_on_moto(stashpoint_moto: Any) -> None:
-    checks = stashpoint_moto.doctor()
+    checks = stashpoint_moto.admin.doctor()
     assert [c.name for c in checks if c.status == "fail"] == []
     assert {c.name for c in checks} >= {"stale ETag refused (412)", "index GSIs", "cleanup"}
 

@@ -209,7 +209,7 @@ def test_hostile_records_bad_input_and_purge(local_url: tuple[str, dict[str, Any
             asyncio.run(session.pop_item())
         other = StashSession("t", stash)
         asyncio.run(other.add_items([_msg(2)]))
-        receipt = stash.purge(prefix="t", namespace="sessions")
+        receipt = stash.admin.purge(prefix="t", namespace="sessions")
         assert receipt.verified
         with pytest.raises(Purged):
             asyncio.run(other.get_items())

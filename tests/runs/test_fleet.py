@@ -384,7 +384,7 @@ def test_one_purge_of_the_map_id_erases_the_map_and_its_run(
         fleet = stash.runs.fleet("erase-me")
         fleet.start([{"pad": "x" * 100_000, "n": n} for n in range(4)], batch_size=2)
         fleet.work(lambda item: item["n"])
-        receipt = stash.purge(prefix="erase-me", blob_min_age=timedelta(0))
+        receipt = stash.admin.purge(prefix="erase-me", blob_min_age=timedelta(0))
         assert receipt.verified
         left = stash.logs_in("fleet").list_ids("erase-me")  # a tombstone each: keys stay taken
         assert [log_id.split(".")[0] for log_id in left] == [

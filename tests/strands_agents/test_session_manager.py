@@ -325,7 +325,7 @@ def test_hostile_records_bad_input_and_purge(local_url: tuple[str, dict[str, Any
         with pytest.raises(InvalidPayload):
             _agent(stash, "t")
         _agent(stash, "gone")("secret")
-        receipt = stash.purge(prefix="gone", namespace="strands-sessions")
+        receipt = stash.admin.purge(prefix="gone", namespace="strands-sessions")
         assert receipt.verified
         with pytest.raises(Purged):
             _agent(stash, "gone")

@@ -241,7 +241,7 @@ def test_hostile_objects_and_purge(local_url: tuple[str, dict[str, Any]]) -> Non
             asyncio.run(storage.read("odd"))
         asyncio.run(storage.write("session/gone/snapshot_latest.json", b"{}"))
         asyncio.run(storage.write("session/kept/snapshot_latest.json", b"{}"))
-        receipt = stash.purge(prefix=storage_id("session/gone/"), namespace="strands-storage")
+        receipt = stash.admin.purge(prefix=storage_id("session/gone/"), namespace="strands-storage")
         assert receipt.verified
         with pytest.raises(Purged):
             asyncio.run(StashStorage(stash).read("session/gone/snapshot_latest.json"))

@@ -250,7 +250,7 @@ def test_a_workflow_on_the_dev_server_keeps_its_large_payloads_in_the_stash(
             ]
             stored = len(_keys(stash))
             # A person's erasure: the workflow's payloads purged, with a receipt naming each.
-            receipt = stash.purge(
+            receipt = stash.admin.purge(
                 values=(TEMPORAL_PAYLOADS, workflow_owner("default", workflow_id))
             )
             assert receipt.verified and len(receipt.removed) >= 1
@@ -286,7 +286,7 @@ def test_on_an_encrypted_stash_payloads_are_sealed_per_tenant_and_a_shred_ends_t
             if path.is_file() and TEMPORAL_PAYLOADS in str(path):
                 assert b"v7v7v7" not in path.read_bytes()  # sealed at rest
         assert asyncio.run(acme.retrieve(READ, [mine])) == [payload]
-        stash.purge(tenant="acme", shred=True)
+        stash.admin.purge(tenant="acme", shred=True)
         with pytest.raises(KeyShredded):
             asyncio.run(acme.retrieve(READ, [mine]))
         assert asyncio.run(other.retrieve(READ, [theirs])) == [payload]  # another tenant's

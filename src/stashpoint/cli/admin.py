@@ -125,7 +125,7 @@ def gc(
 
     output = Output(as_json=as_json)
     with open_stash(url) as stash, counting("collecting", quiet=as_json) as tick:
-        report = stash.collect_garbage(
+        report = stash.admin.collect_garbage(
             dry_run=dry_run, min_age=timedelta(hours=min_age_hours), history=with_history,
             on_progress=_ticker(tick), pack=pack,
         )  # fmt: skip
@@ -228,7 +228,7 @@ def repair(
 
     output = Output(as_json=as_json)
     with open_stash(url) as stash:
-        report = stash.repair_log(namespace, log_id, dry_run=dry_run)
+        report = stash.admin.repair_log(namespace, log_id, dry_run=dry_run)
     if as_json:
         output.emit(dataclasses.asdict(report))
         return
@@ -282,7 +282,7 @@ def doctor(
         _conformance(url, output)
         return
     with open_stash(url) as stash:
-        checks = stash.doctor()
+        checks = stash.admin.doctor()
         where = without_credentials(stash.url)
     failed = any(c.status == "fail" for c in checks)
     if as_json:
@@ -306,7 +306,7 @@ def _conformance(url: str | None, output: Any) -> None:
     from stashpoint.url import without_credentials
 
     with open_stash(url) as stash:
-        report = stash.conformance()
+        report = stash.admin.conformance()
         in_use = stash.provider
         where = without_credentials(stash.url)
     missing = report.differences(in_use)

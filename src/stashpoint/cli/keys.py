@@ -71,7 +71,7 @@ def rotate(
     output = Output(as_json=as_json)
     with open_stash(url) as stash:
         _encryption(stash)
-        done = stash.rotate_keys(tenant)
+        done = stash.admin.rotate_keys(tenant)
     if as_json:
         rotated = [{"tenant": r.tenant, "master": r.master, "rewrapped": r.rewrapped} for r in done]
         output.emit({"rotated": rotated})
@@ -120,7 +120,7 @@ def decrypt(
                 raise InvalidArgument(
                     f"cannot read {file.name}: {type(exc).__name__}", object_name=str(file)
                 ) from None
-            plaintext = stash.decrypt(body)
+            plaintext = stash.admin.decrypt(body)
         else:
             assert key is not None
             full = f"{stash.layout.prefix}/{key}" if stash.layout.prefix else key

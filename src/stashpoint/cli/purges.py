@@ -205,7 +205,7 @@ def purge(
     output = Output(as_json=as_json)
     with open_stash(url) as stash:
         if resume:
-            done = stash.resume_purges(confirm_shred=confirm_shred)
+            done = stash.admin.resume_purges(confirm_shred=confirm_shred)
             if as_json:
                 output.page([receipt_json(r, versions=False) for r in done], None)
             else:
@@ -219,7 +219,7 @@ def purge(
             older_than=older_than, all_of_namespace=all_of_namespace, tenant=tenant,
             shred=shred,
         )  # fmt: skip
-        receipt = stash.purge(reusable=reusable, dry_run=dry_run, actor=actor, **chosen)
+        receipt = stash.admin.purge(reusable=reusable, dry_run=dry_run, actor=actor, **chosen)
     if as_json:
         output.emit(receipt_json(receipt))
         return
@@ -234,7 +234,9 @@ def list_receipts(url: Url = None, as_json: AsJson = False, wide: Wide = False) 
 
     output = Output(as_json=as_json, wide=wide)
     with open_stash(url, existing=True) as stash:
-        found = [stash.purge_receipt(purge_id) for purge_id in stash.logs_in("purges").list_ids()]
+        found = [
+            stash.admin.purge_receipt(purge_id) for purge_id in stash.logs_in("purges").list_ids()
+        ]
         shown = without_credentials(stash.url)
     if as_json:
         output.page([receipt_json(r, versions=False) for r in found], None)
@@ -265,7 +267,7 @@ def show_receipt(
 
     output = Output(as_json=as_json)
     with open_stash(url, existing=True) as stash:
-        receipt = stash.purge_receipt(purge_id)
+        receipt = stash.admin.purge_receipt(purge_id)
     if as_json:
         output.emit(receipt_json(receipt))
         return
@@ -312,7 +314,7 @@ def hold(
         all_of_namespace=prefix == "",
     )  # fmt: skip
     with open_stash(url) as stash:
-        count = stash.legal_hold(on, **chosen)
+        count = stash.admin.legal_hold(on, **chosen)
     if as_json:
         output.emit({"legal_hold": on, "versions": count})
     else:

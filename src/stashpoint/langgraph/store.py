@@ -402,13 +402,15 @@ class StashpointStore(_StoreApi):
         """Erase for good every item under `namespace_prefix`, every stored version of it.
 
         A user's memories (`("memories", user_id)`) go whole, with a receipt, through the
-        stash's purge (`Stash.purge`); with `older_than`, only items last written longer
+        stash's purge (`Admin.purge`); with `older_than`, only items last written longer
         ago. Deleting an item (`delete`) hides it from reads but leaves its older versions
         in a versioned bucket; a purge leaves none. The application may store new items
         under the same keys afterwards (a user who asked to be forgotten and goes on
         chatting); `reusable=False` refuses every later write to them (`Purged`).
         """
-        return self.stash.purge(reusable=reusable, **_purge_selector(namespace_prefix, older_than))
+        return self.stash.admin.purge(
+            reusable=reusable, **_purge_selector(namespace_prefix, older_than)
+        )
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Sweep expired items on a daemon thread until `stop_ttl_sweeper` is called.
@@ -544,6 +546,6 @@ class AsyncStashpointStore(_StoreApi):
         reusable: bool = True,
     ) -> PurgeReceipt:
         """`StashpointStore.purge`, awaited."""
-        return await self.stash.purge(
+        return await self.stash.admin.purge(
             reusable=reusable, **_purge_selector(namespace_prefix, older_than)
         )

@@ -25,7 +25,7 @@ step resumable because each one lists what is left:
    collector's walk, `garbage.collect_garbage`) and it is older than the blob age bound.
 5. **Receipt closed**, with the counts and `verified`.
 
-A crash anywhere leaves an open receipt: `Stash.resume_purges` (and `stashpoint purge
+A crash anywhere leaves an open receipt: `Admin.resume_purges` (and `stashpoint purge
 --resume`, and `gc`) carry it on from its last state; the intents written before each
 batch make the finished receipt list every version removed, whichever process removed it.
 

@@ -87,7 +87,7 @@ class Selection:
 
 
 class Selector(TypedDict, total=False):
-    """What to purge (or hold): exactly one id, or a prefix of ids (`Stash.purge`)."""
+    """What to purge (or hold): exactly one id, or a prefix of ids (`Admin.purge`)."""
 
     checkpoint: str
     """A checkpoint envelope's id."""

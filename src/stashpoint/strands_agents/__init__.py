@@ -14,7 +14,7 @@ Two ways to keep a Strands agent, as Strands offers two:
   head of namespace `strands-storage`, written by compare-and-swap.
 
 Both keep everything where the rest of the stash is, under its encryption per tenant,
-purge with receipts (`stash.purge(namespace="strands-sessions", ids=[...])`), Object Lock
+purge with receipts (`stash.admin.purge(namespace="strands-sessions", ids=[...])`), Object Lock
 and packing.
 
 **Two invocations of one session** never interleave or overwrite each other. The session
