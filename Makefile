@@ -71,7 +71,7 @@ prerequisites:
 test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	bash tests/browser/install.sh
 	$(MAKE) lint
-	$(PY) -m pytest -q -n 2 --dist worksteal --durations=30
+	TMPDIR="$$(bash tests/tmpdir.sh)" $(PY) -m pytest -q -n 2 --dist worksteal --durations=30
 
 # The docs site, built (strictly) into site/: open site/index.html.
 docs: $(STAMP)
