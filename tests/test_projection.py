@@ -28,7 +28,7 @@ from stashpoint import projection
 from stashpoint.agent import ConversationStore, Message
 from stashpoint.errors import InvalidArgument
 from stashpoint.stores.layout import PROJECTION
-from stashpoint.stores.objects import GetObject, PutObject
+from stashpoint.stores.objects import GetObject, ListKeys, PutObject
 from tests.kills import counting_child
 from tests.purging import versions
 
@@ -103,8 +103,9 @@ def test_a_projection_holds_every_record_once_and_a_rerun_only_what_was_appended
         assert per_tenant == [{"tenant": "acme", "n": 144}, {"tenant": "globex", "n": 6}]
 
 
-def test_a_rerun_finds_an_unchanged_log_up_to_date_in_one_request(erasure_url: str) -> None:
-    from stashpoint.stores.objects import ListKeys
+def test_a_rerun_finds_an_unchanged_log_up_to_date_from_the_listings_alone(
+    erasure_url: str,
+) -> None:
 
     with stashpoint.open(erasure_url) as stash:
         heads = {log_id: _write(stash, log_id, 70) for log_id in ("acme.t1", "acme.t2")}
@@ -120,8 +121,9 @@ def test_a_rerun_finds_an_unchanged_log_up_to_date_in_one_request(erasure_url: s
             again = projection.project(stash)
         assert (again.unchanged, again.rows, again.files, again.erased) == (3, 0, [], [])
         per_log = [r for r in sent if "/acme.t1/" in getattr(r, "key", getattr(r, "prefix", ""))]
-        # The newest file, read and judged: the listing of the ids showed the log's top.
-        assert [type(r) for r in per_log] == [GetObject], per_log
+        # No request of its own: the newest file's mark says where it ends, the listing of
+        # the ids the log's top.
+        assert per_log == [], per_log
         # Sources: one listing of the files and one of the ids per namespace; no head reads.
         assert len(sent) <= 3 + 2 * len(projection.SOURCES), [type(r) for r in sent]
         assert all(isinstance(r, (GetObject, ListKeys)) for r in sent)
@@ -179,7 +181,7 @@ def test_a_purge_erases_the_projected_rows_of_its_id_and_keeps_every_other(
         projection.project(stash)
         assert sum(SECRET in text for text in _projected_text(stash)) == 86
         projected = {v.key for v in versions(stash, f"{PROJECTION}/logs/acme.t1/")}
-        assert len(projected) == 2
+        assert len(projected) == 4  # two files and their marks
         receipt = stash.admin.purge(log="acme.t1")
         assert receipt.verified
         assert projected <= {v.key for v in receipt.removed}  # the receipt names them
@@ -710,7 +712,7 @@ def test_a_file_written_before_the_token_columns_reads_them_as_null() -> None:
     with _memory() as stash:
         _write(stash, "acme.t1", 1)
         projection.project(stash)
-        (key,) = [v.key for v in versions(stash, f"{PROJECTION}/")]
+        (key,) = [v.key for v in versions(stash, f"{PROJECTION}/") if v.key.endswith(".parquet")]
         old = pyarrow.parquet.read_table(pyarrow.BufferReader(stash.driver(GetObject(key)).body))
         old = old.drop_columns(["model", "input_tokens", "output_tokens"])  # as 0.x wrote it
         out = pyarrow.BufferOutputStream()
@@ -733,3 +735,59 @@ def test_a_file_written_before_the_token_columns_reads_them_as_null() -> None:
     assert [(r["version"], r["input_tokens"]) for r in rows] == [
         (0, None), (0, None), (1, None), (1, None), (2, 4),
     ]  # fmt: skip
+
+
+def _keys(stash: Any, below: str) -> list[str]:
+    """The keys under `below` now (a short listing: one page)."""
+    return list(stash.driver(ListKeys(below)).keys)
+
+
+def test_a_file_without_its_mark_is_read_and_a_file_written_over_loses_its_marks() -> None:
+    with _memory() as stash:
+        head = _write(stash, "acme.t1", 3)
+        projection.project(stash)
+        below = stash.layout.key(PROJECTION, "logs/acme.t1/")
+        (parquet, mark) = _keys(stash, below)
+        assert parquet.endswith(f"{0:020d}-{0:020d}.parquet")
+        assert mark.endswith(f"/_{0:020d}-{0:020d}-{2:020d}.projected")
+        # A projector killed between the file and its mark: the next run reads the file.
+        stash.driver(stashpoint.stores.objects.DeleteObject(mark))
+        sent: list[Any] = []
+
+        def count(request: Any, proceed: Any) -> Any:
+            sent.append(request)
+            return proceed()
+
+        with stash.intercept(count):
+            assert projection.project(stash).unchanged == 1
+        assert [r.key for r in sent if isinstance(r, GetObject)] == [parquet]
+        # A mark stays a hint: the file is written over by something else, and the log grows;
+        # the run judges the file itself, writes its rows again and drops the stale mark.
+        projection.project(stash)  # nothing new: no mark written either
+        assert _keys(stash, below) == [parquet]
+        stash.driver(PutObject(mark, b"{}", None, content_encoding=None))
+        stash.driver(PutObject(parquet, b"planted", None, content_encoding=None))
+        _write(stash, "acme.t1", 1, after=head)
+        report = projection.project(stash)
+        assert report.rows == 8 and report.files == [parquet]
+        assert _keys(stash, below) == [parquet, below + f"_{0:020d}-{0:020d}-{3:020d}.projected"]
+        assert _rows(stash) == _expected(stash, "acme.t1")
+
+
+def test_marks_go_with_their_log_a_purge_and_a_new_life() -> None:
+    with _memory() as stash:
+        _write(stash, "acme.t1", 2)
+        _write(stash, "acme.t2", 2)
+        projection.project(stash)
+        one = stash.layout.key(PROJECTION, "logs/acme.t1/")
+        two = stash.layout.key(PROJECTION, "logs/acme.t2/")
+        assert len(_keys(stash, one)) == len(_keys(stash, two)) == 2
+        stash.admin.purge(log="acme.t1")
+        assert versions(stash, one) == []  # the purge took the file and the mark
+        stash.logs.delete("acme.t2")
+        _write(stash, "acme.t2", 1)  # a new life
+        projection.project(stash)
+        kept = _keys(stash, two)
+        lives = {k.split("/")[-1].lstrip("_").split("-")[0] for k in kept}
+        assert len(kept) == 2 and lives == {f"{3:020d}"}  # deleted at 2: life 3, marked
+        assert _rows(stash) == _expected(stash, "acme.t2")

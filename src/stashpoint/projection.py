@@ -10,9 +10,11 @@ Each log's rows go to files of their own under the stash's prefix,
 Athena, Spark or pyarrow read with no stashpoint code.
 
 - **Incremental.** A rerun lists the projection's files and the logs' ids (with the tops the
-  listing shows); a log with no key after its newest file's last version is up to date
-  (one or two requests); any other's head is read, and only the versions appended since
-  are projected (one new file per log that grew). A file is created only if absent
+  listing shows); a log with no key after its newest file's last version is up to date,
+  with no request of its own: each file's *mark* (`_{life}-{first}-{last}.projected`, a
+  small object written after it) names its last version (without a mark, the file is read); any
+  other's head is read, and only the versions appended since are projected (one new file
+  per log that grew). A file is created only if absent
   (If-None-Match, through the one write engine) and named by the first version it holds:
   two projectors at once name the same file, one creates it and the other finds it (judged
   by what it holds: a file of the same log, life and first version is as good as its own),
@@ -153,6 +155,11 @@ PROJECTORS = 8
 """Logs a projection brings up to date at once (each on a thread of its own)."""
 _META_KEY = b"stashpoint"
 _DIGITS = 20
+_MARK = ".projected"
+"""The suffix of a mark's name (`_{life}-{first}-{last}.projected`: a leading `_` hides it
+from Athena, Spark and Hive, which read every other file under a table's location)."""
+_MARK_READ_LIMIT = 64 * 1024
+"""Largest mark read back (a mark is a few hundred bytes of JSON)."""
 
 
 @dataclass
@@ -183,6 +190,46 @@ class _File:
     key: str
     life: int
     first: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """A projected file's mark: its name says the last version the file holds.
+
+    Written after the file, so a rerun finds a log with nothing new from the listings alone.
+    """
+
+    key: str
+    life: int
+    first: int
+    last: int
+
+
+@dataclass
+class _Projected:
+    """One log's projected files and their marks, as the listing names them."""
+
+    files: list[_File] = field(default_factory=list)
+    """The Parquet files."""
+    marks: list[_Mark] = field(default_factory=list)
+    """The marks of some of them (a file whose writer was killed before its mark has none)."""
+
+    def marked_last(self, file: _File) -> int | None:
+        """Return the last version `file`'s marks say it holds (None: it has none)."""
+        lasts = [
+            m.last
+            for m in self.marks
+            if (m.life, m.first) == (file.life, file.first) and m.last >= file.first
+        ]
+        return max(lasts, default=None)
+
+    def marks_of(self, file: _File) -> list[str]:
+        """Return the keys of `file`'s marks."""
+        return [m.key for m in self.marks if (m.life, m.first) == (file.life, file.first)]
+
+    def keys(self) -> list[str]:
+        """Return every key: the files' and the marks'."""
+        return [f.key for f in self.files] + [m.key for m in self.marks]
 
 
 def _arrow() -> tuple[Any, Any]:
@@ -377,14 +424,7 @@ def encode_file(
 ) -> bytes:
     """One projected file: the rows as Parquet (zstd), what they came from in its metadata."""
     pa, pq = _arrow()
-    described = {
-        "format": PROJECTION_FORMAT,
-        "namespace": namespace,
-        "log_id": log_id,
-        "life": life,
-        "first": first,
-        "last": last,
-    }
+    described = {**_describe(namespace, log_id, life, first), "last": last}
     schema = _schema(pa).with_metadata({_META_KEY: json.dumps(described).encode()})
     rows = pa.table(columns, schema=schema)
     out = io.BytesIO()
@@ -418,6 +458,9 @@ class _Projector:
         self.layout = stash.layout
         self.retry = stash.retry
         self.stash = stash
+        # Marks are names, never read: on an encrypted stash a file is read instead, so a
+        # tenant's shred is found (and reported) as its files' keys are.
+        self.marking = stash.encryption is None
         self.report = ProjectionReport()
         self.lock = threading.Lock()  # logs are projected on several threads at once
 
@@ -431,61 +474,82 @@ class _Projector:
         name = f"{life:0{_DIGITS}d}-{first:0{_DIGITS}d}.parquet"
         return self.prefix(namespace, log_id) + name
 
-    def files(self, namespace: str, id_prefix: str = "") -> Steps[dict[str, list[_File]]]:
-        """Return the projected files of a namespace's logs (ids from `id_prefix`), by log."""
+    def mark_key(self, namespace: str, log_id: str, life: int, first: int, last: int) -> str:
+        """Return the key of the mark saying a file holds the versions up to `last`."""
+        name = f"_{life:0{_DIGITS}d}-{first:0{_DIGITS}d}-{last:0{_DIGITS}d}{_MARK}"
+        return self.prefix(namespace, log_id) + name
+
+    def files(self, namespace: str, id_prefix: str = "") -> Steps[dict[str, _Projected]]:
+        """Return the projected files and marks of a namespace's logs (ids from `id_prefix`)."""
         below = self.prefix(namespace)
-        found: dict[str, list[_File]] = {}
+        found: dict[str, _Projected] = {}
         for page in (yield from every_key_page(below + id_prefix)):
             for key in page.keys:
                 log_id, _, name = key[len(below) :].rpartition("/")
+                if not log_id:
+                    continue
                 parsed = _parse_name(name)
-                if log_id and parsed is not None:
-                    found.setdefault(log_id, []).append(_File(key, *parsed))
+                if parsed is not None:
+                    found.setdefault(log_id, _Projected()).files.append(_File(key, *parsed))
+                elif (marked := _parse_mark(name)) is not None:
+                    found.setdefault(log_id, _Projected()).marks.append(_Mark(key, *marked))
         return found
 
     def work(
         self, namespaces: Sequence[str], id_prefix: str
-    ) -> Steps[list[tuple[str, str, list[_File], int | None]]]:
+    ) -> Steps[list[tuple[str, str, _Projected, int | None]]]:
         """Return each log of `namespaces` (ids from `id_prefix`) with its projected files.
 
         The logs listed, with their tops where the listing showed them (`list_tops`), and
         the logs that have files but are gone (their files are erased).
         """
-        work: list[tuple[str, str, list[_File], int | None]] = []
+        work: list[tuple[str, str, _Projected, int | None]] = []
         for namespace in namespaces:
             projected = yield from self.files(namespace, id_prefix)
             tops = yield from self.stash.log_steps(namespace).list_tops(id_prefix)
             for log_id in sorted(set(tops) | set(projected)):
-                work.append((namespace, log_id, projected.get(log_id, []), tops.get(log_id)))
+                found = projected.get(log_id, _Projected())
+                work.append((namespace, log_id, found, tops.get(log_id)))
         return work
 
     def bring_up_to_date(
-        self, namespace: str, log_id: str, files: list[_File], top: int | None
+        self, namespace: str, log_id: str, projected: _Projected, top: int | None
     ) -> None:
         """Run `log` for one log; a log that cannot be read is named in the report."""
         logs = self.stash.log_steps(namespace)
         try:
-            run_sync(self.log(logs, namespace, log_id, files, top), self.stash.driver)
+            run_sync(self.log(logs, namespace, log_id, projected, top), self.stash.driver)
         except StashpointError as exc:
             with self.lock:
                 self.report.unreadable.append(f"{namespace}/{log_id}: {exc.kind.value}")
 
     def log(
-        self, logs: LogSteps, namespace: str, log_id: str, files: list[_File], top: int | None
+        self,
+        logs: LogSteps,
+        namespace: str,
+        log_id: str,
+        projected: _Projected,
+        top: int | None,
     ) -> Steps[None]:
         """Bring one log's projection up to its head (or erase it: the log is gone).
 
         `top`: the log's newest version as the run's listing showed it (None: not known).
         """
+        files = projected.files
         judged: dict[str, int | None] = {}  # what `after` said of a file, by key: read once
         if files and len({f.life for f in files}) == 1:
             # A rerun's common case, without a head read: the newest file says the last
-            # version it holds, and no key after it (keys are never freed) means nothing
-            # was appended, deleted or purged since: the listing's top says so, or one
-            # short listing after it.
+            # version it holds (its mark's name, else the file itself), and no key after it
+            # (keys are never freed) means nothing was appended, deleted or purged since:
+            # the listing's top says so, or one short listing after it. A log that grew is
+            # judged below from its files themselves, never from a mark.
             newest = max(files, key=lambda f: f.first)
-            following = yield from self.after(newest, namespace, log_id)
-            judged[newest.key] = following
+            marked = projected.marked_last(newest) if self.marking else None
+            if marked is not None:
+                following: int | None = marked + 1
+            else:
+                following = yield from self.after(newest, namespace, log_id)
+                judged[newest.key] = following
             if following is not None and (
                 top == following - 1
                 if top is not None
@@ -496,13 +560,14 @@ class _Projector:
                 return
         head = yield from _live_head(logs, log_id)
         if head is None:
-            if files:
-                yield from self.erase(namespace, log_id, [f.key for f in files])
+            if projected.keys():
+                yield from self.erase(namespace, log_id, projected.keys())
             return
         # The first version readers read: a log's base, or a later one its owner's state
         # names (a LangGraph thread's deletion or prune starts a life in its state).
         life = logs.life_of(head)
         old = [f.key for f in files if f.life != life]
+        old += [m.key for m in projected.marks if m.life != life]
         if old:
             yield from self.erase(namespace, log_id, old)
         current = sorted((f for f in files if f.life == life), key=lambda f: f.first)
@@ -516,6 +581,9 @@ class _Projector:
             if following is not None:
                 start = following  # above the head we read: another run's, newer; skip
                 break
+            # Not a projection: its marks go first (a file written at its name is not it).
+            if projected.marks_of(newest):
+                yield from self.erase(namespace, log_id, projected.marks_of(newest), said=False)
             if newest.first <= head.version:
                 start = newest.first  # not a projection: written over by this run's file
                 break
@@ -534,14 +602,30 @@ class _Projector:
             content_type="application/vnd.apache.parquet",
             content_encoding=None,
         )
-        judge = file_judge(namespace, log_id, life, start)
+        found_last: list[object] = []  # what a file found under the name says it ends at
+        judge = file_judge(namespace, log_id, life, start, found_last)
         yield from writes.create_named(
             request, judge, self.retry, what="projection", limit=FILE_READ_LIMIT, refresh=False
         )
+        last = found_last[-1] if found_last else head.version
+        written = [key]
+        if self.marking and isinstance(last, int) and not isinstance(last, bool) and last >= start:
+            mark = self.mark_key(namespace, log_id, life, start, last)
+            said = {**_describe(namespace, log_id, life, start), "last": last}
+            body = json.dumps(said).encode()
+            yield from writes.create_named(
+                PutObject(mark, body, Create(), content_encoding=None),
+                _mark_judge(said),
+                self.retry,
+                what="projection mark",
+                limit=_MARK_READ_LIMIT,
+                refresh=False,
+            )
+            written.append(mark)
         # Purged or deleted while it was projected: what was just written must not outlive it.
         after = yield from _live_head(logs, log_id)
         if after is None or logs.life_of(after) != life:
-            yield from self.erase(namespace, log_id, [key])
+            yield from self.erase(namespace, log_id, written)
             return
         with self.lock:
             self.report.files.append(key)
@@ -586,8 +670,13 @@ class _Projector:
             at = until + 1
         return columns
 
-    def erase(self, namespace: str, log_id: str, keys: Sequence[str]) -> Steps[None]:
-        """Erase every stored version of `keys` (a log's files it no longer derives)."""
+    def erase(
+        self, namespace: str, log_id: str, keys: Sequence[str], *, said: bool = True
+    ) -> Steps[None]:
+        """Erase every stored version of `keys` (a log's files it no longer derives).
+
+        `said`: name the log in the report's `erased` (not for marks alone).
+        """
         for key in keys:
             _, failures = yield from delete_every_version(key)
             if failures:
@@ -595,8 +684,9 @@ class _Projector:
                     "a projected file could not be erased (a retention or legal hold?)",
                     object_name=key,
                 )
-        with self.lock:
-            self.report.erased.append(f"{namespace}/{log_id}")
+        if said:
+            with self.lock:
+                self.report.erased.append(f"{namespace}/{log_id}")
 
 
 def _parse_name(name: str) -> tuple[int, int] | None:
@@ -610,6 +700,43 @@ def _parse_name(name: str) -> tuple[int, int] | None:
     return int(life), int(first)
 
 
+def _parse_mark(name: str) -> tuple[int, int, int] | None:
+    """`(life, first, last)` of a mark's name; None: not one."""
+    stem = name.removeprefix("_").removesuffix(_MARK)
+    parts = stem.split("-")
+    if len(stem) != len(name) - 1 - len(_MARK) or len(parts) != 3:
+        return None
+    if not all(len(part) == _DIGITS and part.isdigit() for part in parts):
+        return None
+    life, first, last = (int(part) for part in parts)
+    return life, first, last
+
+
+def _describe(namespace: str, log_id: str, life: int, first: int) -> dict[str, Any]:
+    """Return what a projected file (and its mark) says it is, but its last version."""
+    return {
+        "format": PROJECTION_FORMAT,
+        "namespace": namespace,
+        "log_id": log_id,
+        "life": life,
+        "first": first,
+    }
+
+
+def _mark_judge(said: dict[str, Any]) -> writes.Judge:
+    """Judge an object found under a mark's name: the same mark is ours, anything else not."""
+
+    def judge(found: ObjectInfo) -> Steps[Found]:
+        try:
+            same = json.loads(found.body or b"") == said
+        except ValueError:
+            same = False
+        return Found.SAME if same else Found.OTHER
+        yield  # a generator, like every step
+
+    return judge
+
+
 def _live_head(logs: LogSteps, log_id: str) -> Steps[LogHead | None]:
     """Return the log's head; None when it is gone (deleted, purged, never written)."""
     try:
@@ -619,11 +746,14 @@ def _live_head(logs: LogSteps, log_id: str) -> Steps[LogHead | None]:
     return None if head.ended else head
 
 
-def file_judge(namespace: str, log_id: str, life: int, first: int) -> writes.Judge:
+def file_judge(
+    namespace: str, log_id: str, life: int, first: int, found_last: list[object] | None = None
+) -> writes.Judge:
     """Judge a file found under a projected file's name.
 
     The same log, life and first version is as good as ours (another projector's, perhaps
-    ending earlier); anything else is OTHER (written over).
+    ending earlier: the last version it says is appended to `found_last`); anything else
+    is OTHER (written over).
     """
 
     def judge(found: ObjectInfo) -> Steps[Found]:
@@ -634,6 +764,8 @@ def file_judge(namespace: str, log_id: str, life: int, first: int) -> writes.Jud
             described.get("life"),
             described.get("first"),
         ) == (namespace, log_id, life, first)
+        if same and described is not None and found_last is not None:
+            found_last.append(described.get("last"))
         return Found.SAME if same else Found.OTHER
         yield  # a generator, like every step
 
@@ -704,7 +836,7 @@ def _projected_keys(projector: _Projector, namespaces: Sequence[str]) -> Steps[l
     keys: list[str] = []
     for namespace in namespaces:
         by_log = yield from projector.files(namespace)
-        keys += [f.key for files in by_log.values() for f in files]
+        keys += [f.key for projected in by_log.values() for f in projected.files]
     return keys
 
 
