@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -128,3 +129,33 @@ def all_pass(ours: dict[str, str], not_applicable: Mapping[str, str]) -> int:
     )
     assert not failed, failed
     return sum(o == "PASSED" for o in ours.values())
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A framework's own test suite, run as shipped or with our plugin (`sdk_plugin`)."""
+
+    distribution: str
+    """The installed distribution whose sdist holds the tests."""
+    marker: str
+    """A folder inside the sdist that says it is unpacked (`sdk_root`)."""
+    plugin_dir: Path
+    """The folder of our `sdk_plugin` module for it."""
+
+    def run(
+        self,
+        files: list[str],
+        *,
+        ours: bool,
+        url: str | None = None,
+        counts: Callable[[str], bool] = lambda test: False,
+    ) -> dict[str, str]:
+        """Run test files, as shipped or on the stash (`url`: one shared stash for them all).
+
+        `counts`: the tests whose failures are run again (a failure as shipped is not: the
+        comparison judges only what passed as shipped).
+        """
+        root = sdk_root(self.distribution, self.marker)
+        env = {"STASHPOINT_SDK_URL": url} if url is not None else {}
+        plugin = (self.plugin_dir, "sdk_plugin") if ours else None
+        return outcomes(root, files, plugin=plugin, env=env, counts=counts)

@@ -12,7 +12,6 @@ reach into `SQLiteSession`'s internals (its connections, its locks, rows it corr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 pytest.importorskip("agents")
 
 from tests import servers
-from tests.sdk_suites import all_pass, compare, outcomes, passed, sdk_root
+from tests.sdk_suites import Suite, all_pass, compare, passed
 
 HERE = Path(__file__).resolve().parent
 
@@ -96,23 +95,8 @@ NOT_APPLICABLE = {
 """The SDK's tests that do not apply to a session kept in a stash, and why."""
 
 
-def _outcomes(
-    files: list[str],
-    *,
-    ours: bool,
-    url: str | None = None,
-    counts: Callable[[str], bool] = lambda test: False,
-) -> dict[str, str]:
-    """Run the SDK's test files, as shipped or on the stash (`url`: a shared stash).
-
-    `counts`: the tests whose failures are run again (a failure as shipped is not: the
-    comparison judges only what passed as shipped).
-    """
-    root = sdk_root("openai-agents", "tests/memory")
-    env = {"STASHPOINT_SDK_URL": url} if url is not None else {}
-    return outcomes(
-        root, files, plugin=(HERE, "sdk_plugin") if ours else None, env=env, counts=counts
-    )
+_outcomes = Suite("openai-agents", "tests/memory", HERE).run
+"""Run its test files, as shipped or on the stash (`Suite.run`)."""
 
 
 def _compare(sqlite: dict[str, str], stash: dict[str, str]) -> int:

@@ -12,7 +12,6 @@ into the file backends' own layout (paths, JSON files, sandboxes, search indexes
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 pytest.importorskip("strands")
 
 from tests import servers
-from tests.sdk_suites import all_pass, compare, outcomes, passed, sdk_root
+from tests.sdk_suites import Suite, all_pass, compare, passed
 
 HERE = Path(__file__).resolve().parent
 
@@ -121,23 +120,8 @@ _SHIPPED_FAILURES = {
 """Tests that fail as Strands ships them on this machine (judged by `compare` elsewhere)."""
 
 
-def _outcomes(
-    files: list[str],
-    *,
-    ours: bool,
-    url: str | None = None,
-    counts: Callable[[str], bool] = lambda test: False,
-) -> dict[str, str]:
-    """Run Strands' test files, as shipped or on the stash (`url`: a shared stash).
-
-    `counts`: the tests whose failures are run again (a failure as shipped is not: the
-    comparison judges only what passed as shipped).
-    """
-    root = sdk_root("strands-agents", "tests/strands/session")
-    env = {"STASHPOINT_SDK_URL": url} if url is not None else {}
-    return outcomes(
-        root, files, plugin=(HERE, "sdk_plugin") if ours else None, env=env, counts=counts
-    )
+_outcomes = Suite("strands-agents", "tests/strands/session", HERE).run
+"""Run its test files, as shipped or on the stash (`Suite.run`)."""
 
 
 def test_strands_session_and_storage_tests_pass_on_the_stash_on_seaweedfs(
