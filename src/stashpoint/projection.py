@@ -362,15 +362,19 @@ def _text(content: Any) -> str | None:
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [
-            part["text"] if isinstance(part, dict) and isinstance(part.get("text"), str) else
-            part if isinstance(part, str) else None
-            for part in content
-        ]  # fmt: skip
-        texts = [p for p in parts if p is not None]
+        texts = [text for text in map(_part_text, content) if text is not None]
         if texts:
             return "\n".join(texts)
     return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def _part_text(part: Any) -> str | None:
+    """Return the text of one part of a message's content (a string, or `{"text": ...}`)."""
+    if isinstance(part, str):
+        return part
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        return str(part["text"])
+    return None
 
 
 def tenant_of(namespace: str, log_id: str) -> str:
@@ -535,29 +539,11 @@ class _Projector:
 
         `top`: the log's newest version as the run's listing showed it (None: not known).
         """
-        files = projected.files
         judged: dict[str, int | None] = {}  # what `after` said of a file, by key: read once
-        if files and len({f.life for f in files}) == 1:
-            # A rerun's common case, without a head read: the newest file says the last
-            # version it holds (its mark's name, else the file itself), and no key after it
-            # (keys are never freed) means nothing was appended, deleted or purged since:
-            # the listing's top says so, or one short listing after it. A log that grew is
-            # judged below from its files themselves, never from a mark.
-            newest = max(files, key=lambda f: f.first)
-            marked = projected.marked_last(newest) if self.marking else None
-            if marked is not None:
-                following: int | None = marked + 1
-            else:
-                following = yield from self.after(newest, namespace, log_id)
-                judged[newest.key] = following
-            if following is not None and (
-                top == following - 1
-                if top is not None
-                else (yield from logs.written_after(log_id, following - 1)) is False
-            ):
-                with self.lock:
-                    self.report.unchanged += 1
-                return
+        if (yield from self._unchanged(logs, namespace, log_id, projected, top, judged)):
+            with self.lock:
+                self.report.unchanged += 1
+            return
         head = yield from _live_head(logs, log_id)
         if head is None:
             if projected.keys():
@@ -566,12 +552,79 @@ class _Projector:
         # The first version readers read: a log's base, or a later one its owner's state
         # names (a LangGraph thread's deletion or prune starts a life in its state).
         life = logs.life_of(head)
-        old = [f.key for f in files if f.life != life]
+        current = yield from self._of_life(namespace, log_id, projected, life)
+        start = yield from self._start(namespace, log_id, projected, current, head, judged, life)
+        if start > head.version:
+            return
+        columns = yield from self.read(logs, namespace, log_id, start, head.version)
+        written = yield from self._write(namespace, log_id, life, start, head.version, columns)
+        # Purged or deleted while it was projected: what was just written must not outlive it.
+        after = yield from _live_head(logs, log_id)
+        if after is None or logs.life_of(after) != life:
+            yield from self.erase(namespace, log_id, written)
+            return
+        with self.lock:
+            self.report.files.append(written[0])
+            self.report.rows += len(columns["record"])
+
+    def _of_life(
+        self, namespace: str, log_id: str, projected: _Projected, life: int
+    ) -> Steps[list[_File]]:
+        """Erase the files and marks of other lives; return this life's files, oldest first."""
+        old = [f.key for f in projected.files if f.life != life]
         old += [m.key for m in projected.marks if m.life != life]
         if old:
             yield from self.erase(namespace, log_id, old)
-        current = sorted((f for f in files if f.life == life), key=lambda f: f.first)
-        start = life
+        return sorted((f for f in projected.files if f.life == life), key=lambda f: f.first)
+
+    def _unchanged(
+        self,
+        logs: LogSteps,
+        namespace: str,
+        log_id: str,
+        projected: _Projected,
+        top: int | None,
+        judged: dict[str, int | None],
+    ) -> Steps[bool]:
+        """Whether the log is unchanged since its newest file, known without a head read.
+
+        A rerun's common case: the newest file says the last version it holds (its mark's
+        name, else the file itself), and no key after it (keys are never freed) means
+        nothing was appended, deleted or purged since: the listing's top says so, or one
+        short listing after it. A log that grew is judged from its files themselves, never
+        from a mark. What a file was read to say is noted in `judged`.
+        """
+        files = projected.files
+        if not files or len({f.life for f in files}) != 1:
+            return False
+        newest = max(files, key=lambda f: f.first)
+        marked = projected.marked_last(newest) if self.marking else None
+        if marked is not None:
+            following: int | None = marked + 1
+        else:
+            following = yield from self.after(newest, namespace, log_id)
+            judged[newest.key] = following
+        if following is None:
+            return False
+        if top is not None:
+            return top == following - 1
+        return (yield from logs.written_after(log_id, following - 1)) is False
+
+    def _start(
+        self,
+        namespace: str,
+        log_id: str,
+        projected: _Projected,
+        current: list[_File],
+        head: LogHead,
+        judged: dict[str, int | None],
+        life: int,
+    ) -> Steps[int]:
+        """Return the first version the next file holds (`head.version + 1`: none).
+
+        The life's files (`current`, oldest first) are judged newest first; one that is
+        not a projection is erased (with its marks). None left: the life's first version.
+        """
         while current:
             newest = current[-1]
             if newest.key in judged:
@@ -579,21 +632,28 @@ class _Projector:
             else:
                 following = yield from self.after(newest, namespace, log_id)
             if following is not None:
-                start = following  # above the head we read: another run's, newer; skip
-                break
+                return following  # above the head we read: another run's, newer; skip
             # Not a projection: its marks go first (a file written at its name is not it).
             if projected.marks_of(newest):
                 yield from self.erase(namespace, log_id, projected.marks_of(newest), said=False)
             if newest.first <= head.version:
-                start = newest.first  # not a projection: written over by this run's file
-                break
+                return newest.first  # not a projection: written over by this run's file
             # Not a projection, and named beyond the top: it would hold the log back.
             yield from self.erase(namespace, log_id, [newest.key])
             current.pop()
-        if start > head.version:
-            return
-        columns = yield from self.read(logs, namespace, log_id, start, head.version)
-        body = encode_file(namespace, log_id, life, start, head.version, columns)
+        return life
+
+    def _write(
+        self,
+        namespace: str,
+        log_id: str,
+        life: int,
+        start: int,
+        top: int,
+        columns: dict[str, list[Any]],
+    ) -> Steps[list[str]]:
+        """Write the file of versions `start`..`top` (and its mark); return their keys."""
+        body = encode_file(namespace, log_id, life, start, top, columns)
         key = self.key(namespace, log_id, life, start)
         request = PutObject(
             key,
@@ -607,29 +667,25 @@ class _Projector:
         yield from writes.create_named(
             request, judge, self.retry, what="projection", limit=FILE_READ_LIMIT, refresh=False
         )
-        last = found_last[-1] if found_last else head.version
+        last = found_last[-1] if found_last else top
         written = [key]
         if self.marking and isinstance(last, int) and not isinstance(last, bool) and last >= start:
-            mark = self.mark_key(namespace, log_id, life, start, last)
-            said = {**_describe(namespace, log_id, life, start), "last": last}
-            body = json.dumps(said).encode()
-            yield from writes.create_named(
-                PutObject(mark, body, Create(), content_encoding=None),
-                _mark_judge(said),
-                self.retry,
-                what="projection mark",
-                limit=_MARK_READ_LIMIT,
-                refresh=False,
-            )
-            written.append(mark)
-        # Purged or deleted while it was projected: what was just written must not outlive it.
-        after = yield from _live_head(logs, log_id)
-        if after is None or logs.life_of(after) != life:
-            yield from self.erase(namespace, log_id, written)
-            return
-        with self.lock:
-            self.report.files.append(key)
-            self.report.rows += len(columns["record"])
+            written.append((yield from self._mark(namespace, log_id, life, start, last)))
+        return written
+
+    def _mark(self, namespace: str, log_id: str, life: int, start: int, last: int) -> Steps[str]:
+        """Write the mark of the file from `start` that holds up to `last`; return its key."""
+        mark = self.mark_key(namespace, log_id, life, start, last)
+        said = {**_describe(namespace, log_id, life, start), "last": last}
+        yield from writes.create_named(
+            PutObject(mark, json.dumps(said).encode(), Create(), content_encoding=None),
+            _mark_judge(said),
+            self.retry,
+            what="projection mark",
+            limit=_MARK_READ_LIMIT,
+            refresh=False,
+        )
+        return mark
 
     def after(self, newest: _File, namespace: str, log_id: str) -> Steps[int | None]:
         """Return the version after `newest`'s last (None: not a projection of it).

@@ -40,11 +40,12 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from stashpoint._backends.without_extras import EXTRAS, answer_without_extras
 from stashpoint.errors import (
     ConfigurationError,
     InvalidId,
@@ -60,23 +61,16 @@ from stashpoint.stores.objects import (
     DeleteKeys,
     DeleteObject,
     DeleteVersions,
-    GetLifecycle,
     GetObject,
-    GetObjectLock,
     HeadObject,
     KeyPage,
     ListKeys,
-    ListSource,
     ListVersionPage,
     ListVersions,
     Match,
     ObjectInfo,
     ObjectRequest,
     PutObject,
-    ReadSource,
-    RestoreObject,
-    RestoreState,
-    SetLegalHold,
     StoredVersion,
     VersionPage,
     VersionRef,
@@ -197,48 +191,13 @@ class LocalTransport:
 
     def execute(self, request: ObjectRequest) -> Any:
         """Execute one object request and return its result."""
+        if isinstance(request, EXTRAS):
+            return answer_without_extras(request, "a stash in a local folder")
+        handler = _HANDLERS.get(type(request))
+        if handler is None:
+            raise TypeError(f"local storage cannot execute {request!r}")
         try:
-            match request:
-                case GetObject(key, version_id, max_bytes):
-                    return self._get(key, version_id, max_bytes)
-                case HeadObject(key, version_id):
-                    return self._get(key, version_id)
-                case PutObject():
-                    return self._put(request)
-                case DeleteObject(key, _, version_id) if version_id is not None:
-                    return self._delete_version(key, version_id)
-                case DeleteObject(key, etag):
-                    return self._delete(key, etag)
-                case ListVersions(key):
-                    if not self._versions_dir(key).exists() and self._read(self._path(key)) is None:
-                        return []  # never written (or purged): no lock file made for nothing
-                    with self._locked(key, reading=True) as lock_fd:
-                        if lock_fd is not None:
-                            self._settle_pending(lock_fd, key)
-                        return self._versions(lock_fd, key)
-                case ListVersionPage(prefix, marker, page_size):
-                    return self._version_page(prefix, marker, page_size)
-                case DeleteVersions(targets):
-                    return self._delete_versions(targets)
-                case DeleteKeys(keys):
-                    for key in keys:
-                        self._delete(key, None)
-                    return []
-                case SetLegalHold():
-                    raise ConfigurationError("a local folder has no Object Lock")
-                case RestoreObject():
-                    return RestoreState.NOT_ARCHIVED  # no archive tier here
-                case GetLifecycle() | GetObjectLock():
-                    return None  # no lifecycle, no Object Lock here
-                case ListSource() | ReadSource():
-                    scheme = request.url.partition("://")[0]
-                    raise ConfigurationError(
-                        f"a stash in a local folder cannot read {scheme}:// sources: open "
-                        "the stash on S3 to map over S3 objects",
-                        object_name=request.url,
-                    )
-                case ListKeys(prefix, token, page_size, start_after):
-                    return self._list(prefix, max(token or "", start_after or ""), page_size)
+            return handler(self, request)
         except OSError as exc:
             if isinstance(request, DeleteObject) and exc.errno in _READ_ONLY:
                 raise _certain_failure(exc, request.key) from exc  # the unlink did not happen
@@ -247,7 +206,41 @@ class LocalTransport:
             raise StorageUnavailable(
                 f"local storage error: {exc}", object_name=getattr(request, "key", None)
             ) from exc
-        raise TypeError(f"local storage cannot execute {request!r}")
+
+    def _get_object(self, request: GetObject) -> ObjectInfo | None:
+        return self._get(request.key, request.version_id, request.max_bytes)
+
+    def _head_object(self, request: HeadObject) -> ObjectInfo | None:
+        return self._get(request.key, request.version_id)
+
+    def _delete_object(self, request: DeleteObject) -> WriteResult:
+        if request.version_id is not None:
+            return self._delete_version(request.key, request.version_id)
+        return self._delete(request.key, request.etag)
+
+    def _list_versions(self, request: ListVersions) -> list[VersionRef]:
+        key = request.key
+        if not self._versions_dir(key).exists() and self._read(self._path(key)) is None:
+            return []  # never written (or purged): no lock file made for nothing
+        with self._locked(key, reading=True) as lock_fd:
+            if lock_fd is not None:
+                self._settle_pending(lock_fd, key)
+            return self._versions(lock_fd, key)
+
+    def _list_version_page(self, request: ListVersionPage) -> VersionPage:
+        return self._version_page(request.prefix, request.marker, request.page_size)
+
+    def _delete_version_list(self, request: DeleteVersions) -> list[DeleteFailure]:
+        return self._delete_versions(request.targets)
+
+    def _delete_keys(self, request: DeleteKeys) -> list[DeleteFailure]:
+        for key in request.keys:
+            self._delete(key, None)
+        return []
+
+    def _list_keys(self, request: ListKeys) -> KeyPage:
+        after = max(request.token or "", request.start_after or "")
+        return self._list(request.prefix, after, request.page_size)
 
     def close(self) -> None:
         """Nothing to release: files are opened per request."""
@@ -605,6 +598,16 @@ class LocalTransport:
         Keys are found among the heads and among the versions folders (a key whose head is
         deleted keeps its versions there). The marker names the last key listed.
         """
+        listed: list[StoredVersion] = []
+        ordered = sorted(k for k in self._version_keys(prefix) if marker is None or k > marker[0])
+        for index, key in enumerate(ordered):
+            if len(listed) >= page_size:
+                return VersionPage(listed, (ordered[index - 1], ""))
+            listed += self._stored_versions(key)
+        return VersionPage(listed, None)
+
+    def _version_keys(self, prefix: str) -> set[str]:
+        """Return every key under `prefix` with a head or a versions folder."""
         keys: set[str] = set()
         after = ""
         while True:
@@ -621,33 +624,30 @@ class LocalTransport:
                 key = os.path.relpath(path, versions_root)
                 if key.startswith(prefix):
                     keys.add(key)
+        return keys
+
+    def _stored_versions(self, key: str) -> list[StoredVersion]:
+        """Return a key's versions, newest first, with their sizes and write times."""
+        with self._locked(key, reading=True) as lock_fd:
+            if lock_fd is not None:
+                self._settle_pending(lock_fd, key)
+            refs = self._versions(lock_fd, key)
         listed: list[StoredVersion] = []
-        ordered = sorted(k for k in keys if marker is None or k > marker[0])
-        for index, key in enumerate(ordered):
-            if len(listed) >= page_size:
-                return VersionPage(listed, (ordered[index - 1], ""))
-            with self._locked(key, reading=True) as lock_fd:
-                if lock_fd is not None:
-                    self._settle_pending(lock_fd, key)
-                refs = self._versions(lock_fd, key)
-            for ref in refs:
-                size = 0
-                written = None
-                if not ref.is_delete_marker:
-                    with contextlib.suppress(OSError):
-                        size = os.stat(self._versions_dir(key) / ref.version_id).st_size
-                with contextlib.suppress(ValueError):
-                    written = datetime.fromtimestamp(
-                        int(ref.version_id.partition("-")[0]) / 1e9, UTC
-                    )
-                etag = None if ref.is_delete_marker else ref.version_id.partition("-")[2]
-                listed.append(
-                    StoredVersion(
-                        key, ref.version_id, ref.is_latest, ref.is_delete_marker, size, etag,
-                        written,
-                    )
-                )  # fmt: skip
-        return VersionPage(listed, None)
+        for ref in refs:
+            size = 0
+            written = None
+            if not ref.is_delete_marker:
+                with contextlib.suppress(OSError):
+                    size = os.stat(self._versions_dir(key) / ref.version_id).st_size
+            with contextlib.suppress(ValueError):
+                written = datetime.fromtimestamp(int(ref.version_id.partition("-")[0]) / 1e9, UTC)
+            etag = None if ref.is_delete_marker else ref.version_id.partition("-")[2]
+            listed.append(
+                StoredVersion(
+                    key, ref.version_id, ref.is_latest, ref.is_delete_marker, size, etag, written
+                )
+            )
+        return listed
 
     def _delete_versions(self, targets: tuple[tuple[str, str], ...]) -> list[DeleteFailure]:
         failures: list[DeleteFailure] = []
@@ -760,3 +760,17 @@ class LocalTransport:
             # a real object (never taken for a vacated marker).
             return 0.0, 1 << 62
         return stat.st_mtime, stat.st_size
+
+
+_HANDLERS: dict[type[Any], Callable[[LocalTransport, Any], Any]] = {
+    GetObject: LocalTransport._get_object,
+    HeadObject: LocalTransport._head_object,
+    PutObject: LocalTransport._put,
+    DeleteObject: LocalTransport._delete_object,
+    ListVersions: LocalTransport._list_versions,
+    ListVersionPage: LocalTransport._list_version_page,
+    DeleteVersions: LocalTransport._delete_version_list,
+    DeleteKeys: LocalTransport._delete_keys,
+    ListKeys: LocalTransport._list_keys,
+}
+"""How the local transport executes each request it can."""

@@ -9,33 +9,29 @@ import bisect
 import hashlib
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stashpoint.errors import ConfigurationError, LimitExceeded
+from stashpoint._backends.without_extras import EXTRAS, answer_without_extras
+from stashpoint.errors import LimitExceeded
 from stashpoint.stores.objects import (
     Create,
+    DeleteFailure,
     DeleteKeys,
     DeleteObject,
     DeleteVersions,
-    GetLifecycle,
     GetObject,
-    GetObjectLock,
     HeadObject,
     KeyPage,
     ListKeys,
-    ListSource,
     ListVersionPage,
     ListVersions,
     Match,
     ObjectInfo,
     ObjectRequest,
     PutObject,
-    ReadSource,
-    RestoreObject,
-    RestoreState,
-    SetLegalHold,
     StoredVersion,
     VersionPage,
     VersionRef,
@@ -64,67 +60,63 @@ class MemoryTransport:
 
     def execute(self, request: ObjectRequest) -> Any:
         """Execute one object request and return its result."""
-        with self._lock:
-            match request:
-                case GetObject(key, version_id, max_bytes):
-                    found = self._get(key, version_id, with_body=True)
-                    size = 0 if found is None or found.body is None else len(found.body)
-                    if max_bytes is not None and size > max_bytes:
-                        raise LimitExceeded(
-                            f"object is {size} bytes, over the limit of {max_bytes}",
-                            object_name=key,
-                        )
-                    return found
-                case HeadObject(key, version_id):
-                    return self._get(key, version_id, with_body=False)
-                case PutObject():
-                    return self._put(request)
-                case DeleteObject(key, _, version_id) if version_id is not None:
-                    self._remove_version(key, version_id, drop_empty=False)
-                    return WriteResult(WriteOutcome.STORED)
-                case DeleteObject(key, etag):
-                    return self._delete(key, etag)
-                case ListVersions(key):
-                    return [
-                        VersionRef(v.version_id, i == 0, v.body is None)
-                        for i, v in enumerate(reversed(self._objects.get(key, [])))
-                    ]
-                case ListVersionPage(prefix, marker, page_size):
-                    return self._version_page(prefix, marker, page_size)
-                case DeleteVersions(targets):
-                    for key, version_id in targets:
-                        self._remove_version(key, version_id, drop_empty=True)
-                    return []
-                case DeleteKeys(keys):
-                    for key in keys:
-                        self._delete(key, None)
-                    return []
-                case SetLegalHold():
-                    raise ConfigurationError("memory storage has no Object Lock")
-                case RestoreObject():
-                    return RestoreState.NOT_ARCHIVED  # no archive tier here
-                case GetLifecycle() | GetObjectLock():
-                    return None  # no lifecycle, no Object Lock here
-                case ListSource() | ReadSource():
-                    scheme = request.url.partition("://")[0]
-                    raise ConfigurationError(
-                        f"a stash in memory cannot read {scheme}:// sources: open the stash "
-                        "on S3 to map over S3 objects",
-                        object_name=request.url,
-                    )
-                case ListKeys(prefix, token, page_size, start_after):
-                    page, more = self._key_page(
-                        prefix, max(token or "", start_after or ""), page_size
-                    )
-                    latest = [self._objects[k][-1] for k in page]
-                    return KeyPage(
-                        page,
-                        page[-1] if more else None,
-                        [v.written_at for v in latest],
-                        [len(v.body or b"") for v in latest],
-                        [v.etag for v in latest],
-                    )
+        if isinstance(request, EXTRAS):
+            return answer_without_extras(request, "a stash in memory")
+        handler = _HANDLERS.get(type(request))
+        if handler is None:
             raise TypeError(f"memory storage cannot execute {request!r}")
+        with self._lock:
+            return handler(self, request)
+
+    def _get_object(self, request: GetObject) -> ObjectInfo | None:
+        found = self._get(request.key, request.version_id, with_body=True)
+        size = 0 if found is None or found.body is None else len(found.body)
+        if request.max_bytes is not None and size > request.max_bytes:
+            raise LimitExceeded(
+                f"object is {size} bytes, over the limit of {request.max_bytes}",
+                object_name=request.key,
+            )
+        return found
+
+    def _head_object(self, request: HeadObject) -> ObjectInfo | None:
+        return self._get(request.key, request.version_id, with_body=False)
+
+    def _delete_object(self, request: DeleteObject) -> WriteResult:
+        if request.version_id is None:
+            return self._delete(request.key, request.etag)
+        self._remove_version(request.key, request.version_id, drop_empty=False)
+        return WriteResult(WriteOutcome.STORED)
+
+    def _list_versions(self, request: ListVersions) -> list[VersionRef]:
+        return [
+            VersionRef(v.version_id, i == 0, v.body is None)
+            for i, v in enumerate(reversed(self._objects.get(request.key, [])))
+        ]
+
+    def _list_version_page(self, request: ListVersionPage) -> VersionPage:
+        return self._version_page(request.prefix, request.marker, request.page_size)
+
+    def _delete_versions(self, request: DeleteVersions) -> list[DeleteFailure]:
+        for key, version_id in request.targets:
+            self._remove_version(key, version_id, drop_empty=True)
+        return []
+
+    def _delete_keys(self, request: DeleteKeys) -> list[DeleteFailure]:
+        for key in request.keys:
+            self._delete(key, None)
+        return []
+
+    def _list_keys(self, request: ListKeys) -> KeyPage:
+        after = max(request.token or "", request.start_after or "")
+        page, more = self._key_page(request.prefix, after, request.page_size)
+        latest = [self._objects[k][-1] for k in page]
+        return KeyPage(
+            page,
+            page[-1] if more else None,
+            [v.written_at for v in latest],
+            [len(v.body or b"") for v in latest],
+            [v.etag for v in latest],
+        )
 
     def close(self) -> None:
         """Nothing to release."""
@@ -145,13 +137,7 @@ class MemoryTransport:
             for key in sorted(k for k in self._objects if k.startswith(prefix))
             for i, v in enumerate(reversed(self._objects[key]))
         ]
-        if marker is not None:
-            at = next((i for i, v in enumerate(listed) if (v.key, v.version_id) == marker), None)
-            after = [v for v in listed if v.key > marker[0]]
-            listed = after if at is None else listed[at + 1 :]
-        page = listed[:page_size]
-        more = len(listed) > page_size
-        return VersionPage(page, (page[-1].key, page[-1].version_id) if more else None)
+        return _page_after(listed, marker, page_size)
 
     def _remove_version(self, key: str, version_id: str, *, drop_empty: bool) -> None:
         """Remove one stored version of `key`; with `drop_empty`, the key once none is left."""
@@ -234,3 +220,32 @@ class MemoryTransport:
             )
         self._objects[key].append(_Version(str(next(self._counter)), None, ""))
         return WriteResult(WriteOutcome.STORED)
+
+
+def _page_after(
+    listed: list[StoredVersion], marker: tuple[str, str] | None, page_size: int
+) -> VersionPage:
+    """Return the page of `listed` after `marker` (the last version of the page before).
+
+    A marker no longer listed (its version was deleted since) resumes at the next key.
+    """
+    if marker is not None:
+        at = next((i for i, v in enumerate(listed) if (v.key, v.version_id) == marker), None)
+        listed = [v for v in listed if v.key > marker[0]] if at is None else listed[at + 1 :]
+    page = listed[:page_size]
+    more = len(listed) > page_size
+    return VersionPage(page, (page[-1].key, page[-1].version_id) if more else None)
+
+
+_HANDLERS: dict[type[Any], Callable[[MemoryTransport, Any], Any]] = {
+    GetObject: MemoryTransport._get_object,
+    HeadObject: MemoryTransport._head_object,
+    PutObject: MemoryTransport._put,
+    DeleteObject: MemoryTransport._delete_object,
+    ListVersions: MemoryTransport._list_versions,
+    ListVersionPage: MemoryTransport._list_version_page,
+    DeleteVersions: MemoryTransport._delete_versions,
+    DeleteKeys: MemoryTransport._delete_keys,
+    ListKeys: MemoryTransport._list_keys,
+}
+"""How the memory transport executes each request it can (under its lock)."""

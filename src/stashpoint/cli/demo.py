@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import stashpoint
@@ -89,6 +91,42 @@ def run_demo(
 
     `as_json`: no narration; one JSON object at the end says what was checked.
     """
+    url, batches, kill_after = _checked(url, items, kill_after)
+    with stashpoint.open(url) as stash:
+        run_id = stash.runs.create_run(GRAPH)
+    say: Callable[..., None] = (lambda *parts, **kw: None) if as_json else print
+    say(f"stash: {url}\nrun: {run_id}\nitems: {items}")
+    command = [sys.executable, "-m", "stashpoint.cli.demo", "--url", url, "--items", str(items)]
+    checkpoints = _kill_first_worker(command, run_id, kill_after, say)
+    with stashpoint.open(url) as stash:
+        at_kill = stash.checkpoints.load(run_id)
+    say(f"  resuming from revision {at_kill.revision}, cursor {at_kill.payload['cursor']}")
+    if not _second_worker(command, run_id, max(1, (batches - checkpoints) // 10), say):
+        return 1
+    outcome = _verified(url, run_id, items, batches)
+    if as_json:
+        from stashpoint.cli.output import to_json
+
+        print(to_json({
+            "ok": outcome.ok, "run_id": run_id, "items": items, "processed": outcome.processed,
+            "revision": outcome.revision, "batches": batches,
+            "older_revisions": outcome.older_revisions,
+            "attempts_completed": outcome.completed, "attempts_killed": outcome.killed,
+        }))  # fmt: skip
+        return 0 if outcome.ok else 1
+    print(
+        f"\ncheckpoint revision {outcome.revision}: {outcome.processed}/{items} items, "
+        f"{batches} batch commits, {outcome.older_revisions} older revisions kept\n"
+        f"run attempts: {outcome.completed} completed, {outcome.killed} killed mid-batch and "
+        "retried"
+    )
+    _print_runs(outcome.runs, outcome.where)
+    print("every item processed exactly once: " + ("YES" if outcome.ok else "NO"))
+    return 0 if outcome.ok else 1
+
+
+def _checked(url: str | None, items: int, kill_after: int) -> tuple[str, int, int]:
+    """Check the demo's options; return the stash's URL, the batches, the kill point."""
     url = resolve_url(url)
     if url.startswith("memory:"):
         raise ConfigurationError(
@@ -98,22 +136,22 @@ def run_demo(
     batches = -(-items // BATCH)
     if batches < 2:
         raise ConfigurationError(f"the demo needs at least {BATCH + 1} items (two batches)")
-    kill_after = max(1, min(kill_after, batches - 1))  # always some batches left to resume
-    with stashpoint.open(url) as stash:
-        run_id = stash.runs.create_run(GRAPH)
-    say = (lambda *parts, **kw: None) if as_json else print
-    say(f"stash: {url}\nrun: {run_id}\nitems: {items}")
-    command = [sys.executable, "-m", "stashpoint.cli.demo", "--url", url, "--items", str(items)]
+    return url, batches, max(1, min(kill_after, batches - 1))  # always some batches to resume
 
+
+def _kill_first_worker(
+    command: list[str], run_id: str, kill_after: int, say: Callable[..., None]
+) -> int:
+    """Start the first worker and SIGKILL it mid-batch; return the checkpoints it made.
+
+    Killed after `kill_after` checkpoints, once the next batch starts.
+    """
     first = subprocess.Popen(
         [*command, "--worker", run_id, "0.002"], stdout=subprocess.PIPE, text=True
     )
     assert first.stdout is not None
     checkpoints = 0
-    while True:  # kill it mid-batch: after `kill_after` checkpoints, once the next batch starts
-        line = first.stdout.readline().strip()
-        if not line:
-            break
+    while line := first.stdout.readline().strip():
         if line.startswith("checkpoint"):
             checkpoints += 1
             say("  worker 1:", line)
@@ -123,25 +161,51 @@ def run_demo(
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     say(f"  worker 1: killed with SIGKILL (exit {first.returncode}), like a reclaimed spot VM")
+    return checkpoints
 
-    with stashpoint.open(url) as stash:
-        at_kill = stash.checkpoints.load(run_id)
-    say(f"  resuming from revision {at_kill.revision}, cursor {at_kill.payload['cursor']}")
+
+def _second_worker(command: list[str], run_id: str, step: int, say: Callable[..., None]) -> bool:
+    """Run the second worker to the end, saying every `step`-th checkpoint; True: it ended well."""
     second = subprocess.Popen(
         [*command, "--worker", run_id, "0"], stdout=subprocess.PIPE, text=True
     )
     assert second.stdout is not None
     lines = []
-    step = max(1, (batches - checkpoints) // 10)  # about ten progress lines, whatever the size
     for line in second.stdout:
         if line.startswith("checkpoint"):
             lines.append(line.strip())
             if len(lines) % step == 0:
                 say(f"  worker 2: {line.strip()}", flush=True)
     if second.wait() != 0:
-        return 1
+        return False
     say(f"  worker 2: {len(lines)} checkpoints, last: {lines[-1] if lines else '-'}")
+    return True
 
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What the demo found once the second worker ended."""
+
+    ok: bool
+    """Every item processed exactly once, one commit per batch, one attempt killed."""
+    processed: int
+    """Items with a result."""
+    revision: int
+    """The checkpoint's final revision."""
+    older_revisions: int
+    """Older revisions kept."""
+    completed: int
+    """Attempts completed."""
+    killed: int
+    """Attempts killed mid-batch."""
+    runs: list[stashpoint.runs.RunRow]
+    """The demo's latest runs."""
+    where: str
+    """The stash's URL, credentials hidden."""
+
+
+def _verified(url: str, run_id: str, items: int, batches: int) -> _Outcome:
+    """Check the run's results and attempts; complete or fail the run accordingly."""
     with stashpoint.open(url) as stash:
         final = stash.checkpoints.load(run_id)
         history = stash.checkpoints.history(run_id)
@@ -153,30 +217,27 @@ def run_demo(
         ok = (
             results == {str(i): work(i) for i in range(items)}
             and final.revision == batches == len(history)
-            and len(completed) == batches
-            and len({a.node_id for a in completed}) == batches
-            and len(killed) == 1
+            and _once_per_batch(completed, killed, batches)
         )
         stash.runs.complete_run(run_id) if ok else stash.runs.fail_run(run_id, "demo check failed")
         page = stash.runs.list_runs(graph_name=GRAPH, limit=5)
-        where = stash.url
-    if as_json:
-        from stashpoint.cli.output import to_json
+        return _Outcome(
+            ok, len(results), final.revision, len(history), len(completed), len(killed),
+            page.items, stash.url,
+        )  # fmt: skip
 
-        print(to_json({
-            "ok": ok, "run_id": run_id, "items": items, "processed": len(results),
-            "revision": final.revision, "batches": batches, "older_revisions": len(history),
-            "attempts_completed": len(completed), "attempts_killed": len(killed),
-        }))  # fmt: skip
-        return 0 if ok else 1
-    print(
-        f"\ncheckpoint revision {final.revision}: {len(results)}/{items} items, {batches} batch "
-        f"commits, {len(history)} older revisions kept\nrun attempts: {len(completed)} "
-        f"completed, {len(killed)} killed mid-batch and retried"
+
+def _once_per_batch(
+    completed: list[stashpoint.runs.AttemptRecord],
+    killed: list[stashpoint.runs.AttemptRecord],
+    batches: int,
+) -> bool:
+    """Whether each batch has one completed attempt, and one attempt was killed."""
+    return (
+        len(completed) == batches
+        and len({a.node_id for a in completed}) == batches
+        and len(killed) == 1
     )
-    _print_runs(page.items, where)
-    print("every item processed exactly once: " + ("YES" if ok else "NO"))
-    return 0 if ok else 1
 
 
 def _print_runs(rows: list[stashpoint.runs.RunRow], where: str) -> None:

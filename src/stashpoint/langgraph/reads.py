@@ -6,7 +6,7 @@ this process knows is read at the head it knows, with no listing (`LogSteps.read
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -271,15 +271,7 @@ class ThreadReads:
         # A put after this read (LangGraph reads before it writes) starts from this head:
         # one PUT, however long ago this process last wrote the thread.
         self.threads.remember(key, Known(LoggedThread(state), head))
-        versions = sorted(v for v in found if v >= state.base)
-        if not state.deleted:
-            needed = plan.wanted(head)
-            missing = [v for v in needed if v not in found]
-            if missing:
-                raise InvalidPayload(
-                    f"thread log lacks versions {missing[:5]} it names", object_name=key
-                )
-            versions = needed
+        versions = _to_fold(plan, head, state, found)
         model = fold(((v, found[v].records) for v in versions), key)
         model.thread_id = state.thread_id
         model.partial = not state.deleted and versions != list(range(state.base, head.version + 1))
@@ -322,51 +314,51 @@ class ThreadReads:
         limit: int | None = None,
     ) -> Steps[list[TupleParts]]:
         """Return matching checkpoints, newest first per namespace; filters before `limit`."""
-        if limit is not None:
-            whole(limit, "limit")
-        check_config(config, optional=True)
-        if before is not None:
-            check_config(before)
-        if filter is not None and not isinstance(filter, Mapping):
-            raise InvalidArgument(f"filter must be a mapping, not {described(filter)}")
+        _check_list(config, filter, before, limit)
+        thread_ids: list[str] = []
+        keys: Sequence[str]
         if config is not None:
-            thread_ids: list[str] = [str(config["configurable"]["thread_id"])]
+            thread_ids = [str(config["configurable"]["thread_id"])]
             keys = [thread_key(thread_ids[0])]
         else:
-            named = None
-            if self.run_threads is not None and filter and filter.get("run_id") is not None:
-                # Only the threads that may hold the run (`run_threads`), when that is known.
-                named = yield from self.run_threads.threads_of([str(filter["run_id"])])
-            keys = sorted(named) if named is not None else (yield from self.logs.list_ids())
-            thread_ids = []
-        want_ns = None if config is None else config["configurable"].get("checkpoint_ns")
-        want_id = None if config is None else config["configurable"].get("checkpoint_id")
-        before_id = None if before is None else before["configurable"].get("checkpoint_id")
+            keys = yield from self._listed_keys(filter)
+        want_ns = _configured(config, "checkpoint_ns")
+        want_id = _configured(config, "checkpoint_id")
+        before_id = _configured(before, "checkpoint_id")
         out: list[TupleParts] = []
         for index, key in enumerate(keys):
-            read = yield from (self.read(key) if thread_ids else self.listed(key))
-            if read is None or read[0].deleted:
+            found = yield from self._thread(key, thread_ids[index] if thread_ids else None)
+            if found is None:
                 continue
-            state, model, _ = read
-            thread_id = thread_ids[index] if thread_ids else str(state.thread_id or key)
-            for ns, checkpoints in model.checkpoints.items():
-                if want_ns is not None and ns != want_ns:
+            thread_id, model = found
+            for stored in _newest_first(model, want_ns, want_id, before_id):
+                if filter and not _metadata_meets(serde, stored, key, filter):
                     continue
-                for stored in sorted(
-                    checkpoints.values(), key=lambda c: c.checkpoint_id, reverse=True
-                ):
-                    if want_id and stored.checkpoint_id != want_id:
-                        continue
-                    if before_id and stored.checkpoint_id >= before_id:
-                        continue
-                    if filter:
-                        metadata = load(serde, stored.metadata, key, {})
-                        if not all(metadata.get(k) == v for k, v in filter.items()):
-                            continue
-                    if limit is not None and len(out) >= limit:
-                        return out
-                    out.append((yield from self._tuple(key, thread_id, model, stored, serde)))
+                if limit is not None and len(out) >= limit:
+                    return out
+                out.append((yield from self._tuple(key, thread_id, model, stored, serde)))
         return out
+
+    def _thread(self, key: str, thread_id: str | None) -> Steps[tuple[str, ThreadModel] | None]:
+        """Return a thread's id and model for `list` (None: gone or deleted).
+
+        `thread_id`: the one the caller named (read whole), else None (a thread found in a
+        listing, read as `listed` does, its id from its state).
+        """
+        read = yield from (self.read(key) if thread_id is not None else self.listed(key))
+        if read is None or read[0].deleted:
+            return None
+        state, model, _ = read
+        return (thread_id if thread_id is not None else str(state.thread_id or key)), model
+
+    def _listed_keys(self, filter: Mapping[str, Any] | None) -> Steps[Sequence[str]]:
+        """Return the keys of the threads a `list` without a config looks at."""
+        if self.run_threads is not None and filter and filter.get("run_id") is not None:
+            # Only the threads that may hold the run (`run_threads`), when that is known.
+            named = yield from self.run_threads.threads_of([str(filter["run_id"])])
+            if named is not None:
+                return sorted(named)
+        return (yield from self.logs.list_ids())
 
     def delta_history(
         self, config: Config, channels: Sequence[str], serde: Serializer
@@ -383,24 +375,9 @@ class ThreadReads:
         if read is None or read[0].deleted:
             return result
         model = read[1]
-        checkpoints = model.checkpoints.get(ns, {})
-        target = checkpoints.get(checkpoint_id) if checkpoint_id else model.latest(ns)
-        collected: dict[str, list[Any]] = {c: [] for c in channels}
-        seeds: dict[str, tuple[Any, dict[str, Any]]] = {}
-        remaining = set(channels)
-        cursor = None if target is None else checkpoints.get(target.parent_id or "")
-        while cursor is not None and remaining:
-            for write in reversed(model.pending(ns, cursor.checkpoint_id)):
-                if write.channel in remaining:
-                    collected[write.channel].append(write)
-            versions = load(serde, cursor.checkpoint, key, {}).get("channel_versions", {})
-            for channel in list(remaining):
-                version = versions.get(channel)
-                doc = None if version is None else model.values.get((ns, channel, version))
-                if doc is not None:
-                    seeds[channel] = (version, doc)
-                    remaining.discard(channel)
-            cursor = checkpoints.get(cursor.parent_id or "")
+        collected, seeds = _ancestors(
+            model, ns, _parent_of(model, ns, checkpoint_id), channels, serde, key
+        )
         packed = [w.value for ws in collected.values() for w in ws]
         objects = yield from self.values.fetch_large(
             key, [*packed, *refs_in_values(model, ns, {c: d for c, (_, d) in seeds.items()})]
@@ -410,11 +387,10 @@ class ThreadReads:
                 (w.task_id, w.channel, load(serde, w.value, key, objects))
                 for w in reversed(collected[channel])
             ]
-            if channel in seeds:
-                version = seeds[channel][0]
-                result[channel]["seed"] = channel_value(
-                    serde, model, ns, channel, version, key, objects
-                )
+        for channel, (version, _) in seeds.items():
+            result[channel]["seed"] = channel_value(
+                serde, model, ns, channel, version, key, objects
+            )
         return result
 
     def _tuple(
@@ -486,3 +462,108 @@ def config_target(config: Config) -> tuple[str, str, str | None]:
 
 def _body(info: ObjectInfo | None) -> bytes | None:
     return None if info is None else info.body
+
+
+def _configured(config: Config | None, name: str) -> Any:
+    """Return a value of a config's `configurable` (None: no config, or not set)."""
+    return None if config is None else config["configurable"].get(name)
+
+
+def _check_list(
+    config: Config | None,
+    filter: Mapping[str, Any] | None,
+    before: Config | None,
+    limit: int | None,
+) -> None:
+    """Check `list`'s arguments: `InvalidArgument` before any request."""
+    if limit is not None:
+        whole(limit, "limit")
+    check_config(config, optional=True)
+    if before is not None:
+        check_config(before)
+    if filter is not None and not isinstance(filter, Mapping):
+        raise InvalidArgument(f"filter must be a mapping, not {described(filter)}")
+
+
+def _newest_first(
+    model: ThreadModel, want_ns: str | None, want_id: str | None, before_id: str | None
+) -> Iterator[StoredCheckpoint]:
+    """Yield a thread's checkpoints in `want_ns` (None: every namespace), newest first.
+
+    Only `want_id` if given, only those before `before_id` if given.
+    """
+    for ns, checkpoints in model.checkpoints.items():
+        if want_ns is not None and ns != want_ns:
+            continue
+        for stored in sorted(checkpoints.values(), key=lambda c: c.checkpoint_id, reverse=True):
+            if want_id and stored.checkpoint_id != want_id:
+                continue
+            if before_id and stored.checkpoint_id >= before_id:
+                continue
+            yield stored
+
+
+def _metadata_meets(
+    serde: Serializer, stored: StoredCheckpoint, key: str, filter: Mapping[str, Any]
+) -> bool:
+    """Whether a checkpoint's metadata has every value `filter` asks for."""
+    metadata = load(serde, stored.metadata, key, {})
+    return all(metadata.get(k) == v for k, v in filter.items())
+
+
+def _to_fold(
+    plan: _ReadPlan, head: LogHead, state: ThreadState, found: Mapping[int, LogEntry]
+) -> list[int]:
+    """Return the versions a read folds.
+
+    Those the plan wants (all found, or `InvalidPayload`); of a deleted thread, whatever
+    was found of its life.
+    """
+    if state.deleted:
+        return sorted(v for v in found if v >= state.base)
+    needed = plan.wanted(head)
+    missing = [v for v in needed if v not in found]
+    if missing:
+        raise InvalidPayload(
+            f"thread log lacks versions {missing[:5]} it names", object_name=plan.key
+        )
+    return needed
+
+
+def _parent_of(model: ThreadModel, ns: str, checkpoint_id: str | None) -> StoredCheckpoint | None:
+    """Return the parent of `checkpoint_id` (None: of the namespace's latest checkpoint)."""
+    checkpoints = model.checkpoints.get(ns, {})
+    target = checkpoints.get(checkpoint_id) if checkpoint_id else model.latest(ns)
+    return None if target is None else checkpoints.get(target.parent_id or "")
+
+
+def _ancestors(
+    model: ThreadModel,
+    ns: str,
+    cursor: StoredCheckpoint | None,
+    channels: Sequence[str],
+    serde: Serializer,
+    key: str,
+) -> tuple[dict[str, list[Any]], dict[str, tuple[Any, dict[str, Any]]]]:
+    """Walk up from `cursor` for `channels`; return their writes and seeds.
+
+    The writes stored at each ancestor (newest first), and each channel's seed (its
+    version and stored value) at the nearest ancestor holding one.
+    """
+    checkpoints = model.checkpoints.get(ns, {})
+    collected: dict[str, list[Any]] = {c: [] for c in channels}
+    seeds: dict[str, tuple[Any, dict[str, Any]]] = {}
+    remaining = set(channels)
+    while cursor is not None and remaining:
+        for write in reversed(model.pending(ns, cursor.checkpoint_id)):
+            if write.channel in remaining:
+                collected[write.channel].append(write)
+        versions = load(serde, cursor.checkpoint, key, {}).get("channel_versions", {})
+        for channel in list(remaining):
+            version = versions.get(channel)
+            doc = None if version is None else model.values.get((ns, channel, version))
+            if doc is not None:
+                seeds[channel] = (version, doc)
+                remaining.discard(channel)
+        cursor = checkpoints.get(cursor.parent_id or "")
+    return collected, seeds

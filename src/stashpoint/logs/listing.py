@@ -28,6 +28,7 @@ from stashpoint.logs.format import (
     check_log_id,
     pack_start,
     parse_entry_name,
+    parse_segment_name,
     segment_start,
 )
 from stashpoint.stores.objects import (
@@ -209,3 +210,12 @@ def cursor_id(cursor: str) -> str:
         raise InvalidArgument(
             f"{described(cursor)} is not a cursor of this listing (pass the one a page returned)"
         ) from None
+
+
+def add_segment(listing: LogListing, key: str, segments_prefix: str) -> None:
+    """Add a listed segment (or pack: a whole `PACK_SPAN`) to `listing`."""
+    first_version, last = parse_segment_name(key[len(segments_prefix) :], key)
+    if last - first_version + 1 == PACK_SPAN:
+        listing.packs[first_version] = key
+    else:
+        listing.segments[first_version] = key

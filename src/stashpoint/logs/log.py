@@ -38,6 +38,7 @@ this module, the append itself and the versions that end a log (a deletion, a pu
 from __future__ import annotations
 
 import dataclasses
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -189,60 +190,54 @@ class LogSteps(LogSealer):
         handed_over: bool = False,
         retried: bool = False,
     ) -> Steps[LogHead]:
-        if after is not None and after.refuses_writes:
-            raise ended_error(log_id, after)
-        version = 0 if after is None else after.version + 1
-        if version > MAX_REVISION:
-            raise LimitExceeded("log version overflow", object_name=log_id)
+        version = _next_version(log_id, after)
         # A new life starts at a create, and after the version that ended the old one.
-        new_life = after is None or after.ended
-        inherited = None if new_life else after
-        change = None
-        if (
-            inherited is not None
-            and inherited.snapshot is not NO_SNAPSHOT
-            and version % self.full_state_every
-            and not ends  # an ending version stores no patch: nothing of the state it ends
-        ):
-            change = make_patch(inherited.snapshot, state)
+        inherited = None if after is None or after.ended else after
+        change = self._patch(inherited, version, state, ends=ends)
         now = yield from ask(Now())
         entry = LogEntry(
             log_id=log_id,
             version=version,
-            first_record=0 if inherited is None else inherited.next_record,
             records=records,
             state=state,
-            kind=kind or (inherited.kind if inherited is not None else "stashpoint.log"),
-            schema_version=schema_version
-            if schema_version is not None
-            else (inherited.schema_version if inherited is not None else 1),
             write_id=(yield from ask(NewWriteId())),
             written_at=now,
             extra=extra or {},
-            patch=None if change is None else change[0],
-            unset=() if change is None else change[1],
+            patch=change[0] if change else None,
+            unset=change[1] if change else (),
             prev=None if after is None else after.write_id,
-            base=version if inherited is None else inherited.base,
             ended=ends,
+            **_carried(inherited, version, kind, schema_version),
         )
         key = self.keys.entry(log_id, version)
         etag = yield from self._create(log_id, key, entry, retried=retried)
         head = LogHead.of(entry, handed_over=handed_over, etag=etag)
         self._learn_top(log_id, version)
         if version >= SEGMENT_SPAN and version % SEGMENT_SPAN == 0:
-            if self.seal_on_append:
-                yield from self._seal_below(log_id, version, entry.base)
-            else:
-                # Not on the caller's path: its owner seals later (`seal_due`), else gc.
-                base = entry.base
-
-                def due(known: tuple[tuple[int, ...], int] | None) -> tuple[tuple[int, ...], int]:
-                    if known is None or known[1] != base:  # a new life: the old one's ended
-                        return (version,), base
-                    return (*known[0], version)[-DUE_SEALS_PER_LOG:], base
-
-                self.due_seals.update(log_id, due)
+            yield from self._segment_complete(log_id, version, entry.base)
         return head
+
+    def _patch(
+        self, inherited: LogHead | None, version: int, state: Any, *, ends: bool
+    ) -> tuple[Any, Any] | None:
+        """Return the patch (and unset paths) a version stores instead of its whole state.
+
+        None: the whole state (a new life, every `full_state_every` versions, an unknown
+        snapshot); an ending version stores no patch: nothing of the state it ends.
+        """
+        if inherited is None or inherited.snapshot is NO_SNAPSHOT or ends:
+            return None
+        if version % self.full_state_every == 0:
+            return None
+        return make_patch(inherited.snapshot, state)
+
+    def _segment_complete(self, log_id: str, version: int, base: int) -> Steps[None]:
+        """Seal the segment `version` completes, or leave it due (`seal_on_append` off)."""
+        if self.seal_on_append:
+            yield from self._seal_below(log_id, version, base)
+        else:
+            # Not on the caller's path: its owner seals later (`seal_due`), else gc.
+            self.due_seals.update(log_id, functools.partial(_due, version, base))
 
     def seal_due(self) -> Steps[int]:
         """Seal what appends left due (`seal_on_append` off); return how many logs.
@@ -460,3 +455,44 @@ class LogSteps(LogSealer):
             )
         self._forget_bodies(log_id)
         return tombstone
+
+
+def _next_version(log_id: str, after: LogHead | None) -> int:
+    """Return the version an append after `after` writes; refuse a log that refuses writes."""
+    if after is not None and after.refuses_writes:
+        raise ended_error(log_id, after)
+    version = 0 if after is None else after.version + 1
+    if version > MAX_REVISION:
+        raise LimitExceeded("log version overflow", object_name=log_id)
+    return version
+
+
+def _carried(
+    inherited: LogHead | None, version: int, kind: str | None, schema_version: int | None
+) -> dict[str, Any]:
+    """Return what a new entry carries on from its life's head (None: a new life)."""
+    if inherited is None:
+        return {
+            "first_record": 0,
+            "kind": kind or "stashpoint.log",
+            "schema_version": 1 if schema_version is None else schema_version,
+            "base": version,
+        }
+    return {
+        "first_record": inherited.next_record,
+        "kind": kind or inherited.kind,
+        "schema_version": inherited.schema_version if schema_version is None else schema_version,
+        "base": inherited.base,
+    }
+
+
+def _due(
+    version: int, base: int, known: tuple[tuple[int, ...], int] | None
+) -> tuple[tuple[int, ...], int]:
+    """Add `version` to a log's due seals, those of the life from `base`.
+
+    A new life's replace the old one's (ended).
+    """
+    if known is None or known[1] != base:
+        return (version,), base
+    return (*known[0], version)[-DUE_SEALS_PER_LOG:], base

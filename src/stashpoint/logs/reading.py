@@ -21,7 +21,7 @@ from stashpoint.errors import (
     StashpointError,
     StorageUnavailable,
 )
-from stashpoint.ids import validate_prefix
+from stashpoint.logs import log_ids
 from stashpoint.logs.bounds import (
     FETCH_BATCH,
     KNOWN_TOPS,
@@ -67,8 +67,8 @@ from stashpoint.logs.listing import (
     Source,
     Vanished,
     add_entries,
+    add_segment,
     backwards,
-    cursor_id,
     top_sources,
 )
 from stashpoint.retry import RetryPolicy
@@ -177,7 +177,6 @@ class LogReader:
         log_id = check_log_id(log_id)
         entries_prefix = self.keys.entries_prefix(log_id)
         segments_prefix = self.keys.segments_prefix(log_id)
-        hint = None if ordered or complete else self._tops.get(log_id)
         if ordered:
             entry_pages = yield from self._all_pages(entries_prefix, None)
             segment_pages = yield from self._all_pages(segments_prefix, None)
@@ -187,42 +186,64 @@ class LogReader:
             entry_pages = yield from self._all_pages(entries_prefix, first[0])
             segment_pages = yield from self._all_pages(segments_prefix, first[1])
         else:
-            # A log this process read or wrote lists from a segment before its last known
-            # top: on S3 a 1,000-key page costs ten times a short one, and the sealed
-            # versions before it are read from their segments. A version this skips that
-            # a read needs is a gap, and gaps are listed again in full.
-            start = None
-            if hint is not None and hint >= 2 * SEGMENT_SPAN:
-                start = self.keys.entry(log_id, segment_start(hint) - SEGMENT_SPAN - 1)
-            first = yield from ask(
-                Parallel((ListKeys(entries_prefix, start_after=start), ListKeys(segments_prefix)))
-            )
-            segment_pages = yield from self._all_pages(segments_prefix, first[1])
-            entry_pages = [first[0]]
-            sealed_keys = [k for page in segment_pages for k in page.keys]
-            if first[0].next_token is not None and first[0].keys and sealed_keys and not complete:
-                last_sealed = max(
-                    parse_segment_name(key[len(segments_prefix) :], key)[1] for key in sealed_keys
-                )
-                skip_to = self.keys.entry(log_id, last_sealed)
-                if skip_to > first[0].keys[-1]:
-                    after = yield from ask(ListKeys(entries_prefix, start_after=skip_to))
-                    entry_pages = [first[0], *(yield from self._all_pages(entries_prefix, after))]
-            if len(entry_pages) == 1:
-                entry_pages = yield from self._all_pages(entries_prefix, first[0])
+            entry_pages, segment_pages = yield from self._seeking_pages(log_id, complete=complete)
         listing = LogListing(log_id)
         for page in entry_pages:
             add_entries(listing, page, entries_prefix)
         for page in segment_pages:
             for key in page.keys:
-                first_version, last = parse_segment_name(key[len(segments_prefix) :], key)
-                if last - first_version + 1 == PACK_SPAN:
-                    listing.packs[first_version] = key
-                else:
-                    listing.segments[first_version] = key
+                add_segment(listing, key, segments_prefix)
         if listing.top is not None:
             self._tops.put(log_id, listing.top)  # what storage says, even if lower
         return listing
+
+    def _seeking_pages(
+        self, log_id: str, *, complete: bool
+    ) -> Steps[tuple[list[KeyPage], list[KeyPage]]]:
+        """List a log's entry and segment pages on a store that lists from a key.
+
+        A log this process read or wrote lists from a segment before its last known top:
+        on S3 a 1,000-key page costs ten times a short one, and the sealed versions before
+        it are read from their segments. A version this skips that a read needs is a gap,
+        and gaps are listed again in full.
+        """
+        entries_prefix = self.keys.entries_prefix(log_id)
+        segments_prefix = self.keys.segments_prefix(log_id)
+        hint = None if complete else self._tops.get(log_id)
+        start = None
+        if hint is not None and hint >= 2 * SEGMENT_SPAN:
+            start = self.keys.entry(log_id, segment_start(hint) - SEGMENT_SPAN - 1)
+        first = yield from ask(
+            Parallel((ListKeys(entries_prefix, start_after=start), ListKeys(segments_prefix)))
+        )
+        segment_pages = yield from self._all_pages(segments_prefix, first[1])
+        entry_pages = [first[0]]
+        if first[0].next_token is not None and first[0].keys and not complete:
+            entry_pages += yield from self._past_sealed(log_id, first[0], segment_pages)
+        if len(entry_pages) == 1:
+            entry_pages = yield from self._all_pages(entries_prefix, first[0])
+        return entry_pages, segment_pages
+
+    def _past_sealed(
+        self, log_id: str, first: KeyPage, segment_pages: list[KeyPage]
+    ) -> Steps[list[KeyPage]]:
+        """Return the entry pages after the last sealed version, when it is past `first`'s.
+
+        None otherwise: the listing goes on page by page.
+        """
+        entries_prefix = self.keys.entries_prefix(log_id)
+        segments_prefix = self.keys.segments_prefix(log_id)
+        sealed_keys = [k for page in segment_pages for k in page.keys]
+        if not sealed_keys:
+            return []
+        last_sealed = max(
+            parse_segment_name(key[len(segments_prefix) :], key)[1] for key in sealed_keys
+        )
+        skip_to = self.keys.entry(log_id, last_sealed)
+        if skip_to <= first.keys[-1]:
+            return []
+        after = yield from ask(ListKeys(entries_prefix, start_after=skip_to))
+        return list((yield from self._all_pages(entries_prefix, after)))
 
     def _learn_top(self, log_id: str, top: int) -> None:
         """Remember a version this process appended as a listing hint (never lowers it)."""
@@ -864,100 +885,17 @@ class LogReader:
     ) -> Steps[tuple[list[str], str | None]]:
         """Return up to `limit` log ids after `cursor` starting with `prefix`; and a cursor.
 
-        The cursor names the next page (None at the end). Skips past each log's entries
-        with `start_after`, so a page costs about one LIST however long the logs are.
+        See `log_ids.list_page`.
         """
-        validate_prefix(prefix)
-        if type(limit) is not int or limit < 1:
-            raise InvalidArgument(
-                f"limit must be an int >= 1, not {type(limit).__name__} {limit!r}"[:120]
-            )
-        base = self.keys.ids_prefix()
-        if not self.seeks:
-            # No StartAfter, no order: every id under the prefix, paged here.
-            start = None if cursor is None else cursor_id(cursor)
-            every = [i for i in (yield from self.list_ids(prefix)) if start is None or i > start]
-            return every[:limit], (every[limit - 1] if len(every) > limit else None)
-        after = None if cursor is None else f"{base}{cursor_id(cursor)}/~"
-        ids, ended = yield from self._ids_after(prefix, after, limit)
-        if ended:
-            return ids[:limit], (ids[limit - 1] if len(ids) > limit else None)
-        return ids[:limit], ids[limit - 1]
-
-    def _ids_after(
-        self,
-        prefix: str,
-        after: str | None,
-        limit: int | None,
-        tops: dict[str, int | None] | None = None,
-    ) -> Steps[tuple[list[str], bool]]:
-        """Return the log ids after the key `after`, and whether the listing ended.
-
-        At least `limit` ids unless it ended. Storage that lists in order only: each page
-        starts after the last log it named (`start_after` past the rest of that log's
-        entries), so a log costs one LIST at most however long it is. A page whose last
-        key names no log (an object planted without a `/`) is passed by that key, so such
-        objects never bring a page back. `tops`, when given, is filled with each id's
-        newest listed version: None for a log whose keys a page cut (a long one, passed
-        by `start_after`) or that holds a key that names no version.
-        """
-        base = self.keys.ids_prefix()
-        ids: list[str] = []
-        cut: set[str] = set()
-        while limit is None or len(ids) < limit:
-            page = yield from ask(ListKeys(base + prefix, start_after=after))
-            for key in page.keys:
-                log_id, slash, name = key[len(base) :].partition("/")
-                if slash and (not ids or ids[-1] != log_id):
-                    ids.append(log_id)
-                if slash and tops is not None:
-                    try:
-                        version = parse_entry_name(name, key)
-                    except StashpointError:
-                        cut.add(log_id)  # not a version: its top is not known
-                        continue
-                    tops[log_id] = max(tops.get(log_id) or 0, version)
-            if not page.keys or page.next_token is None:
-                break
-            if ids:
-                cut.add(ids[-1])  # its keys may go on past the page
-            skip = f"{base}{ids[-1]}/~" if ids else page.keys[-1]
-            after = max(skip, page.keys[-1])  # the rest of the last log's entries: skipped
-        else:
-            return ids, False
-        if tops is not None:
-            tops.update(dict.fromkeys(cut & tops.keys()))
-        return ids, True
+        return (yield from log_ids.list_page(self.keys, self.seeks, prefix, limit, cursor))
 
     def list_tops(self, prefix: str = "") -> Steps[dict[str, int | None]]:
         """Return the ids `list_ids` returns, each with its newest version when known.
 
-        From the same listing: a log whose keys one page holds whole has its top there
-        (keys are never freed: the newest key is the newest version ever written); a long
-        log (its keys cut by a page) and storage that cannot list in order give None.
+        See `log_ids.list_tops`.
         """
-        validate_prefix(prefix)
-        if not self.seeks:
-            return dict.fromkeys((yield from self.list_ids(prefix)))
-        tops: dict[str, int | None] = {}
-        ids, _ = yield from self._ids_after(prefix, None, None, tops)
-        return {log_id: tops.get(log_id) for log_id in ids}
+        return (yield from log_ids.list_tops(self.keys, self.seeks, prefix))
 
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of logs with entries in this namespace that start with `prefix`."""
-        validate_prefix(prefix)
-        if self.seeks:
-            return (yield from self._ids_after(prefix, None, None))[0]
-        base = self.keys.ids_prefix()
-        ids: list[str] = []
-        token: str | None = None
-        while True:
-            page = yield from ask(ListKeys(base + prefix, token))
-            for key in page.keys:
-                log_id, slash, _ = key[len(base) :].partition("/")
-                if slash and (not ids or ids[-1] != log_id):
-                    ids.append(log_id)
-            token = page.next_token
-            if token is None:
-                # In order, an id's keys are listed together; unordered, they may not be.
-                return ids if self.seeks else sorted(set(ids))
+        return (yield from log_ids.list_ids(self.keys, self.seeks, prefix))

@@ -25,6 +25,7 @@ from stashpoint.stores.objects import (
     GetLifecycle,
     GetObject,
     GetObjectLock,
+    LifecycleRule,
     ListVersions,
     Match,
     PutObject,
@@ -203,12 +204,16 @@ def _conditional_writes(key: str) -> Steps[list[Check]]:
         return checks
     checks.append(Check("update (If-Match: ETag)", Status.PASS, "If-Match with the current ETag"))
 
-    stale, _ = yield from _put(key, b'{"probe": 4}', Match(current_etag))
-    if stale.outcome in (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND):
-        checks.append(Check("stale ETag refused (412)", Status.PASS, "If-Match honoured"))
-    else:
-        checks.append(Check("stale ETag refused (412)", Status.FAIL, _IGNORES_IF_MATCH))
+    checks.append((yield from _stale_refused(key, current_etag)))
     return checks
+
+
+def _stale_refused(key: str, stale_etag: str) -> Steps[Check]:
+    """Check that an update naming an ETag the probe no longer has is refused."""
+    stale, _ = yield from _put(key, b'{"probe": 4}', Match(stale_etag))
+    if stale.outcome in (WriteOutcome.PRECONDITION_FAILED, WriteOutcome.NOT_FOUND):
+        return Check("stale ETag refused (412)", Status.PASS, "If-Match honoured")
+    return Check("stale ETag refused (412)", Status.FAIL, _IGNORES_IF_MATCH)
 
 
 def _versioning(key: str) -> Steps[Check]:
@@ -224,17 +229,21 @@ def _versioning(key: str) -> Steps[Check]:
     return Check("versioning", Status.WARN, "on, but older probe versions were not listed")
 
 
+def _probe_versions(key: str) -> Steps[tuple[bool, list[VersionRef]]]:
+    """Return whether the probe's versions could be listed, and its versions."""
+    try:
+        return True, (yield from ask(ListVersions(key)))
+    except StashpointError:
+        return False, []
+
+
 def _cleanup(key: str, written: bool) -> Steps[Check]:
     """Remove the probe; `written`: whether its create was acknowledged.
 
     A create whose answer never came may still have landed, so the probe is looked for
     either way; only what was found is reported as removed.
     """
-    versioned = True
-    try:
-        versions = yield from ask(ListVersions(key))
-    except StashpointError:
-        versioned, versions = False, []
+    versioned, versions = yield from _probe_versions(key)
     if not written and not versions and (yield from ask(GetObject(key))) is None:
         return Check("cleanup", Status.PASS, "no probe was written: nothing to remove")
     try:
@@ -320,27 +329,12 @@ def _lifecycle(layout: Layout) -> Steps[Check]:
     hot = [base + namespace for namespace in _HOT]
     said: list[str] = []
     for rule in rules:
-        if not rule.enabled or not (rule.prefix.startswith(base) or base.startswith(rule.prefix)):
+        if not rule.enabled or not _overlap(rule.prefix, base):
             continue
-        covers_hot = [h for h in hot if h.startswith(rule.prefix) or rule.prefix.startswith(h)]
-        archiving = [c for _, c in rule.transitions if c in _MUST_RESTORE]
-        if covers_hot and archiving:
-            return Check(
-                "lifecycle",
-                Status.FAIL,
-                f"rule {rule.rule_id!r} moves current objects under {rule.prefix or 'the bucket'}"
-                f" to {archiving[0]}: heads and recent log entries would need a restore before "
-                f"every resume; limit it to {layout.namespace_prefix('sealed')}",
-            )
-        sized = "" if rule.larger_than is None else f" (objects over {rule.larger_than} B)"
-        for days, storage_class in rule.transitions:
-            said.append(f"{rule.prefix or 'everything'}{sized} -> {storage_class} after {days} d")
-        for days, storage_class in rule.noncurrent_transitions:
-            said.append(f"older revisions -> {storage_class} after {days} d")
-        if rule.noncurrent_expire_days is not None:
-            said.append(f"older revisions expire after {rule.noncurrent_expire_days} d")
-        if rule.expires_delete_markers:
-            said.append("bare delete markers removed")
+        failed = _archiving_hot(rule, hot, layout)
+        if failed is not None:
+            return failed
+        said += _rule_said(rule)
     if not said:
         return Check(
             "lifecycle",
@@ -349,6 +343,43 @@ def _lifecycle(layout: Layout) -> Steps[Check]:
             "archive them after N days)",
         )
     return Check("lifecycle", Status.PASS, "; ".join(said))
+
+
+def _archiving_hot(rule: LifecycleRule, hot: list[str], layout: Layout) -> Check | None:
+    """Fail a rule that moves objects every resume reads to a tier that needs a restore."""
+    archiving = [c for _, c in rule.transitions if c in _MUST_RESTORE]
+    if not (archiving and any(_overlap(rule.prefix, h) for h in hot)):
+        return None
+    return Check(
+        "lifecycle",
+        Status.FAIL,
+        f"rule {rule.rule_id!r} moves current objects under {rule.prefix or 'the bucket'}"
+        f" to {archiving[0]}: heads and recent log entries would need a restore before "
+        f"every resume; limit it to {layout.namespace_prefix('sealed')}",
+    )
+
+
+def _overlap(prefix: str, other: str) -> bool:
+    """Whether some key could start with both prefixes."""
+    return prefix.startswith(other) or other.startswith(prefix)
+
+
+def _rule_said(rule: LifecycleRule) -> list[str]:
+    """Say what a lifecycle rule does, a phrase per action."""
+    sized = "" if rule.larger_than is None else f" (objects over {rule.larger_than} B)"
+    said = [
+        f"{rule.prefix or 'everything'}{sized} -> {storage_class} after {days} d"
+        for days, storage_class in rule.transitions
+    ]
+    said += [
+        f"older revisions -> {storage_class} after {days} d"
+        for days, storage_class in rule.noncurrent_transitions
+    ]
+    if rule.noncurrent_expire_days is not None:
+        said.append(f"older revisions expire after {rule.noncurrent_expire_days} d")
+    if rule.expires_delete_markers:
+        said.append("bare delete markers removed")
+    return said
 
 
 def _index() -> Steps[list[Check]]:

@@ -13,7 +13,7 @@ references: while there is one, nothing is deleted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from stashpoint.codec import Codec
@@ -27,7 +27,7 @@ from stashpoint.errors import (
 from stashpoint.logs.log import LogSteps
 from stashpoint.progress import OnProgress, Progress, silent
 from stashpoint.retry import DEFAULT_RETRY
-from stashpoint.steps import NewWriteId, Steps, ask
+from stashpoint.steps import NewWriteId, Now, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.blobs import REF_KEY, is_ref
 from stashpoint.stores.layout import BLOBS, CLOCK, Layout
@@ -143,76 +143,164 @@ def collect_garbage(
     """
     blob_prefix = layout.namespace_prefix(BLOBS)
     blobs = yield from _all_keys(blob_prefix)
-    referenced: set[str] = set()
-    unreadable: list[str] = []
-    shredded: list[str] = []
+    walk = _Walk()
     heads: list[str] = []
     for namespace in namespaces:
         heads += yield from _all_keys(layout.namespace_prefix(namespace))
     for done, key in enumerate(heads):
         on_progress(Progress("heads", done, len(heads)))
-        versions: list[str | None] = [None]
-        if history:
-            versions += yield from _older_versions(key)
-        for version_id in versions:
-            try:
-                info = yield from ask(GetObject(key, version_id, codec.limits.max_compressed_bytes))
-                if info is None or info.body is None:
-                    continue  # deleted since it was listed
-                envelope = yield from codec.decoding(info.body, name=key)
-            except KeyShredded:
-                # Known, and unreadable for good: its blobs are its tenant's, as unreadable.
-                shredded.append(key if version_id is None else f"{key}@{version_id}")
-                continue
-            except StashpointError:
-                unreadable.append(key if version_id is None else f"{key}@{version_id}")
-                continue
-            references(envelope.payload, referenced)
+        yield from _read_head(walk, codec, key, history=history)
     on_progress(Progress("heads", len(heads), len(heads)))
-    log_count = sealed = tidied = packs = vacated = segments_deleted = 0
+    log_count = yield from _walk_logs(
+        walk, logs, blob_logs, dry_run=dry_run, pack=pack, history=history, on_progress=on_progress
+    )
+    # A dry run writes nothing, not even the clock probe: its report judges on this clock.
+    now = (yield from ask(Now())) if dry_run else (yield from storage_now(layout))
+    doomed, young = yield from _judge_blobs(
+        blobs, blob_prefix, walk.referenced, now, min_age, on_progress
+    )
+    deleted = 0
+    if not dry_run and not walk.unreadable:
+        deleted = yield from _delete_blobs(layout, doomed)
+    return GcReport(
+        len(blobs),
+        len(blobs) - len(doomed) - young,
+        [digest for digest, _ in doomed],
+        deleted,
+        young,
+        walk.unreadable,
+        log_count,
+        walk.sealed,
+        lives_tidied=walk.tidied,
+        packs=walk.packs,
+        entries_vacated=walk.vacated,
+        segments_deleted=walk.segments_deleted,
+        shredded=sorted(set(walk.shredded)),
+    )
+
+
+@dataclass
+class _Walk:
+    """What a collection's walk over heads and logs found, and what it tidied on the way."""
+
+    referenced: set[str] = field(default_factory=set)
+    """Digests of the blobs something references."""
+    unreadable: list[str] = field(default_factory=list)
+    """Heads and logs whose references are unknown (nothing is deleted while there are)."""
+    shredded: list[str] = field(default_factory=list)
+    """Heads and logs of shredded tenants: skipped."""
+    sealed: int = 0
+    """Segments sealed."""
+    tidied: int = 0
+    """Entries vacated below a deletion or rebase."""
+    packs: int = 0
+    """Packs written or found whole."""
+    vacated: int = 0
+    """Sealed entries replaced by markers by packing."""
+    segments_deleted: int = 0
+    """Segments deleted because a pack holds them."""
+
+
+def _walk_logs(
+    walk: _Walk,
+    logs: tuple[LogSteps, ...],
+    blob_logs: tuple[str, ...],
+    *,
+    dry_run: bool,
+    pack: bool,
+    history: bool,
+    on_progress: OnProgress,
+) -> Steps[int]:
+    """Tidy and seal every log (unless `dry_run`); return how many there were.
+
+    The logs of the namespaces in `blob_logs` are read for the blobs they reference.
+    """
     listed: list[tuple[LogSteps, str]] = []
     for steps in logs:
-        ids = yield from steps.list_ids()
-        listed += [(steps, log_id) for log_id in ids]
-    for steps, log_id in listed:
-        on_progress(Progress("logs", log_count, len(listed)))
-        log_count += 1
-        if not dry_run:
-            try:
-                tidied += yield from steps.tidy(log_id)
-                sealed += yield from steps.seal(log_id)
-                if pack:
-                    packing = yield from steps.pack(log_id)
-                    packs += packing.packed
-                    vacated += packing.vacated
-                    segments_deleted += packing.segments_deleted
-            except CheckpointNotFound:
-                pass  # a deleted log: nothing to seal
-            except KeyShredded:
-                shredded.append(steps.keys.entries_prefix(log_id))
-                continue
-            except StashpointError as exc:
-                unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc.kind.value}")
-                continue
-        if steps.keys.namespace not in blob_logs:
-            continue
+        listed += [(steps, log_id) for log_id in (yield from steps.list_ids())]
+    for done, (steps, log_id) in enumerate(listed):
+        on_progress(Progress("logs", done, len(listed)))
+        readable = dry_run or (yield from _tidy_log(walk, steps, log_id, pack=pack))
+        if readable and steps.keys.namespace in blob_logs:
+            yield from _read_log(walk, steps, log_id, history=history)
+    on_progress(Progress("logs", len(listed), len(listed)))
+    return len(listed)
+
+
+def _read_head(walk: _Walk, codec: Codec, key: str, *, history: bool) -> Steps[None]:
+    """Add what a head references (with `history`, every older revision too) to `walk`."""
+    versions: list[str | None] = [None]
+    if history:
+        versions += yield from _older_versions(key)
+    for version_id in versions:
+        name = key if version_id is None else f"{key}@{version_id}"
         try:
-            entries = yield from steps.entries(log_id)
-        except CheckpointNotFound:
-            continue  # deleted since it was listed
+            info = yield from ask(GetObject(key, version_id, codec.limits.max_compressed_bytes))
+            if info is None or info.body is None:
+                continue  # deleted since it was listed
+            envelope = yield from codec.decoding(info.body, name=key)
         except KeyShredded:
-            shredded.append(steps.keys.entries_prefix(log_id))
+            # Known, and unreadable for good: its blobs are its tenant's, as unreadable.
+            walk.shredded.append(name)
             continue
-        except StashpointError as exc:
-            unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc}")
+        except StashpointError:
+            walk.unreadable.append(name)
             continue
-        for entry in entries:
-            references(entry.records, referenced)
-            if history or entry is entries[-1]:
-                references(entry.state, referenced)
-    on_progress(Progress("logs", log_count, len(listed)))
-    # A dry run writes nothing, not even the clock probe: its report judges on this clock.
-    now = datetime.now(UTC) if dry_run else (yield from storage_now(layout))
+        references(envelope.payload, walk.referenced)
+
+
+def _tidy_log(walk: _Walk, steps: LogSteps, log_id: str, *, pack: bool) -> Steps[bool]:
+    """Tidy, seal (and with `pack`, pack) one log; return whether it is readable."""
+    try:
+        walk.tidied += yield from steps.tidy(log_id)
+        walk.sealed += yield from steps.seal(log_id)
+        if pack:
+            packing = yield from steps.pack(log_id)
+            walk.packs += packing.packed
+            walk.vacated += packing.vacated
+            walk.segments_deleted += packing.segments_deleted
+    except CheckpointNotFound:
+        pass  # a deleted log: nothing to seal
+    except KeyShredded:
+        walk.shredded.append(steps.keys.entries_prefix(log_id))
+        return False
+    except StashpointError as exc:
+        walk.unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc.kind.value}")
+        return False
+    return True
+
+
+def _read_log(walk: _Walk, steps: LogSteps, log_id: str, *, history: bool) -> Steps[None]:
+    """Add what a log's records and latest state (every state: `history`) reference."""
+    try:
+        entries = yield from steps.entries(log_id)
+    except CheckpointNotFound:
+        return  # deleted since it was listed
+    except KeyShredded:
+        walk.shredded.append(steps.keys.entries_prefix(log_id))
+        return
+    except StashpointError as exc:
+        walk.unreadable.append(f"{steps.keys.entries_prefix(log_id)}: {exc}")
+        return
+    for entry in entries:
+        references(entry.records, walk.referenced)
+        if history or entry is entries[-1]:
+            references(entry.state, walk.referenced)
+
+
+def _judge_blobs(
+    blobs: list[str],
+    blob_prefix: str,
+    referenced: set[str],
+    now: datetime,
+    min_age: timedelta,
+    on_progress: OnProgress,
+) -> Steps[tuple[list[tuple[str, str]], int]]:
+    """Return the unreferenced blobs old enough to go (digest, ETag), and a count.
+
+    The count is of unreferenced blobs too young to go: a writer may be about to
+    reference them.
+    """
     doomed: list[tuple[str, str]] = []
     young = 0
     for done, key in enumerate(blobs):
@@ -228,33 +316,23 @@ def collect_garbage(
             continue
         doomed.append((digest, head.etag))
     on_progress(Progress("blobs", len(blobs), len(blobs)))
+    return doomed, young
+
+
+def _delete_blobs(layout: Layout, doomed: list[tuple[str, str]]) -> Steps[int]:
+    """Delete each doomed blob (digest, ETag judged); return how many went."""
     deleted = 0
-    if not dry_run and not unreadable:
-        for digest, etag in doomed:
-            # Only the object judged: a save that reused the blob since wrote its own copy
-            # over it (`Blobs.offload`), whose new ETag makes this delete fail.
-            key = layout.key(BLOBS, digest)
-            deleted += yield from writes.delete(
-                DeleteObject(key, etag),
-                writes.judged_read_back(key, etag),
-                DEFAULT_RETRY,
-                what="blob delete",
-            )
-    return GcReport(
-        len(blobs),
-        len(blobs) - len(doomed) - young,
-        [digest for digest, _ in doomed],
-        deleted,
-        young,
-        unreadable,
-        log_count,
-        sealed,
-        lives_tidied=tidied,
-        packs=packs,
-        entries_vacated=vacated,
-        segments_deleted=segments_deleted,
-        shredded=sorted(set(shredded)),
-    )
+    for digest, etag in doomed:
+        # Only the object judged: a save that reused the blob since wrote its own copy
+        # over it (`Blobs.offload`), whose new ETag makes this delete fail.
+        key = layout.key(BLOBS, digest)
+        deleted += yield from writes.delete(
+            DeleteObject(key, etag),
+            writes.judged_read_back(key, etag),
+            DEFAULT_RETRY,
+            what="blob delete",
+        )
+    return deleted
 
 
 def storage_now(layout: Layout) -> Steps[datetime]:

@@ -100,6 +100,46 @@ class Lives:
                 return None  # vacated, or gone: not a tombstone this purge can name
         return None
 
+    def _first_version_of(self, target: Target, prefix: str) -> Callable[[str], int | None] | None:
+        """Return how the first log version a name under `prefix` holds is read from it.
+
+        None for the prefix of the log's large values (their names say nothing of the
+        life: their documents do); a function returning None where nothing is known.
+        """
+        keys = self.logs(target.namespace).keys
+        values_of = NAMESPACES[target.namespace].values
+        if prefix == keys.entries_prefix(target.object_id):
+            return _number
+        if prefix == keys.segments_prefix(target.object_id):
+            return _segment_first
+        if prefix.startswith(self.layout.namespace_prefix(QUARANTINE)):
+            return lambda name: _number(name.split(".", 1)[0])
+        if values_of is not None and prefix == self.layout.key(values_of, target.object_id) + "/":
+            return None
+        return lambda _name: None
+
+    def _of_life_by_content(
+        self, unsure: list[StoredVersion], tombstone: int, lives: LifeBounds
+    ) -> Steps[list[StoredVersion]]:
+        """Return the large values of `unsure` of a life the purge ended (by their documents).
+
+        An unversioned one is noted in `lives.guarded`: deleted only while it holds what
+        was read.
+        """
+        ours: list[StoredVersion] = []
+        for start in range(0, len(unsure), _PARALLEL):
+            batch = unsure[start : start + _PARALLEL]
+            infos = yield from ask(Parallel(tuple(GetObject(v.key, v.version_id) for v in batch)))
+            for version, info in zip(batch, infos, strict=True):
+                if info is None:
+                    continue  # gone since the listing
+                if _life_of(self.codec, info.body, version.key) > tombstone:
+                    continue  # written for a later life
+                if version.version_id == _UNVERSIONED and info.etag:
+                    lives.guarded[version.key] = info.etag
+                ours.append(version)
+        return ours
+
     def of_this_life(
         self, target: Target, prefix: str, listed: list[StoredVersion], lives: LifeBounds
     ) -> Steps[list[StoredVersion]]:
@@ -115,43 +155,15 @@ class Lives:
         if not lives.reusable or lives.tombstone is None:
             return listed
         tombstone = lives.tombstone
-        namespace = NAMESPACES[target.namespace]
-        logs = self.logs(target.namespace)
-        quarantine = self.layout.namespace_prefix(QUARANTINE)
-        values = (
-            None
-            if namespace.values is None
-            else self.layout.key(namespace.values, target.object_id) + "/"
-        )
+        first_of = self._first_version_of(target, prefix)
         ours: list[StoredVersion] = []
         unsure: list[StoredVersion] = []
         for version in listed:
-            name = version.key[len(prefix) :]
-            if prefix == logs.keys.entries_prefix(target.object_id):
-                first = _number(name)
-            elif prefix == logs.keys.segments_prefix(target.object_id):
-                first = _segment_first(name)
-            elif prefix.startswith(quarantine):
-                first = _number(name.split(".", 1)[0])
-            elif prefix == values:
-                if not version.is_delete_marker:
-                    unsure.append(version)
-                    continue
-                first = None
-            else:
-                first = None
-            if first is not None and first > tombstone:
-                continue  # a later life's
-            ours.append(version)
-        for start in range(0, len(unsure), _PARALLEL):
-            batch = unsure[start : start + _PARALLEL]
-            infos = yield from ask(Parallel(tuple(GetObject(v.key, v.version_id) for v in batch)))
-            for version, info in zip(batch, infos, strict=True):
-                if info is None:
-                    continue  # gone since the listing
-                if _life_of(self.codec, info.body, version.key) > tombstone:
-                    continue  # written for a later life
-                if version.version_id == _UNVERSIONED and info.etag:
-                    lives.guarded[version.key] = info.etag
-                ours.append(version)
+            if first_of is None and not version.is_delete_marker:
+                unsure.append(version)  # a large value: its document names its life
+                continue
+            first = None if first_of is None else first_of(version.key[len(prefix) :])
+            if first is None or first <= tombstone:
+                ours.append(version)  # (one above the tombstone is a later life's)
+        ours += yield from self._of_life_by_content(unsure, tombstone, lives)
         return ours

@@ -40,10 +40,9 @@ Free of I/O, like every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from stashpoint import jsontext, tracing
 from stashpoint.codec import Codec
@@ -63,11 +62,12 @@ from stashpoint.errors import (
 )
 from stashpoint.index.requests import DeleteItem, GetPartition
 from stashpoint.index.schema import execution_due_pk
-from stashpoint.logs.format import parse_entry_name
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.maintenance import receipt_seal
+from stashpoint.maintenance.deletion import UNVERSIONED, delete_versions
 from stashpoint.maintenance.garbage import GcReport, references
 from stashpoint.maintenance.lives import LifeBounds, Lives
+from stashpoint.maintenance.log_sweep import Found, LogSweep
 from stashpoint.maintenance.receipts import (
     RECEIPT_KIND,
     PurgeReceipt,
@@ -102,10 +102,7 @@ from stashpoint.stores.layout import (
     Shape,
 )
 from stashpoint.stores.objects import (
-    MAX_DELETE_BATCH,
     Create,
-    DeleteObject,
-    DeleteVersions,
     GetObject,
     GetObjectLock,
     HeadObject,
@@ -131,8 +128,6 @@ __all__ = [
 ]
 
 _ROUNDS = 4
-_UNVERSIONED = "null"
-"""The version id of an object written without versioning: overwriting it replaces it."""
 """Listings one target's sweep makes at most before it gives up (objects kept appearing)."""
 _PARALLEL = 256
 """Requests sent in one `Parallel` (the driver keeps 16 in flight)."""
@@ -257,20 +252,13 @@ class Purger:
         written, it was last written before it; one saved since it was chosen is spared.
         """
         now = yield from ask(Now())
-        lock = yield from ask(GetObjectLock())
-        if dry_run or (lock is not None and lock.enabled):
-            planned: list[StoredVersion] = []
-            for target in targets:
-                for prefix, exact in self._prefixes(target):
-                    planned += yield from self._versions(prefix, exact)
-            if lock is not None and lock.enabled:
-                yield from self._refuse_locked(planned, now)
-            if dry_run:
-                return PurgeReceipt(
-                    purge_id, "dry_run", actor, now, None, selector, targets,
-                    [RemovedVersion(v.key, v.version_id, v.size) for v in planned],
-                    reusable=reusable,
-                )  # fmt: skip
+        planned = yield from self._plan(targets, now, listing=dry_run)
+        if dry_run:
+            return PurgeReceipt(
+                purge_id, "dry_run", actor, now, None, selector, targets,
+                [RemovedVersion(v.key, v.version_id, v.size) for v in planned],
+                reusable=reusable,
+            )  # fmt: skip
         state = ReceiptState(
             purge_id, actor, now.isoformat(), selector,
             [[t.namespace, t.object_id] for t in targets], reusable,
@@ -284,6 +272,26 @@ class Purger:
         )
         yield from self._carry_on(head, state)
         return (yield from self.receipt(purge_id))
+
+    def _plan(
+        self, targets: list[Target], now: datetime, *, listing: bool
+    ) -> Steps[list[StoredVersion]]:
+        """Return every version `targets` own when `listing` or under Object Lock, else none.
+
+        Under Object Lock the whole purge is refused if one is kept by a retention or a
+        legal hold.
+        """
+        lock = yield from ask(GetObjectLock())
+        locked = lock is not None and lock.enabled
+        planned: list[StoredVersion] = []
+        if not (listing or locked):
+            return planned
+        for target in targets:
+            for prefix, exact in self._prefixes(target):
+                planned += yield from self._versions(prefix, exact)
+        if locked:
+            yield from self._refuse_locked(planned, now)
+        return planned
 
     def resume(self, purge_id: str, *, confirm_shred: bool = False) -> Steps[PurgeReceipt]:
         """Carry an open purge on from its receipt's last state; return the receipt.
@@ -439,7 +447,7 @@ class Purger:
             guarded.update(later.guarded)
         if doomed:
             yield from receipt.intend(doomed)
-            yield from self._delete(doomed, guarded)
+            yield from delete_versions(doomed, guarded)
         return len(doomed)
 
     def receipt(self, purge_id: str) -> Steps[PurgeReceipt]:
@@ -497,17 +505,71 @@ class Purger:
     # -- one target -----------------------------------------------------------------------
 
     def _erase(self, target: Target, receipt: ReceiptLog, index: int) -> Steps[None]:
-        state = receipt.state
         namespace = NAMESPACES[target.namespace]
         if namespace.shape is Shape.HEADS:
             yield from self._erase_head(target, receipt)
-            return
-        if namespace.shape is Shape.KEYS:
+        elif namespace.shape is Shape.KEYS:
             yield from self._shred(target, receipt)
-            return
-        if namespace.owned:
+        elif namespace.owned:
             yield from self._erase_owned(target, receipt)
+        else:
+            yield from self._erase_log(target, receipt, index)
+
+    def _erase_log(self, target: Target, receipt: ReceiptLog, index: int) -> Steps[None]:
+        state = receipt.state
+        logs = self.logs(target.namespace)
+        go_on, tombstone = yield from self._end_log(target, receipt, index)
+        if not go_on:
             return
+        later = LifeBounds(tombstone, state.reusable)
+        sweep = LogSweep(
+            tombstone,
+            (yield from logs.marker_ceiling(target.object_id)),
+            logs.keys.entries_prefix(target.object_id),
+        )
+        for _ in range(_ROUNDS):
+            found = Found()
+            for prefix, exact in self._prefixes(target):
+                listed = yield from self._versions(prefix, exact)
+                for version in (yield from self.lives.of_this_life(target, prefix, listed, later)):
+                    sweep.sort(found, version, prefix)
+            yield from self._read_unsure(target, sweep, found)
+            if not found.doomed and not found.vacate:
+                state.kept += found.kept
+                if self.has_index:
+                    yield from self._drop_index(target, receipt)
+                return
+            yield from self._clear(target, receipt, sweep, found, later)
+        raise _unfinished(target)
+
+    def _clear(
+        self, target: Target, receipt: ReceiptLog, sweep: LogSweep, found: Found, later: LifeBounds
+    ) -> Steps[None]:
+        """Write the intent, vacate the entries found whole, then delete what was doomed."""
+        logs = self.logs(target.namespace)
+        if NAMESPACES[target.namespace].references_blobs:
+            yield from self._collect_references(found.doomed, receipt.state)
+        if found.doomed:
+            yield from receipt.intend(found.doomed)
+        if found.vacate:
+            # Markers first: a version's content is deleted only once it is no longer
+            # the key's current version, and a key found free is occupied again.
+            written = yield from logs.vacate(
+                target.object_id, found.vacate, reason="purged", by=sweep.tombstone or 0
+            )
+            sweep.ours.update(etag for etag in written if etag)
+        if found.doomed:
+            yield from delete_versions(found.doomed, later.guarded)
+
+    def _end_log(
+        self, target: Target, receipt: ReceiptLog, index: int
+    ) -> Steps[tuple[bool, int | None]]:
+        """End the log with the purge's tombstone (once).
+
+        Returns whether its sweep goes on, and the tombstone's version (None: the log was
+        never written).
+        """
+        state = receipt.state
         logs = self.logs(target.namespace)
         tombstone = state.ends.get(str(index))
         if tombstone is None and state.reusable:
@@ -522,76 +584,37 @@ class Purger:
                 )  # fmt: skip
             except KeyShredded:
                 yield from self._erase_keyless(target, receipt)
-                return
+                return False, None
             if ended is not None and ended.purge_id is None:
                 state.spared.append(str(target))  # saved since it was chosen: not old enough
-                return
+                return False, None
             tombstone = None if ended is None else ended.version
         if tombstone is not None:
             state.ends[str(index)] = tombstone
-        later = LifeBounds(tombstone, state.reusable)
-        ceiling = yield from logs.marker_ceiling(target.object_id)
-        entries = logs.keys.entries_prefix(target.object_id)
-        ours: set[str] = set()  # markers this purge wrote: known to hold no payload
-        for _ in range(_ROUNDS):
-            doomed: list[StoredVersion] = []
-            vacate: list[tuple[int, str | None]] = []
-            unsure: list[tuple[int, StoredVersion]] = []
-            kept = 0
-            for prefix, exact in self._prefixes(target):
-                listed = yield from self._versions(prefix, exact)
-                for version in (yield from self.lives.of_this_life(target, prefix, listed, later)):
-                    verdict, number = (
-                        _judge_entry(version, prefix, tombstone, ceiling)
-                        if prefix == entries
-                        else (_Verdict.DELETE, None)
-                    )
-                    if verdict is _Verdict.KEEP:
-                        if number != tombstone and version.etag not in ours and number is not None:
-                            unsure.append((number, version))
-                        kept += 1
-                        continue
-                    if verdict is _Verdict.VACATE and number is not None:
-                        vacate.append((number, version.etag))
-                        if version.version_id == _UNVERSIONED:
-                            continue  # its marker overwrites it: deleting it would free the key
-                    doomed.append(version)
-            # A small object is kept only once read as a marker: one planted under the id
-            # (whatever its size) is replaced like an entry.
-            for start in range(0, len(unsure), _PARALLEL):
-                batch = unsure[start : start + _PARALLEL]
-                infos = yield from ask(
-                    Parallel(tuple(GetObject(v.key, v.version_id) for _, v in batch))
-                )
-                for (number, version), info in zip(batch, infos, strict=True):
-                    if info is None:
-                        continue
-                    if (yield from logs.holds_marker(target.object_id, number, info)):
-                        ours.add(info.etag)
-                        continue
-                    kept -= 1
-                    vacate.append((number, info.etag))
-                    if version.version_id != _UNVERSIONED:
-                        doomed.append(version)
-            if not doomed and not vacate:
-                state.kept += kept
-                if self.has_index:
-                    yield from self._drop_index(target, receipt)
-                return
-            if namespace.references_blobs:
-                yield from self._collect_references(doomed, state)
-            if doomed:
-                yield from receipt.intend(doomed)
-            if vacate:
-                # Markers first: a version's content is deleted only once it is no longer
-                # the key's current version, and a key found free is occupied again.
-                written = yield from logs.vacate(
-                    target.object_id, vacate, reason="purged", by=tombstone or 0
-                )
-                ours.update(etag for etag in written if etag)
-            if doomed:
-                yield from self._delete(doomed, later.guarded)
-        raise _unfinished(target)
+        return True, tombstone
+
+    def _read_unsure(self, target: Target, sweep: LogSweep, found: Found) -> Steps[None]:
+        """Read each small object kept below the tombstone: kept only once read as a marker.
+
+        One planted under the id (whatever its size) is replaced like an entry.
+        """
+        logs = self.logs(target.namespace)
+        unsure = found.unsure
+        for start in range(0, len(unsure), _PARALLEL):
+            batch = unsure[start : start + _PARALLEL]
+            infos = yield from ask(
+                Parallel(tuple(GetObject(v.key, v.version_id) for _, v in batch))
+            )
+            for (number, version), info in zip(batch, infos, strict=True):
+                if info is None:
+                    continue
+                if (yield from logs.holds_marker(target.object_id, number, info)):
+                    sweep.ours.add(info.etag)
+                    continue
+                found.kept -= 1
+                found.vacate.append((number, info.etag))
+                if version.version_id != UNVERSIONED:
+                    found.doomed.append(version)
 
     def _shred(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
         """Retire a tenant's master key, then erase every version of its data keys.
@@ -604,14 +627,9 @@ class Purger:
         prefix = self.layout.key(DATA_KEYS, f"{target.object_id}/")
         shred_mark = self.layout.key(DATA_KEYS, f"{target.object_id}.shredded")
         if not state.shredded:  # once the key is retired, erasing needs no key settings
-            rule = shreddable(self.encryption, target.object_id)
-            masters = {rule.key}
-            if rule.key.startswith("alias/"):  # KMS deletes a key by its id, not an alias
-                masters = set()
-                for version in (yield from self._versions(prefix, False)):
-                    if version.is_latest and not version.is_delete_marker:
-                        masters.add((yield from self._master_of(version)) or rule.key)
-                masters = masters or {rule.key}
+            masters = yield from self._masters(
+                shreddable(self.encryption, target.object_id), prefix
+            )
             # The mark first: a process about to make a data key for the tenant reads it.
             mark = {"format": "stashpoint.shredded/1", "tenant": target.object_id,
                     "purge_id": state.purge_id}  # fmt: skip
@@ -632,7 +650,7 @@ class Purger:
             if not doomed:
                 return
             yield from receipt.intend(doomed)
-            yield from self._delete(doomed)
+            yield from delete_versions(doomed)
         raise _unfinished(target)
 
     def _shred_mark_judge(self, tenant: str, key: str) -> writes.Judge:
@@ -658,6 +676,16 @@ class Purger:
 
         return judge
 
+    def _masters(self, rule: KeyRule, prefix: str) -> Steps[set[str]]:
+        """Return the master keys a tenant's data keys (under `prefix`) are wrapped with."""
+        if not rule.key.startswith("alias/"):
+            return {rule.key}
+        masters: set[str] = set()  # KMS deletes a key by its id, not an alias
+        for version in (yield from self._versions(prefix, False)):
+            if version.is_latest and not version.is_delete_marker:
+                masters.add((yield from self._master_of(version)) or rule.key)
+        return masters or {rule.key}
+
     def _master_of(self, version: StoredVersion) -> Steps[str | None]:
         info = yield from ask(GetObject(version.key, version.version_id))
         if info is None or info.body is None:
@@ -668,45 +696,55 @@ class Purger:
             return None
 
     def _erase_head(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
-        state = receipt.state
         cas = self.heads(target.namespace)
-        key = cas.key(target.object_id)
         for _ in range(_ROUNDS):
-            versions = yield from self._versions(key, True)
+            versions = yield from self._versions(cas.key(target.object_id), True)
             if not versions:
                 return  # nothing was ever stored under it
             latest = next((v for v in versions if v.is_latest), None)
-            try:
-                tombstone = (
-                    latest is not None
-                    and not latest.is_delete_marker
-                    and (yield from self._is_tombstone(target, latest))
-                )
-            except KeyShredded:
-                yield from self._erase_keyless(target, receipt)
+            step = yield from self._end_head(target, receipt, latest)
+            if step == "done":
                 return
-            if not tombstone:
-                # A tombstone first (again, if a writer got in since): the key stays occupied.
-                try:
-                    ended = yield from cas.end_for_purge(
-                        target.object_id, state.purge_id, reusable=state.reusable,
-                        written_before=state.cutoff_time(),
-                    )  # fmt: skip
-                except KeyShredded:  # no tombstone can be sealed for a shredded tenant
-                    yield from self._erase_keyless(target, receipt)
-                    return
-                if not ended:
-                    state.spared.append(str(target))  # saved since it was chosen
-                    return
+            if step == "again":
                 continue
             doomed = [v for v in versions if v is not latest]
             if not doomed:
-                state.kept += 1
+                receipt.state.kept += 1
                 return
-            yield from self._collect_references(doomed, state)
+            yield from self._collect_references(doomed, receipt.state)
             yield from receipt.intend(doomed)
-            yield from self._delete(doomed)
+            yield from delete_versions(doomed)
         raise _unfinished(target)
+
+    def _end_head(
+        self, target: Target, receipt: ReceiptLog, latest: StoredVersion | None
+    ) -> Steps[Literal["sweep", "again", "done"]]:
+        """Make sure a head's current version is the purge's tombstone.
+
+        "sweep": it is, erase the versions below it; "again": one was written just now
+        (list again); "done": nothing more to do (spared, or erased keyless).
+        """
+        state = receipt.state
+        try:
+            tombstone = (
+                latest is not None
+                and not latest.is_delete_marker
+                and (yield from self._is_tombstone(target, latest))
+            )
+            if tombstone:
+                return "sweep"
+            # A tombstone first (again, if a writer got in since): the key stays occupied.
+            ended = yield from self.heads(target.namespace).end_for_purge(
+                target.object_id, state.purge_id, reusable=state.reusable,
+                written_before=state.cutoff_time(),
+            )  # fmt: skip
+        except KeyShredded:  # no tombstone can be read or sealed for a shredded tenant
+            yield from self._erase_keyless(target, receipt)
+            return "done"
+        if not ended:
+            state.spared.append(str(target))  # saved since it was chosen
+            return "done"
+        return "again"
 
     def _erase_keyless(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
         """Erase every version of an id whose tenant was shredded, reading none of them.
@@ -727,7 +765,7 @@ class Purger:
                     yield from self._drop_index(target, receipt)
                 return
             yield from receipt.intend(doomed)
-            yield from self._delete(doomed)
+            yield from delete_versions(doomed)
         raise _unfinished(target)
 
     def _erase_owned(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
@@ -755,7 +793,7 @@ class Purger:
                 state.spared.append(str(target))
                 return
             yield from receipt.intend(doomed)
-            yield from self._delete(doomed)
+            yield from delete_versions(doomed)
         raise _unfinished(target)
 
     def _is_tombstone(self, target: Target, version: StoredVersion) -> Steps[bool]:
@@ -791,19 +829,14 @@ class Purger:
 
     def _refuse_locked(self, versions: list[StoredVersion], now: datetime) -> Steps[None]:
         live = [v for v in versions if not v.is_delete_marker]
-        locked: list[tuple[str, str, datetime | None, bool]] = []
+        locked: list[_Lock | None] = []
         for start in range(0, len(live), _PARALLEL):
             batch = live[start : start + _PARALLEL]
             infos = yield from ask(Parallel(tuple(HeadObject(v.key, v.version_id) for v in batch)))
-            for version, info in zip(batch, infos, strict=True):
-                if info is None:
-                    continue
-                retained = info.retain_until is not None and info.retain_until > now
-                if retained or info.legal_hold:
-                    until = info.retain_until if retained else None
-                    locked.append((version.key, version.version_id, until, info.legal_hold))
-        if locked:
-            raise RetentionLocked(locked)
+            locked += [_lock_of(v, info, now) for v, info in zip(batch, infos, strict=True) if info]
+        kept = [lock for lock in locked if lock is not None]
+        if kept:
+            raise RetentionLocked(kept)
 
     def _collect_references(self, doomed: list[StoredVersion], state: ReceiptState) -> Steps[None]:
         """Note the blobs the doomed versions reference, before they are gone."""
@@ -823,42 +856,6 @@ class Purger:
                     continue
                 references(document, found)
         state.candidates = sorted(found)
-
-    def _delete(
-        self, doomed: list[StoredVersion], guarded: Mapping[str, str] | None = None
-    ) -> Steps[None]:
-        """Delete `doomed`; an unversioned key in `guarded` only while it has that ETag.
-
-        A guarded key that another writer replaced since it was judged stays: the next
-        listing judges it again.
-        """
-        guarded = guarded or {}
-        conditional = [
-            (DeleteObject(v.key, guarded[v.key]), writes.judged_read_back(v.key, guarded[v.key]))
-            for v in doomed
-            if v.version_id == _UNVERSIONED and v.key in guarded
-        ]
-        doomed = [v for v in doomed if not (v.version_id == _UNVERSIONED and v.key in guarded)]
-        yield from writes.delete_all(conditional, DEFAULT_RETRY, what="large value delete")
-        # A key's older versions go before its current one, so a store that keeps the
-        # current version as a copy (the local folder) never promotes an old one.
-        ordered = sorted(doomed, key=lambda v: (v.key, v.is_latest))
-        batches = [
-            DeleteVersions(tuple((v.key, v.version_id) for v in ordered[i : i + MAX_DELETE_BATCH]))
-            for i in range(0, len(ordered), MAX_DELETE_BATCH)
-        ]
-        for start in range(0, len(batches), 16):
-            results = yield from ask(Parallel(tuple(batches[start : start + 16])))
-            failures = [failure for result in results for failure in result]
-            if failures:
-                denied = [f for f in failures if f.code == "AccessDenied"]
-                if denied:
-                    raise RetentionLocked([(f.key, f.version_id, None, False) for f in denied])
-                raise StorageUnavailable(
-                    f"storage did not delete {len(failures)} version(s) ({failures[0].code}); "
-                    "resume the purge",
-                    object_name=failures[0].key,
-                )
 
     def _drop_index(self, target: Target, receipt: ReceiptLog) -> Steps[None]:
         """Delete the index items that name the id (an erased id leaves the index too).
@@ -897,37 +894,7 @@ class Purger:
         state.blobs = sorted({*state.blobs, *gone})
         state.kept_blobs = sorted(set(kept) - set(state.blobs))
         yield from receipt.intend(doomed)
-        yield from self._delete(doomed)
-
-
-class _Verdict(Enum):
-    KEEP = "keep"
-    VACATE = "vacate"
-    DELETE = "delete"
-
-
-def _judge_entry(
-    version: StoredVersion, prefix: str, tombstone: int | None, ceiling: int
-) -> tuple[_Verdict, int | None]:
-    """Judge one listed version under a log's entries; return it with the log version.
-
-    Kept: the tombstone, and the current marker of each version below it (a small object:
-    ids alone). A current entry below the tombstone that may be whole is vacated (a marker
-    is written over it) and its content deleted. Everything else goes: older versions,
-    delete markers (the key is then occupied again), anything above the tombstone or not
-    named like an entry (planted). The version is returned for a key that stays occupied.
-    """
-    try:
-        number = parse_entry_name(version.key[len(prefix) :], version.key)
-    except StashpointError:
-        return _Verdict.DELETE, None
-    if tombstone is None or number > tombstone:
-        return _Verdict.DELETE, None
-    if not version.is_latest or version.is_delete_marker:
-        return _Verdict.DELETE, None
-    if number == tombstone or version.size <= ceiling:
-        return _Verdict.KEEP, number
-    return _Verdict.VACATE, number
+        yield from delete_versions(doomed)
 
 
 def shreddable(encryption: Encryption | None, tenant: str) -> KeyRule:
@@ -957,6 +924,23 @@ def shreddable(encryption: Encryption | None, tenant: str) -> KeyRule:
             object_name=tenant,
         )
     return rule
+
+
+_Lock = tuple[str, str, datetime | None, bool]
+"""A version kept from deletion: key, version id, retained until, under legal hold."""
+
+
+def _lock_of(version: StoredVersion, info: ObjectInfo, now: datetime) -> _Lock | None:
+    """Return what keeps `version` from deletion now, if anything."""
+    retained = info.retain_until is not None and info.retain_until > now
+    if not (retained or info.legal_hold):
+        return None
+    return (
+        version.key,
+        version.version_id,
+        info.retain_until if retained else None,
+        info.legal_hold,
+    )
 
 
 def _unfinished(target: Target) -> StorageUnavailable:

@@ -65,23 +65,27 @@ def resolve(option: bytes | str | None) -> bytes | None:
         option = os.environ.get(ENVIRONMENT) or None
     if option is None:
         return None
+    key = _key_bytes(option)
+    if len(key) < MIN_LENGTH:
+        raise ConfigurationError(f"an erasure key has at least {MIN_LENGTH} bytes")
+    return key
+
+
+def _key_bytes(option: object) -> bytes:
+    """Return the bytes an erasure key option holds (a file's, for `file:PATH`)."""
     if isinstance(option, str) and option.startswith("file:"):
         path = Path(option.removeprefix("file:")).expanduser()
         try:
-            key = path.read_bytes().strip()
+            return path.read_bytes().strip()
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot read the erasure key file {path}: {exc.strerror or exc}"
             ) from None
-    elif isinstance(option, str):
-        key = option.encode()
-    elif isinstance(option, bytes):
-        key = option
-    else:
-        raise ConfigurationError("erasure_key must be bytes, a str, or 'file:PATH'")
-    if len(key) < MIN_LENGTH:
-        raise ConfigurationError(f"an erasure key has at least {MIN_LENGTH} bytes")
-    return key
+    if isinstance(option, str):
+        return option.encode()
+    if isinstance(option, bytes):
+        return option
+    raise ConfigurationError("erasure_key must be bytes, a str, or 'file:PATH'")
 
 
 def folder_key(root: Path) -> bytes | None:

@@ -26,7 +26,7 @@ from stashpoint.errors import (
 from stashpoint.ids import validate_id
 from stashpoint.logs.log import LogHead, LogSteps
 from stashpoint.steps import Steps
-from stashpoint.stores.layout import NAMESPACES, Shape
+from stashpoint.stores.layout import NAMESPACES, Namespace, Shape
 from stashpoint.stores.objects import MAX_DELETE_BATCH, StoredVersion
 
 RECEIPT_KIND = "stashpoint.maintenance.purge"
@@ -164,38 +164,29 @@ class ReceiptState:
         import pydantic
 
         try:
-            if not isinstance(document, dict):
-                raise ValueError("a receipt's state is an object")
-            hints = typing.get_type_hints(cls)
-            unknown = sorted(set(document) - set(hints))
-            if unknown:
-                raise ValueError(f"unknown fields {unknown}")
-            for field_name, value in document.items():  # strict: refused, never coerced
-                pydantic.TypeAdapter(hints[field_name]).validate_python(value, strict=True)
+            _check_strictly(cls, document)
             state = cls(**document)
-            for pair in state.targets:
-                namespace, object_id = pair  # a pair, or ValueError
-                if namespace not in NAMESPACES or not (
-                    NAMESPACES[namespace].shape in (Shape.HEADS, Shape.LOGS, Shape.KEYS)
-                    or NAMESPACES[namespace].owned
-                ):
-                    raise ValueError(f"unknown namespace {namespace!r}")
-                validate_id(object_id, what="purge target")
-            if state.status not in ("in_progress", "complete"):
-                raise ValueError(f"unknown status {state.status!r}")
-            for moment in (state.started_at, state.finished_at, state.cutoff):
-                if moment is not None:
-                    datetime.fromisoformat(moment)
-            if any(not 0 <= i < len(state.targets) for i in state.swept):
-                raise ValueError("a swept index names no target")
-            if any(not k.isdigit() or int(k) >= len(state.targets) for k in state.ends):
-                raise ValueError("a tombstone names no target")
+            state._check()
         except (pydantic.ValidationError, ValueError, TypeError, StashpointError) as exc:
             problem = str(exc).splitlines()[0][:200]
             raise InvalidPayload(f"not a purge receipt ({problem})", object_name=name) from None
         if state.purge_id != name:
             raise InvalidPayload("a receipt names another purge", object_name=name)
         return state
+
+    def _check(self) -> None:
+        """Raise `ValueError` unless the state's values make sense together."""
+        for pair in self.targets:
+            _check_target(pair)
+        if self.status not in ("in_progress", "complete"):
+            raise ValueError(f"unknown status {self.status!r}")
+        for moment in (self.started_at, self.finished_at, self.cutoff):
+            if moment is not None:
+                datetime.fromisoformat(moment)
+        if any(not 0 <= i < len(self.targets) for i in self.swept):
+            raise ValueError("a swept index names no target")
+        if any(not k.isdigit() or int(k) >= len(self.targets) for k in self.ends):
+            raise ValueError("a tombstone names no target")
 
     def target_list(self) -> list[Target]:
         """Return the targets, typed."""
@@ -236,3 +227,32 @@ class ReceiptLog:
             ) from None
         except CheckpointNotFound:
             raise
+
+
+def _check_strictly(cls: type[ReceiptState], document: Any) -> None:
+    """Raise unless `document` holds only the state's fields, each of its type.
+
+    Strict: a value of another type is refused, never coerced.
+    """
+    import pydantic
+
+    if not isinstance(document, dict):
+        raise ValueError("a receipt's state is an object")
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(document) - set(hints))
+    if unknown:
+        raise ValueError(f"unknown fields {unknown}")
+    for field_name, value in document.items():
+        pydantic.TypeAdapter(hints[field_name]).validate_python(value, strict=True)
+
+
+def _check_target(pair: list[str]) -> None:
+    namespace, object_id = pair  # a pair, or ValueError
+    if namespace not in NAMESPACES or not _erasable(NAMESPACES[namespace]):
+        raise ValueError(f"unknown namespace {namespace!r}")
+    validate_id(object_id, what="purge target")
+
+
+def _erasable(namespace: Namespace) -> bool:
+    """Whether a purge can name an id of `namespace` as a target."""
+    return namespace.shape in (Shape.HEADS, Shape.LOGS, Shape.KEYS) or namespace.owned

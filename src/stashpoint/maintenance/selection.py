@@ -133,44 +133,45 @@ def selection(**selector: Unpack[Selector]) -> Selection:
     unknown = sorted(set(selector) - set(Selector.__annotations__))
     if unknown:
         raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
-    checkpoint, agent, run = selector.get("checkpoint"), selector.get("agent"), selector.get("run")
-    thread, conversation = selector.get("thread"), selector.get("conversation")
-    log, prefix, namespace = selector.get("log"), selector.get("prefix"), selector.get("namespace")
-    values = selector.get("values")
-    older_than = selector.get("older_than")
-    all_of_namespace = bool(selector.get("all_of_namespace", False))
     if "tenant" in selector or "shred" in selector:
         return _shred_selection(selector)
-    named = {
-        name: value
-        for name, value in (
-            ("checkpoint", checkpoint), ("agent", agent), ("run", run), ("thread", thread),
-            ("conversation", conversation), ("log", log), ("values", values),
-        )
-        if value is not None
-    }  # fmt: skip
-    asked: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in named.items()}
-    for argument, given in (("prefix", prefix), ("namespace", namespace)):
-        if given is not None:
-            asked[argument] = given
-    if older_than is not None:
-        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-            raise InvalidArgument(
-                f"older_than must be a positive timedelta, not {described(older_than)}"
-            )
-        asked["older_than_seconds"] = older_than.total_seconds()
-    if all_of_namespace:
-        asked["all_of_namespace"] = True
-    if len(named) > 1 or (named and (prefix is not None or older_than is not None)):
+    named = {name: selector.get(name) for name in _ID_ARGUMENTS if selector.get(name) is not None}
+    asked = _asked(named, selector)
+    if named:
+        return _id_selection(named, selector, asked)
+    return _prefix_selection(
+        selector.get("prefix"),
+        selector.get("namespace"),
+        selector.get("older_than"),
+        bool(selector.get("all_of_namespace", False)),
+        asked,
+    )
+
+
+def _id_selection(named: dict[str, object], selector: Selector, asked: dict[str, Any]) -> Selection:
+    """Check a purge of one id: alone, without a prefix, age or namespace."""
+    alone = len(named) == 1 and all(
+        selector.get(argument) is None for argument in ("prefix", "older_than")
+    )
+    if not alone:
         raise InvalidArgument(
             "purge one thing at a time: one id (checkpoint, agent, run, thread, "
             "conversation, log, values) or a prefix"
         )
-    if named:
-        if namespace is not None or all_of_namespace:
-            raise InvalidArgument("namespace and all_of_namespace go with a prefix, not an id")
-        ((which, value),) = named.items()
-        return Selection(targets=(_target(which, value),), asked=asked)
+    if selector.get("namespace") is not None or selector.get("all_of_namespace", False):
+        raise InvalidArgument("namespace and all_of_namespace go with a prefix, not an id")
+    ((which, value),) = named.items()
+    return Selection(targets=(_target(which, value),), asked=asked)
+
+
+def _prefix_selection(
+    prefix: str | None,
+    namespace: str | None,
+    older_than: timedelta | None,
+    all_of_namespace: bool,
+    asked: dict[str, Any],
+) -> Selection:
+    """Check a purge by prefix (or age): never an empty prefix unbounded by mistake."""
     if prefix is None and older_than is None and not all_of_namespace:
         raise InvalidArgument("say what to purge: an id, a prefix, or older_than")
     prefix = validate_prefix("" if prefix is None else prefix)
@@ -181,19 +182,46 @@ def selection(**selector: Unpack[Selector]) -> Selection:
             "an empty prefix selects every id: pass all_of_namespace=True "
             "(--all-of-namespace) to purge them all, or a prefix, or older_than"
         )
+    return Selection(
+        prefix=prefix, namespaces=_namespaces(namespace), older_than=older_than, asked=asked
+    )
+
+
+_ID_ARGUMENTS = ("checkpoint", "agent", "run", "thread", "conversation", "log", "values")
+"""The arguments that name one id, in the order an error lists them."""
+
+
+def _asked(named: dict[str, Any], selector: Selector) -> dict[str, Any]:
+    """Return what the receipt records as asked (JSON); check `older_than`."""
+    asked: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in named.items()}
+    for argument in ("prefix", "namespace"):
+        given = selector.get(argument)
+        if given is not None:
+            asked[argument] = given
+    older_than = selector.get("older_than")
+    if older_than is not None:
+        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+            raise InvalidArgument(
+                f"older_than must be a positive timedelta, not {described(older_than)}"
+            )
+        asked["older_than_seconds"] = older_than.total_seconds()
+    if selector.get("all_of_namespace", False):
+        asked["all_of_namespace"] = True
+    return asked
+
+
+def _namespaces(namespace: str | None) -> tuple[str, ...]:
+    """Return the namespaces a prefix is looked for in: `namespace`, or every erasable one."""
     if namespace is None:
-        namespaces = tuple(
+        return tuple(
             n.name for n in NAMESPACES.values()
             if n.erasable and (n.shape in (Shape.HEADS, Shape.LOGS) or n.owned)
         )  # fmt: skip
-    elif namespace in NAMESPACE_NAMES:
-        namespaces = (NAMESPACE_NAMES[namespace],)
-    else:
-        raise InvalidArgument(
-            f"unknown namespace {described(namespace)}: use one of "
-            f"{', '.join(sorted(NAMESPACE_NAMES))}"
-        )
-    return Selection(prefix=prefix, namespaces=namespaces, older_than=older_than, asked=asked)
+    if namespace in NAMESPACE_NAMES:
+        return (NAMESPACE_NAMES[namespace],)
+    raise InvalidArgument(
+        f"unknown namespace {described(namespace)}: use one of {', '.join(sorted(NAMESPACE_NAMES))}"
+    )
 
 
 def _shred_selection(selector: Selector) -> Selection:
@@ -211,25 +239,33 @@ def _shred_selection(selector: Selector) -> Selection:
 
 def _target(name: str, value: Any) -> Target:
     if name == "conversation":
-        if not (isinstance(value, tuple) and len(value) == 2):
-            raise InvalidArgument(
-                f"conversation must be its (namespace, conversation id), not {described(value)}"
-            )
-        return Target(CONVERSATIONS, conversation_key(*value))
+        return _conversation(value)
     if name == "values":
-        owned = sorted(n.name for n in NAMESPACES.values() if n.owned)
-        if not (isinstance(value, tuple) and len(value) == 2 and value[0] in owned):
-            raise InvalidArgument(
-                f"values must be (namespace, owner) with a namespace of {', '.join(owned)}, "
-                f"not {described(value)}"
-            )
-        return Target(value[0], validate_id(value[1], what="owner"))
+        return _values(value)
     if not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a str, not {described(value)}")
     if name == "thread":
         return Target(LANGGRAPH, thread_key(value))
     namespace = {"checkpoint": CHECKPOINTS, "agent": AGENTS, "run": RUN_LOGS, "log": LOGS}[name]
     return Target(namespace, validate_id(value, what=f"{name} id"))
+
+
+def _conversation(value: Any) -> Target:
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise InvalidArgument(
+            f"conversation must be its (namespace, conversation id), not {described(value)}"
+        )
+    return Target(CONVERSATIONS, conversation_key(*value))
+
+
+def _values(value: Any) -> Target:
+    owned = sorted(n.name for n in NAMESPACES.values() if n.owned)
+    if not (isinstance(value, tuple) and len(value) == 2 and value[0] in owned):
+        raise InvalidArgument(
+            f"values must be (namespace, owner) with a namespace of {', '.join(owned)}, "
+            f"not {described(value)}"
+        )
+    return Target(value[0], validate_id(value[1], what="owner"))
 
 
 # -- the ids a prefix selects ------------------------------------------------------------
@@ -259,38 +295,55 @@ def chosen_ids(
     for name in namespaces:
         namespace = NAMESPACES[name]
         if namespace.shape is Shape.HEADS:
-            cas = sources.heads(name)
-            for object_id in (yield from cas.list_ids(prefix)):
-                try:
-                    facts = yield from cas.read_head(cas.key(object_id))
-                except StashpointError:
-                    facts = None  # unreadable: erased by a prefix, never by age
-                    if older_than is None:
-                        targets.append(Target(name, object_id))
-                    continue
-                if facts is None or facts.purge is not None:
-                    continue  # gone, or purged already
-                written = facts.written_at
-                if older_than is not None and (written is None or written >= older_than):
-                    continue
-                targets.append(Target(name, object_id))
+            targets += yield from _heads(sources, name, prefix, older_than)
         elif namespace.shape is Shape.LOGS:
-            logs = sources.logs(name)
-            for log_id in (yield from logs.list_ids(prefix)):
-                try:
-                    top = yield from logs.top(log_id)
-                except StashpointError:
-                    if older_than is None:
-                        targets.append(Target(name, log_id))  # unreadable: erased all the same
-                    continue  # its age is unknown: never purged by age
-                if top.purge_id is not None:
-                    continue  # purged already
-                if older_than is not None and top.written_at >= older_than:
-                    continue
-                targets.append(Target(name, log_id))
+            targets += yield from _logs(sources, name, prefix, older_than)
         elif namespace.owned:
             targets += yield from _owners(sources, name, prefix, older_than)
     return targets
+
+
+def _heads(
+    sources: IdSources, name: str, prefix: str, older_than: datetime | None
+) -> Steps[list[Target]]:
+    """Return the heads of namespace `name` starting with `prefix` (and older than it)."""
+    cas = sources.heads(name)
+    targets: list[Target] = []
+    for object_id in (yield from cas.list_ids(prefix)):
+        try:
+            facts = yield from cas.read_head(cas.key(object_id))
+        except StashpointError:
+            if older_than is None:  # unreadable: erased by a prefix, never by age
+                targets.append(Target(name, object_id))
+            continue
+        if facts is None or facts.purge is not None:
+            continue  # gone, or purged already
+        if _old_enough(facts.written_at, older_than):
+            targets.append(Target(name, object_id))
+    return targets
+
+
+def _logs(
+    sources: IdSources, name: str, prefix: str, older_than: datetime | None
+) -> Steps[list[Target]]:
+    """Return the logs of namespace `name` starting with `prefix` (and older than it)."""
+    logs = sources.logs(name)
+    targets: list[Target] = []
+    for log_id in (yield from logs.list_ids(prefix)):
+        try:
+            top = yield from logs.top(log_id)
+        except StashpointError:
+            if older_than is None:
+                targets.append(Target(name, log_id))  # unreadable: erased all the same
+            continue  # its age is unknown: never purged by age
+        if top.purge_id is None and _old_enough(top.written_at, older_than):
+            targets.append(Target(name, log_id))  # (one purged already is not chosen)
+    return targets
+
+
+def _old_enough(written: datetime | None, older_than: datetime | None) -> bool:
+    """Whether an id last written at `written` (None: unknown) is chosen by `older_than`."""
+    return older_than is None or (written is not None and written < older_than)
 
 
 def _owners(
@@ -313,5 +366,5 @@ def _owners(
     return [
         Target(name, owner)
         for owner, written in sorted(newest.items())
-        if older_than is None or (written is not None and written < older_than)
+        if _old_enough(written, older_than)
     ]

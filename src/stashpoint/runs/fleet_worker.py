@@ -12,6 +12,7 @@ import functools
 import inspect
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -169,79 +170,96 @@ class FleetWorker(FleetReader):
         batch is taken: once it says True (`watcher.stopping.is_set` on a spot instance
         about to go), the worker returns with the batch in hand finished.
         """
-        if not callable(fn):
-            raise InvalidArgument(f"fn must be callable, not {described(fn)}")
-        positive(max_concurrency, "max_concurrency", whole=True, upper=256)
-        if max_batches is not None:
-            positive(max_batches, "max_batches", whole=True)
-        positive(wait_for_plan, "wait_for_plan", upper=86_400)
-        if stop is not None and not callable(stop):
-            raise InvalidArgument(f"stop must be callable, not {described(stop)}")
+        _check_work(fn, max_concurrency, max_batches, wait_for_plan, stop)
         plan = yield from self._wait_for_plan(wait_for_plan)
         report = WorkReport(self.worker_id)
-        rng = random.Random(f"{self.worker_id}:{self.map_id}")
-        read: dict[int, tuple[int, BatchHead]] = {}  # batch -> (version read, its state)
-        finished_last = waited_for_end = False
-        cursor: int | None = None  # the batch after the last one this worker claimed
-        while max_batches is None or report.batches + report.abandoned < max_batches:
-            if stop is not None and stop():
-                break
-            just_finished, finished_last = finished_last, False
+        turn = _Turn(fn, max_concurrency, random.Random(f"{self.worker_id}:{self.map_id}"))
+        while _go_on(report, max_batches, stop):
+            just_finished, turn.finished_last = turn.finished_last, False
             view = yield from self._view()
             if view.ended:
                 break
             if plan.over_tolerance(view.failed) and (yield from self._confirmed(plan, view)):
                 yield from self._end(plan, view)
                 continue
-            # A held batch not written for longer than a lease (its holder's clock may be
-            # off: the head decides) is taken before any free one, so a dead worker's
-            # batch runs again within about a lease, not at the end of the map.
-            now = yield from ask(Now())
-            late = now - timedelta(seconds=plan.lease_seconds) - self.clock_skew
-            silent = [b for b in view.open() if b in view.written and view.written[b] <= late]
-            if silent:
-                taken = yield from self._take_expired(plan, view, read, report, silent)
-                if isinstance(taken, Known):
-                    yield from self._run(plan, taken, fn, max_concurrency, report)
-                    finished_last = True
-                    continue
-                if taken:
-                    continue
-            free = view.free(plan.batches)
-            if free:
-                held = len(view.open())
-                if len(free) < held and rng.random() > len(free) / held:
-                    # Fewer free batches than workers holding one: most who try now would
-                    # collide. Look again in a moment (a LIST is cheaper than a lost claim).
-                    yield from ask(Sleep(rng.uniform(0.05, min(1.0, plan.lease_seconds / 10))))
-                    continue
-                batch = _choose(free, cursor, rng)
-                known = yield from self._claim(plan, batch, report)
-                if known is None:
-                    cursor = None  # another worker's sweep reached it: jump elsewhere
-                else:
-                    cursor = batch + 1
-                    yield from self._run(plan, known, fn, max_concurrency, report)
-                    finished_last = True
+            if (yield from self._take_one(plan, view, report, turn)):
                 continue
-            taken = yield from self._take_expired(plan, view, read, report)
-            if isinstance(taken, Known):
-                yield from self._run(plan, taken, fn, max_concurrency, report)
-                finished_last = True
-                continue
-            if taken:
-                continue
-            if not view.open():
-                # Every batch is marked: the worker that marked the last one ends the map
-                # (one check of every batch); the others give it one poll first, then do it.
-                if just_finished or waited_for_end:
-                    yield from self._conclude(plan, view)
-                    continue
-                waited_for_end = True
-            yield from self._idle(plan, read)
+            if view.open() or not (yield from self._concluded(plan, view, just_finished, turn)):
+                yield from self._idle(plan, turn.read)
         report.status = (yield from self._progress()).status
         yield from self._settle_run()
         return report
+
+    def _concluded(
+        self, plan: FleetPlan, view: FleetView, just_finished: bool, turn: _Turn
+    ) -> Steps[bool]:
+        """Every batch is marked: end the map, or give another worker one poll to.
+
+        The worker that marked the last one ends it (one check of every batch); the
+        others give it one poll first, then do it. False: this one waits a poll.
+        """
+        if just_finished or turn.waited_for_end:
+            yield from self._conclude(plan, view)
+            return True
+        turn.waited_for_end = True
+        return False
+
+    def _take_one(
+        self, plan: FleetPlan, view: FleetView, report: WorkReport, turn: _Turn
+    ) -> Steps[bool]:
+        """Take a batch and run it; False: none could be taken (look again later).
+
+        A held batch not written for longer than a lease (its holder's clock may be off:
+        the head decides) is taken before any free one, so a dead worker's batch runs
+        again within about a lease, not at the end of the map; then a free one; then any
+        held batch whose lease ran out.
+        """
+        now = yield from ask(Now())
+        late = now - timedelta(seconds=plan.lease_seconds) - self.clock_skew
+        silent = [b for b in view.open() if b in view.written and view.written[b] <= late]
+        if silent:
+            taken = yield from self._take_expired(plan, view, turn.read, report, silent)
+            if (yield from self._ran(plan, taken, report, turn)):
+                return True
+        free = view.free(plan.batches)
+        if free:
+            yield from self._take_free(plan, view, free, report, turn)
+            return True
+        taken = yield from self._take_expired(plan, view, turn.read, report)
+        return (yield from self._ran(plan, taken, report, turn))
+
+    def _ran(
+        self,
+        plan: FleetPlan,
+        taken: Known[BatchHead] | bool | None,
+        report: WorkReport,
+        turn: _Turn,
+    ) -> Steps[bool]:
+        """Run a batch taken over; return whether the worker should look again at once."""
+        if isinstance(taken, Known):
+            yield from self._run(plan, taken, turn.fn, turn.max_concurrency, report)
+            turn.finished_last = True
+            return True
+        return bool(taken)
+
+    def _take_free(
+        self, plan: FleetPlan, view: FleetView, free: list[int], report: WorkReport, turn: _Turn
+    ) -> Steps[None]:
+        """Claim one of the `free` batches and run it (or back off, or lose the claim)."""
+        held = len(view.open())
+        if len(free) < held and turn.rng.random() > len(free) / held:
+            # Fewer free batches than workers holding one: most who try now would
+            # collide. Look again in a moment (a LIST is cheaper than a lost claim).
+            yield from ask(Sleep(turn.rng.uniform(0.05, min(1.0, plan.lease_seconds / 10))))
+            return
+        batch = _choose(free, turn.cursor, turn.rng)
+        known = yield from self._claim(plan, batch, report)
+        if known is None:
+            turn.cursor = None  # another worker's sweep reached it: jump elsewhere
+            return
+        turn.cursor = batch + 1
+        yield from self._run(plan, known, turn.fn, turn.max_concurrency, report)
+        turn.finished_last = True
 
     def _claim(
         self, plan: FleetPlan, batch: int, report: WorkReport
@@ -274,17 +292,7 @@ class FleetWorker(FleetReader):
         batch given up (claimed `max_claims` times) is recorded failed here.
         """
         held = view.open() if among is None else list(among)
-        stale = [b for b in held if b not in read or read[b][0] != view.tops[b]]
-        for batch, found in zip(stale, (yield from self._heads(view, stale)), strict=True):
-            if found is None:
-                known = yield from self._batches.read(self._batch_log(batch), absent_batch)
-                read[batch] = (known.version, known.state)
-            else:
-                head, entry = found
-                read[batch] = (entry.version, head)
-                self._batches.remember(
-                    self._batch_log(batch), Known(head, LogHead.of(entry, handed_over=True))
-                )
+        yield from self._refresh(view, read, held)
         unmarked = [read[b][1] for b in held if read[b][1].status is BatchStatus.DONE]
         if unmarked:
             for head in unmarked:  # its finisher died before its mark: mark it for it
@@ -294,7 +302,19 @@ class FleetWorker(FleetReader):
         expired = [b for b in held if read[b][1].lease_over(now, self.clock_skew)]
         if not expired:
             return None
-        batch = expired[0]
+        return (yield from self._take_over(plan, expired[0], read, report))
+
+    def _take_over(
+        self,
+        plan: FleetPlan,
+        batch: int,
+        read: dict[int, tuple[int, BatchHead]],
+        report: WorkReport,
+    ) -> Steps[Known[BatchHead] | bool]:
+        """Take over `batch`, whose lease ran out: its state; True: look again.
+
+        A batch claimed `max_claims` times is given up instead: recorded failed, marked.
+        """
         name = self._batch_log(batch)
 
         def change(known: Known[BatchHead], fresh: bool) -> Steps[tuple[BatchHead, list[Any]]]:
@@ -325,6 +345,22 @@ class FleetWorker(FleetReader):
             return True
         report.takeovers += 1
         return taken
+
+    def _refresh(
+        self, view: FleetView, read: dict[int, tuple[int, BatchHead]], held: list[int]
+    ) -> Steps[None]:
+        """Read the held batches whose newest version is not the one in `read`."""
+        stale = [b for b in held if b not in read or read[b][0] != view.tops[b]]
+        for batch, found in zip(stale, (yield from self._heads(view, stale)), strict=True):
+            if found is None:
+                known = yield from self._batches.read(self._batch_log(batch), absent_batch)
+                read[batch] = (known.version, known.state)
+            else:
+                head, entry = found
+                read[batch] = (entry.version, head)
+                self._batches.remember(
+                    self._batch_log(batch), Known(head, LogHead.of(entry, handed_over=True))
+                )
 
     def _idle(self, plan: FleetPlan, read: Mapping[int, tuple[int, BatchHead]]) -> Steps[None]:
         """Wait a while: until the first lease read runs out, at most a quarter lease."""
@@ -449,12 +485,7 @@ class FleetWorker(FleetReader):
         worked like any held one: its holder's lease runs out and it is taken over.
         """
         every = list(range(plan.batches))
-        # A mark naming the ETag the listing shows for its batch's newest version is that
-        # version's own: trusted as it is. Every other batch is read.
-        shown = {
-            b for b in every
-            if b not in view.marked_twice and b in view.tags and view.tags[b] == view.etags.get(b)
-        }  # fmt: skip
+        shown = {b for b in every if _mark_is_current(view, b)}
         unread = [b for b in every if b not in shown]
         found = dict(zip(unread, (yield from self._heads(view, unread)), strict=True))
         ok = failed = 0
@@ -463,12 +494,7 @@ class FleetWorker(FleetReader):
                 ok += view.marks[batch][0]
                 failed += view.marks[batch][1]
                 continue
-            item = found[batch]
-            if item is None:
-                known = yield from self._batches.read(self._batch_log(batch), absent_batch)
-                head = known.state
-            else:
-                head = item[0]
+            head = yield from self._head_of(batch, found[batch])
             if head.status is not BatchStatus.DONE:
                 view.marks.pop(batch, None)
                 return  # not done after all: the work loop goes on
@@ -476,6 +502,12 @@ class FleetWorker(FleetReader):
             failed += head.failed
         view.marks = {b: (0, 0) for b in every}
         yield from self._end(plan, view, counts=(ok, failed))
+
+    def _head_of(self, batch: int, found: tuple[BatchHead, Any] | None) -> Steps[BatchHead]:
+        """Return a batch's state: as its newest entry was found, else read from its log."""
+        if found is not None:
+            return found[0]
+        return (yield from self._batches.read(self._batch_log(batch), absent_batch)).state
 
     def _end(
         self, plan: FleetPlan, view: FleetView, counts: tuple[int, int] | None = None
@@ -529,3 +561,57 @@ class FleetWorker(FleetReader):
             pass  # ended already (by another worker), or its run was deleted
 
     # -- progress and results --------------------------------------------------------------
+
+
+def _go_on(report: WorkReport, max_batches: int | None, stop: Callable[[], bool] | None) -> bool:
+    """Whether a worker takes another batch: fewer than `max_batches`, and `stop` says no."""
+    if max_batches is not None and report.batches + report.abandoned >= max_batches:
+        return False
+    return stop is None or not stop()
+
+
+def _mark_is_current(view: FleetView, batch: int) -> bool:
+    """Whether a batch's mark is its newest version's own (trusted as it is).
+
+    A mark naming the ETag the listing shows for its batch's newest version is; a batch
+    marked twice, or whose mark names another ETag, is read.
+    """
+    return (
+        batch not in view.marked_twice
+        and batch in view.tags
+        and view.tags[batch] == view.etags.get(batch)
+    )
+
+
+@dataclass
+class _Turn:
+    """What one worker's `work` carries from one look at the map to the next."""
+
+    fn: Callable[[Any], Any]
+    """The function run on each item."""
+    max_concurrency: int
+    """Items of a batch run at once."""
+    rng: random.Random
+    """Chooses batches and back-off times (seeded by worker and map: reproducible)."""
+    read: dict[int, tuple[int, BatchHead]] = field(default_factory=dict)
+    """Held batches read: batch -> (version read, its state)."""
+    finished_last: bool = False
+    """Whether the last look ended by finishing a batch."""
+    waited_for_end: bool = False
+    """Whether the worker already gave another one poll to end the map."""
+    cursor: int | None = None
+    """The batch after the last one this worker claimed."""
+
+
+def _check_work(
+    fn: Any, max_concurrency: Any, max_batches: Any, wait_for_plan: Any, stop: Any
+) -> None:
+    """Check `work`'s arguments: `InvalidArgument` before any request."""
+    if not callable(fn):
+        raise InvalidArgument(f"fn must be callable, not {described(fn)}")
+    positive(max_concurrency, "max_concurrency", whole=True, upper=256)
+    if max_batches is not None:
+        positive(max_batches, "max_batches", whole=True)
+    positive(wait_for_plan, "wait_for_plan", upper=86_400)
+    if stop is not None and not callable(stop):
+        raise InvalidArgument(f"stop must be callable, not {described(stop)}")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -162,40 +163,22 @@ class RunIndex:
         """
         stored = yield from ask(GetPartition(mapping.run_pk(head.run_id)))
         by_sort = {str(item.get("sk")): item for item in stored}
-        fixes: list[tuple[dict[str, Any], Expected]] = []
-        ahead: list[tuple[dict[str, Any], Expected]] = []
-        for item in self.items(head, attempts, revision):
-            have = by_sort.pop(str(item["sk"]), None)
-            have_revision = None if have is None else mapping.revision_of(have)
-            # An item that says the same is left alone, unless its revision is no number.
-            if (
-                have is not None
-                and mapping.same_listing(have, item)
-                and isinstance(have_revision, int)
-            ):
-                continue
-            if isinstance(have_revision, int) and have_revision > revision:
-                ahead.append((dict(item), have_revision))
-            else:
-                fixes.append((dict(item), have_revision))
+        fixes, ahead = _judged(self.items(head, attempts, revision), by_sort, revision)
         # Items storage did not know when it was read: deleted, or written since by a
         # concurrent transition (an attempt just recorded: its item is newer than the
         # storage read). Only those no newer than the read are removed for sure.
-        orphans = [(item, mapping.revision_of(item)) for item in by_sort.values()]
-        later = [o for o in orphans if isinstance(o[1], int) and o[1] > revision]
-        current: int | None = None
+        orphans, later = _orphans(by_sort.values(), revision)
+        # Storage has not moved on since the read: the items claiming later revisions are
+        # corrupt (asked only when there is one).
+        unmoved = False
         if ahead or later:
-            current = yield from confirm()
-        if ahead and current is not None and current <= revision:
+            unmoved = _at_most(revision, (yield from confirm()))
+        if unmoved:
             fixes += ahead  # storage has not moved: those revisions are corrupt
         if fixes:
             yield from ask(ReplaceItems(tuple(fixes)))
-        doomed = [o for o in orphans if o not in later]
-        if current is not None and current <= revision:
-            doomed += later  # storage has not moved on: they came from nowhere
-        for orphan, seen in doomed:
-            # Conditional on the revision judged: an item rewritten since stays.
-            yield from ask(DeleteItem(str(orphan.get("pk")), str(orphan.get("sk")), expected=seen))
+        doomed = orphans + later if unmoved else orphans  # (then later came from nowhere)
+        yield from _delete_judged(doomed)
         return len(fixes) + len(doomed)
 
     def list_runs(
@@ -309,52 +292,166 @@ class RunIndex:
         page's items (the GSIs hold keys only), dropping any that left the listing since
         (the index is eventually consistent; storage decides).
         """
-        if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
-            raise InvalidArgument(
-                f"limit must be an int from 1 to {MAX_PAGE}, not {described(limit)}"
-            )
+        _check_limit(limit)
         sort_key = _GSI[index].sort_key
         query = mapping.fingerprint(index, partitions, since)
         after, done = mapping.decode_cursor(cursor, query)
         live = [n for n in range(len(partitions)) if n not in done]
-
-        def asked(n: int, above: str | None, want: int) -> QueryItems:
-            upper = min((b for b in (below, above) if b is not None), default=None)
-            return QueryItems(index, partitions[n], want, since, upper)
-
+        asked = _Asking(index, partitions, since, below)
         pages = yield from ask(Parallel(tuple(asked(n, after, limit) for n in live)))
         found: dict[int, tuple[list[dict[str, Any]], bool]] = {}
         for n, page in zip(live, pages, strict=True):
-            items, more = list(page.items), page.more
-            while more and len(items) < limit:  # rare: a short page with more behind it
-                above = str(items[-1][sort_key]) if items else after
-                extra = yield from ask(asked(n, above, limit - len(items)))
-                items, more = items + extra.items, extra.more
-            found[n] = (items, more)
-        merged = sorted(
-            ((str(item[sort_key]), n, item) for n, (items, _) in found.items() for item in items),
-            key=lambda entry: entry[0],
-            reverse=True,
-        )[:limit]
+            found[n] = yield from _filled(asked, n, page, limit, sort_key, after)
+        merged = _newest(found, sort_key, limit)
         # Every shard answered a whole page or all it has, so the page is the newest
         # `limit` of them all, and every shard goes on below its last key (sort keys end
         # in a unique id: no two are equal). A shard whose items were all taken and that
         # has no more is done.
-        taken = Counter(n for _, n, _ in merged)
-        done |= {n for n, (items, more) in found.items() if not more and taken[n] == len(items)}
-        next_cursor = (
-            None
-            if not merged or len(done) == len(partitions)
-            else mapping.encode_cursor(query, merged[-1][0], done)
-        )
-        keys = tuple((str(item["pk"]), str(item["sk"])) for _, _, item in merged)
-        fresh = (yield from ask(GetItems(keys))) if keys else []
-        partition_key = _GSI[index].partition_key
-        rows = []
-        for (_, n, _), item in zip(merged, fresh, strict=True):
-            if item is None or item.get(partition_key) != partitions[n]:
-                continue
-            row = mapping.parsed(item, to_row)
-            if row is not None:  # a malformed item is left out: `load_run` repairs it
-                rows.append(row)
+        next_cursor = _next_cursor(query, merged, found, done, len(partitions))
+        rows = yield from _fresh_rows(merged, partitions, _GSI[index].partition_key, to_row)
         return Page[Row](items=rows, cursor=next_cursor)
+
+
+_Fix = tuple[dict[str, Any], Expected]
+"""An item to write, over exactly the revision judged (None: none there)."""
+
+
+def _judged(
+    items: Iterable[Mapping[str, Any]], by_sort: dict[str, dict[str, Any]], revision: int
+) -> tuple[list[_Fix], list[_Fix]]:
+    """Compare a run's items with those stored (`by_sort`, emptied of those compared).
+
+    Returns the items to fix, and those whose stored revision is ahead of `revision`
+    (fixed only if storage has not moved on). An item that says the same is left alone,
+    unless its revision is no number.
+    """
+    fixes: list[_Fix] = []
+    ahead: list[_Fix] = []
+    for item in items:
+        have = by_sort.pop(str(item["sk"]), None)
+        have_revision = None if have is None else mapping.revision_of(have)
+        numbered = isinstance(have_revision, int)
+        if have is not None and numbered and mapping.same_listing(have, item):
+            continue
+        if isinstance(have_revision, int) and have_revision > revision:
+            ahead.append((dict(item), have_revision))
+        else:
+            fixes.append((dict(item), have_revision))
+    return fixes, ahead
+
+
+def _check_limit(limit: Any) -> None:
+    if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit must be an int from 1 to {MAX_PAGE}, not {described(limit)}")
+
+
+@dataclass(frozen=True)
+class _Asking:
+    """Makes the query of one shard of a listing, below the listing's bounds."""
+
+    index: str
+    """The secondary index queried."""
+    partitions: list[str]
+    """The listing's shards."""
+    since: str | None
+    """The lowest sort key wanted."""
+    below: str | None
+    """Only sort keys below it."""
+
+    def __call__(self, n: int, above: str | None, want: int) -> QueryItems:
+        """Return the query of shard `n` for `want` items below `above` (and `below`)."""
+        upper = min((b for b in (self.below, above) if b is not None), default=None)
+        return QueryItems(self.index, self.partitions[n], want, self.since, upper)
+
+
+def _filled(
+    asked: _Asking, n: int, page: Any, limit: int, sort_key: str, after: str | None
+) -> Steps[tuple[list[dict[str, Any]], bool]]:
+    """Return shard `n`'s items for a page (asked again while short with more behind it)."""
+    items, more = list(page.items), page.more
+    while more and len(items) < limit:  # rare: a short page with more behind it
+        above = str(items[-1][sort_key]) if items else after
+        extra = yield from ask(asked(n, above, limit - len(items)))
+        items, more = items + extra.items, extra.more
+    return items, more
+
+
+_Merged = list[tuple[str, int, dict[str, Any]]]
+"""A page's items, newest first: (sort key, shard, item)."""
+
+
+def _newest(
+    found: dict[int, tuple[list[dict[str, Any]], bool]], sort_key: str, limit: int
+) -> _Merged:
+    """Return the newest `limit` items of every shard's, newest first."""
+    return sorted(
+        ((str(item[sort_key]), n, item) for n, (items, _) in found.items() for item in items),
+        key=lambda entry: entry[0],
+        reverse=True,
+    )[:limit]
+
+
+def _fresh_rows(
+    merged: _Merged,
+    partitions: list[str],
+    partition_key: str,
+    to_row: Callable[[dict[str, Any]], Row],
+) -> Steps[list[Row]]:
+    """Read the page's items (one batch read) and return their rows.
+
+    Those that left the listing since are dropped (the index is eventually consistent;
+    storage decides); a malformed item is left out (`load_run` repairs it).
+    """
+    keys = tuple((str(item["pk"]), str(item["sk"])) for _, _, item in merged)
+    fresh = (yield from ask(GetItems(keys))) if keys else []
+    rows = []
+    for (_, n, _), item in zip(merged, fresh, strict=True):
+        if item is not None and item.get(partition_key) == partitions[n]:
+            row = mapping.parsed(item, to_row)
+            if row is not None:
+                rows.append(row)
+    return rows
+
+
+def _next_cursor(
+    query: str,
+    merged: _Merged,
+    found: dict[int, tuple[list[dict[str, Any]], bool]],
+    done: set[int],
+    shards: int,
+) -> str | None:
+    """Return the cursor of the page after `merged` (None: the listing is over).
+
+    A shard whose items were all taken and that has no more is done.
+    """
+    taken = Counter(n for _, n, _ in merged)
+    done = done | {n for n, (items, more) in found.items() if not more and taken[n] == len(items)}
+    if not merged or len(done) == shards:
+        return None
+    return mapping.encode_cursor(query, merged[-1][0], done)
+
+
+def _orphans(
+    items: Iterable[dict[str, Any]], revision: int
+) -> tuple[list[tuple[dict[str, Any], Expected]], list[tuple[dict[str, Any], Expected]]]:
+    """Split the stored items no current item names by their revision.
+
+    Those no later than `revision`, and those later (written since by a concurrent
+    transition, or corrupt).
+    """
+    judged: list[tuple[dict[str, Any], Expected]] = [
+        (item, mapping.revision_of(item)) for item in items
+    ]
+    later = [o for o in judged if isinstance(o[1], int) and o[1] > revision]
+    return [o for o in judged if o not in later], later
+
+
+def _at_most(revision: int, current: int | None) -> bool:
+    """Whether storage's `current` revision (None: unknown) is no later than `revision`."""
+    return current is not None and current <= revision
+
+
+def _delete_judged(doomed: Sequence[tuple[dict[str, Any], Expected]]) -> Steps[None]:
+    """Delete each item, conditional on the revision judged: one rewritten since stays."""
+    for item, seen in doomed:
+        yield from ask(DeleteItem(str(item.get("pk")), str(item.get("sk")), expected=seen))
