@@ -31,7 +31,7 @@ import zstandard
 from bench.common import interleaved, transcript
 from stashpoint import Envelope, open, open_async
 from stashpoint.codec import Codec
-from stashpoint.stores.cas import head_metadata
+from stashpoint.stores.head_facts import head_metadata
 from tests import servers
 
 

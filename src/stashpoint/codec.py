@@ -498,28 +498,44 @@ def _first_problem(value: object, max_depth: int, start_depth: int, root: str) -
     while stack:
         item, depth, path = stack.pop()
         kind = type(item)
-        if isinstance(item, dict | list) and depth > max_depth:
+        if _too_deep(item, depth, max_depth):
             return path, f"nesting deeper than {max_depth} (the envelope counting as 1)"
         if isinstance(item, CheckedJson):
-            if depth - 1 + item.depth > max_depth:
-                return path, f"nesting deeper than {max_depth} (the envelope counting as 1)"
-        elif isinstance(item, dict):
+            continue
+        if isinstance(item, dict):
             for key, child in item.items():
                 if type(key) is not str:
                     return path, f"key {key!r} is a {type(key).__name__}; JSON keys are strings"
                 stack.append((child, depth + 1, f"{path}/{pointer_token(key)}"))
         elif kind is list:
             stack.extend((c, depth + 1, f"{path}/{i}") for i, c in enumerate(item))
-        elif kind is float and not math.isfinite(item):
-            return path, f"{item} (NaN/Infinity) cannot be stored in JSON"
-        elif kind is int and not -_INT_BOUND < item < _INT_BOUND:
-            return path, f"an int of over {jsontext.MAX_INT_DIGITS} digits cannot be read back"
-        elif kind not in (float, int) and kind not in _SCALARS:
-            return path, (
-                f"a {kind.__name__} would not come back as one from JSON; convert it "
-                "(to a str, list or dict) before saving"
-            )
+        elif (problem := _leaf_problem(item)) is not None:
+            return path, problem
     return root, "not JSON"
+
+
+def _too_deep(item: Any, depth: int, max_depth: int) -> bool:
+    """Whether a container at `depth` (or a checked value's deepest) is over `max_depth`."""
+    if isinstance(item, CheckedJson):
+        return depth - 1 + item.depth > max_depth
+    return isinstance(item, dict | list) and depth > max_depth
+
+
+def _leaf_problem(item: Any) -> str | None:
+    """Say why JSON cannot carry a value that is not a container (None: it can)."""
+    kind = type(item)
+    if kind is float:
+        return None if math.isfinite(item) else f"{item} (NaN/Infinity) cannot be stored in JSON"
+    if kind is int:
+        if -_INT_BOUND < item < _INT_BOUND:
+            return None
+        return f"an int of over {jsontext.MAX_INT_DIGITS} digits cannot be read back"
+    if kind in _SCALARS:
+        return None
+    return (
+        f"a {kind.__name__} would not come back as one from JSON; convert it "
+        "(to a str, list or dict) before saving"
+    )
 
 
 def _check_format(value: object, name: str | None, expected: str, newest: int) -> None:

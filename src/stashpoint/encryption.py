@@ -171,26 +171,11 @@ class Encryption:
     """A boto3 KMS client to use (tests: moto); made from the environment when None."""
 
     def __post_init__(self) -> None:
-        rules = tuple(self.rules) if isinstance(self.rules, list | tuple) else None
-        if not rules or not all(isinstance(r, KeyRule) for r in rules):
-            raise ConfigurationError("encryption needs a non-empty list of KeyRule")
+        rules = _checked_rules(self.rules)
         object.__setattr__(self, "rules", rules)
-        if not rules[-1].catch_all:
-            raise ConfigurationError(
-                "the last key rule must cover every object (no prefix, no namespaces): "
-                "receipts, probes and ids no tenant claims are sealed with it"
-            )
-        names = [r.tenant for r in rules]
-        if len(set(names)) != len(names):
-            raise ConfigurationError("each tenant may have one key rule")
         if any(r.local for r in rules) and not self.keyring:
             raise ConfigurationError("keyring: keys need Encryption(keyring=PATH)")
-        if not isinstance(self.max_age, timedelta) or self.max_age <= timedelta(0):
-            raise ConfigurationError("max_age must be a positive timedelta")
-        if type(self.max_uses) is not int or not 1 <= self.max_uses <= 1 << 32:
-            raise ConfigurationError("max_uses must be an int from 1 to 2**32")
-        if not isinstance(self.shred_check, timedelta) or self.shred_check <= timedelta(0):
-            raise ConfigurationError("shred_check must be a positive timedelta")
+        _check_bounds(self.max_age, self.max_uses, self.shred_check)
 
     @classmethod
     def local(cls, keyring: str | Path, *tenants: tuple[str, str]) -> Encryption:
@@ -358,6 +343,32 @@ class ShredMasterKey(KeyRequest):
 def is_sealed(body: bytes | None) -> bool:
     """Whether stored bytes are an encrypted object."""
     return body is not None and body[:4] == MAGIC
+
+
+def _checked_rules(given: object) -> tuple[KeyRule, ...]:
+    """Return the key rules as a tuple: one per tenant, the last a catch-all."""
+    rules = tuple(given) if isinstance(given, list | tuple) else None
+    if not rules or not all(isinstance(r, KeyRule) for r in rules):
+        raise ConfigurationError("encryption needs a non-empty list of KeyRule")
+    if not rules[-1].catch_all:
+        raise ConfigurationError(
+            "the last key rule must cover every object (no prefix, no namespaces): "
+            "receipts, probes and ids no tenant claims are sealed with it"
+        )
+    names = [r.tenant for r in rules]
+    if len(set(names)) != len(names):
+        raise ConfigurationError("each tenant may have one key rule")
+    return rules
+
+
+def _check_bounds(max_age: object, max_uses: object, shred_check: object) -> None:
+    """Refuse a data key's age or use bound, or a shred check period, out of range."""
+    if not isinstance(max_age, timedelta) or max_age <= timedelta(0):
+        raise ConfigurationError("max_age must be a positive timedelta")
+    if type(max_uses) is not int or not 1 <= max_uses <= 1 << 32:
+        raise ConfigurationError("max_uses must be an int from 1 to 2**32")
+    if not isinstance(shred_check, timedelta) or shred_check <= timedelta(0):
+        raise ConfigurationError("shred_check must be a positive timedelta")
 
 
 def read_header(data: bytes, name: str) -> tuple[dict[str, Any], bytes, bytes]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
+from types import TracebackType, UnionType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, Unpack
 
 from stashpoint._backends.router import AsyncRouter, Hook, Router
@@ -110,38 +110,37 @@ class Options:
 
     def __post_init__(self) -> None:
         """Validate every setting once: `open` and `Stash(url, Options(...))` agree."""
-        level = self.compression_level
-        if type(level) is not int or not -7 <= level <= 22:
-            raise ConfigurationError(
-                f"compression_level must be an int from -7 to 22, not {described(level)}"
-            )
-        if not isinstance(self.limits, Limits):
-            raise ConfigurationError("limits must be a stashpoint.Limits")
-        if not isinstance(self.retry, RetryPolicy):
-            raise ConfigurationError("retry must be a stashpoint.RetryPolicy")
-        delete_after = self.log_delete_after
-        if not isinstance(delete_after, timedelta) or delete_after < timedelta(0):
+        _check_int(self.compression_level, "compression_level", "an int from -7 to 22", -7, 22)
+        for field_name, kind, what in _OPTION_TYPES:
+            if not isinstance(getattr(self, field_name), kind):
+                raise ConfigurationError(f"{field_name} must be {what}")
+        if self.log_delete_after < timedelta(0):
             raise ConfigurationError("log_delete_after must be a timedelta >= 0")
-        if not isinstance(self.clock, Clock):
-            raise ConfigurationError("clock must be a stashpoint.clock.Clock")
-        if not isinstance(self.randomness, Randomness):
-            raise ConfigurationError("randomness must be a stashpoint.randomness.Randomness")
-        if not isinstance(self.vacate_sealed_entries, bool):
-            raise ConfigurationError("vacate_sealed_entries must be a bool")
-        cache_bytes = self.log_read_cache_bytes
-        if type(cache_bytes) is not int or cache_bytes < 0:
-            raise ConfigurationError(
-                f"log_read_cache_bytes must be an int >= 0, not {described(cache_bytes)}"
-            )
-        if not isinstance(self.backend, dict):
-            raise ConfigurationError("backend must be a dict of backend options")
-        if not isinstance(self.erasure_key, bytes | str | None):
-            raise ConfigurationError("erasure_key must be bytes, a str, or 'file:PATH'")
+        _check_int(self.log_read_cache_bytes, "log_read_cache_bytes", "an int >= 0", 0, None)
         if self.encryption is not None:
             from stashpoint.encryption import Encryption
 
             if not isinstance(self.encryption, Encryption):
                 raise ConfigurationError("encryption must be a stashpoint.encryption.Encryption")
+
+
+_OPTION_TYPES: tuple[tuple[str, type | UnionType, str], ...] = (
+    ("limits", Limits, "a stashpoint.Limits"),
+    ("retry", RetryPolicy, "a stashpoint.RetryPolicy"),
+    ("log_delete_after", timedelta, "a timedelta >= 0"),
+    ("clock", Clock, "a stashpoint.clock.Clock"),
+    ("randomness", Randomness, "a stashpoint.randomness.Randomness"),
+    ("vacate_sealed_entries", bool, "a bool"),
+    ("backend", dict, "a dict of backend options"),
+    ("erasure_key", bytes | str | None, "bytes, a str, or 'file:PATH'"),
+)
+"""Each option of one type: its name, the type, and what the error says it must be."""
+
+
+def _check_int(value: object, name: str, what: str, low: int, high: int | None) -> None:
+    """Refuse an option that is not an int from `low` to `high` (None: no upper bound)."""
+    if type(value) is not int or value < low or (high is not None and value > high):
+        raise ConfigurationError(f"{name} must be {what}, not {described(value)}")
 
 
 class Interception:

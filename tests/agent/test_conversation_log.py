@@ -13,7 +13,7 @@ import pytest
 import stashpoint
 from stashpoint import CheckpointConflict, Envelope, InvalidPayload
 from stashpoint.agent import ConversationStore, Message
-from stashpoint.agent.logic import CONVERSATION_KIND, conversation_key
+from stashpoint.agent.conversation_log import CONVERSATION_KIND, conversation_key
 from stashpoint.logs.store import LogStore
 from stashpoint.steps import run_sync
 from stashpoint.stores.layout import CONVERSATIONS

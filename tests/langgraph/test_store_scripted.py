@@ -18,7 +18,8 @@ from stashpoint.codec import Codec
 from stashpoint.langgraph.items import KIND, SCHEMA_VERSION, StoredItem, item_id
 from stashpoint.langgraph.store_steps import StoreSteps
 from stashpoint.retry import RetryPolicy
-from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
+from stashpoint.stores.cas import CompareAndSwap, EtagCache
+from stashpoint.stores.head_facts import head_metadata
 from stashpoint.stores.layout import LANGGRAPH_STORE, Layout
 from stashpoint.stores.objects import Create, GetObject, HeadObject, Match, ObjectInfo, PutObject
 from tests.scripted import REFUSED, STORED, TIMEOUT, Script

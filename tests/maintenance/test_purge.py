@@ -147,7 +147,7 @@ def test_an_agent_checkpoint_is_purged_whole(tmp_path: Path) -> None:
 
 
 def test_a_conversation_is_named_by_its_namespace_and_id() -> None:
-    from stashpoint.agent.logic import conversation_key
+    from stashpoint.agent.conversation_log import conversation_key
 
     with _memory() as stash:
         logs = stash.logs_in("conversations")

@@ -25,7 +25,8 @@ from stashpoint.codec import Codec
 from stashpoint.envelope import LINEAGE_DEPTH, WRITERS_DEPTH
 from stashpoint.ids import writer_token
 from stashpoint.retry import RetryPolicy
-from stashpoint.stores.cas import CompareAndSwap, EtagCache, head_metadata
+from stashpoint.stores.cas import CompareAndSwap, EtagCache
+from stashpoint.stores.head_facts import head_metadata
 from stashpoint.stores.layout import CHECKPOINTS, Layout
 from stashpoint.stores.objects import (
     Create,

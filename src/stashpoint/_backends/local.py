@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from stashpoint._backends.without_extras import EXTRAS, answer_without_extras
 from stashpoint.errors import (
@@ -193,7 +193,7 @@ class LocalTransport:
         """Execute one object request and return its result."""
         if isinstance(request, EXTRAS):
             return answer_without_extras(request, "a stash in a local folder")
-        handler = _HANDLERS.get(type(request))
+        handler = self._HANDLERS.get(type(request))
         if handler is None:
             raise TypeError(f"local storage cannot execute {request!r}")
         try:
@@ -761,16 +761,15 @@ class LocalTransport:
             return 0.0, 1 << 62
         return stat.st_mtime, stat.st_size
 
-
-_HANDLERS: dict[type[Any], Callable[[LocalTransport, Any], Any]] = {
-    GetObject: LocalTransport._get_object,
-    HeadObject: LocalTransport._head_object,
-    PutObject: LocalTransport._put,
-    DeleteObject: LocalTransport._delete_object,
-    ListVersions: LocalTransport._list_versions,
-    ListVersionPage: LocalTransport._list_version_page,
-    DeleteVersions: LocalTransport._delete_version_list,
-    DeleteKeys: LocalTransport._delete_keys,
-    ListKeys: LocalTransport._list_keys,
-}
-"""How the local transport executes each request it can."""
+    _HANDLERS: ClassVar[dict[type[Any], Callable[[Any, Any], Any]]] = {
+        GetObject: _get_object,
+        HeadObject: _head_object,
+        PutObject: _put,
+        DeleteObject: _delete_object,
+        ListVersions: _list_versions,
+        ListVersionPage: _list_version_page,
+        DeleteVersions: _delete_version_list,
+        DeleteKeys: _delete_keys,
+        ListKeys: _list_keys,
+    }
+    """How the local transport executes each request it can."""

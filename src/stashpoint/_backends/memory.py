@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from stashpoint._backends.without_extras import EXTRAS, answer_without_extras
 from stashpoint.errors import LimitExceeded
@@ -62,7 +62,7 @@ class MemoryTransport:
         """Execute one object request and return its result."""
         if isinstance(request, EXTRAS):
             return answer_without_extras(request, "a stash in memory")
-        handler = _HANDLERS.get(type(request))
+        handler = self._HANDLERS.get(type(request))
         if handler is None:
             raise TypeError(f"memory storage cannot execute {request!r}")
         with self._lock:
@@ -221,6 +221,19 @@ class MemoryTransport:
         self._objects[key].append(_Version(str(next(self._counter)), None, ""))
         return WriteResult(WriteOutcome.STORED)
 
+    _HANDLERS: ClassVar[dict[type[Any], Callable[[Any, Any], Any]]] = {
+        GetObject: _get_object,
+        HeadObject: _head_object,
+        PutObject: _put,
+        DeleteObject: _delete_object,
+        ListVersions: _list_versions,
+        ListVersionPage: _list_version_page,
+        DeleteVersions: _delete_versions,
+        DeleteKeys: _delete_keys,
+        ListKeys: _list_keys,
+    }
+    """How the memory transport executes each request it can (under its lock)."""
+
 
 def _page_after(
     listed: list[StoredVersion], marker: tuple[str, str] | None, page_size: int
@@ -235,17 +248,3 @@ def _page_after(
     page = listed[:page_size]
     more = len(listed) > page_size
     return VersionPage(page, (page[-1].key, page[-1].version_id) if more else None)
-
-
-_HANDLERS: dict[type[Any], Callable[[MemoryTransport, Any], Any]] = {
-    GetObject: MemoryTransport._get_object,
-    HeadObject: MemoryTransport._head_object,
-    PutObject: MemoryTransport._put,
-    DeleteObject: MemoryTransport._delete_object,
-    ListVersions: MemoryTransport._list_versions,
-    ListVersionPage: MemoryTransport._list_version_page,
-    DeleteVersions: MemoryTransport._delete_versions,
-    DeleteKeys: MemoryTransport._delete_keys,
-    ListKeys: MemoryTransport._list_keys,
-}
-"""How the memory transport executes each request it can (under its lock)."""

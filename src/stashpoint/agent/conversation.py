@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-from stashpoint.agent import logic
-from stashpoint.agent.logic import CONVERSATION_KIND, conversation_key
+from stashpoint.agent import conversation_log, logic
+from stashpoint.agent.conversation_log import CONVERSATION_KIND, conversation_key
 from stashpoint.agent.models import Message
 from stashpoint.steps import Steps
 from stashpoint.stores.store import AsyncStore, Store
@@ -38,7 +38,9 @@ class _ConversationApi(Generic[StoreT]):
     @operation
     def load(self, namespace: str, conversation_id: str) -> Steps[tuple[int, list[Message]]]:
         """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
-        return logic.load_conversation(self._storage, namespace, conversation_id)
+        return conversation_log.load_conversation(
+            self._storage.conversation_states, namespace, conversation_id
+        )
 
     @operation
     def commit(
@@ -53,8 +55,12 @@ class _ConversationApi(Generic[StoreT]):
         One append of the messages added since the last commit (the whole transcript when
         it is not an extension of it, for example after a summary).
         """
-        return logic.commit_conversation(
-            self._storage, namespace, conversation_id, expected_version, messages
+        return conversation_log.commit_conversation(
+            self._storage.conversation_states,
+            namespace,
+            conversation_id,
+            expected_version,
+            messages,
         )
 
 

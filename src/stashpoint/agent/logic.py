@@ -11,16 +11,19 @@ store and a driver.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
-import pydantic_core
 
+from stashpoint.agent.conversation_log import (
+    WHOLE_TRANSCRIPT,
+    ConversationForm,
+    ConversationState,
+    commit_conversation,
+)
 from stashpoint.agent.models import (
     AGENT_KIND,
     AGENT_SCHEMA_VERSION,
@@ -43,7 +46,6 @@ from stashpoint.deadline import Deadline
 from stashpoint.envelope import Envelope, typed_payload
 from stashpoint.errors import (
     AmbiguousResume,
-    CheckpointConflict,
     CheckpointNotFound,
     IdentityMismatch,
     InvalidArgument,
@@ -53,18 +55,14 @@ from stashpoint.errors import (
     TerminalStateConflict,
     UnsupportedFormat,
     described,
-    whole,
 )
 from stashpoint.ids import validate_id
 from stashpoint.logs.format import LogKeys
 from stashpoint.logs.log import LogHead, LogSteps
-from stashpoint.logs.state import Known, LoggedState
+from stashpoint.logs.state import LoggedState
 from stashpoint.steps import Call, NewId, Steps, ask
 from stashpoint.stores.cas import CompareAndSwap
 from stashpoint.stores.layout import AGENTS, CONVERSATIONS
-
-CONVERSATION_KIND = "stashpoint.conversation"
-"""Envelope kind of a durable conversation."""
 
 
 @dataclass
@@ -180,17 +178,9 @@ def check_identity(
         )
 
 
-def conversation_key(namespace: str, conversation_id: str) -> str:
-    """Return the checkpoint id of a conversation (unambiguous for any two valid ids)."""
-    validate_id(namespace, what="namespace")
-    validate_id(conversation_id, what="conversation id")
-    return f"conversation.{len(namespace)}.{namespace}.{conversation_id}"
-
-
 # -- where an agent's checkpoint lives ----------------------------------------------------
 
-_ALL = 2**62
-"""A record count larger than any log: "the whole transcript"."""
+_ALL = WHOLE_TRANSCRIPT
 
 
 @dataclass(frozen=True)
@@ -217,7 +207,7 @@ class AgentStorage:
                 LogKeys(cas.layout, namespace), cas.codec, cas.retry
             )
         agents, conversations = logs(AGENTS), logs(CONVERSATIONS)
-        states = LoggedState(conversations, _ConversationForm(conversations))
+        states = LoggedState(conversations, ConversationForm(conversations))
         # A cursor holds the head an agent save appends after: the cache is never read.
         agent_states = LoggedState(agents, _AgentForm(agents), cache_size=64)
         return cls(agents, conversations, states, agent_states)
@@ -649,23 +639,66 @@ def run_turn(
         saved = yield from save_saved(
             storage, saved, state.model_copy(update={"phase": TurnInFlight(turn=number)})
         )
-    attempt_id = None
-    if steps is not None and saved.run_id is not None:
-        attempt_id = yield from steps.begin(saved.run_id, number)
+    attempt_id = yield from _begin_attempt(steps, saved, number)
     started = yield from ask(Call(clock, ()))
+    result = yield from _turn_result(storage, saved, state, turn, number, steps, attempt_id)
+    took = (yield from ask(Call(clock, ()))) - started
+    after = after_turn(state, result)
+    durations = [*state.turn_seconds, round(max(0.0, took), 3)][-TURN_HISTORY:]
+    after = after.model_copy(update={"turn_seconds": durations})
+    if commit_conversations:
+        after = yield from _committed(storage, after)
+    if mark_next and after.outcome() is None and goes_on is not None:
+        mark_next = yield from goes_on(after)
+    saved = yield from _save_turn(storage, saved, after, mark_next=mark_next)
+    if steps is not None and attempt_id is not None:
+        yield from steps.end(attempt_id, _turn_summary(number, result), None)
+    return saved, after
+
+
+def _begin_attempt(steps: TurnSteps | None, saved: Saved, number: int) -> Steps[str | None]:
+    """Record turn `number` as an attempt of the agent's run; its id (None: no run)."""
+    if steps is None or saved.run_id is None:
+        return None
+    return (yield from steps.begin(saved.run_id, number))
+
+
+def _save_turn(
+    storage: AgentStorage, saved: Saved, after: AgentCheckpointState, *, mark_next: bool
+) -> Steps[Saved]:
+    """Save a turn's commit; with `mark_next`, the next turn in flight in the same append."""
+    if mark_next and after.outcome() is None:
+        # The next turn starts as soon as this one is stored: one append says both.
+        marker = after.model_copy(update={"phase": TurnInFlight(turn=after.turns + 1)})
+        return (yield from save_saved(storage, saved, marker))
+    return (yield from save_saved(storage, saved, after))
+
+
+def _turn_result(
+    storage: AgentStorage,
+    saved: Saved,
+    state: AgentCheckpointState,
+    turn: AsyncTurn,
+    number: int,
+    steps: TurnSteps | None,
+    attempt_id: str | None,
+) -> Steps[TurnResult]:
+    """Run the caller's turn; return its result, checked.
+
+    A turn that raises ends its attempt as failed; one that raises `TurnNotStarted` (it
+    had no effect) also takes its in-flight mark back, so the next run runs it again
+    without an operator settling it.
+    """
     try:
         result = yield from ask(Call(turn, (state, number)))
     except Exception as exc:
         if steps is not None and attempt_id is not None:
             yield from steps.end(attempt_id, None, f"{type(exc).__name__}: {exc}")
         if isinstance(exc, TurnNotStarted):
-            # The turn says it had no effect: the in-flight mark goes, so the next run
-            # runs the turn again without an operator settling it.
             yield from save_saved(
                 storage, saved, state.model_copy(update={"phase": ReadyForTurn()})
             )
         raise
-    took = (yield from ask(Call(clock, ()))) - started
     if not isinstance(result, TurnResult):
         raise InvalidArgument(f"a turn must return a TurnResult, not {described(result)}")
     if not isinstance(result.messages, list) or not all(
@@ -675,31 +708,23 @@ def run_turn(
             "a TurnResult's messages must be a list of stashpoint.agent.Message, not "
             f"{described(result.messages)}"
         )
-    after = after_turn(state, result)
-    durations = [*state.turn_seconds, round(max(0.0, took), 3)][-TURN_HISTORY:]
-    after = after.model_copy(update={"turn_seconds": durations})
+    return result
+
+
+def _committed(storage: AgentStorage, after: AgentCheckpointState) -> Steps[AgentCheckpointState]:
+    """Commit a durable conversation's new messages; return the state at its new version."""
     durable = after.durable_conversation
-    if durable is not None and commit_conversations:
-        version = yield from commit_conversation(
-            storage,
-            durable.namespace,
-            durable.conversation_id,
-            durable.expected_version,
-            after.transcript[durable.persisted_prefix_len :],
-        )
-        durable = durable.model_copy(update={"expected_version": version})
-        after = after.model_copy(update={"durable_conversation": durable})
-    if mark_next and after.outcome() is None:
-        mark_next = True if goes_on is None else (yield from goes_on(after))
-    if mark_next and after.outcome() is None:
-        # The next turn starts as soon as this one is stored: one append says both.
-        marker = after.model_copy(update={"phase": TurnInFlight(turn=after.turns + 1)})
-        saved = yield from save_saved(storage, saved, marker)
-    else:
-        saved = yield from save_saved(storage, saved, after)
-    if steps is not None and attempt_id is not None:
-        yield from steps.end(attempt_id, _turn_summary(number, result), None)
-    return saved, after
+    if durable is None:
+        return after
+    version = yield from commit_conversation(
+        storage.conversation_states,
+        durable.namespace,
+        durable.conversation_id,
+        durable.expected_version,
+        after.transcript[durable.persisted_prefix_len :],
+    )
+    durable = durable.model_copy(update={"expected_version": version})
+    return after.model_copy(update={"durable_conversation": durable})
 
 
 def run(
@@ -732,21 +757,9 @@ def run(
             storage, checkpoint_id, agent=agent, model=model, transcript=transcript,
             execution_id=None, run_id=run_id, durable=durable,
         )  # fmt: skip
-    if run_id is not None and run_id != saved.run_id:
-        yield from _refuse_run(checkpoint_id, saved, state, run_id, steps)
-    shortfall: list[tuple[float, float]] = []
-
-    def fits(after: AgentCheckpointState, first: bool = False) -> Steps[bool]:
-        """Whether the next turn fits the time left (the shortfall is kept when not)."""
-        if deadline is None:
-            return True
-        left = float((yield from ask(Call(deadline.remaining, ()))))
-        needed = deadline.needed(after.turn_seconds, first=first)
-        if left < needed:
-            shortfall.append((left, needed))
-            return False
-        return True
-
+    yield from _refuse_run(checkpoint_id, saved, state, run_id, steps)
+    fits = _Fits(deadline)
+    shortfall = fits.shortfall
     clock = time.monotonic if deadline is None else deadline.clock
     marked = False
     if state.outcome() is None and not (yield from fits(state, first=True)):
@@ -768,26 +781,57 @@ def run(
         if state.outcome() is None and not marked and shortfall:
             left, needed = shortfall[-1]
             return Suspended(turns=state.turns, remaining_seconds=left, needed_seconds=needed)
-    if steps is not None and saved.run_id is not None:
-        # The agent's outcome is stored: its run is done too (repeated when a completed
-        # checkpoint is run again, which writes nothing; a run ended otherwise conflicts).
-        yield from steps.finish(saved.run_id)
+    yield from _finish_run(steps, saved)
     return outcome
+
+
+def _finish_run(steps: TurnSteps | None, saved: Saved) -> Steps[None]:
+    """Complete the run of an agent whose outcome is stored.
+
+    Repeated when a completed checkpoint is run again, which writes nothing; a run
+    ended otherwise conflicts.
+    """
+    if steps is not None and saved.run_id is not None:
+        yield from steps.finish(saved.run_id)
+
+
+@dataclass
+class _Fits:
+    """Whether the next turn fits the time a deadline leaves (always, without one)."""
+
+    deadline: Deadline | None
+    """The invocation's deadline."""
+    shortfall: list[tuple[float, float]] = field(default_factory=list)
+    """(time left, time needed) each time a turn did not fit."""
+
+    def __call__(self, after: AgentCheckpointState, first: bool = False) -> Steps[bool]:
+        """Whether the next turn fits the time left (the shortfall is kept when not)."""
+        if self.deadline is None:
+            return True
+        left = float((yield from ask(Call(self.deadline.remaining, ()))))
+        needed = self.deadline.needed(after.turn_seconds, first=first)
+        if left < needed:
+            self.shortfall.append((left, needed))
+            return False
+        return True
 
 
 def _refuse_run(
     checkpoint_id: str,
     saved: Saved,
     state: AgentCheckpointState,
-    run_id: str,
+    run_id: str | None,
     steps: TurnSteps | None,
 ) -> Steps[None]:
     """End a run handed an agent that belongs to another run (or none), and say so.
 
     A completed agent answers from its checkpoint and runs nothing: the run it was handed
     would otherwise stay `running` forever. It fails with the reason, and the caller gets
-    `IdentityMismatch` naming the agent, its run and what to do.
+    `IdentityMismatch` naming the agent, its run and what to do. Nothing to do when no
+    run was named, or the agent's own.
     """
+    if run_id is None or run_id == saved.run_id:
+        return
     where = "outside any run" if saved.run_id is None else f"in run {saved.run_id!r}"
     done = "completed" if state.outcome() is not None else "was started"
     reason = (
@@ -826,174 +870,3 @@ def resolve(
         )
     yield from save_saved(storage, saved, state)
     return True, state
-
-
-def _transcript_digest(messages: Sequence[Any]) -> str:
-    """Return a digest of a transcript's JSON (what a commit compares, without reading)."""
-    digest = hashlib.sha256()
-    for message in messages:
-        try:
-            text = pydantic_core.to_json(message)
-        except ValueError as exc:  # a lone surrogate, bytes that are not UTF-8
-            raise InvalidPayload(
-                f"a message cannot be written as UTF-8 JSON ({type(exc).__name__})"
-            ) from exc
-        digest.update(hashlib.sha256(text).digest())
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationState:
-    """A durable conversation's latest commit, as its log's newest entry says."""
-
-    version: int
-    """Commits so far (0: none)."""
-    version_base: int
-    """Commits made before the log's current versions began (its version 0 is commit
-    `version_base + 1`)."""
-    start: int
-    """Record position where the transcript starts among the log's records."""
-    length: int
-    """Messages in the transcript."""
-    digest: str
-    """Digest of the transcript's messages (`_transcript_digest`)."""
-
-
-_NO_CONVERSATION = ConversationState(0, 0, 0, 0, _transcript_digest([]))
-
-
-class _ConversationForm:
-    """How a conversation's state is kept in its log (`logs.state.StateForm`)."""
-
-    kind = CONVERSATION_KIND
-    schema_version = 1
-
-    def __init__(self, logs: LogSteps) -> None:
-        self.logs = logs
-
-    def parse(self, head: LogHead) -> ConversationState:
-        """Return the commit a conversation log's head describes, or a typed error."""
-        state = head.state if isinstance(head.state, dict) else {}
-        name = self.logs.keys.entry(head.log_id, head.version)
-        try:
-            base, start = int(state["version_base"]), int(state["start"])
-            length, digest = int(state["length"]), str(state["digest"])
-        except (KeyError, TypeError, ValueError):
-            raise InvalidPayload("not a conversation log state", object_name=name) from None
-        if head.kind != CONVERSATION_KIND or start < 0 or start + length != head.next_record:
-            raise InvalidPayload("not a conversation log, or a broken one", object_name=name)
-        return ConversationState(base + head.version + 1, base, start, length, digest)
-
-    def document(self, state: ConversationState) -> dict[str, Any]:
-        """Return what an entry stores of the state."""
-        return {
-            "version_base": state.version_base,
-            "start": state.start,
-            "length": state.length,
-            "digest": state.digest,
-        }
-
-
-def load_conversation(
-    storage: AgentStorage, namespace: str, conversation_id: str
-) -> Steps[tuple[int, list[Message]]]:
-    """Return `(version, messages)`; `(0, [])` for a conversation never committed."""
-    key = conversation_key(namespace, conversation_id)
-    form = storage.conversation_states.form
-    try:
-        head, entries = yield from storage.conversations.tail(
-            key, _ALL, since=lambda h: form.parse(h).start
-        )
-    except Purged:
-        raise
-    except CheckpointNotFound:
-        return 0, []
-    found = form.parse(head)
-    records = [r for e in entries for r in e.records[max(0, found.start - e.first_record) :]]
-    if len(records) != found.length or _transcript_digest(records) != found.digest:
-        raise InvalidPayload(
-            "conversation log's messages do not match its state (missing or changed)",
-            object_name=storage.conversations.keys.entry(key, head.version),
-        )
-    return found.version, [Message.model_validate(m) for m in records]
-
-
-def _sequence(messages: object, key: str) -> Sequence[Any]:
-    """Return `messages` if it is a sequence (not a string or a mapping)."""
-    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
-        raise InvalidArgument(
-            f"messages must be a list of Message, not {described(messages)}", object_name=key
-        )
-    return messages
-
-
-def _message(message: object, key: str) -> dict[str, Any]:
-    """Return a `Message` as JSON (a dict is refused: `Message(**d)` makes one)."""
-    if not isinstance(message, Message):
-        raise InvalidArgument(
-            f"messages must be Message objects, not {described(message)}", object_name=key
-        )
-    try:
-        return message.model_dump(mode="json")
-    except ValueError as exc:  # pydantic's serialization errors (bytes not UTF-8, ...)
-        raise InvalidPayload(
-            f"a message cannot be written as JSON ({type(exc).__name__})", object_name=key
-        ) from exc
-
-
-def commit_conversation(
-    storage: AgentStorage,
-    namespace: str,
-    conversation_id: str,
-    expected_version: int,
-    messages: Sequence[Message],
-) -> Steps[int]:
-    """Commit the transcript if the conversation is still at `expected_version`.
-
-    Returns the new version; one append of the messages added since the last commit when
-    the transcript extends it. Version N means N commits (0: none yet). Committing the
-    same messages again at the next version is the commit already made (a crash after it,
-    before the agent checkpoint moved on). Another turn's commit raises
-    `CheckpointConflict`.
-    """
-    key = conversation_key(namespace, conversation_id)
-    whole(expected_version, "expected_version", object_name=key)
-    dumped = [_message(m, key) for m in _sequence(messages, key)]
-    digest = _transcript_digest(dumped)
-    states = storage.conversation_states
-    Planned = tuple[list[Any], ConversationState]
-
-    def change(known: Known[ConversationState], fresh: bool) -> Steps[Planned | None]:
-        found = known.state
-        if found.version != expected_version:
-            if found.version == expected_version + 1 and found.digest == digest:
-                return None  # our own commit (made before a crash, or resent): nothing to do
-            raise CheckpointConflict(
-                key,
-                expected_revision=expected_version - 1 if expected_version else None,
-                actual_revision=found.version - 1 if found.version else None,
-                message=f"conversation moved to version {found.version}; this turn loaded "
-                f"version {expected_version}",
-            )
-        new = ConversationState(
-            expected_version + 1, found.version_base, found.start, len(dumped), digest
-        )
-        if known.log is None:
-            return dumped, new
-        extends = len(dumped) >= found.length and (
-            _transcript_digest(dumped[: found.length]) == found.digest
-        )
-        if extends:
-            return dumped[found.length :], new
-        # Not an extension (summarised, edited): the whole transcript again, after the rest.
-        return dumped, dataclasses.replace(new, start=known.log.next_record)
-        yield  # a generator, like every change
-
-    def write(known: Known[ConversationState], planned: Planned | None) -> Steps[int]:
-        if planned is None:
-            return known.state.version
-        records, new = planned
-        yield from states.append(key, known.log, records, new)
-        return new.version
-
-    return (yield from states.update(key, change, write, initial=lambda: _NO_CONVERSATION))

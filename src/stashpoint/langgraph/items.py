@@ -222,13 +222,31 @@ def stored_item(object_id: str, payload: Any) -> StoredItem:
             "store item names another namespace or key than its id", object_name=object_id
         )
     vectors = payload.get("vectors", {})
-    if not isinstance(vectors, dict) or not all(
+    if not _vectors_ok(vectors):
+        raise InvalidPayload("store item vectors are malformed", object_name=object_id)
+    ttl_minutes, expires_at = _stored_ttl(payload, object_id)
+    return StoredItem(
+        tuple(namespace),
+        key,
+        value,
+        {path: vector_of(vector) for path, vector in vectors.items()},
+        ttl_minutes,
+        expires_at,
+    )
+
+
+def _vectors_ok(vectors: Any) -> bool:
+    """Whether an item's stored vectors are a dict of paths to lists of numbers."""
+    return isinstance(vectors, dict) and all(
         isinstance(path, str)
         and isinstance(vector, list)
         and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector)
         for path, vector in vectors.items()
-    ):
-        raise InvalidPayload("store item vectors are malformed", object_name=object_id)
+    )
+
+
+def _stored_ttl(payload: dict[str, Any], object_id: str) -> tuple[float | None, datetime | None]:
+    """Return an item's TTL and expiry (both or neither; an aware expiry), checked."""
     ttl, expires = payload.get("ttl_minutes"), payload.get("expires_at")
     try:
         ttl_minutes = check_ttl(ttl)
@@ -239,14 +257,7 @@ def stored_item(object_id: str, payload: Any) -> StoredItem:
         expires_at is not None and expires_at.tzinfo is None
     ):
         raise InvalidPayload("store item TTL is malformed", object_name=object_id)
-    return StoredItem(
-        tuple(namespace),
-        key,
-        value,
-        {path: vector_of(vector) for path, vector in vectors.items()},
-        ttl_minutes,
-        expires_at,
-    )
+    return ttl_minutes, expires_at
 
 
 # -- filters --------------------------------------------------------------------------------
@@ -261,14 +272,19 @@ def check_filter(filter: Any) -> dict[str, Any]:
     if not isinstance(filter, dict) or not all(isinstance(k, str) for k in filter):
         raise InvalidArgument(f"a filter is a dict of str keys, not {described(filter)}")
     for condition in filter.values():
-        if isinstance(condition, dict) and any(k.startswith("$") for k in condition):
-            unknown = sorted(str(k) for k in condition if k not in _OPERATORS)
-            if unknown:
-                raise InvalidArgument(
-                    f"unknown filter operator {unknown[0]!r}: use one of "
-                    f"{', '.join(sorted(_OPERATORS))}"
-                )
+        _check_operators(condition)
     return filter
+
+
+def _check_operators(condition: Any) -> None:
+    """Refuse a filter condition of operators that names one LangGraph does not know."""
+    if not (isinstance(condition, dict) and any(k.startswith("$") for k in condition)):
+        return
+    unknown = sorted(str(k) for k in condition if k not in _OPERATORS)
+    if unknown:
+        raise InvalidArgument(
+            f"unknown filter operator {unknown[0]!r}: use one of {', '.join(sorted(_OPERATORS))}"
+        )
 
 
 _MISSING = object()
@@ -298,11 +314,7 @@ def matches(value: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
 
 def _meets(found: Any, wanted: Any) -> bool:
     if isinstance(wanted, dict):
-        if any(str(k).startswith("$") for k in wanted):
-            return all(_compare(found, op, operand) for op, operand in wanted.items())
-        if not isinstance(found, dict):
-            return False
-        return all(_meets(found.get(k, _MISSING), v) for k, v in wanted.items())
+        return _meets_object(found, wanted)
     if isinstance(wanted, (list, tuple)):
         return (
             isinstance(found, list)
@@ -310,6 +322,15 @@ def _meets(found: Any, wanted: Any) -> bool:
             and all(_meets(f, w) for f, w in zip(found, wanted, strict=True))
         )
     return found is not _MISSING and _equal(found, wanted)
+
+
+def _meets_object(found: Any, wanted: dict[Any, Any]) -> bool:
+    """Whether `found` meets a condition object: operators, or an object key by key."""
+    if any(str(k).startswith("$") for k in wanted):
+        return all(_compare(found, op, operand) for op, operand in wanted.items())
+    if not isinstance(found, dict):
+        return False
+    return all(_meets(found.get(k, _MISSING), v) for k, v in wanted.items())
 
 
 def _equal(found: Any, wanted: Any) -> bool:
@@ -401,10 +422,7 @@ def cosine_scores(query: Sequence[float], vectors: Sequence[Sequence[float]]) ->
     positions = [i for i, vector in enumerate(vectors) if len(vector) == len(wanted)]
     if not positions or not wanted.any():
         return scores
-    joined = b"".join(
-        vectors[i] if isinstance(vectors[i], array) else array("d", vectors[i])  # type: ignore[misc]
-        for i in positions
-    )
+    joined = b"".join(_doubles(vectors[i]) for i in positions)
     matrix = np.frombuffer(joined, dtype=np.float64).reshape(len(positions), len(wanted))
     norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(wanted)
     products = matrix @ wanted
@@ -412,6 +430,11 @@ def cosine_scores(query: Sequence[float], vectors: Sequence[Sequence[float]]) ->
     for position, score in zip(positions, found.tolist(), strict=True):
         scores[position] = score
     return scores
+
+
+def _doubles(vector: Sequence[float]) -> array[float]:
+    """Return a vector as float64s (an `array("d")` as it is: its bytes are not copied)."""
+    return vector if isinstance(vector, array) else array("d", vector)
 
 
 def _cosine(query: Sequence[float], vector: Sequence[float]) -> float:

@@ -562,30 +562,44 @@ class SaverSteps:
         doomed = {str(run_id) for run_id in run_ids}
         if not doomed:
             return
-        named = None
-        if self.run_threads is not None:
-            named = yield from self.run_threads.threads_of(sorted(doomed))
-            if named is None:
-                yield from self.index_runs(serde)
-                named = yield from self.run_threads.threads_of(sorted(doomed))
-
+        named = yield from self._threads_of_runs(doomed, serde)
         keys = sorted(named) if named is not None else (yield from self.logs.list_ids())
         for key in keys:
             read = yield from self.reads.listed(key)
-            if read is None or read[0].deleted:
-                if named is not None and read is not None:
-                    yield from self._forget_items(key, named[key], read[2].version)
-                continue
-            thread_id = str(read[0].thread_id or key)
-
-            def without_runs(model: ThreadModel, key: str = key) -> bool:
-                return model.keep(lambda c: _run_of(load(serde, c.metadata, key, {})) not in doomed)
-
-            if _runs_in(read[1], serde, key) & doomed:
-                # Read again inside the rewrite: a put landing meanwhile is folded, not lost.
-                yield from self._rewrite(thread_id, without_runs, serde)
-            if named is not None:
+            if read is not None and not read[0].deleted:
+                yield from self._drop_runs(key, read[0], read[1], doomed, serde)
+            if named is not None and read is not None:
                 yield from self._forget_items(key, named[key], read[2].version)
+
+    def _threads_of_runs(
+        self, doomed: set[str], serde: Serializer
+    ) -> Steps[dict[str, dict[str, int]] | None]:
+        """Return the threads the index names for runs `doomed` (None: no index).
+
+        An index whose items are not complete yet is completed first (`index_runs`).
+        """
+        if self.run_threads is None:
+            return None
+        named = yield from self.run_threads.threads_of(sorted(doomed))
+        if named is None:
+            yield from self.index_runs(serde)
+            named = yield from self.run_threads.threads_of(sorted(doomed))
+        return named
+
+    def _drop_runs(
+        self, key: str, state: ThreadState, model: ThreadModel, doomed: set[str], serde: Serializer
+    ) -> Steps[None]:
+        """Rewrite a thread without the checkpoints of runs `doomed`, if it holds any.
+
+        Read again inside the rewrite: a put landing meanwhile is folded, not lost.
+        """
+        if not _runs_in(model, serde, key) & doomed:
+            return
+
+        def without_runs(model: ThreadModel) -> bool:
+            return model.keep(lambda c: _run_of(load(serde, c.metadata, key, {})) not in doomed)
+
+        yield from self._rewrite(str(state.thread_id or key), without_runs, serde)
 
     def index_runs(self, serde: Serializer) -> Steps[int]:
         """Write every thread's (run, thread) items once, then the marker; say how many threads.

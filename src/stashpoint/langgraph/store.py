@@ -85,25 +85,7 @@ class _Config:
         self.embeddings = None
         self.fields: list[tuple[str, Any]] = []
         if index is not None:
-            if "embed" not in index:
-                raise ConfigurationError("an index config names its embed function ('embed')")
-            try:
-                self.embeddings = ensure_embeddings(index["embed"])
-            except (ImportError, TypeError, ValueError) as exc:
-                # A provider string needs LangChain's `init_embeddings` (and its package).
-                raise ConfigurationError(f"index embed cannot be used: {exc}") from None
-            dims = index.get("dims")
-            if dims is not None and (type(dims) is not int or dims < 1):
-                raise ConfigurationError(f"index dims is an int >= 1, not {described(dims)}")
-            fields = index.get("fields") or ["$"]
-            if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-                raise ConfigurationError(f"index fields is a list of str, not {described(fields)}")
-            try:
-                self.fields = [
-                    (path, path if path == "$" else tokenize_path(path)) for path in fields
-                ]
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(f"index fields cannot be read: {exc}") from None
+            self.embeddings, self.fields = _index_parts(index)
 
     def texts(self, ops: Sequence[Op]) -> list[tuple[int, str, str]]:
         """Return `(op index, vector path, text)` for every field the puts index."""
@@ -549,3 +531,28 @@ class AsyncStashpointStore(_StoreApi):
         return await self.stash.admin.purge(
             reusable=reusable, **_purge_selector(namespace_prefix, older_than)
         )
+
+
+def _index_parts(index: IndexConfig) -> tuple[Any, list[tuple[str, Any]]]:
+    """Return an index config's embeddings and its fields (each path, tokenized)."""
+    if "embed" not in index:
+        raise ConfigurationError("an index config names its embed function ('embed')")
+    try:
+        embeddings = ensure_embeddings(index["embed"])
+    except (ImportError, TypeError, ValueError) as exc:
+        # A provider string needs LangChain's `init_embeddings` (and its package).
+        raise ConfigurationError(f"index embed cannot be used: {exc}") from None
+    dims = index.get("dims")
+    if dims is not None and (type(dims) is not int or dims < 1):
+        raise ConfigurationError(f"index dims is an int >= 1, not {described(dims)}")
+    return embeddings, _fields(index.get("fields") or ["$"])
+
+
+def _fields(fields: Any) -> list[tuple[str, Any]]:
+    """Return an index config's fields, each path with its tokens (`$`: the whole value)."""
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise ConfigurationError(f"index fields is a list of str, not {described(fields)}")
+    try:
+        return [(path, path if path == "$" else tokenize_path(path)) for path in fields]
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"index fields cannot be read: {exc}") from None

@@ -55,7 +55,8 @@ from stashpoint.langgraph.items import (
     vector_of,
 )
 from stashpoint.steps import NewWriteId, Now, Parallel, Steps, ask
-from stashpoint.stores.cas import CompareAndSwap, facts_from_envelope, optimistic_update
+from stashpoint.stores.cas import CompareAndSwap, optimistic_update
+from stashpoint.stores.head_facts import facts_from_envelope
 from stashpoint.stores.objects import GetObject, ObjectInfo, every_key_page
 
 KNOWN_ITEM_WEIGHT = 64 * 1024 * 1024
@@ -240,16 +241,24 @@ class StoreSteps:
         for page in pages:
             etags: Sequence[str | None] = page.etags or [None] * len(page.keys)
             for key, etag in zip(page.keys, etags, strict=True):
-                object_id = key[len(base) :]
-                known = self.known.get(object_id)
-                if known is not None and etag is not None and known.etag == etag:
-                    held.append(known)
-                elif "/" not in object_id and parse_item_id(object_id) is not None:
-                    unread.append(object_id)  # (any other key is not an item's)
+                self._sort_listed(key[len(base) :], etag, held, unread)
         for start in range(0, len(unread), READ_WIDTH):
             found = yield from self.read(unread[start : start + READ_WIDTH])
             held.extend(one for one in found if one is not None)
         return held
+
+    def _sort_listed(
+        self, object_id: str, etag: str | None, held: list[Found], unread: list[str]
+    ) -> None:
+        """Add a listed item to `held` (this store holds it as stored) or `unread`.
+
+        A key that names no item is neither.
+        """
+        known = self.known.get(object_id)
+        if known is not None and etag is not None and known.etag == etag:
+            held.append(known)
+        elif "/" not in object_id and parse_item_id(object_id) is not None:
+            unread.append(object_id)
 
     def search(
         self, op: SearchOp, query: Sequence[float] | None, reading: Reading
@@ -266,13 +275,7 @@ class StoreSteps:
             if not (reading.omit_expired and one.item.expired(now))
             and matches(one.item.value, wanted)
         ]
-        ranked: list[tuple[Found, float | None]]
-        if query is None:
-            found.sort(key=lambda one: (-one.envelope.updated_at.timestamp(), one.item.key))
-            ranked = [(one, None) for one in found]
-        else:
-            ranked = _ranked(found, query)
-        page = ranked[offset : offset + limit]
+        page = _ranked(found, query)[offset : offset + limit]
         if reading.refresh:
             refreshed = yield from self._kept([one for one, _ in page], reading)
             page = [
@@ -289,17 +292,15 @@ class StoreSteps:
             for c in op.match_conditions or ()
         ]
         limit, offset = _page(op.limit, op.offset)
-        if op.max_depth is not None and (type(op.max_depth) is not int or op.max_depth < 1):
-            raise InvalidArgument(f"max_depth is an int >= 1, not {described(op.max_depth)}")
+        depth = _max_depth(op.max_depth)
         ids = yield from self.cas.list_ids(namespace_prefix_id(literal_prefix(conditions)))
         found: set[tuple[str, ...]] = set()
         for object_id in ids:
             parsed = parse_item_id(object_id)
-            if parsed is None:
-                continue
-            namespace = parsed[0]
-            if all(namespace_matches(namespace, kind, path) for kind, path in conditions):
-                found.add(namespace if op.max_depth is None else namespace[: op.max_depth])
+            if parsed is not None and all(
+                namespace_matches(parsed[0], kind, path) for kind, path in conditions
+            ):
+                found.add(parsed[0][:depth])
         return sorted(found)[offset : offset + limit]
 
     # -- writing ----------------------------------------------------------------------------
@@ -522,44 +523,62 @@ class StoreSteps:
                 while run < len(ops) and isinstance(ops[run], GetOp):
                     run += 1
                 gets: list[GetOp] = [ops[i] for i in range(index, run)]  # type: ignore[misc]
-                by_refresh: dict[bool, list[int]] = {}
-                for offset, get in enumerate(gets):
-                    by_refresh.setdefault(bool(get.refresh_ttl), []).append(offset)
-                for refresh, offsets in by_refresh.items():
-                    found = yield from self.gets(
-                        [(gets[o].namespace, str(gets[o].key)) for o in offsets],
-                        Reading(refresh, omit),
-                    )
-                    for o, one in zip(offsets, found, strict=True):
-                        results[index + o] = None if one is None else one.as_item()
+                results[index:run] = yield from self._gets_of(gets, omit)
                 index = run
                 continue
-            if isinstance(op, PutOp):
-                if op.value is None:
-                    yield from self.delete(op.namespace, str(op.key))
-                else:
-                    yield from self.put(
-                        op.namespace,
-                        str(op.key),
-                        op.value,
-                        vectors.get(index, {}),
-                        check_ttl(op.ttl),
-                    )
-            elif isinstance(op, SearchOp):
-                page = yield from self.search(
-                    op, queries.get(index), Reading(bool(op.refresh_ttl), omit)
-                )
-                results[index] = [one.as_item(score, scored=True) for one, score in page]
-            elif isinstance(op, ListNamespacesOp):
-                results[index] = yield from self.namespaces(op)
-            else:
-                raise InvalidArgument(f"not a store operation: {described(op)}")
+            results[index] = yield from self._one(
+                op, vectors.get(index, {}), queries.get(index), omit
+            )
             index += 1
         return results
+
+    def _gets_of(self, gets: list[GetOp], omit: bool) -> Steps[list[Result]]:
+        """Run consecutive gets in one round (one per TTL refresh setting); their items."""
+        results: list[Result] = [None] * len(gets)
+        by_refresh: dict[bool, list[int]] = {}
+        for offset, get in enumerate(gets):
+            by_refresh.setdefault(bool(get.refresh_ttl), []).append(offset)
+        for refresh, offsets in by_refresh.items():
+            found = yield from self.gets(
+                [(gets[o].namespace, str(gets[o].key)) for o in offsets], Reading(refresh, omit)
+            )
+            for o, one in zip(offsets, found, strict=True):
+                results[o] = None if one is None else one.as_item()
+        return results
+
+    def _one(
+        self, op: Op, vectors: Vectors, query: Sequence[float] | None, omit: bool
+    ) -> Steps[Result]:
+        """Run one put, search or namespace listing; its result (None for a put)."""
+        if isinstance(op, PutOp):
+            if op.value is None:
+                yield from self.delete(op.namespace, str(op.key))
+            else:
+                yield from self.put(op.namespace, str(op.key), op.value, vectors, check_ttl(op.ttl))
+            return None
+        if isinstance(op, SearchOp):
+            page = yield from self.search(op, query, Reading(bool(op.refresh_ttl), omit))
+            return [one.as_item(score, scored=True) for one, score in page]
+        if isinstance(op, ListNamespacesOp):
+            return (yield from self.namespaces(op))
+        raise InvalidArgument(f"not a store operation: {described(op)}")
 
 
 _ASSUMED_ABSENT: Any = object()
 """The head a blind put assumes where this store knows none: it tries a create first."""
+
+
+def _newest_first(found: Sequence[Found]) -> list[tuple[Found, float | None]]:
+    """Return items newest first (then by key), with no score."""
+    newest = sorted(found, key=lambda one: (-one.envelope.updated_at.timestamp(), one.item.key))
+    return [(one, None) for one in newest]
+
+
+def _max_depth(max_depth: Any) -> int | None:
+    """Return a namespace listing's depth, checked (None: whole namespaces)."""
+    if max_depth is not None and (type(max_depth) is not int or max_depth < 1):
+        raise InvalidArgument(f"max_depth is an int >= 1, not {described(max_depth)}")
+    return max_depth
 
 
 def _page(limit: Any, offset: Any) -> tuple[int, int]:
@@ -569,8 +588,15 @@ def _page(limit: Any, offset: Any) -> tuple[int, int]:
     return limit, offset
 
 
-def _ranked(found: Sequence[Found], query: Sequence[float]) -> list[tuple[Found, float | None]]:
-    """Rank items by their best vector's cosine similarity; items without vectors last."""
+def _ranked(
+    found: Sequence[Found], query: Sequence[float] | None
+) -> list[tuple[Found, float | None]]:
+    """Rank items by their best vector's cosine similarity; items without vectors last.
+
+    Without a query: newest first (then by key), with no score.
+    """
+    if query is None:
+        return _newest_first(found)
     flat: list[Sequence[float]] = []
     owners: list[int] = []
     for position, one in enumerate(found):

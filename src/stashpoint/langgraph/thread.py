@@ -99,11 +99,7 @@ def check_config(config: object, *, optional: bool = False, need_id: bool = Fals
     """
     if config is None and optional:
         return
-    configurable = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(configurable, Mapping):
-        raise InvalidArgument(
-            f"config must be a mapping with a 'configurable' mapping, not {described(config)}"
-        )
+    configurable = _configurable(config)
     thread_id = configurable.get("thread_id")
     if isinstance(thread_id, bool) or not isinstance(thread_id, str | int):
         raise InvalidArgument(
@@ -115,6 +111,16 @@ def check_config(config: object, *, optional: bool = False, need_id: bool = Fals
             raise InvalidArgument(f"config's {name} must be a str, not {described(value)}")
     if need_id and not configurable.get("checkpoint_id"):
         raise InvalidArgument("config names no checkpoint_id: pending writes belong to one")
+
+
+def _configurable(config: object) -> Mapping[str, Any]:
+    """Return a config's `configurable` mapping; `InvalidArgument` if there is none."""
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        raise InvalidArgument(
+            f"config must be a mapping with a 'configurable' mapping, not {described(config)}"
+        )
+    return configurable
 
 
 # -- values ------------------------------------------------------------------------------------
@@ -375,33 +381,10 @@ class ThreadModel:
         ]
         empty = {key for key, value in self.values.items() if value is None}
         for ns, checkpoints in self.checkpoints.items():
-            for stored in checkpoints.values():
-                out.append(
-                    {
-                        "op": "put",
-                        "ns": ns,
-                        "id": stored.checkpoint_id,
-                        "parent": stored.parent_id,
-                        "checkpoint": stored.checkpoint,
-                        "metadata": stored.metadata,
-                        "values": {
-                            ch: {"version": ver, "empty": True} for (n, ch, ver) in empty if n == ns
-                        },
-                    }
-                )
+            out += _put_records(ns, checkpoints.values(), empty)
         for (ns, checkpoint_id), stored_writes in self.writes.items():
-            if checkpoint_id not in self.checkpoints.get(ns, {}):
-                continue
-            by_task: dict[tuple[str, str], list[list[Any]]] = {}
-            for (task_id, index), write in stored_writes.items():
-                by_task.setdefault((task_id, write.task_path), []).append(
-                    [index, write.channel, write.value]
-                )
-            for (task_id, task_path), items in by_task.items():
-                out.append(
-                    {"op": "writes", "ns": ns, "id": checkpoint_id, "task": task_id,
-                     "path": task_path, "items": items}
-                )  # fmt: skip
+            if checkpoint_id in self.checkpoints.get(ns, {}):
+                out += _write_records(ns, checkpoint_id, stored_writes)
         return out
 
     def keep(self, survives: Callable[[StoredCheckpoint], bool]) -> bool:
@@ -573,15 +556,15 @@ def check_put(
     slot = state.ns.get(ns)
     if latest is None and slot is not None:
         latest = slot.latest
-    if state.deleted and parent_id is not None:
-        raise CheckpointConflict(
-            thread_id,
-            expected_revision=None,
-            actual_revision=version,
-            message=f"thread {thread_id!r} was deleted; this write comes after its deletion "
-            "and is refused (start the thread again without a checkpoint_id)",
-        )
     if state.deleted:
+        if parent_id is not None:
+            raise CheckpointConflict(
+                thread_id,
+                expected_revision=None,
+                actual_revision=version,
+                message=f"thread {thread_id!r} was deleted; this write comes after its "
+                "deletion and is refused (start the thread again without a checkpoint_id)",
+            )
         return
     if fresh_start and parent_id is None and latest is not None:
         raise CheckpointConflict(
@@ -592,18 +575,25 @@ def check_put(
             f"{latest}: another invocation started it first",
         )
     if extends_latest and parent_id != latest:
-        raise CheckpointConflict(
-            thread_id,
-            expected_revision=None,
-            actual_revision=version,
-            message=f"thread {thread_id!r} (namespace {ns!r}) moved on: this invocation "
-            f"resumed checkpoint {parent_id} but another one has since stored {latest}; "
-            "nothing of this invocation became the thread's latest. Load the thread again "
-            "(graph.get_state) and retry; to fork on purpose, pass a config that names "
-            f"the checkpoint to branch from, without {LATEST_MARKER!r}: "
-            f"{{'configurable': {{'thread_id': {thread_id!r}, 'checkpoint_ns': {ns!r}, "
-            f"'checkpoint_id': {parent_id!r}}}}} (docs/langgraph.md, No silent forks)",
-        )
+        raise _moved_on(thread_id, ns, parent_id, latest, version)
+
+
+def _moved_on(
+    thread_id: str, ns: str, parent_id: str | None, latest: str | None, version: int
+) -> CheckpointConflict:
+    """Return the conflict of a put whose invocation read a checkpoint no longer latest."""
+    return CheckpointConflict(
+        thread_id,
+        expected_revision=None,
+        actual_revision=version,
+        message=f"thread {thread_id!r} (namespace {ns!r}) moved on: this invocation "
+        f"resumed checkpoint {parent_id} but another one has since stored {latest}; "
+        "nothing of this invocation became the thread's latest. Load the thread again "
+        "(graph.get_state) and retry; to fork on purpose, pass a config that names "
+        f"the checkpoint to branch from, without {LATEST_MARKER!r}: "
+        f"{{'configurable': {{'thread_id': {thread_id!r}, 'checkpoint_ns': {ns!r}, "
+        f"'checkpoint_id': {parent_id!r}}}}} (docs/langgraph.md, No silent forks)",
+    )
 
 
 def state_after_put(
@@ -641,21 +631,11 @@ def state_after_put(
     values: dict[str, ValueLocation] = {}
     complete = True
     for channel, channel_version in channel_versions.items():
-        if isinstance(channel_version, bool) or not isinstance(channel_version, str | int | float):
-            raise InvalidArgument(
-                f"channel {described(channel)}'s version must be a str, an int or a float, "
-                f"not {described(channel_version)}"
-            )
-        if channel in value_versions:
-            stored = value_versions[channel]
-            values[channel] = stored.changed(
-                channel_version=channel_version, links=_recent(stored.links, version)
-            )
-        elif channel in known and known[channel].channel_version == channel_version:
-            kept = known[channel]
-            values[channel] = kept.changed(links=_recent(kept.links, version))
-        else:
+        located = _location(channel, channel_version, value_versions, known, version)
+        if located is None:
             complete = False
+        else:
+            values[channel] = located
     new_slot = Slot(
         latest=checkpoint_id,
         at=version,
@@ -666,6 +646,31 @@ def state_after_put(
         early=early,
     )
     return _touched(state, ns, new_slot)
+
+
+def _location(
+    channel: str,
+    channel_version: Any,
+    value_versions: Mapping[str, ValueLocation],
+    known: Mapping[str, ValueLocation],
+    version: int,
+) -> ValueLocation | None:
+    """Return where a channel's value lives after a put at `version` (None: not known).
+
+    Stored by this put, or kept from the parent at the same channel version.
+    """
+    if isinstance(channel_version, bool) or not isinstance(channel_version, str | int | float):
+        raise InvalidArgument(
+            f"channel {described(channel)}'s version must be a str, an int or a float, "
+            f"not {described(channel_version)}"
+        )
+    if channel in value_versions:
+        stored = value_versions[channel]
+        return stored.changed(channel_version=channel_version, links=_recent(stored.links, version))
+    kept = known.get(channel)
+    if kept is not None and kept.channel_version == channel_version:
+        return kept.changed(links=_recent(kept.links, version))
+    return None
 
 
 def _recent(links: Iterable[int], version: int) -> list[int]:
@@ -762,3 +767,38 @@ def list_digests(items: Sequence[bytes], at: int) -> tuple[str, str]:
         if position == at:
             prefix = running.hexdigest()
     return prefix, running.hexdigest()
+
+
+def _put_records(
+    ns: str, checkpoints: Iterable[StoredCheckpoint], empty: set[tuple[str, str, Any]]
+) -> list[dict[str, Any]]:
+    """Return the records of a namespace's checkpoints (`empty`: channels without values)."""
+    values = {ch: {"version": ver, "empty": True} for (n, ch, ver) in empty if n == ns}
+    return [
+        {
+            "op": "put",
+            "ns": ns,
+            "id": stored.checkpoint_id,
+            "parent": stored.parent_id,
+            "checkpoint": stored.checkpoint,
+            "metadata": stored.metadata,
+            "values": dict(values),
+        }
+        for stored in checkpoints
+    ]
+
+
+def _write_records(
+    ns: str, checkpoint_id: str, stored_writes: Mapping[tuple[str, int], Any]
+) -> list[dict[str, Any]]:
+    """Return the records of a checkpoint's pending writes, one per task."""
+    by_task: dict[tuple[str, str], list[list[Any]]] = {}
+    for (task_id, index), write in stored_writes.items():
+        by_task.setdefault((task_id, write.task_path), []).append(
+            [index, write.channel, write.value]
+        )
+    return [
+        {"op": "writes", "ns": ns, "id": checkpoint_id, "task": task_id, "path": task_path,
+         "items": items}
+        for (task_id, task_path), items in by_task.items()
+    ]  # fmt: skip

@@ -137,22 +137,26 @@ class ThreadValues:
                 )
             )
             for name, object_key, info in zip(batch, object_keys, infos, strict=True):
-                if info is None or info.body is None:
-                    raise InvalidPayload(
-                        "a checkpoint names a large value whose object is missing",
-                        object_name=object_key,
-                    )
-                document = yield from self.codec.document_decoding(
-                    info.body, name=object_key, format_name=VALUE_FORMAT, format_version=1
-                )
-                type_, data = unpack_bytes(document, object_key)
-                if large_value_name(data) != name:
-                    raise InvalidPayload(
-                        "large value object does not hold the value its name says",
-                        object_name=object_key,
-                    )
-                found[name] = (type_, data)
+                found[name] = yield from self._large_value(name, object_key, info)
         return found
+
+    def _large_value(
+        self, name: str, object_key: str, info: ObjectInfo | None
+    ) -> Steps[tuple[str, bytes]]:
+        """Return the large value an object holds, checked against its name (its hash)."""
+        if info is None or info.body is None:
+            raise InvalidPayload(
+                "a checkpoint names a large value whose object is missing", object_name=object_key
+            )
+        document = yield from self.codec.document_decoding(
+            info.body, name=object_key, format_name=VALUE_FORMAT, format_version=1
+        )
+        type_, data = unpack_bytes(document, object_key)
+        if large_value_name(data) != name:
+            raise InvalidPayload(
+                "large value object does not hold the value its name says", object_name=object_key
+            )
+        return type_, data
 
     def list_objects(
         self,
@@ -172,7 +176,7 @@ class ThreadValues:
         Both are named by the sha256 of their bytes: a reader checks them.
         """
         snapshot, tail = location.snapshot, location.tail
-        if location.since >= SNAPSHOT_EVERY or (snapshot is None and location.since >= TAIL_EVERY):
+        if _snapshot_due(location):
             name = yield from self._list_object("s-", life, None, ser, large, objects)
             doc["snapshot"] = name
             replaced.extend(
@@ -181,11 +185,7 @@ class ThreadValues:
             return location.changed(
                 snapshot=(name, version), since=0, tail=None, snapshot_items=len(ser)
             )
-        if (
-            snapshot is not None
-            and location.snapshot_items is not None
-            and location.since % TAIL_EVERY == 0
-        ):
+        if _tail_due(location) and snapshot is not None and location.snapshot_items is not None:
             items = ser[location.snapshot_items :]
             name = yield from self._list_object("t-", life, snapshot[0], items, large, objects)
             doc["tail"] = name
@@ -318,38 +318,39 @@ class ThreadValues:
                 continue
             if body is None:
                 return None
-            if name[:2] + hashlib.sha256(body).hexdigest() != name:
-                raise InvalidPayload(
-                    "list snapshot does not hold what its name says", object_name=object_key
-                )
-            document = yield from self.codec.document_decoding(
-                body, name=object_key, format_name=SNAPSHOT_FORMAT, format_version=1
-            )
-            items = document.get("items")
-            if not isinstance(items, list):
-                raise InvalidPayload("list snapshot without items", object_name=object_key)
-            own = Whole(len(items), items, msgpack_elements(items, object_key) if fast else None)
-            after = document.get("after") if name.startswith("t-") else None
-            if own.msgpack is not None:
-                self.msgpack.put(object_key, (own.count, own.msgpack, after))
-                self.bodies.pop(object_key)  # kept as msgpack instead
-            else:
-                self.bodies.put(object_key, body)
+            own, after = yield from self._decoded_snapshot(name, object_key, body, fast=fast)
             if name.startswith("t-"):
                 tails[name] = (after, own, object_key)
             else:
                 found[name] = own
-        for name, (after, own, object_key) in tails.items():
-            # A tail is the items after one snapshot: the whole list with it.
-            if not isinstance(after, str) or not after.startswith("s-"):
-                raise InvalidPayload("list tail names no snapshot", object_name=object_key)
-            if after not in found:
-                return None  # its snapshot was replaced: read the chain
-            whole = found[after].joined(own)
-            if whole.items is None and whole.msgpack is None:
-                return None  # a snapshot kept as msgpack, a tail that is not: read the chain
-            found[name] = whole
-        return found
+        return _with_tails(found, tails)
+
+    def _decoded_snapshot(
+        self, name: str, object_key: str, body: bytes, *, fast: bool
+    ) -> Steps[tuple[Whole, Any]]:
+        """Decode a list snapshot's body (checked against its name).
+
+        Returns it, and the snapshot a tail names. Kept as msgpack when `fast`, else as
+        the body.
+        """
+        if name[:2] + hashlib.sha256(body).hexdigest() != name:
+            raise InvalidPayload(
+                "list snapshot does not hold what its name says", object_name=object_key
+            )
+        document = yield from self.codec.document_decoding(
+            body, name=object_key, format_name=SNAPSHOT_FORMAT, format_version=1
+        )
+        items = document.get("items")
+        if not isinstance(items, list):
+            raise InvalidPayload("list snapshot without items", object_name=object_key)
+        own = Whole(len(items), items, msgpack_elements(items, object_key) if fast else None)
+        after = document.get("after") if name.startswith("t-") else None
+        if own.msgpack is not None:
+            self.msgpack.put(object_key, (own.count, own.msgpack, after))
+            self.bodies.pop(object_key)  # kept as msgpack instead
+        else:
+            self.bodies.put(object_key, body)
+        return own, after
 
     def drop(self, key: str, below: int, ended_lists: frozenset[str]) -> Steps[None]:
         """Delete the thread's value objects written for lives before `below` (deleted).
@@ -362,37 +363,60 @@ class ThreadValues:
         no later life writes an object of that name.
         """
         prefix = self.key(key, "")
-        limit = self.codec.limits.max_compressed_bytes
         token: str | None = None
         while True:
             page = yield from ask(ListKeys(prefix, token))
             ended = [k for k in page.keys if k[len(prefix) :] in ended_lists]
             rest = [k for k in page.keys if k[len(prefix) :] not in ended_lists]
             yield from delete_keys(ended)  # one request for all of them
-            doomed: list[tuple[DeleteObject, ReadBack]] = []
-            for start in range(0, len(rest), _FETCH_BATCH):
-                batch = rest[start : start + _FETCH_BATCH]
-                infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in batch)))
-                for object_key, info in zip(batch, infos, strict=True):
-                    if info is None:
-                        continue
-                    listed = object_key[len(prefix) :]
-                    # Snapshots and tails alike (a tail read as a value would not decode,
-                    # and be taken for another life's).
-                    is_list = listed.startswith(("s-", "t-"))
-                    format_name = SNAPSHOT_FORMAT if is_list else VALUE_FORMAT
-                    document = yield from self._document(info, object_key, format_name)
-                    if document is None or _life(document) < below:
-                        doomed.append(
-                            (
-                                DeleteObject(object_key, info.etag),
-                                judged_read_back(object_key, info.etag),
-                            )
-                        )
+            doomed = yield from self._of_ended_lives(prefix, rest, below)
             yield from delete_all(doomed, self.retry, what="large value delete")
             token = page.next_token
             if token is None:
                 return
+
+    def _of_ended_lives(
+        self, prefix: str, keys: list[str], below: int
+    ) -> Steps[list[tuple[DeleteObject, ReadBack]]]:
+        """Read each value object of `keys`; return the deletes of those of ended lives.
+
+        Those written for lives before `below`, or unreadable; each delete conditional on
+        the ETag read.
+        """
+        limit = self.codec.limits.max_compressed_bytes
+        doomed: list[tuple[DeleteObject, ReadBack]] = []
+        for start in range(0, len(keys), _FETCH_BATCH):
+            batch = keys[start : start + _FETCH_BATCH]
+            infos = yield from ask(Parallel(tuple(GetObject(k, None, limit) for k in batch)))
+            for object_key, info in zip(batch, infos, strict=True):
+                if info is None:
+                    continue
+                # Snapshots and tails alike (a tail read as a value would not decode, and
+                # be taken for another life's).
+                is_list = object_key[len(prefix) :].startswith(("s-", "t-"))
+                format_name = SNAPSHOT_FORMAT if is_list else VALUE_FORMAT
+                document = yield from self._document(info, object_key, format_name)
+                if document is None or _life(document) < below:
+                    read_back = judged_read_back(object_key, info.etag)
+                    doomed.append((DeleteObject(object_key, info.etag), read_back))
+        return doomed
+
+
+def _snapshot_due(location: ValueLocation) -> bool:
+    """Whether a list extension at `location` writes a snapshot of the whole list.
+
+    One every `SNAPSHOT_EVERY` extensions, the first after `TAIL_EVERY`.
+    """
+    since = location.since
+    return since >= SNAPSHOT_EVERY or (location.snapshot is None and since >= TAIL_EVERY)
+
+
+def _tail_due(location: ValueLocation) -> bool:
+    """Whether a list extension at `location` writes a tail.
+
+    One every `TAIL_EVERY` extensions since its snapshot.
+    """
+    return location.since % TAIL_EVERY == 0
 
 
 def _life(document: Mapping[str, Any]) -> int:
@@ -565,3 +589,23 @@ def dumped(serde: Serializer, value: Any, what: str, key: str) -> tuple[str, byt
             f"{what} of type {type(value).__name__} cannot be serialized ({type(exc).__name__})",
             object_name=key,
         ) from exc
+
+
+def _with_tails(
+    found: dict[str, Whole], tails: dict[str, tuple[Any, Whole, str]]
+) -> dict[str, Whole] | None:
+    """Add each tail, joined to the snapshot it follows, to `found` (the whole list).
+
+    None when a tail's snapshot is not among them (replaced since: read the chain), or
+    when one is kept as msgpack and its tail is not.
+    """
+    for name, (after, own, object_key) in tails.items():
+        if not isinstance(after, str) or not after.startswith("s-"):
+            raise InvalidPayload("list tail names no snapshot", object_name=object_key)
+        if after not in found:
+            return None
+        whole = found[after].joined(own)
+        if whole.items is None and whole.msgpack is None:
+            return None
+        found[name] = whole
+    return found

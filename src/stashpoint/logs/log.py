@@ -79,11 +79,9 @@ from stashpoint.logs.head import (
     purge_of,
 )
 from stashpoint.logs.listing import (
+    Item,
     LogListing,
     lost_race,
-)
-from stashpoint.logs.reading import (
-    Item,
 )
 from stashpoint.logs.sealing import (
     LogSealer,

@@ -63,6 +63,7 @@ from stashpoint.logs.head import (
 )
 from stashpoint.logs.listing import (
     Gap,
+    Item,
     LogListing,
     Source,
     Vanished,
@@ -83,9 +84,6 @@ from stashpoint.stores.objects import (
     RestoreState,
     check_restore,
 )
-
-Item = LogEntry | Vacated
-"""What one version's object holds: its entry, or the marker that vacated it."""
 
 
 class LogReader:
@@ -591,14 +589,7 @@ class LogReader:
             return None  # not written (the race was lost to something else), or went on
         items = yield from self._decode(log_id, source, found)
         entry = items[0] if items else None
-        if (
-            not isinstance(entry, LogEntry)
-            or entry.ended
-            or after.ended
-            or (entry.prev is not None and entry.prev != after.write_id)
-            or (not entry.starts_life and entry.first_record != after.next_record)
-            or (entry.patch is not None and after.snapshot is NO_SNAPSHOT)
-        ):
+        if not isinstance(entry, LogEntry) or not _follows(entry, after):
             return None
         self._remember_read(source, found)
         name = self.keys.entries_prefix(log_id)
@@ -629,35 +620,14 @@ class LogReader:
         version is not where it was (sealed since, packed, vacated): the caller reads with
         a listing instead.
         """
-        cut = segment_start(top)
         plan: dict[str, Source] = {}
         items: list[Item] = []
         held: set[str] = set()  # segments this process sealed, read from memory
         for version in sorted({top, *wanted}):
-            if version > top or version < 0:
-                continue
-            entry_source = Source(self.keys.entry(log_id, version), version, version, False)
-            # What this process wrote or read of the log: entries never change, and the
-            # round's GET of the key after `top` shows whether anything came since (a
-            # purge's tombstone, a deletion, another writer's append), as for `_written`.
-            kept = self._kept(entry_source) or self._read_kept(entry_source)
-            if kept is not None:
-                items.extend((yield from self._decode(log_id, entry_source, kept)))
-                continue
-            if version < cut:
-                first = segment_start(version)
-                source = Source(
-                    self.keys.segment(log_id, first), first, first + SEGMENT_SPAN - 1, True
-                )
-                sealed = self._kept(source)
-                if sealed is not None:
-                    if source.key not in held:
-                        held.add(source.key)
-                        items.extend((yield from self._decode(log_id, source, sealed)))
-                    continue
-            else:
-                source = Source(self.keys.entry(log_id, version), version, version, False)
-            plan.setdefault(source.key, source)
+            if 0 <= version <= top:
+                source = yield from self._at_top(log_id, top, version, items, held)
+                if source is not None:
+                    plan.setdefault(source.key, source)
         sources = list(plan.values())
         infos = yield from self._gets(
             log_id,
@@ -673,16 +643,37 @@ class LogReader:
             if info is None:
                 return None
             items.extend((yield from self._decode(log_id, source, info)))
-        newest = next((item for item in items if item.version == top), None)
-        if not isinstance(newest, LogEntry) or newest.ended:
+        held_head = _head_among(items, top)
+        if held_head is None:
             return None
-        head = LogHead.of(newest)
-        found = {
-            item.version: item
-            for item in items
-            if isinstance(item, LogEntry) and head.base <= item.version <= top
-        }
-        return head, found, infos[1 + len(sources) :]
+        return (*held_head, infos[1 + len(sources) :])
+
+    def _at_top(
+        self, log_id: str, top: int, version: int, items: list[Item], held: set[str]
+    ) -> Steps[Source | None]:
+        """Add what this process holds of `version` to `items`; else return where to read it.
+
+        What this process wrote or read of the log: entries never change, and the round's
+        GET of the key after `top` shows whether anything came since (a purge's tombstone,
+        a deletion, another writer's append), as for `_written`. A version sealed at `top`
+        is read from its segment (one this process sealed, from memory, once: `held`).
+        """
+        entry_source = Source(self.keys.entry(log_id, version), version, version, False)
+        kept = self._kept(entry_source) or self._read_kept(entry_source)
+        if kept is not None:
+            items.extend((yield from self._decode(log_id, entry_source, kept)))
+            return None
+        if version >= segment_start(top):
+            return entry_source
+        first = segment_start(version)
+        source = Source(self.keys.segment(log_id, first), first, first + SEGMENT_SPAN - 1, True)
+        sealed = self._kept(source)
+        if sealed is None:
+            return source
+        if source.key not in held:
+            held.add(source.key)
+            items.extend((yield from self._decode(log_id, source, sealed)))
+        return None
 
     def entries(
         self,
@@ -899,3 +890,34 @@ class LogReader:
     def list_ids(self, prefix: str = "") -> Steps[list[str]]:
         """Return the ids of logs with entries in this namespace that start with `prefix`."""
         return (yield from log_ids.list_ids(self.keys, self.seeks, prefix))
+
+
+def _follows(entry: LogEntry, after: LogHead) -> bool:
+    """Whether a live `entry` is the version right after `after`, of the same life.
+
+    Its write id and records follow, and a patch has `after`'s state to apply to.
+    """
+    if entry.ended or after.ended:
+        return False
+    if entry.prev is not None and entry.prev != after.write_id:
+        return False
+    if not entry.starts_life and entry.first_record != after.next_record:
+        return False
+    return entry.patch is None or after.snapshot is not NO_SNAPSHOT
+
+
+def _head_among(items: list[Item], top: int) -> tuple[LogHead, dict[int, LogEntry]] | None:
+    """Return the head at `top` and the entries of its life up to it, from what was read.
+
+    None when version `top` is not a live entry.
+    """
+    newest = next((item for item in items if item.version == top), None)
+    if not isinstance(newest, LogEntry) or newest.ended:
+        return None
+    head = LogHead.of(newest)
+    found = {
+        item.version: item
+        for item in items
+        if isinstance(item, LogEntry) and head.base <= item.version <= top
+    }
+    return head, found

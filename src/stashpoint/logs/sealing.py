@@ -31,6 +31,7 @@ from stashpoint.logs.format import (
     segment_document,
 )
 from stashpoint.logs.listing import (
+    Item,
     LogListing,
     Source,
     Vanished,
@@ -94,37 +95,22 @@ class LogSealer(LogTidier):
         if base is None:
             base = self.life_of((yield from self.top(log_id)))
         limit = top if below is None else min(below, top + 1)
-        first_range = -(-base // SEGMENT_SPAN) * SEGMENT_SPAN  # ranges wholly in this life
-        missing = [
-            first
-            for first in range(first_range, limit - SEGMENT_SPAN + 1, SEGMENT_SPAN)
-            if not listing.sealed(first)
-        ]
-        if below is not None:
-            missing = missing[-SEALS_PER_APPEND:]
-            newest = limit - limit % SEGMENT_SPAN - SEGMENT_SPAN
-            packed = pack_start(newest) in listing.packs
-            if newest >= first_range and newest not in missing and not packed:
-                # The range this append completed is sealed even if an object already
-                # sits at its segment's key: that object is judged by its content (a
-                # damaged or foreign one is replaced), never trusted for being there.
-                missing.append(newest)
         written = 0
-        for first in missing:
-            if self.seeks and not all(
-                v in listing.entries for v in range(first, first + SEGMENT_SPAN)
-            ):
-                # A hinted listing starts after it: list the range itself.
-                after = self.keys.entry(log_id, first - 1) if first else None
-                page = yield from ask(
-                    ListKeys(self.keys.entries_prefix(log_id), None, SEGMENT_SPAN, after)
-                )
-                add_entries(listing, page, self.keys.entries_prefix(log_id))
+        for first in _unsealed(listing, base, limit, appending=below is not None):
+            yield from self._list_range(log_id, listing, first)
             if (yield from self._write_segment(log_id, listing, first)):
                 written += 1
         if below is None and self.vacate_sealed:
             yield from self._vacate_sealed(log_id, listing)
         return written
+
+    def _list_range(self, log_id: str, listing: LogListing, first: int) -> Steps[None]:
+        """List a range's entries when a hinted listing started after some of them."""
+        if not self.seeks or all(v in listing.entries for v in range(first, first + SEGMENT_SPAN)):
+            return
+        after = self.keys.entry(log_id, first - 1) if first else None
+        page = yield from ask(ListKeys(self.keys.entries_prefix(log_id), None, SEGMENT_SPAN, after))
+        add_entries(listing, page, self.keys.entries_prefix(log_id))
 
     def _write_segment(self, log_id: str, listing: LogListing, first: int) -> Steps[bool]:
         """Seal one range and vacate its entries; False if it cannot be sealed (now)."""
@@ -132,14 +118,10 @@ class LogSealer(LogTidier):
         if not all(v in listing.entries for v in versions):
             return False  # a gap: the reader's error to report, not a seal to make
         sources = [Source(listing.entries[v], v, v, False) for v in versions]
-        try:
-            # Entries this process wrote come from their kept bodies (`_fetch_objects`).
-            fetched = yield from self._fetch_objects(log_id, sources, kept=True)
-        except Vanished:
+        read = yield from self._whole_entries(log_id, sources)
+        if read is None:
             return False
-        if any(isinstance(item, Vacated) for _, items in fetched for item in items):
-            return False  # sealed by another sealer meanwhile, or below a base
-        entries = [item for _, items in fetched for item in items if isinstance(item, LogEntry)]
+        fetched, entries = read
         key = self.keys.segment(log_id, first)
         check_chain(entries, key)
         entries = resolve(entries, UNKNOWN_STATE, key)
@@ -147,17 +129,9 @@ class LogSealer(LogTidier):
         document = segment_document(log_id, entries)
         body = yield from self.codec.document_encoding(document, name=key, level=level)
         ours = [entry.write_id for entry in entries]
-
-        def judge(info: ObjectInfo) -> Steps[Found]:
-            source = Source(key, first, first + SEGMENT_SPAN - 1, True)
-            try:
-                held = yield from self._decode(log_id, source, info)
-            except StashpointError:
-                held = []
-            # Damaged, or holding other records than the entries (which are the truth while
-            # they exist): replaced over its own ETag, before any entry is vacated.
-            return Found.OURS if [item.write_id for item in held] == ours else Found.OTHER
-
+        # Damaged, or holding other records than the entries (which are the truth while
+        # they exist): replaced over its own ETag, before any entry is vacated.
+        judge = self._holds(log_id, Source(key, first, first + SEGMENT_SPAN - 1, True), ours)
         etag = yield from writes.create_named(
             PutObject(key, body, Create()),
             judge,
@@ -180,6 +154,24 @@ class LogSealer(LogTidier):
         )
         return True
 
+    def _whole_entries(
+        self, log_id: str, sources: list[Source]
+    ) -> Steps[tuple[list[tuple[ObjectInfo, list[Item]]], list[LogEntry]] | None]:
+        """Read a range's entries: what each object was, and the entries.
+
+        None when one is gone or vacated: sealed by another sealer meanwhile, or below a
+        base.
+        """
+        try:
+            # Entries this process wrote come from their kept bodies (`_fetch_objects`).
+            fetched = yield from self._fetch_objects(log_id, sources, kept=True)
+        except Vanished:
+            return None
+        items = [item for _, held in fetched for item in held]
+        if any(isinstance(item, Vacated) for item in items):
+            return None
+        return fetched, [item for item in items if isinstance(item, LogEntry)]
+
     def pack(self, log_id: str) -> Steps[PackReport]:
         """Pack the log's old sealed ranges into objects of `PACK_SPAN` versions.
 
@@ -198,10 +190,9 @@ class LogSealer(LogTidier):
         if top is None:
             raise CheckpointNotFound("no log with this id", object_name=log_id)
         head = yield from self.top(log_id)
-        packed = deleted = 0
-        too_large: list[int] = []
         first_pack = -(-self.life_of(head) // PACK_SPAN) * PACK_SPAN  # wholly in this life
         verified: dict[int, list[str]] = {}
+        too_large: list[int] = []
         if not head.ended:
             for first in range(first_pack, top - PACK_SPAN - SEGMENT_SPAN + 2, PACK_SPAN):
                 try:
@@ -213,32 +204,66 @@ class LogSealer(LogTidier):
                     continue  # another packer is deleting its segments: it packed the range
                 if held is not None:
                     verified[first] = held
-                    packed += 1
         vacated = yield from self._vacate_sealed(log_id, listing)
+        deleted = 0
         for first, write_ids in verified.items():
-            segments = [
-                (start, listing.segments[start])
-                for start in range(first, first + PACK_SPAN, SEGMENT_SPAN)
-                if start in listing.segments
-            ]
-            for start, key in segments:
-                try:
-                    fetched = yield from self._fetch_objects(
-                        log_id, [Source(key, start, start + SEGMENT_SPAN - 1, True)]
-                    )
-                except Vanished:
-                    continue  # deleted by another packer meanwhile
-                info, items = fetched[0]
-                offset = start - first
-                if [item.write_id for item in items] == write_ids[offset : offset + SEGMENT_SPAN]:
-                    gone = yield from writes.delete(
-                        DeleteObject(key, info.etag),
-                        writes.judged_read_back(key, info.etag),
-                        self.retry,
-                        what="packed segment delete",
-                    )
-                    deleted += gone
-        return PackReport(log_id, packed, vacated, deleted, tuple(too_large))
+            deleted += yield from self._delete_packed(log_id, listing, first, write_ids)
+        return PackReport(log_id, len(verified), vacated, deleted, tuple(too_large))
+
+    def _delete_packed(
+        self, log_id: str, listing: LogListing, first: int, write_ids: list[str]
+    ) -> Steps[int]:
+        """Delete the segments of the pack from `first` that it holds write for write."""
+        deleted = 0
+        for start in range(first, first + PACK_SPAN, SEGMENT_SPAN):
+            key = listing.segments.get(start)
+            if key is None:
+                continue
+            try:
+                fetched = yield from self._fetch_objects(
+                    log_id, [Source(key, start, start + SEGMENT_SPAN - 1, True)]
+                )
+            except Vanished:
+                continue  # deleted by another packer meanwhile
+            info, items = fetched[0]
+            offset = start - first
+            if [item.write_id for item in items] == write_ids[offset : offset + SEGMENT_SPAN]:
+                deleted += yield from writes.delete(
+                    DeleteObject(key, info.etag),
+                    writes.judged_read_back(key, info.etag),
+                    self.retry,
+                    what="packed segment delete",
+                )
+        return deleted
+
+    def _holds(self, log_id: str, source: Source, ours: list[str]) -> writes.Judge:
+        """Return the judge of an object found at a segment's (or pack's) key.
+
+        Ours when it holds exactly our entries (their write ids); anything else (damaged,
+        foreign) is another's.
+        """
+
+        def judge(info: ObjectInfo) -> Steps[Found]:
+            try:
+                held = yield from self._decode(log_id, source, info)
+            except StashpointError:
+                held = []
+            return Found.OURS if [item.write_id for item in held] == ours else Found.OTHER
+
+        return judge
+
+    def _packed_ids(
+        self, log_id: str, listing: LogListing, source: Source
+    ) -> Steps[list[str] | None]:
+        """Return the write ids a pack holds, when some of its segments are gone.
+
+        A pack that crashed while deleting them; None: nothing to pack.
+        """
+        starts = range(source.first, source.first + PACK_SPAN, SEGMENT_SPAN)
+        if source.first not in listing.packs or not any(s in listing.segments for s in starts):
+            return None
+        items = yield from self._fetch(log_id, [source])
+        return [item.write_id for item in items]
 
     def pack_range(self, log_id: str, listing: LogListing, first: int) -> Steps[list[str] | None]:
         """Write (or judge) the pack of `first .. first + PACK_SPAN - 1`; return its write ids.
@@ -251,10 +276,7 @@ class LogSealer(LogTidier):
         key = self.keys.pack(log_id, first)
         source = Source(key, first, first + PACK_SPAN - 1, True)
         if not all(start in listing.segments for start in starts):
-            if first not in listing.packs or not any(s in listing.segments for s in starts):
-                return None
-            items = yield from self._fetch(log_id, [source])
-            return [item.write_id for item in items]
+            return (yield from self._packed_ids(log_id, listing, source))
         segments = [Source(listing.segments[s], s, s + SEGMENT_SPAN - 1, True) for s in starts]
         entries = [item for item in (yield from self._fetch(log_id, segments))]
         held = [entry for entry in entries if isinstance(entry, LogEntry)]
@@ -265,17 +287,9 @@ class LogSealer(LogTidier):
         if len(body) > self.codec.limits.max_compressed_bytes:
             raise LimitExceeded("a pack would exceed max_compressed_bytes", object_name=key)
         ours = [entry.write_id for entry in held]
-
-        def judge(info: ObjectInfo) -> Steps[Found]:
-            try:
-                found = yield from self._decode(log_id, source, info)
-            except StashpointError:
-                found = []
-            return Found.OURS if [item.write_id for item in found] == ours else Found.OTHER
-
         yield from writes.create_named(
             PutObject(key, body, Create()),
-            judge,
+            self._holds(log_id, source, ours),
             self.retry,
             what="pack",
             limit=self.codec.limits.max_compressed_bytes,
@@ -283,3 +297,29 @@ class LogSealer(LogTidier):
         )
         listing.packs[first] = key
         return ours
+
+
+def _unsealed(listing: LogListing, base: int, limit: int, *, appending: bool) -> list[int]:
+    """Return the first versions of the ranges to seal below `limit`.
+
+    Ranges wholly in the life from `base`.
+
+    `appending` (the seal an append makes): at most the two newest unsealed ranges, and
+    the range the append completed even if an object already sits at its segment's key:
+    that object is judged by its content (a damaged or foreign one is replaced), never
+    trusted for being there.
+    """
+    first_range = -(-base // SEGMENT_SPAN) * SEGMENT_SPAN
+    missing = [
+        first
+        for first in range(first_range, limit - SEGMENT_SPAN + 1, SEGMENT_SPAN)
+        if not listing.sealed(first)
+    ]
+    if not appending:
+        return missing
+    missing = missing[-SEALS_PER_APPEND:]
+    newest = limit - limit % SEGMENT_SPAN - SEGMENT_SPAN
+    packed = pack_start(newest) in listing.packs
+    if newest >= first_range and newest not in missing and not packed:
+        missing.append(newest)
+    return missing

@@ -34,6 +34,7 @@ from stashpoint.logs.head import (
     LogHead,
 )
 from stashpoint.logs.listing import (
+    Item,
     LogListing,
     Source,
     Vanished,
@@ -166,15 +167,27 @@ class LogTidier(LogReader):
                     type(exc).__name__,
                 )
                 continue
-            targets = []
-            for info, items in fetched:
-                item = items[0]
-                held = sealed[item.version - first]
-                # Only an entry the segment holds, write for write, is vacated.
-                if isinstance(item, LogEntry) and held.write_id == item.write_id:
-                    targets.append((item, info.etag))
+            targets = _held_by(sealed, first, fetched)
             vacated += len((yield from self._vacate(log_id, targets, reason="sealed", by=first)))
         return vacated
+
+    def _with_etags(
+        self, log_id: str, listing: LogListing, versions: list[int]
+    ) -> Steps[list[tuple[LogEntry | int, str]]]:
+        """Return each version with the ETag of its entry: as listed, else read (in rounds).
+
+        A version whose entry is gone is left out.
+        """
+        targets: list[tuple[LogEntry | int, str]] = [
+            (v, listing.etags[v]) for v in versions if v in listing.etags
+        ]
+        unknown = [v for v in versions if v not in listing.etags]
+        for start in range(0, len(unknown), FETCH_BATCH):
+            batch = unknown[start : start + FETCH_BATCH]
+            keys = [self.keys.entry(log_id, v) for v in batch]
+            infos = yield from ask(Parallel(tuple(self._get(k) for k in keys)))
+            targets += [(v, info.etag) for v, info in zip(batch, infos, strict=True) if info]
+        return targets
 
     def vacate_below(self, log_id: str, version: int, *, reason: str) -> Steps[int]:
         """Vacate every entry below `version` and delete the segments there; return how many.
@@ -186,20 +199,9 @@ class LogTidier(LogReader):
         listing = yield from self.listing(log_id, ordered=True)
         ceiling = yield from self.marker_ceiling(log_id)
         doomed = [v for v in listing.entries if v < version and listing.whole(v, ceiling)]
-        targets: list[tuple[LogEntry | int, str]] = []
-        unknown = [v for v in doomed if v not in listing.etags]
-        known = [v for v in doomed if v in listing.etags]
-        targets += [(v, listing.etags[v]) for v in known]
-        for start in range(0, len(unknown), FETCH_BATCH):
-            batch = unknown[start : start + FETCH_BATCH]
-            keys = [self.keys.entry(log_id, v) for v in batch]
-            infos = yield from ask(Parallel(tuple(self._get(k) for k in keys)))
-            for v, info in zip(batch, infos, strict=True):
-                if info is not None:
-                    targets.append((v, info.etag))
+        targets = yield from self._with_etags(log_id, listing, doomed)
         vacated = len((yield from self._vacate(log_id, targets, reason=reason, by=version)))
-        segments = [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
-        segments += [k for first, k in listing.packs.items() if first + PACK_SPAN <= version]
+        segments = _sealed_below(listing, version)
         yield from delete_keys(segments)
         return vacated + len(segments)
 
@@ -222,3 +224,25 @@ class LogTidier(LogReader):
         except StashpointError:
             return False
         return len(items) == 1 and isinstance(items[0], Vacated)
+
+
+def _sealed_below(listing: LogListing, version: int) -> list[str]:
+    """Return the keys of the segments and packs wholly below `version`."""
+    segments = [k for first, k in listing.segments.items() if first + SEGMENT_SPAN <= version]
+    return segments + [k for first, k in listing.packs.items() if first + PACK_SPAN <= version]
+
+
+def _held_by(
+    sealed: list[Item], first: int, fetched: list[tuple[ObjectInfo, list[Item]]]
+) -> list[tuple[LogEntry | int, str]]:
+    """Return the entries (with their ETags) a sealed object from `first` holds.
+
+    Write for write: only those are vacated.
+    """
+    targets: list[tuple[LogEntry | int, str]] = []
+    for info, items in fetched:
+        item = items[0]
+        held = sealed[item.version - first]
+        if isinstance(item, LogEntry) and held.write_id == item.write_id:
+            targets.append((item, info.etag))
+    return targets

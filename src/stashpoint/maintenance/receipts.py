@@ -166,27 +166,13 @@ class ReceiptState:
         try:
             _check_strictly(cls, document)
             state = cls(**document)
-            state._check()
+            _check_state(state)
         except (pydantic.ValidationError, ValueError, TypeError, StashpointError) as exc:
             problem = str(exc).splitlines()[0][:200]
             raise InvalidPayload(f"not a purge receipt ({problem})", object_name=name) from None
         if state.purge_id != name:
             raise InvalidPayload("a receipt names another purge", object_name=name)
         return state
-
-    def _check(self) -> None:
-        """Raise `ValueError` unless the state's values make sense together."""
-        for pair in self.targets:
-            _check_target(pair)
-        if self.status not in ("in_progress", "complete"):
-            raise ValueError(f"unknown status {self.status!r}")
-        for moment in (self.started_at, self.finished_at, self.cutoff):
-            if moment is not None:
-                datetime.fromisoformat(moment)
-        if any(not 0 <= i < len(self.targets) for i in self.swept):
-            raise ValueError("a swept index names no target")
-        if any(not k.isdigit() or int(k) >= len(self.targets) for k in self.ends):
-            raise ValueError("a tombstone names no target")
 
     def target_list(self) -> list[Target]:
         """Return the targets, typed."""
@@ -256,3 +242,18 @@ def _check_target(pair: list[str]) -> None:
 def _erasable(namespace: Namespace) -> bool:
     """Whether a purge can name an id of `namespace` as a target."""
     return namespace.shape in (Shape.HEADS, Shape.LOGS, Shape.KEYS) or namespace.owned
+
+
+def _check_state(state: ReceiptState) -> None:
+    """Raise `ValueError` unless the state's values make sense together."""
+    for pair in state.targets:
+        _check_target(pair)
+    if state.status not in ("in_progress", "complete"):
+        raise ValueError(f"unknown status {state.status!r}")
+    for moment in (state.started_at, state.finished_at, state.cutoff):
+        if moment is not None:
+            datetime.fromisoformat(moment)
+    if any(not 0 <= i < len(state.targets) for i in state.swept):
+        raise ValueError("a swept index names no target")
+    if any(not k.isdigit() or int(k) >= len(state.targets) for k in state.ends):
+        raise ValueError("a tombstone names no target")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from stashpoint.agent.logic import conversation_key
+from stashpoint.agent.conversation_log import conversation_key
 from stashpoint.encryption import TENANT_PATTERN
 from stashpoint.errors import InvalidArgument, StashpointError, described
 from stashpoint.ids import thread_key, validate_id, validate_prefix

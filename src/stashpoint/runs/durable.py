@@ -31,16 +31,13 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, overload
 
 from stashpoint.deadline import Deadline
 from stashpoint.errors import (
     CheckpointConflict,
     Fenced,
-    InvalidArgument,
     NondeterministicReplay,
     RunClaimed,
     RunNotFound,
@@ -49,9 +46,29 @@ from stashpoint.errors import (
     StepInterrupted,
     TerminalStateConflict,
     WaitTimedOut,
-    described,
 )
 from stashpoint.runs import callbacks
+from stashpoint.runs.durable_terms import (
+    CLAIM_POLL,
+    MAX_WAIT_SECONDS,
+    RESOLVED_RETRY,
+    TAKEN_OVER,
+    TIMED_OUT,
+    Outcome,
+    Retry,
+    Semantics,
+    captured,
+    check_name,
+    checked_map,
+    checked_step,
+    checked_timeout,
+    checked_wait,
+    iso,
+    item_name,
+    recorded_event,
+    step_of,
+    submitted,
+)
 from stashpoint.runs.heads import RunRead
 from stashpoint.runs.models import Signal
 from stashpoint.runs.operations import RunOperations
@@ -62,147 +79,16 @@ from stashpoint.twins import Awaiting, Blocking, operation
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-
-class Semantics(StrEnum):
-    """What a step promises about running its function."""
-
-    AT_LEAST_ONCE = "at_least_once"
-    """A step cut off mid-function runs again on replay (make it idempotent: `key`)."""
-    AT_MOST_ONCE = "at_most_once"
-    """A step cut off mid-function is reported (`StepInterrupted`), never run again."""
-
-
-@dataclass(frozen=True)
-class Retry:
-    """How often a failed step runs again, and how long it waits first (durably).
-
-    The wait before try n+1 is `delay * backoff**(n-1)`, at most `max_delay`, counted from
-    when try n failed as recorded in the run: a crash during the wait does not shorten it
-    or start it over. A wait longer than `sleep_up_to` (or than a deadline leaves) suspends
-    the run (`RunSuspended`, `list_due` finds it when due) instead of sleeping.
-    """
-
-    attempts: int = 3
-    """Tries in all, the first included."""
-    delay: float = 1.0
-    """Seconds before the second try."""
-    backoff: float = 2.0
-    """Factor each later delay grows by."""
-    max_delay: float = 300.0
-    """Longest delay between two tries, in seconds."""
-    sleep_up_to: float = 60.0
-    """Longest delay slept in the process; a longer one suspends the run."""
-
-    def __post_init__(self) -> None:
-        if type(self.attempts) is not int or self.attempts < 1:
-            raise InvalidArgument(f"retry attempts must be an int >= 1, not {self.attempts!r}")
-        if not (self.delay >= 0 and self.backoff >= 1 and self.max_delay >= 0):
-            raise InvalidArgument("retry delay and max_delay must be >= 0, backoff >= 1")
-
-    def delay_after(self, tries: int) -> float:
-        """Return the seconds to wait after `tries` failed tries."""
-        return min(self.max_delay, self.delay * self.backoff ** max(0, tries - 1))
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """How a step's latest attempt ended (or that it did not)."""
-
-    status: AttemptStatus
-    output: Any
-    error: str | None
-    finished_at: datetime | None = None
-
-
-TAKEN_OVER = "interrupted: the run was taken over"
-"""The error of a step a crash (or another worker) left running, ended by the takeover."""
-RESOLVED_RETRY = "resolved: run it again"
-"""The error of the attempt `resolve(name, retry=True)` records: the step may run again."""
-
-
-MAX_WAIT_SECONDS = 10**9
-"""The longest wait (about 31 years): a longer one is a mistake, and past datetime's range."""
-
-CLAIM_POLL = 1.0
-"""Seconds between looks at a run another worker holds (`claim_wait`)."""
-
-
-def _step_of(node_id: str) -> str:
-    """Return the step a node belongs to: a mapped item `name[3]` belongs to `name`."""
-    return node_id[: node_id.index("[")] if node_id.endswith("]") and "[" in node_id else node_id
-
-
-def _item(name: str, index: int) -> str:
-    return f"{name}[{index}]"
-
-
-def _captured(fn: Any, *args: Any) -> Any:
-    """Call `fn`, returning (True, result) or (False, exception) instead of raising."""
-    try:
-        result = fn(*args)
-    except Exception as exc:
-        return False, exc
-    if isinstance(result, Awaitable):
-
-        async def settle() -> tuple[bool, Any]:
-            try:
-                return True, await result
-            except Exception as exc:
-                return False, exc
-
-        return settle()
-    return True, result
-
-
-def _submitted(executor: Any, fn: Any, item: Any, awaiting: bool) -> Any:
-    """Run `fn(item)` on `executor`; (True, result) or (False, exception), as `_captured`.
-
-    Blocking: waits on the executor's future (on the step's own thread). `awaiting` (the
-    asyncio twin): returns a coroutine wrapping the future, which the driver awaits
-    without blocking the loop.
-    """
-    try:
-        future = executor.submit(fn, item)
-    except Exception as exc:  # a shut-down executor, a function it cannot send
-        return False, exc
-    if awaiting:
-
-        async def settle() -> tuple[bool, Any]:
-            import asyncio
-
-            try:
-                return True, await asyncio.wrap_future(future)
-            except Exception as exc:
-                return False, exc
-
-        return settle()
-    try:
-        return True, future.result()
-    except Exception as exc:
-        return False, exc
-
-
-_TIMED_OUT = "WaitTimedOut: the wait ran out at"
-"""How a timed-out `wait_for` is recorded (the error of its failed attempt)."""
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
-def _moment_of(text: str) -> datetime | None:
-    """Parse a recorded timezone-aware moment; None if it is not one."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
-
-
-def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not name or "[" in name:
-        raise InvalidArgument(f"a step name is a non-empty str without '[', not {described(name)}")
-    return name
+__all__ = [
+    "CLAIM_POLL",
+    "MAX_WAIT_SECONDS",
+    "RESOLVED_RETRY",
+    "TAKEN_OVER",
+    "AsyncDurableRun",
+    "DurableRun",
+    "Retry",
+    "Semantics",
+]
 
 
 class _DurableApi:
@@ -245,7 +131,7 @@ class _DurableApi:
         # and those this invocation has asked for; replays check one against the other.
         self._order: dict[str, int] = {}
         self._positions: list[str] = []
-        self._last: dict[str, _Outcome] = {}
+        self._last: dict[str, Outcome] = {}
         self._tries: dict[str, int] = {}
         self._asked: set[str] = set()
         self._stopped: RunSuspended | RunClaimed | None = None
@@ -294,35 +180,46 @@ class _DurableApi:
             else:
                 self._opened = True
                 return
-        taken: dict[str, datetime] = {}
         read = yield from self._respect_claims(read)
+        read, taken = yield from self._take_over(read)
+        self._learn(read, taken)
+        self._opened = True
+
+    def _take_over(self, read: RunRead) -> Steps[tuple[RunRead, dict[str, datetime]]]:
+        """Take the run over; return it as read after, and when each attempt it ended did.
+
+        A finished run is not taken over: it only replays.
+        """
         try:
             took = yield from self._ops.take_over_read(read, reason=TAKEN_OVER)
         except TerminalStateConflict:
-            self._finished = True  # a finished run only replays
-        else:
-            if took.unchanged:  # the read is the run, but for what the takeover ended
-                taken = {a.attempt_id: took.at for a in read.running}
-            else:
-                read = yield from self._read_again()
+            self._finished = True
+            return read, {}
+        if took.unchanged:  # the read is the run, but for what the takeover ended
+            return read, {a.attempt_id: took.at for a in read.running}
+        return (yield from self._read_again()), {}
+
+    def _learn(self, read: RunRead, taken: dict[str, datetime]) -> None:
+        """Learn the steps the run recorded: outcomes, tries, order, durations, signals.
+
+        `taken`: the attempts the takeover ended (failed, `TAKEN_OVER`), with when.
+        """
         state = read.state
         self._waiting = state.status is RunStatus.WAITING
         self._waiting_for = state.waiting_for if self._waiting else None
         self._signals = dict(state.signals)
         for record in state.attempts:
-            step = _step_of(record.node_id)
-            self._ordered(step)
+            self._ordered(step_of(record.node_id))
             ended = taken.get(record.attempt_id)
             self._last[record.node_id] = (
-                _Outcome(AttemptStatus.FAILED, None, TAKEN_OVER, ended)
+                Outcome(AttemptStatus.FAILED, None, TAKEN_OVER, ended)
                 if ended is not None
-                else _Outcome(record.status, record.output, record.error, record.finished_at)
+                else Outcome(record.status, record.output, record.error, record.finished_at)
             )
             self._tries[record.node_id] = self._tries.get(record.node_id, 0) + 1
             if record.status is AttemptStatus.COMPLETED and record.finished_at is not None:
                 seconds = (record.finished_at - record.started_at).total_seconds()
                 self._step_seconds.append(max(0.0, seconds))
-        self._opened = True
 
     def _read_again(self) -> Steps[RunRead]:
         """Read the run afresh while opening it (`RunNotFound` if it was deleted meanwhile)."""
@@ -344,7 +241,7 @@ class _DurableApi:
             running = read.running
             now = yield from self._now()
             live = [
-                (a.lease_expires_at, _step_of(a.node_id))
+                (a.lease_expires_at, step_of(a.node_id))
                 for a in running
                 if a.lease_expires_at is not None and a.lease_expires_at + skew > now
             ]
@@ -357,9 +254,9 @@ class _DurableApi:
             yield from ask(Sleep(min(CLAIM_POLL, max(0.05, (until + skew - now).total_seconds()))))
             read = yield from self._read_again()
 
-    def _replay(self, name: str) -> Steps[_Outcome | None]:
+    def _replay(self, name: str) -> Steps[Outcome | None]:
         """Open the run, check `name` is asked for in order, return its last outcome."""
-        _check_name(name)
+        check_name(name)
         yield from self._open()
         self._position(name)
         return self._last.get(name)
@@ -375,7 +272,7 @@ class _DurableApi:
                 self.run_id, position=position, recorded=self._positions[position], asked=name
             )
 
-    def _recorded_wake(self, name: str, last: _Outcome) -> datetime:
+    def _recorded_wake(self, name: str, last: Outcome) -> datetime:
         """Return the wake time a completed wait recorded; a step's result is no wait."""
         output = last.output
         try:
@@ -463,13 +360,13 @@ class _DurableApi:
                 raise  # taken over while it ran: its outcome is the new owner's to decide
             error = f"{type(exc).__name__}: {exc}"
             yield from self._end(name, attempt, key, started_at, attempt_id, error=error)
-            self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, (yield from self._now()))
+            self._last[name] = Outcome(AttemptStatus.FAILED, None, error, (yield from self._now()))
             return False, exc
         finally:
             self._ran = True
         self._step_seconds.append(measure() - started)
         yield from self._end(name, attempt, key, started_at, attempt_id, output=result)
-        self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
+        self._last[name] = Outcome(AttemptStatus.COMPLETED, result, None)
         return True, result
 
     def _end(
@@ -507,7 +404,7 @@ class _DurableApi:
         # stored (Fenced is raised once it returns; `stashpoint.steps.stopped()` says so).
         return Call(fn, args, beat=beat, every=self.lease / 3, fatal=(Fenced,))
 
-    def _retry_wait(self, name: str, retry: Retry, last: _Outcome) -> Steps[None]:
+    def _retry_wait(self, name: str, retry: Retry, last: Outcome) -> Steps[None]:
         """Wait out the delay before the next try: sleep, or suspend when it is long."""
         tries = self._tries.get(name, 0)
         if tries >= retry.attempts:
@@ -540,30 +437,13 @@ class _DurableApi:
         (slept, or the run suspends when it is long); when every try failed, the last
         exception is raised, and a replay raises `StepFailed`.
         """
-        if not callable(fn):
-            raise InvalidArgument(f"a step runs a function, not {described(fn)}")
-        try:
-            semantics = Semantics(semantics)
-        except ValueError:
-            raise InvalidArgument(f"unknown step semantics {semantics!r}") from None
-        if retry is not None and not isinstance(retry, Retry):
-            raise InvalidArgument(f"retry must be a stashpoint.Retry, not {described(retry)}")
+        semantics = checked_step(fn, semantics, retry)
         last = yield from self._replay(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             return last.output
         self._require_open(name)
         if last is not None and last.error != RESOLVED_RETRY:
-            cut_off = last.status is not AttemptStatus.FAILED or last.error == TAKEN_OVER
-            if semantics is Semantics.AT_MOST_ONCE and cut_off:
-                raise StepInterrupted(
-                    self.run_id, step=name, detail=last.error or last.status.value
-                )
-            if retry is not None and last.status is AttemptStatus.FAILED:
-                yield from self._retry_wait(name, retry, last)
-            elif semantics is Semantics.AT_MOST_ONCE:
-                raise StepInterrupted(
-                    self.run_id, step=name, detail=last.error or last.status.value
-                )
+            yield from self._before_again(name, last, semantics, retry)
         while True:
             first = semantics is Semantics.AT_MOST_ONCE or self.lease is not None
             done, outcome = yield from self._record(name, args, fn, first=first)
@@ -572,6 +452,20 @@ class _DurableApi:
             if retry is None or self._tries[name] >= retry.attempts:
                 raise outcome
             yield from self._retry_wait(name, retry, self._last[name])
+
+    def _before_again(
+        self, name: str, last: Outcome, semantics: Semantics, retry: Retry | None
+    ) -> Steps[None]:
+        """Before a step with an attempt runs again: refuse, or wait out a retry's delay.
+
+        Refused: an `AT_MOST_ONCE` step cut off, or one that failed without a retry.
+        """
+        cut_off = last.status is not AttemptStatus.FAILED or last.error == TAKEN_OVER
+        at_most_once = semantics is Semantics.AT_MOST_ONCE
+        if at_most_once and (cut_off or retry is None):
+            raise StepInterrupted(self.run_id, step=name, detail=last.error or last.status.value)
+        if retry is not None and last.status is AttemptStatus.FAILED:
+            yield from self._retry_wait(name, retry, last)
 
     @operation
     def wait(
@@ -588,39 +482,33 @@ class _DurableApi:
         the index for `list_due`) and `RunSuspended` is raised: return from the handler,
         and run it again when due. From it on, the wait returns and the run goes on.
         """
-        if (until is None) == (seconds is None):
-            raise InvalidArgument("wait for either until= or seconds=")
-        if until is not None and (not isinstance(until, datetime) or until.tzinfo is None):
-            raise InvalidArgument(
-                f"until must be a timezone-aware datetime, not {described(until)}"
-            )
-        if seconds is not None and (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not 0 <= seconds <= MAX_WAIT_SECONDS
-        ):
-            raise InvalidArgument(f"seconds must be a number >= 0, not {described(seconds)}")
+        checked_wait(until, seconds)
         last = yield from self._replay(name)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             wake = self._recorded_wake(name, last)
         else:
-            self._require_open(name)
-            now = yield from self._now()
-            wake = until if until is not None else now + timedelta(seconds=seconds or 0)
-            self._ordered(name)
-            self._tries[name] = self._tries.get(name, 0) + 1
-            attempt_id = yield from self._ops.record_attempt(
-                self.run_id, name, self._tries[name], {"wait_until": str(wake)}
-            )
-            self._waiting = False
-            yield from self._ops.complete_attempt(attempt_id, {"wake_at": wake.isoformat()})
-            self._last[name] = _Outcome(
-                AttemptStatus.COMPLETED, {"wake_at": wake.isoformat()}, None
-            )
+            wake = yield from self._record_wake(name, until, seconds)
         if (yield from self._now()) >= wake or self._finished:
             yield from self._wake()
             return
         yield from self._suspend(wake, "wait")
+
+    def _record_wake(
+        self, name: str, until: datetime | None, seconds: float | None
+    ) -> Steps[datetime]:
+        """Record step `name` of a wait with its wake time; return it."""
+        self._require_open(name)
+        now = yield from self._now()
+        wake = until if until is not None else now + timedelta(seconds=seconds or 0)
+        self._ordered(name)
+        self._tries[name] = self._tries.get(name, 0) + 1
+        attempt_id = yield from self._ops.record_attempt(
+            self.run_id, name, self._tries[name], {"wait_until": str(wake)}
+        )
+        self._waiting = False
+        yield from self._ops.complete_attempt(attempt_id, {"wake_at": wake.isoformat()})
+        self._last[name] = Outcome(AttemptStatus.COMPLETED, {"wake_at": wake.isoformat()}, None)
+        return wake
 
     @operation
     def wait_for(self, name: str, *, timeout: float | timedelta | None = None) -> Steps[Any]:
@@ -636,14 +524,7 @@ class _DurableApi:
         `WaitTimedOut`, on that replay and every later one. Of an event and a timeout that
         race, the one the run's log takes first is the outcome, recorded once.
         """
-        if isinstance(timeout, timedelta):
-            timeout = timeout.total_seconds()
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 <= timeout <= MAX_WAIT_SECONDS
-        ):
-            raise InvalidArgument(f"timeout must be seconds >= 0, not {described(timeout)}")
+        timeout = checked_timeout(timeout)
         last = yield from self._replay(name)
         waiting = False
         timeout_at: datetime | None = None
@@ -661,26 +542,7 @@ class _DurableApi:
         if not waiting and timeout is not None:
             timeout_at = now + timedelta(seconds=timeout)
         if name not in self._signals:
-            if waiting and timeout_at is not None and now >= timeout_at:
-                self._tries[name] = self._tries.get(name, 0) + 1
-                error = f"{_TIMED_OUT} {timeout_at.isoformat()}"
-                if (yield from self._ops.time_out_wait(
-                    self.run_id, name, self._tries[name], error
-                )):  # fmt: skip
-                    self._waiting = False
-                    self._last[name] = _Outcome(AttemptStatus.FAILED, None, error, now)
-                    raise WaitTimedOut(self.run_id, name=name, timeout_at=timeout_at)
-            elif waiting and self._waiting and self._waiting_for == name:
-                raise self._stop(RunSuspended(self.run_id, until=timeout_at, reason="event"))
-            else:
-                self._tries[name] = self._tries.get(name, 0) + 1
-                if (yield from self._ops.await_signal(
-                    self.run_id, name, self._tries[name], timeout_at
-                )):  # fmt: skip
-                    self._waiting, self._waiting_for = True, name
-                    output = {"waiting_for": name, "timeout_at": _iso(timeout_at)}
-                    self._last[name] = _Outcome(AttemptStatus.COMPLETED, output, None)
-                    raise self._stop(RunSuspended(self.run_id, until=timeout_at, reason="event"))
+            yield from self._await_event(name, now, waiting, timeout_at)
             # The event arrived since the run was read: take it.
             read = yield from self._read_again()
             self._signals = dict(read.state.signals)
@@ -692,8 +554,35 @@ class _DurableApi:
             output=output,
         )  # fmt: skip
         self._waiting = False
-        self._last[name] = _Outcome(AttemptStatus.COMPLETED, output, None)
+        self._last[name] = Outcome(AttemptStatus.COMPLETED, output, None)
         return signal.payload
+
+    def _await_event(
+        self, name: str, now: datetime, waiting: bool, timeout_at: datetime | None
+    ) -> Steps[None]:
+        """Event `name` has not arrived: time the wait out, or suspend the run for it.
+
+        Returns only when the run's log says the event arrived meanwhile (a race the
+        event won): the caller reads it.
+        """
+        if waiting and timeout_at is not None and now >= timeout_at:
+            self._tries[name] = self._tries.get(name, 0) + 1
+            error = f"{TIMED_OUT} {timeout_at.isoformat()}"
+            if (yield from self._ops.time_out_wait(self.run_id, name, self._tries[name], error)):
+                self._waiting = False
+                self._last[name] = Outcome(AttemptStatus.FAILED, None, error, now)
+                raise WaitTimedOut(self.run_id, name=name, timeout_at=timeout_at)
+        elif waiting and self._waiting and self._waiting_for == name:
+            raise self._stop(RunSuspended(self.run_id, until=timeout_at, reason="event"))
+        else:
+            self._tries[name] = self._tries.get(name, 0) + 1
+            if (yield from self._ops.await_signal(
+                self.run_id, name, self._tries[name], timeout_at
+            )):  # fmt: skip
+                self._waiting, self._waiting_for = True, name
+                output = {"waiting_for": name, "timeout_at": iso(timeout_at)}
+                self._last[name] = Outcome(AttemptStatus.COMPLETED, output, None)
+                raise self._stop(RunSuspended(self.run_id, until=timeout_at, reason="event"))
 
     def _payload(self, name: str) -> Any:
         """Return the payload of the event a recorded wait took."""
@@ -705,27 +594,15 @@ class _DurableApi:
             )  # fmt: skip
         return signal.payload
 
-    def _recorded_event(self, name: str, last: _Outcome) -> tuple[str, Any]:
+    def _recorded_event(self, name: str, last: Outcome) -> tuple[str, Any]:
         """Return what a recorded `wait_for` step says: delivered, timed out, or waiting."""
-        output = last.output if isinstance(last.output, dict) else {}
-        error = last.error or ""
-        if last.status is AttemptStatus.FAILED and error.startswith(_TIMED_OUT):
-            at = _moment_of(error[len(_TIMED_OUT) :].strip())
-            if at is not None:
-                return "timed_out", at
-        elif last.status is AttemptStatus.COMPLETED and output.get("event") == name:
-            return "delivered", None
-        elif last.status is AttemptStatus.COMPLETED and output.get("waiting_for") == name:
-            raw = output.get("timeout_at")
-            at = None if raw is None else _moment_of(str(raw))
-            if raw is None or at is not None:
-                return "waiting", at
-        elif last.status is not AttemptStatus.COMPLETED:
-            return "new", None  # a failed or cut-off record of the step: wait anew
-        raise NondeterministicReplay(
-            self.run_id, position=self._order.get(name, 0),
-            recorded=f"{name} (not a wait_for)", asked=f"{name} (a wait_for)",
-        )  # fmt: skip
+        said = recorded_event(name, last)
+        if said is None:
+            raise NondeterministicReplay(
+                self.run_id, position=self._order.get(name, 0),
+                recorded=f"{name} (not a wait_for)", asked=f"{name} (a wait_for)",
+            )  # fmt: skip
+        return said
 
     @operation
     def callback(self, name: str) -> Steps[str]:
@@ -737,7 +614,7 @@ class _DurableApi:
         step `callback:{name}`, so every replay returns the same token; a token this run
         did not make is refused. Redeeming it again is the same signal (idempotent).
         """
-        step = callbacks.step_name(_check_name(name))
+        step = callbacks.step_name(check_name(name))
         last = yield from self._replay(step)
         if last is not None and last.status is AttemptStatus.COMPLETED:
             token = last.output.get("token") if isinstance(last.output, dict) else None
@@ -757,7 +634,7 @@ class _DurableApi:
             output={"token": token},
         )  # fmt: skip
         self._waiting = False  # recording an attempt wakes a waiting run
-        self._last[step] = _Outcome(AttemptStatus.COMPLETED, {"token": token}, None)
+        self._last[step] = Outcome(AttemptStatus.COMPLETED, {"token": token}, None)
         return token
 
     @operation
@@ -781,27 +658,13 @@ class _DurableApi:
         instead, the run recording them as before; `fn` and the items must then travel
         (picklable), and `max_concurrency` items are in flight at once.
         """
-        _check_name(name)
-        if type(max_concurrency) is not int or not 1 <= max_concurrency <= 256:
-            raise InvalidArgument(
-                f"max_concurrency must be an int from 1 to 256, not {described(max_concurrency)}"
-            )
-        if not callable(fn):
-            raise InvalidArgument(f"fn must be callable, not {described(fn)}")
-        if executor is not None and not callable(getattr(executor, "submit", None)):
-            raise InvalidArgument(
-                f"executor must be a concurrent.futures.Executor, not {described(executor)}"
-            )
-        try:
-            values = list(items)
-        except TypeError:
-            raise InvalidArgument(f"items must be iterable, not {described(items)}") from None
+        values = checked_map(name, items, fn, max_concurrency, executor)
         yield from self._open()
         self._position(name)
         results: list[Any] = [None] * len(values)
         todo = []
         for index in range(len(values)):
-            last = self._last.get(_item(name, index))
+            last = self._last.get(item_name(name, index))
             if last is not None and last.status is AttemptStatus.COMPLETED:
                 results[index] = last.output
             else:
@@ -812,51 +675,72 @@ class _DurableApi:
         for start in range(0, len(todo), max_concurrency):
             batch = todo[start : start + max_concurrency]
             self._check_deadline()
-            planned = []
-            for index in batch:
-                step = _item(name, index)
-                self._tries[step] = self._tries.get(step, 0) + 1
-                planned.append((step, self._tries[step], {"key": self.key(step)}))
-            ids = yield from self._ops.record_attempts(self.run_id, planned, lease=self.lease)
-            self._waiting = False
-            measure = time.monotonic if self.deadline is None else self.deadline.clock
-            started = measure()
-            if executor is None:
-                calls = tuple(Call(_captured, (fn, values[i])) for i in batch)
-            else:
-                awaiting = isinstance(self, Awaiting)
-                calls = tuple(Call(_submitted, (executor, fn, values[i], awaiting)) for i in batch)
-            if self.lease is not None:
-                # The whole batch's leases are renewed in one append, three times a lease,
-                # while its items run; a beat that finds the run taken over stops it.
-                beat = functools.partial(self._ops.heartbeats, self.run_id, tuple(ids))
-                parallel = Parallel(calls, beat=beat, every=self.lease / 3, fatal=(Fenced,))
-            else:
-                parallel = Parallel(calls)
-            try:
-                outcomes = yield from ask(parallel)
-            finally:
-                self._ran = True
-            self._step_seconds.append(measure() - started)
-            now = yield from self._now()
-            completed = {}
-            failed = {}
-            first_failure: Exception | None = None
-            for index, attempt_id, (ok, value) in zip(batch, ids, outcomes, strict=True):
-                step = _item(name, index)
-                if ok:
-                    completed[attempt_id] = value
-                    results[index] = value
-                    self._last[step] = _Outcome(AttemptStatus.COMPLETED, value, None)
-                else:
-                    error = f"{type(value).__name__}: {value}"
-                    failed[attempt_id] = error
-                    self._last[step] = _Outcome(AttemptStatus.FAILED, None, error, now)
-                    first_failure = first_failure or value
-            yield from self._ops.end_attempts(self.run_id, completed=completed, failed=failed)
-            if first_failure is not None:
-                raise first_failure
+            yield from self._map_batch(name, batch, values, results, fn, executor)
         return results
+
+    def _map_batch(
+        self,
+        name: str,
+        batch: list[int],
+        values: list[Any],
+        results: list[Any],
+        fn: Any,
+        executor: Any,
+    ) -> Steps[None]:
+        """Run one batch of a map's items: attempts recorded together, then ended together.
+
+        Results go into `results`; the first failure is raised once the batch has ended.
+        """
+        planned = []
+        for index in batch:
+            step = item_name(name, index)
+            self._tries[step] = self._tries.get(step, 0) + 1
+            planned.append((step, self._tries[step], {"key": self.key(step)}))
+        ids = yield from self._ops.record_attempts(self.run_id, planned, lease=self.lease)
+        self._waiting = False
+        measure = time.monotonic if self.deadline is None else self.deadline.clock
+        started = measure()
+        try:
+            outcomes = yield from ask(self._batch_calls(batch, values, fn, executor, ids))
+        finally:
+            self._ran = True
+        self._step_seconds.append(measure() - started)
+        now = yield from self._now()
+        completed = {}
+        failed = {}
+        first_failure: Exception | None = None
+        for index, attempt_id, (ok, value) in zip(batch, ids, outcomes, strict=True):
+            step = item_name(name, index)
+            if ok:
+                completed[attempt_id] = value
+                results[index] = value
+                self._last[step] = Outcome(AttemptStatus.COMPLETED, value, None)
+            else:
+                error = f"{type(value).__name__}: {value}"
+                failed[attempt_id] = error
+                self._last[step] = Outcome(AttemptStatus.FAILED, None, error, now)
+                first_failure = first_failure or value
+        yield from self._ops.end_attempts(self.run_id, completed=completed, failed=failed)
+        if first_failure is not None:
+            raise first_failure
+
+    def _batch_calls(
+        self, batch: list[int], values: list[Any], fn: Any, executor: Any, ids: list[str]
+    ) -> Parallel:
+        """Return the calls of a batch's items, run at once (on `executor`, if given).
+
+        Under a lease the whole batch's leases are renewed in one append, three times a
+        lease, while its items run; a beat that finds the run taken over stops it.
+        """
+        if executor is None:
+            calls = tuple(Call(captured, (fn, values[i])) for i in batch)
+        else:
+            awaiting = isinstance(self, Awaiting)
+            calls = tuple(Call(submitted, (executor, fn, values[i], awaiting)) for i in batch)
+        if self.lease is None:
+            return Parallel(calls)
+        beat = functools.partial(self._ops.heartbeats, self.run_id, tuple(ids))
+        return Parallel(calls, beat=beat, every=self.lease / 3, fatal=(Fenced,))
 
     @operation
     def resolve(self, name: str, *, retry: bool = False, result: Any = None) -> Steps[bool]:
@@ -869,7 +753,7 @@ class _DurableApi:
         resolve RUN_ID STEP --retry | --result JSON`. A run that does not exist is
         `RunNotFound` (a resolve never creates one).
         """
-        _check_name(name)
+        check_name(name)
         yield from self._open(create=False)
         last = self._last.get(name)
         if last is None or last.status is AttemptStatus.COMPLETED:
@@ -885,9 +769,9 @@ class _DurableApi:
         )  # fmt: skip
         self._waiting = False
         if retry:
-            self._last[name] = _Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, now)
+            self._last[name] = Outcome(AttemptStatus.FAILED, None, RESOLVED_RETRY, now)
         else:
-            self._last[name] = _Outcome(AttemptStatus.COMPLETED, result, None)
+            self._last[name] = Outcome(AttemptStatus.COMPLETED, result, None)
         return True
 
     @operation

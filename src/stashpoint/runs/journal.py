@@ -147,36 +147,56 @@ def fold(head: RunHead, records: Iterable[Any], name: str) -> RunState:
         fields = dict(record)
         op = fields.pop("op", None)
         try:
-            if op == "attempt":
-                attempt = AttemptRecord.model_validate(fields)
-                if attempt.attempt_id in attempts:
-                    raise InvalidPayload("attempt recorded twice", object_name=where)
-                if attempt.run_id != head.run_id:
-                    raise InvalidPayload(
-                        f"attempt of another run ({attempt.run_id!r})", object_name=where
-                    )
-                attempts[attempt.attempt_id] = attempt
-            elif op == "end":
-                end = AttemptEnd.model_validate(fields)
-                before = attempts.get(end.attempt_id)
-                if before is None or before.status is not AttemptStatus.RUNNING:
-                    raise InvalidPayload(
-                        f"end of attempt {end.attempt_id!r}, which is not running",
-                        object_name=where,
-                    )
-                attempts[end.attempt_id] = ended(before, end)
-            elif op == "signal":
-                signal = Signal.model_validate(fields)
-                if signal.name in signals:
-                    raise InvalidPayload("signal delivered twice", object_name=where)
-                signals[signal.name] = signal
-            else:
-                raise UnsupportedFormat(
-                    f"unknown run record {op!r}: written by a newer stashpoint?",
-                    object_name=where,
-                )
+            _fold_record(op, fields, head, attempts, signals, where)
         except pydantic.ValidationError as exc:
             raise InvalidPayload(f"run record is invalid: {exc}", object_name=where) from None
+    _check_agrees(head, attempts, signals, name)
+    fields = head.model_dump(exclude=set(_HEAD_ONLY))
+    fields.update(head.model_extra or {})
+    return RunState.model_validate(
+        {**fields, "attempts": tuple(attempts.values()), "signals": signals}
+    )
+
+
+def _fold_record(
+    op: object,
+    fields: dict[str, Any],
+    head: RunHead,
+    attempts: dict[str, AttemptRecord],
+    signals: dict[str, Signal],
+    where: str,
+) -> None:
+    """Fold one record (an attempt, its end, a signal) into `attempts` and `signals`."""
+    if op == "attempt":
+        attempt = AttemptRecord.model_validate(fields)
+        if attempt.attempt_id in attempts:
+            raise InvalidPayload("attempt recorded twice", object_name=where)
+        if attempt.run_id != head.run_id:
+            raise InvalidPayload(f"attempt of another run ({attempt.run_id!r})", object_name=where)
+        attempts[attempt.attempt_id] = attempt
+    elif op == "end":
+        end = AttemptEnd.model_validate(fields)
+        before = attempts.get(end.attempt_id)
+        if before is None or before.status is not AttemptStatus.RUNNING:
+            raise InvalidPayload(
+                f"end of attempt {end.attempt_id!r}, which is not running", object_name=where
+            )
+        attempts[end.attempt_id] = ended(before, end)
+    elif op == "signal":
+        signal = Signal.model_validate(fields)
+        if signal.name in signals:
+            raise InvalidPayload("signal delivered twice", object_name=where)
+        signals[signal.name] = signal
+    else:
+        raise UnsupportedFormat(
+            f"unknown run record {op!r}: written by a newer stashpoint?", object_name=where
+        )
+
+
+def _check_agrees(
+    head: RunHead, attempts: dict[str, AttemptRecord], signals: dict[str, Signal], name: str
+) -> None:
+    """Refuse records that disagree with the head: records missing or extra."""
     running = {k for k, a in attempts.items() if a.status is AttemptStatus.RUNNING}
     if len(attempts) != head.attempt_count or running != set(head.running):
         raise InvalidPayload(
@@ -190,11 +210,6 @@ def fold(head: RunHead, records: Iterable[Any], name: str) -> RunState:
             "records are missing or extra",
             object_name=name,
         )
-    fields = head.model_dump(exclude=set(_HEAD_ONLY))
-    fields.update(head.model_extra or {})
-    return RunState.model_validate(
-        {**fields, "attempts": tuple(attempts.values()), "signals": signals}
-    )
 
 
 def ended(record: AttemptRecord, end: AttemptEnd) -> AttemptRecord:

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any, TypeVar
 
 from stashpoint.cache import Lru
@@ -28,9 +26,7 @@ from stashpoint.errors import (
     ConfigurationError,
     InvalidArgument,
     InvalidPayload,
-    Purged,
     StashpointError,
-    StorageUnavailable,
     UnsupportedFormat,
     described,
     whole,
@@ -39,6 +35,18 @@ from stashpoint.ids import validate_id, validate_prefix, writer_token
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import NewWriteId, Now, Parallel, Sleep, Steps, ask
 from stashpoint.stores import writes
+from stashpoint.stores.head_facts import (
+    PURGED_KIND,
+    HeadFacts,
+    Judgement,
+    facts_from_envelope,
+    facts_from_metadata,
+    head_metadata,
+    judge_write,
+    purged_meanwhile,
+    raise_purged,
+    save_verdict,
+)
 from stashpoint.stores.layout import Layout
 from stashpoint.stores.objects import (
     Create,
@@ -52,151 +60,14 @@ from stashpoint.stores.objects import (
     RestoreObject,
     RestoreReport,
     RestoreState,
+    VersionRef,
     check_restore,
     every_key_page,
 )
-from stashpoint.stores.writes import Landed, NotLanded, Refused, Rewrite, Verdict, WriteTracker
+from stashpoint.stores.writes import Landed, NotLanded, Refused, Verdict, WriteTracker
 
 _SAVING: contextvars.ContextVar[int] = contextvars.ContextVar("stashpoint_saving", default=0)
 """How many saves this thread or task is inside (`writer_token`'s depth)."""
-
-META_KIND = "stashpoint-kind"
-"""Object metadata: the envelope's kind."""
-META_REVISION = "stashpoint-revision"
-"""Object metadata: the envelope's revision."""
-META_WRITE_ID = "stashpoint-write-id"
-"""Object metadata: the write id of the save that wrote this revision."""
-META_RUN_ID = "stashpoint-run-id"
-"""Object metadata: the envelope's run id (absent when it has none)."""
-META_LINEAGE = "stashpoint-lineage"
-"""Object metadata: write ids of the preceding revisions, newest first, joined by '.'."""
-META_PURGE = "stashpoint-purge"
-"""Object metadata of a purge's tombstone: the purge id (`;reusable` when the id may be
-created again)."""
-PURGED_KIND = "stashpoint.purged"
-"""Kind of the envelope a purge leaves in place of a head: it holds the purge id alone."""
-
-
-def purge_mark(envelope: Envelope) -> tuple[str, bool] | None:
-    """Return (purge id, reusable) of a purge's tombstone, None for any other envelope."""
-    if envelope.kind != PURGED_KIND or not isinstance(envelope.payload, dict):
-        return None
-    purge_id = envelope.payload.get("purge_id")
-    if not isinstance(purge_id, str):
-        return None
-    return purge_id, envelope.payload.get("reusable") is True
-
-
-def head_metadata(envelope: Envelope) -> dict[str, str]:
-    """Return the object metadata that lets one HEAD say which revision a head is."""
-    metadata = {
-        META_KIND: envelope.kind,
-        META_REVISION: str(envelope.revision),
-        META_WRITE_ID: envelope.write_id,
-        META_LINEAGE: ".".join(envelope.lineage),
-    }
-    if envelope.run_id is not None:
-        metadata[META_RUN_ID] = envelope.run_id
-    mark = purge_mark(envelope)
-    if mark is not None:
-        metadata[META_PURGE] = mark[0] + (";reusable" if mark[1] else "")
-    return metadata
-
-
-@dataclass(frozen=True, slots=True)
-class HeadFacts:
-    """What a read of a head says about it, from its metadata or its envelope."""
-
-    etag: str
-    """The head's ETag."""
-    revision: int
-    """The head's revision."""
-    pairs: frozenset[tuple[int, str]]
-    """The `(revision, write_id)` pairs the head remembers, its own included."""
-    kind: str
-    """The envelope's kind."""
-    run_id: str | None
-    """The envelope's run id."""
-    stored_bytes: int | None = None
-    """Size of the stored object, where the read says."""
-    written_at: datetime | None = None
-    """When the object was written, where the storage says."""
-    envelope: Envelope | None = None
-    """The decoded envelope, when the read returned the body."""
-    purge: tuple[str, bool] | None = None
-    """(purge id, reusable) when the head is a purge's tombstone."""
-
-    def purged_error(self, object_id: str) -> CheckpointNotFound | None:
-        """Return what reading (or writing) a tombstone raises; None for a live head.
-
-        A purge that let the id be reused reads as a plain deletion.
-        """
-        if self.purge is None:
-            return None
-        if self.purge[1]:
-            return CheckpointNotFound("no checkpoint with this id", object_name=object_id)
-        return Purged(object_id, purge_id=self.purge[0])
-
-    def info(self, object_id: str) -> CheckpointInfo:
-        """Return these facts as the public `CheckpointInfo` of `object_id`."""
-        written_at = self.written_at
-        if written_at is None and self.envelope is not None:
-            written_at = self.envelope.updated_at
-        return CheckpointInfo(
-            id=object_id,
-            kind=self.kind,
-            revision=self.revision,
-            run_id=self.run_id,
-            stored_bytes=self.stored_bytes,
-            updated_at=written_at,
-        )
-
-    def remembers(self, envelope: Envelope) -> bool:
-        """Whether `envelope`'s save is this head or one of its remembered ancestors."""
-        return (envelope.revision, envelope.write_id) in self.pairs
-
-
-def facts_from_metadata(info: ObjectInfo) -> HeadFacts | None:
-    """Return the facts in a head's metadata, or None if it carries none (or bad ones)."""
-    metadata = info.metadata or {}
-    try:
-        revision = int(metadata[META_REVISION])
-        write_id = metadata[META_WRITE_ID]
-        kind = metadata[META_KIND]
-    except (KeyError, ValueError):
-        return None
-    lineage = [w for w in metadata.get(META_LINEAGE, "").split(".") if w]
-    pairs = {(revision, write_id)}
-    pairs.update((revision - 1 - i, w) for i, w in enumerate(lineage))
-    purge = None
-    if kind == PURGED_KIND:
-        purge_id, _, reuse = metadata.get(META_PURGE, "unknown").partition(";")
-        purge = (purge_id, reuse == "reusable")
-    return HeadFacts(
-        etag=info.etag,
-        revision=revision,
-        pairs=frozenset(pairs),
-        kind=kind,
-        run_id=metadata.get(META_RUN_ID) or None,
-        stored_bytes=info.size,
-        written_at=info.last_modified,
-        purge=purge,
-    )
-
-
-def facts_from_envelope(info: ObjectInfo, envelope: Envelope) -> HeadFacts:
-    """Return the facts of a head whose envelope was read."""
-    return HeadFacts(
-        etag=info.etag,
-        revision=envelope.revision,
-        pairs=frozenset(envelope.lineage_pairs()),
-        kind=envelope.kind,
-        run_id=envelope.run_id,
-        stored_bytes=info.size if info.size is not None else len(info.body or b""),
-        written_at=info.last_modified,
-        envelope=envelope,
-        purge=purge_mark(envelope),
-    )
 
 
 class EtagCache:
@@ -224,13 +95,6 @@ class EtagCache:
     def forget(self, key: str) -> None:
         """Drop what is known of `key`."""
         self._entries.pop(key)
-
-
-class _Verdict(Enum):
-    LANDED = "landed"
-    LOST = "lost"
-    NOT_LANDED = "not_landed"
-    UNKNOWN = "unknown"
 
 
 K = TypeVar("K")
@@ -281,33 +145,6 @@ def optimistic_update(
                 raise
             head = None
             yield Sleep(retry.delay(min(attempt, 6)))
-
-
-def judge_write(
-    facts: HeadFacts | None,
-    envelope: Envelope,
-    expected_revision: int | None,
-    sent_etag: str | None,
-    refused_for_sure: bool,
-) -> _Verdict:
-    """Decide what became of a write whose answer was not definite, from a read-back.
-
-    `refused_for_sure`: the server refused every copy we sent (a 412/404 that answers our
-    only copy, after attempts that all certainly failed), so it cannot have landed.
-    """
-    if facts is None:
-        # Nothing there: a create has not landed; an update's base was deleted.
-        return _Verdict.NOT_LANDED if expected_revision is None else _Verdict.LOST
-    if facts.remembers(envelope):
-        return _Verdict.LANDED
-    if refused_for_sure:
-        return _Verdict.LOST
-    if facts.revision - envelope.revision >= LINEAGE_DEPTH - 1:
-        # So many saves since that our pair would have left the lineage: cannot tell.
-        return _Verdict.UNKNOWN
-    if expected_revision is not None and facts.revision == expected_revision:
-        return _Verdict.NOT_LANDED if facts.etag == sent_etag else _Verdict.LOST
-    return _Verdict.LOST
 
 
 class CompareAndSwap:
@@ -402,22 +239,24 @@ class CompareAndSwap:
                     f"revision {revision} does not exist (head is {envelope.revision})",
                     object_name=object_id,
                 )
+        return (yield from self._older(key, object_id, revision, envelope))
+
+    def _older(
+        self, key: str, object_id: str, revision: int | None, head: Envelope | None
+    ) -> Steps[Envelope]:
+        """Return revision `revision` from the key's older versions, newest first.
+
+        Below `head` (when it could be read); the search stops at an earlier life of the id.
+        """
         versions = yield from ask(ListVersions(key))
-        later = None if envelope is None else envelope.revision
-        for version in versions:
-            if version.is_delete_marker or version.is_latest:
-                continue
-            old = yield from self._get_version(key, object_id, version.version_id)
-            if old is None:
-                continue
-            candidate = yield from self.decode(old, key, object_id)
-            if later is not None and candidate.revision >= later:
-                break  # an earlier life of this id (deleted, then created again)
-            if candidate.revision == revision:
-                return candidate
-            if revision is not None and candidate.revision < revision:
-                break
-            later = candidate.revision
+        later = None if head is None else head.revision
+
+        def enough(read: list[Envelope]) -> bool:
+            return revision is not None and bool(read) and read[-1].revision <= revision
+
+        older = yield from self._this_life(key, object_id, versions, later, enough)
+        if older and older[-1].revision == revision:
+            return older[-1]
         raise CheckpointNotFound(f"revision {revision} is not in history", object_name=object_id)
 
     def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Steps[None]:
@@ -432,95 +271,17 @@ class CompareAndSwap:
     def _compare_and_swap(
         self, envelope: Envelope, expected_revision: int | None, writer: str
     ) -> Steps[None]:
-        if not isinstance(envelope, Envelope):
-            raise InvalidArgument(
-                f"compare_and_swap takes an Envelope (Envelope.initial(...) or .next(...)), "
-                f"not {described(envelope)}"
-            )
-        if expected_revision is not None:
-            whole(expected_revision, "expected_revision", object_name=envelope.id)
-        if expected_revision is not None and envelope.revision != expected_revision + 1:
-            raise InvalidPayload(
-                f"next revision must be expected_revision + 1 = {expected_revision + 1}, "
-                f"got {envelope.revision}",
-                object_name=envelope.id,
-            )
+        _check_save(envelope, expected_revision)
         key = self.key(envelope.id)
         # The head remembers this writer's last save: a read-back can tell whether this
         # one landed however far the head moves before it is read (`_ask_writers`).
         envelope = envelope.saved_by(writer)
         # A payload over the limits fails here, before any I/O.
         body = yield from self.codec.encoding(envelope)
-        condition: Create | Match
-        if expected_revision is None:
-            condition = Create()
-        else:
-            etag = self.cache.get(key, expected_revision)
-            if etag is None:
-                facts = yield from self.read_head(key)
-                actual = None if facts is None else facts.revision
-                purged = None if facts is None else facts.purged_error(envelope.id)
-                if purged is not None:
-                    raise purged
-                if facts is None or facts.revision != expected_revision:
-                    raise CheckpointConflict(
-                        envelope.id, expected_revision=expected_revision, actual_revision=actual
-                    )
-                etag = facts.etag
-            condition = Match(etag)
+        condition = yield from self._condition(key, envelope.id, expected_revision)
         request = PutObject(key, body, condition, head_metadata(envelope))
         sent_etag = condition.etag if isinstance(condition, Match) else None
-
-        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
-            facts = yield from self.read_head(key)
-            if facts is not None and facts.purge is not None and not facts.remembers(envelope):
-                self.cache.forget(key)
-                if facts.purge[1] and expected_revision is None:
-                    return Rewrite(Match(facts.etag))  # a reusable id: created again
-                purged = facts.purged_error(envelope.id)
-                assert purged is not None
-                return Refused(
-                    purged
-                    if not facts.purge[1]
-                    else CheckpointConflict(
-                        envelope.id,
-                        expected_revision=expected_revision,
-                        actual_revision=facts.revision,
-                    )
-                )
-            verdict = judge_write(
-                facts, envelope, expected_revision, sent_etag, tracker.refused_for_sure
-            )
-            if verdict is _Verdict.UNKNOWN:
-                # The head has moved on too far for its lineage to tell: ask its writers,
-                # then the history.
-                verdict = yield from self._ask_writers(key, envelope, writer)
-            if verdict is _Verdict.UNKNOWN:
-                verdict = yield from self._search_history(key, envelope)
-            if verdict is _Verdict.LANDED:
-                assert facts is not None
-                return Landed(facts.etag if facts.revision == envelope.revision else None)
-            if verdict is _Verdict.LOST:
-                self.cache.forget(key)
-                return Refused(
-                    CheckpointConflict(
-                        envelope.id,
-                        expected_revision=expected_revision,
-                        actual_revision=None if facts is None else facts.revision,
-                    )
-                )
-            if verdict is _Verdict.NOT_LANDED:
-                return NotLanded()
-            return Refused(
-                StorageUnavailable(
-                    f"save outcome unknown after {tracker.attempt} attempts: the head moved "
-                    f"on too far to tell; look for write id {envelope.write_id} in the "
-                    "head's history",
-                    object_name=envelope.id,
-                    write_id=envelope.write_id,
-                )
-            )
-
+        read_back = self._save_read_back(key, envelope, expected_revision, sent_etag, writer)
         etag = yield from writes.put(
             request,
             read_back,
@@ -532,6 +293,65 @@ class CompareAndSwap:
         )
         if etag:
             self.cache.remember(key, envelope.revision, etag)
+
+    def _condition(
+        self, key: str, object_id: str, expected_revision: int | None
+    ) -> Steps[Create | Match]:
+        """Return a save's condition: a create, or If-Match on the expected revision's ETag.
+
+        The ETag is remembered, else read with the head (which must be at that revision).
+        """
+        if expected_revision is None:
+            return Create()
+        return Match((yield from self._etag_at(key, object_id, expected_revision)))
+
+    def _etag_at(self, key: str, object_id: str, revision: int) -> Steps[str]:
+        """Return the ETag of the head at `revision`: remembered, else read with the head.
+
+        A head at another revision is a `CheckpointConflict`; a purged one says so.
+        """
+        etag = self.cache.get(key, revision)
+        if etag is not None:
+            return etag
+        facts = yield from self.read_head(key)
+        raise_purged(facts, object_id)
+        if facts is None or facts.revision != revision:
+            raise CheckpointConflict(
+                object_id,
+                expected_revision=revision,
+                actual_revision=None if facts is None else facts.revision,
+            )
+        return facts.etag
+
+    def _save_read_back(
+        self,
+        key: str,
+        envelope: Envelope,
+        expected_revision: int | None,
+        sent_etag: str | None,
+        writer: str,
+    ) -> writes.ReadBack:
+        """Return how a save whose answer is unclear is judged from the head read again."""
+
+        def read_back(tracker: WriteTracker) -> Steps[Verdict]:
+            facts = yield from self.read_head(key)
+            if facts is not None and facts.purge is not None and not facts.remembers(envelope):
+                self.cache.forget(key)
+                return purged_meanwhile(facts, envelope, expected_revision)
+            verdict = judge_write(
+                facts, envelope, expected_revision, sent_etag, tracker.refused_for_sure
+            )
+            if verdict is Judgement.UNKNOWN:
+                # The head has moved on too far for its lineage to tell: ask its writers,
+                # then the history.
+                verdict = yield from self._ask_writers(key, envelope, writer)
+            if verdict is Judgement.UNKNOWN:
+                verdict = yield from self._search_history(key, envelope)
+            if verdict is Judgement.LOST:
+                self.cache.forget(key)
+            return save_verdict(verdict, facts, envelope, expected_revision, tracker)
+
+        return read_back
 
     def update(
         self,
@@ -591,7 +411,7 @@ class CompareAndSwap:
         envelope = yield from self.codec.decoding(info.body, name=key)
         return facts_from_envelope(info, envelope)
 
-    def _ask_writers(self, key: str, envelope: Envelope, writer: str) -> Steps[_Verdict]:
+    def _ask_writers(self, key: str, envelope: Envelope, writer: str) -> Steps[Judgement]:
         """Judge a save by the head's record of its writer's last save (`Envelope.writers`).
 
         A writer saves one revision at a time, so while this save is being judged no other
@@ -602,18 +422,18 @@ class CompareAndSwap:
         """
         info = yield from ask(self._get(key))
         if info is None or info.body is None:
-            return _Verdict.UNKNOWN
+            return Judgement.UNKNOWN
         try:
             head = yield from self.codec.decoding(info.body, name=key)
         except StashpointError:
-            return _Verdict.UNKNOWN
+            return Judgement.UNKNOWN
         last = dict(head.writers).get(writer)
         if last is None:
             missing = head.missing_writer_saved_nothing(envelope.revision)
-            return _Verdict.LOST if missing else _Verdict.UNKNOWN
-        return _Verdict.LANDED if last == envelope.write_id else _Verdict.LOST
+            return Judgement.LOST if missing else Judgement.UNKNOWN
+        return Judgement.LANDED if last == envelope.write_id else Judgement.LOST
 
-    def _search_history(self, key: str, envelope: Envelope) -> Steps[_Verdict]:
+    def _search_history(self, key: str, envelope: Envelope) -> Steps[Judgement]:
         """Find whether `envelope`'s save landed, from the stored versions (binary search).
 
         Versions are newest first with falling revisions; one whose lineage window covers
@@ -622,21 +442,21 @@ class CompareAndSwap:
         try:
             versions = yield from ask(ListVersions(key))
         except StashpointError:
-            return _Verdict.UNKNOWN
+            return Judgement.UNKNOWN
         live = [v for v in versions if not v.is_delete_marker]
         low, high = 0, len(live) - 1
         while low <= high:
             middle = (low + high) // 2
             facts = yield from self.read_head(key, live[middle].version_id)
             if facts is None:
-                return _Verdict.UNKNOWN
+                return Judgement.UNKNOWN
             if facts.revision - envelope.revision >= LINEAGE_DEPTH:
                 low = middle + 1  # too new: its lineage does not reach back to us
             elif facts.revision < envelope.revision:
                 high = middle - 1
             else:
-                return _Verdict.LANDED if facts.remembers(envelope) else _Verdict.LOST
-        return _Verdict.LOST  # no version holds our revision: it never landed
+                return Judgement.LANDED if facts.remembers(envelope) else Judgement.LOST
+        return Judgement.LOST  # no version holds our revision: it never landed
 
     def describe(self, object_id: str) -> Steps[CheckpointInfo]:
         """Return what the head says about itself: its metadata (one HEAD), else its body."""
@@ -666,10 +486,28 @@ class CompareAndSwap:
         fails it, and is read and judged as below.
         """
         key = self.key(object_id)
-        etag: str | None = None
+        tombstone, etag = yield from self._delete_etag(key, object_id, expected_revision, seen_etag)
+        if tombstone:
+            return
+        self.cache.forget(key)
+        yield from writes.delete(
+            DeleteObject(key, etag),
+            self._delete_read_back(key, object_id, expected_revision, etag),
+            self.retry,
+            what="delete",
+            name=object_id,
+        )
+
+    def _delete_etag(
+        self, key: str, object_id: str, expected_revision: int | None, seen_etag: str | None
+    ) -> Steps[tuple[bool, str | None]]:
+        """Return whether the head is a purge's tombstone (left as it is), and an ETag.
+
+        The ETag a delete is conditional on (None: unconditional, an unreadable head).
+        """
         if expected_revision is None and seen_etag is not None and self.conditional_delete:
-            etag = seen_etag
-        elif expected_revision is None:
+            return False, seen_etag
+        if expected_revision is None:
             # A purge's tombstone keeps its key occupied (a freed key could be created
             # again by a writer that never saw the purge): deleting it does nothing, and
             # the delete is conditional on the head judged, so a purge's tombstone that
@@ -677,26 +515,16 @@ class CompareAndSwap:
             try:
                 facts = yield from self.read_head(key)
             except (InvalidPayload, UnsupportedFormat):
-                facts = None  # unreadable: deleted as it is (unconditionally)
+                return False, None  # unreadable: deleted as it is (unconditionally)
             if facts is not None and facts.purge is not None:
-                return
-            etag = None if facts is None else facts.etag
-        else:
-            etag = self.cache.get(key, expected_revision)
-            if etag is None:
-                facts = yield from self.read_head(key)
-                if facts is not None and facts.purge is not None:
-                    raise facts.purged_error(object_id) or CheckpointNotFound(
-                        "no checkpoint with this id", object_name=object_id
-                    )
-                if facts is None or facts.revision != expected_revision:
-                    raise CheckpointConflict(
-                        object_id,
-                        expected_revision=expected_revision,
-                        actual_revision=None if facts is None else facts.revision,
-                    )
-                etag = facts.etag
-        self.cache.forget(key)
+                return True, None
+            return False, None if facts is None else facts.etag
+        return False, (yield from self._etag_at(key, object_id, expected_revision))
+
+    def _delete_read_back(
+        self, key: str, object_id: str, expected_revision: int | None, etag: str | None
+    ) -> writes.ReadBack:
+        """Return how a delete whose answer is unclear is judged from the head read again."""
         judged = etag
 
         def read_back(tracker: writes.WriteTracker) -> Steps[writes.Verdict]:
@@ -712,22 +540,20 @@ class CompareAndSwap:
                 # Gone (ours landed, or another delete did the same), or purged meanwhile:
                 # erased already, and its tombstone stays.
                 return writes.Landed()
-            if judged is not None and facts.etag != judged:
-                if expected_revision is not None:
-                    return writes.Refused(
-                        CheckpointConflict(
-                            object_id,
-                            expected_revision=expected_revision,
-                            actual_revision=facts.revision,
-                        )
+            if judged is None or facts.etag == judged:
+                return writes.NotLanded()
+            if expected_revision is not None:
+                return writes.Refused(
+                    CheckpointConflict(
+                        object_id,
+                        expected_revision=expected_revision,
+                        actual_revision=facts.revision,
                     )
-                judged = facts.etag  # saved meanwhile: an unconditional delete takes it
-                return writes.Rewrite(Match(facts.etag))
-            return writes.NotLanded()
+                )
+            judged = facts.etag  # saved meanwhile: an unconditional delete takes it
+            return writes.Rewrite(Match(facts.etag))
 
-        yield from writes.delete(
-            DeleteObject(key, etag), read_back, self.retry, what="delete", name=object_id
-        )
+        return read_back
 
     def end_for_purge(
         self,
@@ -831,34 +657,63 @@ class CompareAndSwap:
         A deleted id's history is its last incarnation's. The head is never decoded.
         """
         key = self.key(object_id)
+        versions, later = yield from self._history_versions(key, object_id)
+        return (
+            yield from self._this_life(
+                key,
+                object_id,
+                versions,
+                later,
+                lambda read: limit is not None and len(read) >= limit,
+            )
+        )
+
+    def _history_versions(
+        self, key: str, object_id: str
+    ) -> Steps[tuple[list[VersionRef], int | None]]:
+        """Return a head's stored versions, and its current revision when it can be read.
+
+        A life's revisions fall by one from its head; a revision that does not fall
+        belongs to an earlier life. (Delete markers alone cannot say: stores list them
+        apart from versions, ordered by a timestamp of one-second resolution.) An erased
+        id says so (`Purged`), with versioning or without.
+        """
         try:
             versions = yield from ask(ListVersions(key))
         except ConfigurationError:
             # No versions kept here (versioning off, a directory bucket): an erased id
             # still says so; any other says why it has no history.
-            facts = yield from self.read_head(key)
-            purged = None if facts is None else facts.purged_error(object_id)
-            if purged is not None:
-                raise purged from None
+            raise_purged((yield from self.read_head(key)), object_id)
             raise
-        # A life's revisions fall by one from its head; a revision that does not fall
-        # belongs to an earlier life. (Delete markers alone cannot say: stores list them
-        # apart from versions, ordered by a timestamp of one-second resolution.)
-        later: int | None = None
-        if any(v.is_latest and not v.is_delete_marker for v in versions):
-            try:
-                facts = yield from self.read_head(key)
-            except StashpointError:
-                facts = None  # an unreadable head: its revision is unknown
-            purged = None if facts is None else facts.purged_error(object_id)
-            if purged is not None:
-                raise purged  # a purge under way: what it has not erased yet is not read
-            later = None if facts is None else facts.revision
+        if not any(v.is_latest and not v.is_delete_marker for v in versions):
+            return versions, None
+        try:
+            facts = yield from self.read_head(key)
+        except StashpointError:
+            return versions, None  # an unreadable head: its revision is unknown
+        # A purge under way: what it has not erased yet is not read.
+        raise_purged(facts, object_id)
+        return versions, None if facts is None else facts.revision
+
+    def _this_life(
+        self,
+        key: str,
+        object_id: str,
+        versions: list[VersionRef],
+        later: int | None,
+        enough: Callable[[list[Envelope]], bool],
+    ) -> Steps[list[Envelope]]:
+        """Read a key's older versions, newest first, while they are of this life.
+
+        Each must fall below `later` (the revision above it, when known): one that does
+        not is an earlier life's (the id deleted, then created again), where the walk
+        stops, as it does once `enough(read so far)` says so.
+        """
         envelopes: list[Envelope] = []
         for version in versions:
             if version.is_delete_marker or version.is_latest:
                 continue
-            if limit is not None and len(envelopes) >= limit:
+            if enough(envelopes):
                 break
             info = yield from self._get_version(key, object_id, version.version_id)
             if info is None:
@@ -886,6 +741,24 @@ class CompareAndSwap:
         envelope = yield from self.codec.decoding(info.body, name=key)
         _check_home(envelope, key, object_id)
         return envelope
+
+
+def _check_save(envelope: object, expected_revision: int | None) -> None:
+    """Refuse what is not an envelope, or one that does not follow `expected_revision`."""
+    if not isinstance(envelope, Envelope):
+        raise InvalidArgument(
+            f"compare_and_swap takes an Envelope (Envelope.initial(...) or .next(...)), "
+            f"not {described(envelope)}"
+        )
+    if expected_revision is None:
+        return
+    whole(expected_revision, "expected_revision", object_name=envelope.id)
+    if envelope.revision != expected_revision + 1:
+        raise InvalidPayload(
+            f"next revision must be expected_revision + 1 = {expected_revision + 1}, "
+            f"got {envelope.revision}",
+            object_name=envelope.id,
+        )
 
 
 def _check_home(envelope: Envelope, key: str, object_id: str) -> None:

@@ -198,65 +198,95 @@ def put(
     tracker = WriteTracker(retry)
     rewrites = 0
     while True:
-        if sent is None:
-            tracing.sent(len(request.body))
-            result = yield from ask(request)
-        else:
-            result, sent = sent, None
+        result = yield from _answer(request, sent)
+        sent = None
         answer = tracker.judge(result)
         if answer is Answer.STORED:
             return result.etag
         if answer is Answer.BACK_OFF:
             yield Sleep(retry.delay(tracker.attempt))
             continue
-        detail = result.detail or result.outcome.value
+        said = _Said(what, result.detail or result.outcome.value, name, write_id, look_in)
         try:
             verdict = yield from read_back(tracker)
         except StashpointError as exc:
-            if tracker.refused_for_sure:
-                raise StorageUnavailable(
-                    f"{what} not stored ({detail}) and the object could not be read back "
-                    f"({exc.kind.value}); retry later",
-                    object_name=name,
-                ) from exc
-            raise StorageUnavailable(
-                f"{what} outcome unknown ({detail}) and the object could not be read back "
-                f"({exc.kind.value}){_look_for(write_id, look_in)}",
-                object_name=name,
-                write_id=write_id,
-            ) from exc
+            raise said.unread(exc, sure=tracker.refused_for_sure) from exc
         if isinstance(verdict, Landed):
             return verdict.etag
-        if isinstance(verdict, Refused):
-            raise verdict.error
-        if isinstance(verdict, Kept):
-            raise AssertionError("a write's read-back never keeps: that is a delete's verdict")
         if isinstance(verdict, Rewrite):
-            if verdict.condition is None:
-                raise AssertionError("a write is never sent unconditionally by the engine")
             rewrites += 1
-            if rewrites > _REWRITES:
-                raise StorageUnavailable(
-                    f"{what} not stored: the object kept changing under it", object_name=name
-                )
-            request = dataclasses.replace(first, condition=verdict.condition)
+            request = _rewritten(first, verdict, rewrites, said)
             continue
+        _check_put_verdict(verdict)
         request = first  # not landed: the same bytes under the first condition
-        if tracker.may_resend:
-            yield Sleep(retry.delay(tracker.attempt))
-            continue
-        if not tracker.copy_may_have_landed:
-            raise StorageUnavailable(
-                f"{what} not stored: storage refused it {tracker.attempt} times ({detail}); "
-                "retry later",
-                object_name=name,
+        if not tracker.may_resend:
+            raise said.given_up(tracker)
+        yield Sleep(retry.delay(tracker.attempt))
+
+
+@dataclass(frozen=True)
+class _Said:
+    """What a write's errors say: which write, the last answer, the object, the id."""
+
+    what: str
+    """The write's name in messages ("save", "append", ...)."""
+    detail: str
+    """Storage's last answer."""
+    name: str
+    """The object errors name."""
+    write_id: str | None
+    """The id a caller can look for when the outcome stays unknown."""
+    look_in: str
+    """Where to look for it."""
+
+    def unread(self, exc: StashpointError, *, sure: bool) -> StorageUnavailable:
+        """Return the error of a write whose read-back failed (`sure`: refused for sure)."""
+        if sure:
+            return StorageUnavailable(
+                f"{self.what} not stored ({self.detail}) and the object could not be read "
+                f"back ({exc.kind.value}); retry later",
+                object_name=self.name,
             )
-        raise StorageUnavailable(
-            f"{what} outcome unknown after {tracker.attempt} attempts ({detail})"
-            f"{_look_for(write_id, look_in)}",
-            object_name=name,
-            write_id=write_id,
+        return StorageUnavailable(
+            f"{self.what} outcome unknown ({self.detail}) and the object could not be read "
+            f"back ({exc.kind.value}){_look_for(self.write_id, self.look_in)}",
+            object_name=self.name,
+            write_id=self.write_id,
         )
+
+    def given_up(self, tracker: WriteTracker) -> StorageUnavailable:
+        """Return the error of a write that may not be sent again (refused, or unknown)."""
+        if not tracker.copy_may_have_landed:
+            return StorageUnavailable(
+                f"{self.what} not stored: storage refused it {tracker.attempt} times "
+                f"({self.detail}); retry later",
+                object_name=self.name,
+            )
+        return StorageUnavailable(
+            f"{self.what} outcome unknown after {tracker.attempt} attempts ({self.detail})"
+            f"{_look_for(self.write_id, self.look_in)}",
+            object_name=self.name,
+            write_id=self.write_id,
+        )
+
+
+def _rewritten(first: PutObject, verdict: Rewrite, rewrites: int, said: _Said) -> PutObject:
+    """Return the write sent again under the read-back's condition (a bounded number)."""
+    if verdict.condition is None:
+        raise AssertionError("a write is never sent unconditionally by the engine")
+    if rewrites > _REWRITES:
+        raise StorageUnavailable(
+            f"{said.what} not stored: the object kept changing under it", object_name=said.name
+        )
+    return dataclasses.replace(first, condition=verdict.condition)
+
+
+def _check_put_verdict(verdict: Verdict) -> None:
+    """Raise a refusal; a write's read-back never keeps (that is a delete's verdict)."""
+    if isinstance(verdict, Refused):
+        raise verdict.error
+    if isinstance(verdict, Kept):
+        raise AssertionError("a write's read-back never keeps: that is a delete's verdict")
 
 
 class Found(Enum):
@@ -358,10 +388,8 @@ def delete(
     tracker = WriteTracker(retry)
     retargets = 0
     while True:
-        if sent is None:
-            result = yield from ask(request)
-        else:
-            result, sent = sent, None
+        result = yield from _answer(request, sent)
+        sent = None
         if result.outcome is WriteOutcome.NOT_FOUND:
             return True  # nothing under the key: gone, whoever deleted it
         answer = tracker.judge(result)
@@ -371,30 +399,13 @@ def delete(
             yield Sleep(retry.delay(tracker.attempt))
             continue
         detail = result.detail or result.outcome.value
-        try:
-            verdict = yield from read_back(tracker)
-        except StashpointError as exc:
-            raise StorageUnavailable(
-                f"{what} outcome unknown ({detail}) and the object could not be read back "
-                f"({exc.kind.value}); delete again",
-                object_name=name,
-            ) from exc
-        if isinstance(verdict, Landed):
-            return True
-        if isinstance(verdict, Kept):
-            return False
-        if isinstance(verdict, Refused):
-            raise verdict.error
+        verdict = yield from _read_back_delete(read_back, tracker, what, detail, name)
+        settled = _settled(verdict)
+        if settled is not None:
+            return settled
         if isinstance(verdict, Rewrite):
             retargets += 1
-            if retargets > _REWRITES:
-                raise StorageUnavailable(
-                    f"{what} not done: the object kept changing under it", object_name=name
-                )
-            if isinstance(verdict.condition, Create):
-                raise AssertionError("a delete is conditional on an ETag, or on nothing")
-            etag = None if verdict.condition is None else verdict.condition.etag
-            request = dataclasses.replace(request, etag=etag)
+            request = _retargeted(request, verdict, retargets, what, name)
             continue
         if tracker.may_resend:  # still there, as judged: the same delete again
             yield Sleep(retry.delay(tracker.attempt))
@@ -403,6 +414,55 @@ def delete(
             f"{what} not done after {tracker.attempt} attempts ({detail}); delete again",
             object_name=name,
         )
+
+
+def _answer(request: PutObject | DeleteObject, sent: WriteResult | None) -> Steps[WriteResult]:
+    """Return the answer to `request`: `sent` (a first copy's, already sent), else send it."""
+    if sent is not None:
+        return sent
+    if isinstance(request, PutObject):
+        tracing.sent(len(request.body))
+    return (yield from ask(request))
+
+
+def _read_back_delete(
+    read_back: ReadBack, tracker: WriteTracker, what: str, detail: str, name: str
+) -> Steps[Verdict]:
+    """Judge an unclear delete by its read-back; one that fails says the fate is unknown."""
+    try:
+        return (yield from read_back(tracker))
+    except StashpointError as exc:
+        raise StorageUnavailable(
+            f"{what} outcome unknown ({detail}) and the object could not be read back "
+            f"({exc.kind.value}); delete again",
+            object_name=name,
+        ) from exc
+
+
+def _settled(verdict: Verdict) -> bool | None:
+    """Return what a delete's read-back settles: gone (True), kept (False), or None.
+
+    A refusal raises.
+    """
+    if isinstance(verdict, Refused):
+        raise verdict.error
+    if isinstance(verdict, Landed | Kept):
+        return isinstance(verdict, Landed)
+    return None
+
+
+def _retargeted(
+    request: DeleteObject, verdict: Rewrite, retargets: int, what: str, name: str
+) -> DeleteObject:
+    """Return the delete sent again under the read-back's ETag (a bounded number)."""
+    if retargets > _REWRITES:
+        raise StorageUnavailable(
+            f"{what} not done: the object kept changing under it", object_name=name
+        )
+    if isinstance(verdict.condition, Create):
+        raise AssertionError("a delete is conditional on an ETag, or on nothing")
+    etag = None if verdict.condition is None else verdict.condition.etag
+    return dataclasses.replace(request, etag=etag)
 
 
 def judged_read_back(key: str, etag: str) -> ReadBack:
