@@ -7,10 +7,14 @@ first end. The child dies with no chance to clean up, as a reclaimed spot worker
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from typing import Any
+
+from tests.zygote import Child, zygote
 
 
 def counting_child(call: str, imports: str = "") -> str:
@@ -31,9 +35,7 @@ def counting_child(call: str, imports: str = "") -> str:
 def kill_after_requests(child: str, args: list[str], kill_after: int) -> int:
     """Run `python -c child *args`, SIGKILL it after `kill_after` requests; return how many
     it had made (fewer when it finished first)."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", child, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    process = _start(child, args, None, text=False)
     assert process.stdout is not None
     made = 0
     while made < kill_after:
@@ -41,12 +43,40 @@ def kill_after_requests(child: str, args: list[str], kill_after: int) -> int:
         if dot != b".":
             break  # finished before the kill point
         made += 1
-    os.kill(process.pid, signal.SIGKILL)
+    _kill(process.pid)
     process.wait(timeout=60)
     process.stdout.close()
     if process.stderr is not None:
         process.stderr.close()
     return made
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a child; one that ended first may be gone already.
+
+    The zygote's children are reaped as they end; a cold one stays until waited for.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _start(
+    child: str, args: list[str], env: dict[str, str] | None, *, text: bool
+) -> subprocess.Popen[Any] | Child:
+    """Start `python -c child *args` with piped stdout and stderr.
+
+    Forked from this process's zygote (`tests.zygote`: the imports made once), else cold.
+    """
+    warm = zygote()
+    if warm is not None:
+        return warm.spawn(child, args, env, text=text)
+    return subprocess.Popen(
+        [sys.executable, "-c", child, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=text,
+        env=env,
+    )
 
 
 def whole_lines(text: str) -> list[str]:
@@ -74,9 +104,7 @@ def kill_after_lines(
     """
     import time
 
-    process = subprocess.Popen(
-        [sys.executable, "-c", child, *args], stdout=subprocess.PIPE, text=True, env=env
-    )
+    process = _start(child, args, env, text=True)
     assert process.stdout is not None
     before: list[str] = []
     for _ in range(lines):
@@ -86,8 +114,10 @@ def kill_after_lines(
         before.append(line.rstrip("\n"))
     if pause:
         time.sleep(pause)  # where in the next step the kill lands; not waited on for a result
-    os.kill(process.pid, signal.SIGKILL)
+    _kill(process.pid)
     process.wait(timeout=60)
     after = whole_lines(process.stdout.read())
     process.stdout.close()
+    if process.stderr is not None:
+        process.stderr.close()
     return before, after

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -20,6 +21,23 @@ from tests.servers import free_ports
 def _temporal() -> str | None:
     here = Path(sys.executable).parent / "temporal"
     return str(here) if here.exists() else shutil.which("temporal")
+
+
+async def _healthy(address: str, deadline: float) -> None:
+    """Wait until the dev server answers a client; bounded by `deadline`.
+
+    Its port listens before its frontend is healthy ("Frontend is not healthy yet").
+    """
+    from temporalio.client import Client
+
+    while True:
+        try:
+            await Client.connect(address)
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +68,9 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 time.sleep(0.1)
         else:
             raise RuntimeError("the Temporal dev server did not listen within a minute")
-        yield f"127.0.0.1:{port}"
+        address = f"127.0.0.1:{port}"
+        asyncio.run(_healthy(address, deadline))
+        yield address
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
