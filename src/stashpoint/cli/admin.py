@@ -134,44 +134,7 @@ def gc(
     if as_json:
         output.emit({"dry_run": dry_run, **dataclasses.asdict(report)})
     else:
-        output.say(
-            f"{report.logs} logs; {report.segments_sealed} segments sealed; "
-            f"{report.lives_tidied} objects below deleted or rebased threads vacated"
-        )
-        if pack:
-            output.say(
-                f"{report.packs} packs; {report.entries_vacated} sealed entries vacated; "
-                f"{report.segments_deleted} packed segments deleted"
-            )
-        if report.store_items_expired:
-            verb = "would sweep" if dry_run else "swept"
-            output.say(f"{verb} {report.store_items_expired} expired LangGraph store item(s)")
-        if report.shredded:
-            output.say(
-                f"skipped {len(report.shredded)} object(s) of shredded tenants (unreadable for "
-                "good: purge their prefix to erase them)"
-            )
-        for unsealed in report.unsealed_receipts:
-            output.say(
-                f"did not obey purge receipt {unsealed}: its seal does not verify under this "
-                "stash's erasure key, or it shreds (stashpoint purge --resume --confirm-shred)"
-            )
-        for unreadable in report.unreadable_receipts:
-            output.say(f"skipped an unreadable purge receipt ({unreadable})")
-        if report.purges_resumed or report.open_purges:
-            output.say(
-                f"{report.purges_resumed} open purge(s) finished; "
-                f"{len(report.open_purges)} still open"
-            )
-        done = (
-            f"would delete {len(report.unreferenced)}" if dry_run else f"deleted {report.deleted}"
-        )
-        output.say(
-            f"{report.blobs} blobs, {report.referenced} referenced, {report.too_young} too "
-            f"young; {done}"
-        )
-        for digest in report.unreferenced:
-            output.say(f"  {digest}")
+        _say_gc(output, report, dry_run=dry_run, pack=pack)
     if report.unreadable:
         output.warn(
             f"error: nothing deleted: {len(report.unreadable)} object(s) could not be read, "
@@ -179,6 +142,50 @@ def gc(
             "repair or delete them (stashpoint show ID says why), then run gc again"
         )
         raise typer.Exit(1)
+
+
+def _say_gc(output: Any, report: Any, *, dry_run: bool, pack: bool) -> None:
+    """Say what a garbage collection found and did, a line per kind."""
+    output.say(
+        f"{report.logs} logs; {report.segments_sealed} segments sealed; "
+        f"{report.lives_tidied} objects below deleted or rebased threads vacated"
+    )
+    if pack:
+        output.say(
+            f"{report.packs} packs; {report.entries_vacated} sealed entries vacated; "
+            f"{report.segments_deleted} packed segments deleted"
+        )
+    if report.store_items_expired:
+        verb = "would sweep" if dry_run else "swept"
+        output.say(f"{verb} {report.store_items_expired} expired LangGraph store item(s)")
+    if report.shredded:
+        output.say(
+            f"skipped {len(report.shredded)} object(s) of shredded tenants (unreadable for "
+            "good: purge their prefix to erase them)"
+        )
+    _say_purges(output, report)
+    done = f"would delete {len(report.unreferenced)}" if dry_run else f"deleted {report.deleted}"
+    output.say(
+        f"{report.blobs} blobs, {report.referenced} referenced, {report.too_young} too "
+        f"young; {done}"
+    )
+    for digest in report.unreferenced:
+        output.say(f"  {digest}")
+
+
+def _say_purges(output: Any, report: Any) -> None:
+    """Say what a garbage collection did of purges: receipts refused or skipped, resumed."""
+    for unsealed in report.unsealed_receipts:
+        output.say(
+            f"did not obey purge receipt {unsealed}: its seal does not verify under this "
+            "stash's erasure key, or it shreds (stashpoint purge --resume --confirm-shred)"
+        )
+    for unreadable in report.unreadable_receipts:
+        output.say(f"skipped an unreadable purge receipt ({unreadable})")
+    if report.purges_resumed or report.open_purges:
+        output.say(
+            f"{report.purges_resumed} open purge(s) finished; {len(report.open_purges)} still open"
+        )
 
 
 def _sweep_store(stash: Any, dry_run: bool) -> int:

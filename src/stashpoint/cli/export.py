@@ -177,30 +177,14 @@ def run_export(
     from stashpoint.cli.progress import counting
     from stashpoint.cli.redact import parse
     from stashpoint.cli.safe import safe
-    from stashpoint.stores.layout import AGENTS, CONVERSATIONS, DURABLE_EXECUTIONS, LANGGRAPH
 
     output = Output(as_json=as_json)
     names = parse(hide, defaults=False)
     tally = Tally()
     sink = Sink(target)
     try:
-        logs_by_namespace: list[tuple[str, stashpoint.LogStore, list[str]]] = []
-        envelope_ids: list[str] = []
-        total = len(runs)
-        if prefix is not None:
-            namespaces = (
-                ("agents", stash.logs_in(AGENTS)), ("conversations", stash.logs_in(CONVERSATIONS)),
-                ("logs", stash.logs), ("langgraph", stash.logs_in(LANGGRAPH)),
-                ("durable-executions", stash.logs_in(DURABLE_EXECUTIONS)),
-            )  # fmt: skip
-            for namespace, logs in namespaces:
-                ids = logs.list_ids(prefix)
-                logs_by_namespace.append((namespace, logs, ids))
-                total += sum(_versions(logs, i) for i in ids)
-            in_logs = set(logs_by_namespace[0][2])
-            envelope_ids = [i for i in stash.checkpoints.list_ids(prefix) if i not in in_logs]
-            total += len(envelope_ids)
-        with counting("exporting", quiet=as_json, total=total) as tick:
+        logs_by_namespace, envelope_ids, total = _selected(stash, prefix)
+        with counting("exporting", quiet=as_json, total=total + len(runs)) as tick:
 
             def advance(count: int) -> None:
                 for _ in range(count):
@@ -209,25 +193,12 @@ def run_export(
             for namespace, logs, ids in logs_by_namespace:
                 export_logs(sink, logs, namespace, ids, names, tally, advance)
             for checkpoint_id in envelope_ids:
-                try:
-                    envelopes = [stash.checkpoints.load(checkpoint_id)]
-                    if with_history:
-                        envelopes += stash.checkpoints.history(checkpoint_id)
-                except stashpoint.CheckpointNotFound:
-                    envelopes = []  # deleted since it was listed
-                except StashpointError as exc:
-                    tally.unreadable.append(f"{checkpoint_id}: {exc}")
-                    envelopes = []
-                for envelope in envelopes:
+                for envelope in _envelopes(stash, checkpoint_id, with_history, tally):
                     sink.write(document(envelope, names))
                     tally.lines += 1
                 tick()
             for run_id in runs:
-                state = stash.runs.load_run(run_id)
-                if state is None:
-                    raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
-                dumped = redact(state.model_dump(mode="json"), names)
-                sink.write({"format": RUN_EXPORT_FORMAT, **dumped})
+                _export_run(stash, run_id, sink, names)
                 tally.lines += 1
                 tick()
         if tally.lines == 0 and target.exists():
@@ -242,6 +213,61 @@ def run_export(
         for problem in tally.unreadable:
             output.warn(f"[yellow]skipped, unreadable:[/] {safe(problem)}")
     return 1 if tally.unreadable else 0
+
+
+def _selected(
+    stash: stashpoint.Stash, prefix: str | None
+) -> tuple[list[tuple[str, stashpoint.LogStore, list[str]]], list[str], int]:
+    """Return what `prefix` selects, and how many versions and envelopes that is.
+
+    Each log namespace's ids, and the ids of the envelopes that are not agents' logs.
+    """
+    from stashpoint.stores.layout import AGENTS, CONVERSATIONS, DURABLE_EXECUTIONS, LANGGRAPH
+
+    if prefix is None:
+        return [], [], 0
+    namespaces = (
+        ("agents", stash.logs_in(AGENTS)), ("conversations", stash.logs_in(CONVERSATIONS)),
+        ("logs", stash.logs), ("langgraph", stash.logs_in(LANGGRAPH)),
+        ("durable-executions", stash.logs_in(DURABLE_EXECUTIONS)),
+    )  # fmt: skip
+    logs_by_namespace: list[tuple[str, stashpoint.LogStore, list[str]]] = []
+    total = 0
+    for namespace, logs in namespaces:
+        ids = logs.list_ids(prefix)
+        logs_by_namespace.append((namespace, logs, ids))
+        total += sum(_versions(logs, i) for i in ids)
+    in_logs = set(logs_by_namespace[0][2])
+    envelope_ids = [i for i in stash.checkpoints.list_ids(prefix) if i not in in_logs]
+    return logs_by_namespace, envelope_ids, total + len(envelope_ids)
+
+
+def _envelopes(
+    stash: stashpoint.Stash, checkpoint_id: str, with_history: bool, tally: Tally
+) -> list[stashpoint.Envelope]:
+    """Return a checkpoint's head (and its history).
+
+    None if it was deleted since it was listed; none and a tally line if unreadable.
+    """
+    try:
+        envelopes = [stash.checkpoints.load(checkpoint_id)]
+        if with_history:
+            envelopes += stash.checkpoints.history(checkpoint_id)
+    except stashpoint.CheckpointNotFound:
+        return []
+    except StashpointError as exc:
+        tally.unreadable.append(f"{checkpoint_id}: {exc}")
+        return []
+    return envelopes
+
+
+def _export_run(stash: stashpoint.Stash, run_id: str, sink: Sink, names: Any) -> None:
+    """Write a run's state as one line (redacted by `names`)."""
+    state = stash.runs.load_run(run_id)
+    if state is None:
+        raise stashpoint.RunNotFound("no run with this id", object_name=run_id)
+    dumped = redact(state.model_dump(mode="json"), names)
+    sink.write({"format": RUN_EXPORT_FORMAT, **dumped})
 
 
 def _versions(logs: stashpoint.LogStore, log_id: str) -> int:

@@ -105,26 +105,7 @@ def execution_report_data(view: Any, *, arn: str, stash: str) -> dict[str, Any]:
     its name; payloads (inputs, results) are left out entirely, errors keep their type.
     """
     state = view.state
-    attempts = []
-    for op in view.operations.values():
-        details = op.get("StepDetails") or {}
-        error = details.get("Error") or (op.get("ContextDetails") or {}).get("Error")
-        name = op.get("Name") or op["Id"]
-        wake = (op.get("WaitDetails") or {}).get("ScheduledEndTimestamp")
-        attempts.append(
-            {
-                "id": op["Id"], "node": name, "lane": f"{op.get('SubType') or op['Type']} {name}",
-                # `Attempt` counts the tries that failed: one more is running or succeeded.
-                "attempt": int(details.get("Attempt") or 0)
-                + (1 if op["Status"] in ("SUCCEEDED", "STARTED", "READY") else 0) or 1,
-                "status": _OPERATION_STATUS.get(op["Status"], op["Status"].lower()),
-                "start": op.get("StartTimestamp"), "end": op.get("EndTimestamp"),
-                "error": error.get("ErrorType")
-                if isinstance(error, dict) and op["Status"] != "SUCCEEDED"
-                else None,
-                "epoch": 0, "wake": wake, "input": None, "output": None,
-            }
-        )  # fmt: skip
+    attempts = [_operation_bar(op) for op in view.operations.values()]
     attempts.sort(key=lambda a: (a["start"] or 0, a["id"]))
     started = datetime.fromtimestamp(state.started_ms / 1000, tz=UTC)
     ended = (
@@ -141,6 +122,32 @@ def execution_report_data(view: Any, *, arn: str, stash: str) -> dict[str, Any]:
         "kind": "durable execution", "stash": stash, "attempts": attempts, "snapshot": "",
         "snapshot_cut": False, "transcript": None,
     }  # fmt: skip
+
+
+def _operation_bar(op: dict[str, Any]) -> dict[str, Any]:
+    """Return one operation of a durable execution as a bar of the page (no payloads)."""
+    details = op.get("StepDetails") or {}
+    name = op.get("Name") or op["Id"]
+    wake = (op.get("WaitDetails") or {}).get("ScheduledEndTimestamp")
+    # `Attempt` counts the tries that failed: one more is running or succeeded.
+    tries = int(details.get("Attempt") or 0)
+    attempt = tries + (1 if op["Status"] in ("SUCCEEDED", "STARTED", "READY") else 0) or 1
+    return {
+        "id": op["Id"], "node": name, "lane": f"{op.get('SubType') or op['Type']} {name}",
+        "attempt": attempt,
+        "status": _OPERATION_STATUS.get(op["Status"], op["Status"].lower()),
+        "start": op.get("StartTimestamp"), "end": op.get("EndTimestamp"),
+        "error": _error_type(op, details),
+        "epoch": 0, "wake": wake, "input": None, "output": None,
+    }  # fmt: skip
+
+
+def _error_type(op: dict[str, Any], details: dict[str, Any]) -> Any:
+    """Return the type of the error an operation that did not succeed ended with."""
+    error = details.get("Error") or (op.get("ContextDetails") or {}).get("Error")
+    if isinstance(error, dict) and op["Status"] != "SUCCEEDED":
+        return error.get("ErrorType")
+    return None
 
 
 def _script_json(data: dict[str, Any]) -> str:

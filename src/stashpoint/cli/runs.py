@@ -158,7 +158,6 @@ def runs_show(
     import stashpoint
     from stashpoint.cli.output import Column, Output, when
     from stashpoint.cli.redact import parse, redact
-    from stashpoint.cli.safe import safe
     from stashpoint.runs.fleet import FLEET_GRAPH
     from stashpoint.runs.store import summary_of
 
@@ -178,12 +177,7 @@ def runs_show(
     snapshot_bytes = len(pydantic_core.to_json(state.state_snapshot))
     if html is not None:
         _write_html(html.expanduser(), state, url, name, agent, parse(hide, defaults=not no_redact))
-        if as_json:
-            output.emit({"file": str(html), "attempts": len(state.attempts)})
-        else:
-            output.say(
-                f"wrote {len(state.attempts)} attempts of {safe(run_id)} to {safe(str(html))}"
-            )
+        _said_written(output, html, run_id, len(state.attempts), as_json=as_json)
         return
     if as_json:
         run = redact(state.model_dump(mode="json"), parse(hide, defaults=not no_redact))
@@ -192,9 +186,46 @@ def runs_show(
             shown["fleet"] = _fleet_fields(progress)
         output.emit(shown)
         return
+    _say_run(output, state, summary, snapshot_bytes, progress if fleet is not None else None)
+    columns = [
+        Column("started"), Column("node"), Column("attempt", 2, justify="right"),
+        Column("status"), Column("took", 1, justify="right"), Column("error", 3, wrap=True),
+    ]  # fmt: skip
+    rows: list[Row] = [
+        [when(a.started_at), a.node_id, str(a.attempt), _status(a.status.value), _took(a),
+         a.error or ""]
+        for a in state.attempts
+    ]  # fmt: skip
+    output.table(f"attempts of {run_id}", columns, rows, stash=name, empty="no attempts")
+
+
+def _said_written(output: Any, html: Path, run_id: str, attempts: int, *, as_json: bool) -> None:
+    """Say that a run's page was written."""
+    from stashpoint.cli.safe import safe
+
+    if as_json:
+        output.emit({"file": str(html), "attempts": attempts})
+    else:
+        output.say(f"wrote {attempts} attempts of {safe(run_id)} to {safe(str(html))}")
+
+
+def _took(attempt: Any) -> str:
+    """Return how long an attempt took ("-" while it runs)."""
+    if attempt.finished_at is None:
+        return "-"
+    return f"{(attempt.finished_at - attempt.started_at).total_seconds():.3f}s"
+
+
+def _say_run(
+    output: Any, state: Any, summary: Any, snapshot_bytes: int, progress: Any | None
+) -> None:
+    """Say a run's header lines: status, a fleet map's progress, counts, why it stopped."""
+    from stashpoint.cli.output import when
+    from stashpoint.cli.safe import safe
+
     output.say(f"[bold]{safe(state.run_id)}[/] graph [bold]{safe(state.graph_name)}[/] "
                f"status [bold]{state.status.value}[/]")  # fmt: skip
-    if fleet is not None:
+    if progress is not None:
         output.say(_fleet_line(progress))
     output.say(f"created {when(state.created_at)}, updated {when(state.updated_at)}, "
                f"{summary.total_attempts} attempts over {summary.total_nodes_executed} nodes, "
@@ -208,20 +239,6 @@ def runs_show(
             f"[yellow]interrupted:[/] {safe(str(state.interrupted.reason))} "
             f"({safe(str(state.interrupted.node_id))})"
         )
-    columns = [
-        Column("started"), Column("node"), Column("attempt", 2, justify="right"),
-        Column("status"), Column("took", 1, justify="right"), Column("error", 3, wrap=True),
-    ]  # fmt: skip
-    rows: list[Row] = []
-    for a in state.attempts:
-        took = (
-            "-"
-            if a.finished_at is None
-            else f"{(a.finished_at - a.started_at).total_seconds():.3f}s"
-        )
-        rows.append([when(a.started_at), a.node_id, str(a.attempt), _status(a.status.value),
-                     took, a.error or ""])  # fmt: skip
-    output.table(f"attempts of {run_id}", columns, rows, stash=name, empty="no attempts")
 
 
 def _fleet_fields(progress: Any) -> dict[str, Any]:
