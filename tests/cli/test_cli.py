@@ -331,6 +331,26 @@ def test_demo_kills_resumes_and_verifies(tmp_path: Path) -> None:
     assert "1 killed mid-batch and retried" in result.stdout
 
 
+def test_a_demo_run_again_shows_its_own_run_and_the_commands_to_look_at_it(
+    tmp_path: Path,
+) -> None:
+    url = f"local://{tmp_path / 'd'}"
+    cli("demo", "--items", "40", "--kill-after", "2", "--url", url)
+    again = cli("demo", "--items", "40", "--kill-after", "2", "--url", url).stdout
+    run_id = again.split("run: ", 1)[1].split()[0]
+    assert again.count("demo-batch") == 1  # this run's row alone, not every earlier demo's
+    suggested = [
+        line.split("#")[0].split()
+        for line in again.splitlines()
+        if line.strip().startswith("stashpoint ")
+    ]
+    assert [words[1:3] for words in suggested] == [["--url", url]] * 2
+    assert [words[3:] for words in suggested] == [["runs", "show", run_id], ["history", run_id]]
+    shown, history = (cli(*words[1:]).stdout for words in suggested)  # each works as printed
+    assert run_id in shown and "failed" in shown
+    assert history.splitlines()[0].startswith("revision")
+
+
 def test_runs_stuck_lists_abandoned_attempts_and_takeover_ends_them(tmp_path: Path) -> None:
     url = f"local://{tmp_path / 'stash'}"
     with stashpoint.open(url) as stash:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from stashpoint import (
     ConfigurationError,
     Envelope,
 )
-from stashpoint.url import resolve_url
+from stashpoint.url import resolve_url, without_credentials
 
 KIND = "stashpoint.demo.batch"
 """The kind of the demo's checkpoint."""
@@ -91,6 +92,7 @@ def run_demo(
 
     `as_json`: no narration; one JSON object at the end says what was checked.
     """
+    explicit = url is not None
     url, batches, kill_after = _checked(url, items, kill_after)
     with stashpoint.open(url) as stash:
         run_id = stash.runs.create_run(GRAPH)
@@ -120,9 +122,22 @@ def run_demo(
         f"run attempts: {outcome.completed} completed, {outcome.killed} killed mid-batch and "
         "retried"
     )
-    _print_runs(outcome.runs, outcome.where)
+    # This run alone: the stash keeps every earlier demo's run, and a table that grows on
+    # each rerun says nothing about this one.
+    _print_runs([row for row in outcome.runs if row.run_id == run_id], outcome.where)
     print("every item processed exactly once: " + ("YES" if outcome.ok else "NO"))
+    print(_next_commands(url if explicit else None, run_id))
     return 0 if outcome.ok else 1
+
+
+def _next_commands(url: str | None, run_id: str) -> str:
+    """Say what to look at next: the run's attempts, the checkpoint's revisions."""
+    where = "" if url is None else f" --url {shlex.quote(without_credentials(url))}"
+    return (
+        "next:\n"
+        f"  stashpoint{where} runs show {run_id}   # every attempt; the killed one failed\n"
+        f"  stashpoint{where} history {run_id}     # the checkpoint's revisions, one a batch"
+    )
 
 
 def _checked(url: str | None, items: int, kill_after: int) -> tuple[str, int, int]:
@@ -248,8 +263,6 @@ def _print_runs(rows: list[stashpoint.runs.RunRow], where: str) -> None:
         for r in rows:
             print(f"{r.run_id}  {r.graph_name}  {r.status.value}  attempts={r.attempts}")
         return
-    from stashpoint.url import without_credentials
-
     show_runs(Output(), "runs", rows, stash=without_credentials(where))
 
 
