@@ -239,8 +239,7 @@ class LocalTransport:
         return []
 
     def _list_keys(self, request: ListKeys) -> KeyPage:
-        after = max(request.token or "", request.start_after or "")
-        return self._list(request.prefix, after, request.page_size)
+        return self._list(request.prefix, request.after, request.page_size)
 
     def close(self) -> None:
         """Nothing to release: files are opened per request."""

@@ -107,8 +107,7 @@ class MemoryTransport:
         return []
 
     def _list_keys(self, request: ListKeys) -> KeyPage:
-        after = max(request.token or "", request.start_after or "")
-        page, more = self._key_page(request.prefix, after, request.page_size)
+        page, more = self._key_page(request.prefix, request.after, request.page_size)
         latest = [self._objects[k][-1] for k in page]
         return KeyPage(
             page,

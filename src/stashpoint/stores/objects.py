@@ -200,6 +200,14 @@ class ListKeys(Request["KeyPage"]):
     start_after: str | None = None
     """Only keys after this one (ascending), for resuming a walk."""
 
+    @property
+    def after(self) -> str:
+        """The key a store whose token is the last key listed resumes after ("": the start).
+
+        The later of the token and `start_after`: what memory and a local folder list from.
+        """
+        return max(self.token or "", self.start_after or "")
+
 
 class RestoreState(Enum):
     """Where an object stands with respect to the archive tiers."""
