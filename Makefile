@@ -63,15 +63,18 @@ lint: $(STAMP) $(CHECKOV)
 typecheck: lint
 
 # The tests start SeaweedFS and DynamoDB Local on free 127.0.0.1 ports themselves
-# (tests/servers.py) and stop them by PID when the session ends. Two xdist workers: each
-# is a session with servers of its own, so they share nothing but the machine.
+# (tests/servers.py: the xdist controller starts one of each for all its workers) and stop
+# them by PID when the run ends. One xdist worker more than the machine has cores: a worker
+# spends about a fifth of its time waiting on the servers and on subprocesses (the
+# frameworks' own suites, kill -9 children), which the extra worker fills (idle on 2 cores:
+# 865 s with two workers, 561 s with three and shared servers; bench/RESULTS.md).
 prerequisites:
 	@PYTHON=$(PYTHON) bash tests/prerequisites.sh
 
 test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	bash tests/browser/install.sh
 	$(MAKE) lint
-	TMPDIR="$$(bash tests/tmpdir.sh)" $(PY) -m pytest -q -n 2 --dist worksteal --durations=30
+	TMPDIR="$$(bash tests/tmpdir.sh)" $(PY) -m pytest -q -n $$(( $$(nproc) + 1 )) --dist worksteal --durations=30
 
 # The docs site, built (strictly) into site/: open site/index.html.
 docs: $(STAMP)

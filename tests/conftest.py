@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,25 @@ os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
 # so a resending thread still falls behind the others.
 _botocore_delay = ExponentialBackoff.delay_amount
 ExponentialBackoff.delay_amount = lambda self, context: _botocore_delay(self, context) / 20  # type: ignore[method-assign]
+
+
+_SHARED_SERVERS = pytest.StashKey[servers.SharedServers]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller starts the servers once, for every worker (`SharedServers`)."""
+    controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(
+        config, "workerinput"
+    )
+    already = {"STASHPOINT_TEST_S3_ENDPOINT", "STASHPOINT_TEST_DYNAMODB_ENDPOINT"} & set(os.environ)
+    if controller and not already and not config.option.collectonly:
+        folder = Path(tempfile.mkdtemp(prefix="stashpoint-servers-"))
+        config.stash[_SHARED_SERVERS] = servers.SharedServers(folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if shared := config.stash.get(_SHARED_SERVERS, None):
+        shared.stop()
 
 
 @pytest.fixture
