@@ -67,14 +67,18 @@ typecheck: lint
 # them by PID when the run ends. One xdist worker more than the machine has cores: a worker
 # spends about a fifth of its time waiting on the servers and on subprocesses (the
 # frameworks' own suites, kill -9 children), which the extra worker fills (idle on 2 cores:
-# 865 s with two workers, 561 s with three and shared servers; bench/RESULTS.md).
+# 865 s with two workers, 561 s with three and shared servers; bench/RESULTS.md). Bytecode
+# is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): otherwise
+# every worker and every subprocess of the suite compiles the library and pytest rewrites
+# every test module again (a collection: 13.8 s of CPU without, 9.0 s with).
 prerequisites:
 	@PYTHON=$(PYTHON) bash tests/prerequisites.sh
 
 test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	bash tests/browser/install.sh
 	$(MAKE) lint
-	TMPDIR="$$(bash tests/tmpdir.sh)" $(PY) -m pytest -q -n $$(( $$(nproc) + 1 )) --dist worksteal --durations=30
+	TMPDIR="$$(bash tests/tmpdir.sh)" PYTHONDONTWRITEBYTECODE= \
+		$(PY) -m pytest -q -n $$(( $$(nproc) + 1 )) --dist worksteal --durations=30
 
 # The docs site, built (strictly) into site/: open site/index.html.
 docs: $(STAMP)
