@@ -256,7 +256,11 @@ class SharedServers:
         try:
             (folder / "seaweedfs").mkdir()
             self.s3 = launch_seaweedfs(folder / "seaweedfs")
-            self.dynamodb = launch_dynamodb_local(folder, heap="2g")
+            try:
+                self.dynamodb = launch_dynamodb_local(folder, heap="2g")
+            except BaseException:
+                stop(self.s3)
+                raise
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
