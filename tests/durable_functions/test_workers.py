@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -78,7 +77,7 @@ def _check(runner: DurableFunctions, arns: list[str], marks: Path, *, callbacks:
 
 
 def _worker(
-    url: str, name: str, lease_s: float, env: dict[str, str] | None = None
+    url: str, name: str, lease_s: float, env: dict[str, str] | None = None, *, wait: bool = True
 ) -> subprocess.Popen[str]:
     # Its stderr in a file of its own: a worker that dies on its own says why.
     errors = Path(tempfile.gettempdir()) / f"stashpoint-worker-{os.getpid()}-{name}.err"
@@ -92,7 +91,8 @@ def _worker(
             env={**os.environ, **(env or {})},
         )
     assert process.stdout is not None
-    assert process.stdout.readline().strip() == "started"
+    if wait:  # until it has opened its stash (a cold start takes seconds on a busy machine)
+        assert process.stdout.readline().strip() == "started"
     return process
 
 
@@ -110,46 +110,89 @@ def _wait_all_ended(runner: DurableFunctions, deadline_s: float) -> None:
         time.sleep(0.2)
 
 
+def _arm(holds: Path, round_: int) -> None:
+    """Arm a hold: workers entering an at-most-once step wait there (`worker_app`)."""
+    (holds / "armed.tmp").write_text(str(round_))
+    (holds / "armed.tmp").replace(holds / "armed")
+
+
+def _holders(holds: Path, round_: int, deadline_s: float = 120) -> list[tuple[int, str]]:
+    """Wait for the workers holding in a step this round: their (pid, execution id)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        found = []
+        for path in holds.glob(f"holding-{round_}-*"):
+            _, _, pid, step = path.name.split("-", 3)
+            found.append((int(pid), step.rsplit("-", 1)[0]))
+        if found:
+            return sorted(found)
+        assert time.monotonic() < deadline, f"no worker entered a step in round {round_}"
+        time.sleep(0.02)
+
+
+def _lost(runner: DurableFunctions, arn: str) -> int:
+    """How many of the execution's invocations ended without an answer (taken over)."""
+    return sum(
+        1
+        for e in runner.history(arn)
+        if e["EventType"] == "InvocationCompleted" and "Error" in e["InvocationCompletedDetails"]
+    )
+
+
 def test_workers_killed_and_frozen_lose_nothing_and_run_no_at_most_once_step_twice(
     seaweedfs: servers.S3Server, tmp_path: Path
 ) -> None:
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
     marks = tmp_path / "marks"
     marks.mkdir()
-    status = tmp_path / "status"
-    rng = random.Random(7)
+    holds = tmp_path / "holds"
+    holds.mkdir()
     lease_s = 2.0
+    rounds = 4  # three kills, then a zombie (after it the workers run free to the end)
     with stashpoint.open(url) as stash:
         runner = build(stash, "test", lease_s)
         arns = _start(runner, marks, 8, callbacks=True)
-        env = {"STASHPOINT_TEST_STEP_S": "0.15", "STASHPOINT_TEST_STATUS": str(status)}
-        workers = [_worker(url, f"w{n}", lease_s, env) for n in range(3)]
+        by_id = {f"e{n}": arn for n, arn in enumerate(arns)}
+        env = {"STASHPOINT_TEST_STEP_S": "0.05", "STASHPOINT_TEST_HOLDS": str(holds)}
+        # Driven by what the workers do, not by the clock, so each kill lands inside an
+        # invocation however loaded the machine is: a round holds the workers entering an
+        # at-most-once step and kills one of them; arming the next round lets the others go
+        # (and holds them at their next step: the work is not all done before the last
+        # round). The test never waits on a cold start while workers hold (their leases
+        # run). The last round freezes its holder past its lease.
+        _arm(holds, 0)
+        workers = [_worker(url, f"w{n}", lease_s, env, wait=False) for n in range(3)]
         stop = threading.Event()
         answerer = threading.Thread(target=_answer_callbacks, args=(runner, arns, stop))
         answerer.start()
+        hit: dict[str, int] = {}
+        kills = 0
         try:
-            kills = 0
-            for round_ in range(8):  # bounded: eight deaths, then the survivors finish
-                time.sleep(rng.uniform(0.3, 0.9))
-                victim = rng.randrange(len(workers))
-                if round_ == 3:
-                    # A zombie: frozen in a step past its lease, then woken.
-                    workers[victim].send_signal(signal.SIGSTOP)
-                    time.sleep(lease_s * 2)
-                    workers[victim].send_signal(signal.SIGCONT)
+            for round_ in range(rounds):
+                holders = _holders(holds, round_)
+                # The execution hit least: three lost invocations would fail it.
+                pid, execution = min(holders, key=lambda h: hit.get(h[1], 0))
+                hit[execution] = hit.get(execution, 0) + 1
+                victim = next(n for n, w in enumerate(workers) if w.pid == pid)
+                if round_ < rounds - 1:
+                    os.kill(pid, signal.SIGKILL)
+                    workers[victim].wait(timeout=30)
+                    kills += 1
+                    _arm(holds, round_ + 1)
+                    workers[victim] = _worker(url, f"w{round_}-{victim}", lease_s, env, wait=False)
                     continue
-                if workers[victim].poll() is not None:
-                    # It ended on its own: only because nothing was pending any more (the
-                    # workers are fast enough to finish while one is frozen).
-                    assert workers[victim].returncode == 0, _stderr_of(workers[victim])
-                    assert not runner.pending()
-                    continue
-                os.kill(workers[victim].pid, signal.SIGKILL)
-                workers[victim].wait(timeout=30)
-                kills += 1
-                workers[victim] = _worker(url, f"w{round_}-{victim}", lease_s, env)
+                # A zombie: frozen inside its step until another worker has taken its
+                # execution over, then woken; its checkpoints must be refused.
+                workers[victim].send_signal(signal.SIGSTOP)
+                (holds / "armed").unlink()
+                deadline = time.monotonic() + 120
+                while _lost(runner, by_id[execution]) < hit[execution]:
+                    assert time.monotonic() < deadline, "the frozen invocation was not taken over"
+                    time.sleep(0.1)
+                workers[victim].send_signal(signal.SIGCONT)
             _wait_all_ended(runner, 240)
         finally:
+            (holds / "armed").unlink(missing_ok=True)
             stop.set()
             answerer.join(timeout=30)
             for worker in workers:
@@ -157,14 +200,10 @@ def test_workers_killed_and_frozen_lose_nothing_and_run_no_at_most_once_step_twi
                     worker.kill()
                 worker.wait(timeout=30)
         _check(runner, arns, marks, callbacks=True)
-        lost = sum(
-            1
-            for arn in arns
-            for e in runner.history(arn)
-            if e["EventType"] == "InvocationCompleted"
-            and "Error" in e["InvocationCompletedDetails"]
-        )
-        assert kills >= 3 and lost >= 1  # the kills landed inside invocations
+        assert kills == rounds - 1
+        # Every kill and the freeze landed inside an invocation: each was taken over.
+        for execution, times in hit.items():
+            assert _lost(runner, by_id[execution]) >= times, execution
 
 
 def test_racing_workers_on_seaweedfs_share_the_executions(

@@ -33,13 +33,37 @@ AT_MOST_ONCE = StepConfig(
 )
 
 
+def _held_if_armed(folder: Path, step: str) -> None:
+    """Wait inside the step while the test holds this round (it kills or freezes a holder).
+
+    The test writes a round number to `armed`; every worker that enters an at-most-once
+    step says so (`holding-ROUND-PID-STEP`) and waits while that round is armed, so the
+    test's kill lands inside an invocation however slow the machine is. The test moves on
+    by arming the next round (or removing `armed`): the holders it spared go on.
+    """
+
+    def armed() -> str | None:
+        try:
+            return (folder / "armed").read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    round_ = armed()
+    if round_ is None:
+        return
+    (folder / f"holding-{round_}-{os.getpid()}-{step}").touch()
+    deadline = time.monotonic() + 300  # bounded: a test that died leaves no worker stuck
+    while armed() == round_ and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _marked(marks: str, execution: str, index: int) -> Any:
     def body(step: Any) -> int:
         with Path(marks, f"{execution}-{index}").open("a") as out:
             out.write(f"{os.getpid()}\n")
-        if os.environ.get("STASHPOINT_TEST_STATUS"):
-            Path(os.environ["STASHPOINT_TEST_STATUS"]).write_text(f"{execution}-{index}")
-        time.sleep(float(os.environ.get("STASHPOINT_TEST_STEP_S", "0.02")))  # a window to die in
+        if os.environ.get("STASHPOINT_TEST_HOLDS"):
+            _held_if_armed(Path(os.environ["STASHPOINT_TEST_HOLDS"]), f"{execution}-{index}")
+        time.sleep(float(os.environ.get("STASHPOINT_TEST_STEP_S", "0.02")))
         return index * 10
 
     return body
