@@ -64,10 +64,12 @@ typecheck: lint
 
 # The tests start SeaweedFS and DynamoDB Local on free 127.0.0.1 ports themselves
 # (tests/servers.py: the xdist controller starts one of each for all its workers) and stop
-# them by PID when the run ends. One xdist worker more than the machine has cores: a worker
-# spends about a fifth of its time waiting on the servers and on subprocesses (the
-# frameworks' own suites, kill -9 children), which the extra worker fills (idle on 2 cores:
-# 865 s with two workers, 561 s with three and shared servers; bench/RESULTS.md). Bytecode
+# them by PID when the run ends. Twice as many xdist workers as the machine has cores, and
+# one more: a worker spends about a fifth of its time waiting on the servers and on
+# subprocesses (the frameworks' own suites, kill -9 children), which the extra workers fill
+# (idle on 2 cores: 865 s with two workers, 561 s with three and shared servers), and on a
+# machine busy with other work the suite's share of the cores follows its number of
+# runnable processes (bench/RESULTS.md). Bytecode
 # is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): otherwise
 # every worker and every subprocess of the suite compiles the library and pytest rewrites
 # every test module again (a collection: 13.8 s of CPU without, 9.0 s with).
@@ -78,7 +80,7 @@ test: prerequisites $(STAMP) $(DYNAMODB_LOCAL)
 	bash tests/browser/install.sh
 	$(MAKE) lint
 	TMPDIR="$$(bash tests/tmpdir.sh)" PYTHONDONTWRITEBYTECODE= \
-		$(PY) -m pytest -q -n $$(( $$(nproc) + 1 )) --dist worksteal --durations=30
+		$(PY) -m pytest -q -n $$(( 2 * $$(nproc) + 1 )) --dist worksteal --durations=30
 
 # The docs site, built (strictly) into site/: open site/index.html.
 docs: $(STAMP)

@@ -13,7 +13,7 @@ import pytest
 from botocore.retries.standard import ExponentialBackoff
 from hypothesis import HealthCheck, settings
 
-from tests import servers
+from tests import servers, zygote
 
 pytest_plugins = ["moto_fixtures.plugin"]
 
@@ -43,6 +43,8 @@ ExponentialBackoff.delay_amount = lambda self, context: _botocore_delay(self, co
 
 
 _SHARED_SERVERS = pytest.StashKey[servers.SharedServers]()
+_SHARED_ZYGOTE = pytest.StashKey[Any]()
+SHARED_ZYGOTE = zygote.SHARED
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,11 +56,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if controller and not already and not config.option.collectonly:
         folder = Path(tempfile.mkdtemp(prefix="stashpoint-servers-"))
         config.stash[_SHARED_SERVERS] = servers.SharedServers(folder)
+        # One warm interpreter the workers' kill children fork from (`tests.zygote`).
+        if SHARED_ZYGOTE not in os.environ and (started := zygote.start_shared()):
+            config.stash[_SHARED_ZYGOTE] = started
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if shared := config.stash.get(_SHARED_SERVERS, None):
         shared.stop()
+    if warm := config.stash.get(_SHARED_ZYGOTE, None):
+        warm.close()
 
 
 @pytest.fixture

@@ -145,10 +145,20 @@ class Child:
             time.sleep(0.002)
 
 
-class _Zygote:
-    """The warm interpreter of this test process (started on first use, ended at exit)."""
+SHARED = "STASHPOINT_TESTS_ZYGOTE"
+"""The environment variable naming the socket of a zygote the xdist controller started for
+every worker (`start_shared`): one interpreter's imports instead of one per worker."""
 
-    def __init__(self) -> None:
+
+class _Zygote:
+    """A warm interpreter: this test process's own (started on first use, ended at exit),
+    or the run's shared one (`path` given: its socket)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.process: subprocess.Popen[str] | None = None
+        if path is not None:
+            self.folder, self.path, self.ready = "", path, True
+            return
         self.folder = tempfile.mkdtemp(prefix="zygote-")
         self.path = os.path.join(self.folder, "s")
         self.process = subprocess.Popen(
@@ -184,9 +194,11 @@ class _Zygote:
         return Child(pid, stdout, os.fdopen(err_read, "rb"))
 
     def close(self) -> None:
-        self.process.kill()
-        self.process.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """End the interpreter this process started (a shared one is its starter's)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _zygote: _Zygote | None = None
@@ -200,5 +212,21 @@ def zygote() -> _Zygote | None:
         return None
     with _lock:
         if _zygote is None:
-            _zygote = _Zygote()
+            _zygote = _Zygote(os.environ.get(SHARED))
         return _zygote if _zygote.ready else None
+
+
+def start_shared() -> _Zygote | None:
+    """Start the run's zygote and name it to the processes started after (the workers).
+
+    None if it could not start (a preloaded module started a thread): each worker then
+    forks from one of its own, or starts its children cold.
+    """
+    if os.environ.get("STASHPOINT_TESTS_COLD_CHILDREN"):
+        return None
+    shared = _Zygote()
+    if not shared.ready:
+        shared.close()
+        return None
+    os.environ[SHARED] = shared.path
+    return shared
