@@ -44,7 +44,6 @@ ExponentialBackoff.delay_amount = lambda self, context: _botocore_delay(self, co
 
 _SHARED_SERVERS = pytest.StashKey[servers.SharedServers]()
 _SHARED_ZYGOTE = pytest.StashKey[Any]()
-SHARED_ZYGOTE = zygote.SHARED
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = Path(tempfile.mkdtemp(prefix="stashpoint-servers-"))
         config.stash[_SHARED_SERVERS] = servers.SharedServers(folder)
         # One warm interpreter the workers' kill children fork from (`tests.zygote`).
-        if SHARED_ZYGOTE not in os.environ and (started := zygote.start_shared()):
+        if zygote.SHARED not in os.environ and (started := zygote.start_shared()):
             config.stash[_SHARED_ZYGOTE] = started
 
 

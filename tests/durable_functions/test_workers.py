@@ -195,10 +195,13 @@ def test_workers_killed_and_frozen_lose_nothing_and_run_no_at_most_once_step_twi
             (holds / "armed").unlink(missing_ok=True)
             stop.set()
             answerer.join(timeout=30)
+            ended = [worker for worker in workers if worker.poll() is not None]
             for worker in workers:
                 if worker.poll() is None:
                     worker.kill()
                 worker.wait(timeout=30)
+        for worker in ended:  # ended on its own: only with nothing pending, and cleanly
+            assert worker.returncode == 0, _stderr_of(worker)
         _check(runner, arns, marks, callbacks=True)
         assert kills == rounds - 1
         # Every kill and the freeze landed inside an invocation: each was taken over.
