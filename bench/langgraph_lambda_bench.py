@@ -16,8 +16,9 @@ Savers, in the same run, on the same servers:
   advise for long threads), installed by this bench's caller (`pip install
   langgraph-checkpoint-aws==1.2.6`); left out, with a note, when it is not installed.
 
-Per saver and length: the median over the samples of a cold turn's wall time and process
-CPU (from opening the saver to `invoke` returning; imports excluded, measured apart),
+Per saver and length (the savers' samples alternate, one process each): the median over
+the samples of a cold turn's wall time and process CPU (from opening the saver to
+`invoke` returning; imports excluded, measured apart),
 requests and rounds (counted at the proxy: a request that arrives while none is in flight
 starts a round), and for stashpoint the requests it sends *after* the turn returned (its
 seals and clean-up, `StashpointSaver.flush`); the same for a cold `get_tuple`.
@@ -271,20 +272,25 @@ def main() -> None:
                    "dynamodb": dynamo_proxy.endpoint, "s3": s3_proxy.endpoint,
                    **aws_s3}  # fmt: skip
         for turns in lengths:
-            for kind in kinds:
-                thread = f"{kind}-{turns}-{uuid.uuid4().hex[:6]}"
+            threads = {kind: f"{kind}-{turns}-{uuid.uuid4().hex[:6]}" for kind in kinds}
+            for kind, thread in threads.items():
                 _build(kind, direct, thread, turns)
-                for mode in ("turn", "read"):
-                    samples = [
-                        _child(kind, proxied, thread, turns + i, args.durability, mode,
-                               counts)
-                        for i in range(args.samples)
-                    ]  # fmt: skip
+            for mode in ("turn", "read"):
+                # The savers' samples alternate, so a machine whose speed drifts during the
+                # run (these are shared) slows both alike and the ratio holds.
+                samples: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+                for i in range(args.samples):
+                    for kind, thread in threads.items():
+                        samples[kind].append(
+                            _child(kind, proxied, thread, turns + i, args.durability, mode,
+                                   counts)
+                        )  # fmt: skip
+                for kind in kinds:
                     median = {
-                        key: statistics.median(s[key] for s in samples)
+                        key: statistics.median(s[key] for s in samples[kind])
                         for key in ("wall", "cpu", "open", "requests", "rounds", "after")
                     }
-                    median["max_requests"] = max(s["requests"] for s in samples)
+                    median["max_requests"] = max(s["requests"] for s in samples[kind])
                     rows.append((turns, kind, mode, median))
     imports = {kind: statistics.median(_imports(kind) for _ in range(3)) for kind in kinds}
     print(f"\nlatency {args.latency * 1000:.0f} ms per request, durability={args.durability}, "

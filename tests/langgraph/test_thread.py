@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("langgraph.checkpoint.base")
 
@@ -67,3 +69,36 @@ def test_a_checked_value_is_counted_whole_not_walked_again() -> None:
     assert check_json({"a": [trusted]}, 5) == 9
     with pytest.raises(LimitExceeded, match="deeper"):
         check_json({"a": [trusted]}, 4)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=24,
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_JSON, st.dictionaries(st.text(max_size=4), _JSON, max_size=3), st.booleans()),
+        max_size=4,
+    )
+)
+def test_readable_values_read_back_as_the_very_same_bytes(
+    parts: list[tuple[object, dict[str, object], bool]],
+) -> None:
+    """Empty and falsy values (0, "", [], {}, False) inside messages and around them come
+    back from their readable form, as a reader decodes it, byte for byte."""
+    value = [
+        AIMessage(content="", id="a", additional_kwargs={"x": plain, **extra})
+        if as_message
+        else [plain, extra]
+        for plain, extra, as_message in parts
+    ]
+    type_, data = SERDE.dumps_typed(value)
+    packed = pack(type_, data)
+    assert unpack_bytes(packed, "v") == (type_, data)
+    if "msgpack" in packed:
+        assert unpack_bytes(json.loads(json.dumps(packed)), "v") == (type_, data)

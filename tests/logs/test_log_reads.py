@@ -48,6 +48,33 @@ def test_sealed_entries_awaiting_clean_up_do_not_page_the_listing() -> None:
         assert stash.logs.records("fast") == list(range(versions))
 
 
+def test_a_cold_read_of_a_long_log_lists_few_keys_of_sealed_versions() -> None:
+    """Keys are never freed: a reader that knows nothing of a 5,000-version log lists a
+    first page of `COLD_LISTING_PAGE` keys (not S3's 1,000: each costs CPU to parse), then
+    only what is after the last sealed version, in the same two rounds as before."""
+    from stashpoint.logs.bounds import COLD_LISTING_PAGE
+
+    url = f"memory://cold-{stashpoint.new_id()}"
+    versions = 78 * SEGMENT_SPAN + 9
+    with stashpoint.open(url) as writer:
+        head = None
+        for v in range(versions):
+            head = writer.logs.append("long", [v], after=head, state={"v": v})
+    with stashpoint.open(url) as stash:
+        listed: list[int] = []
+
+        def count(request: Any, proceed: Any) -> Any:
+            result = proceed()
+            if type(request).__name__ == "ListKeys" and "sealed" not in request.prefix:
+                listed.append(len(result.keys))
+            return result
+
+        stash.intercept(count)
+        assert stash.logs.head("long").state == {"v": versions - 1}
+    assert listed[0] == COLD_LISTING_PAGE < 1000
+    assert len(listed) == 2 and listed[1] <= SEGMENT_SPAN + 9, listed
+
+
 def test_a_full_read_is_three_rounds_however_long() -> None:
     with stashpoint.open("memory://") as stash:
         head = None

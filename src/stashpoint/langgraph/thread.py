@@ -213,16 +213,24 @@ def _readable_msgpack(data: bytes) -> Any:
     return CheckedJson(document, nodes, _READABLE_DEPTH)
 
 
-def _from_readable(value: Any) -> Any:
-    import ormsgpack
+_LEAVES = frozenset((str, int, float, bool, type(None)))
+"""JSON's scalar types: kept as they are, without a call (most of a message's nodes)."""
 
-    if isinstance(value, list):
-        return [_from_readable(v) for v in value]
-    if isinstance(value, dict):
-        if len(value) == 2 and EXT in value and "data" in value:
-            return ormsgpack.Ext(value[EXT], ormsgpack.packb(_from_readable(value["data"])))
-        return {k: _from_readable(v) for k, v in value.items()}
-    return value
+
+def _from_readable(value: Any) -> Any:
+    from ormsgpack import Ext, packb
+
+    def convert(value: Any) -> Any:
+        # A cold read converts every message of a list snapshot: a call per container.
+        if isinstance(value, list):
+            return [v if type(v) in _LEAVES or not v else convert(v) for v in value]
+        if isinstance(value, dict):
+            if len(value) == 2 and EXT in value and "data" in value:
+                return Ext(value[EXT], packb(convert(value["data"])))
+            return {k: v if type(v) in _LEAVES or not v else convert(v) for k, v in value.items()}
+        return value
+
+    return convert(value)
 
 
 def msgpack_elements(items: Sequence[Any], name: str) -> bytes | None:

@@ -24,6 +24,12 @@ RELISTS = 3
 """Fresh listings tried when listed objects change under a reader (a seal vacated them)."""
 KNOWN_TOPS = 4096
 """Logs whose latest version a `LogSteps` remembers as a listing hint (bounded memory)."""
+COLD_LISTING_PAGE = 512
+"""Entry keys in the first listing page of a log with no hint of its top (S3's default is
+1,000). Keys are never freed, so a long log's first page names sealed versions only, and
+the listing resumes after the last sealed segment (listed in the same round) anyway; on
+S3 each listed key costs ~40 µs of CPU to parse. A LangGraph chat thread of up to ~100
+turns (5 versions a turn) still lists in one page."""
 MARKER_MARGIN = 24
 """Bytes a marker may take beyond the widest one measured (zstd varies on random ids);
 the smallest entry of any log id is about 55 bytes larger than its widest marker."""

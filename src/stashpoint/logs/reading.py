@@ -23,6 +23,7 @@ from stashpoint.errors import (
 )
 from stashpoint.logs import log_ids
 from stashpoint.logs.bounds import (
+    COLD_LISTING_PAGE,
     FETCH_BATCH,
     KNOWN_TOPS,
     READ_CACHE_BYTES,
@@ -202,18 +203,21 @@ class LogReader:
 
         A log this process read or wrote lists from a segment before its last known top:
         on S3 a 1,000-key page costs ten times a short one, and the sealed versions before
-        it are read from their segments. A version this skips that a read needs is a gap,
-        and gaps are listed again in full.
+        it are read from their segments. A log it knows nothing of lists a first page of
+        `COLD_LISTING_PAGE` keys beside its segments, and a longer one resumes after the
+        last sealed version. A version this skips that a read needs is a gap, and gaps are
+        listed again in full.
         """
         entries_prefix = self.keys.entries_prefix(log_id)
         segments_prefix = self.keys.segments_prefix(log_id)
         hint = None if complete else self._tops.get(log_id)
         start = None
+        page_size = 1000 if complete else COLD_LISTING_PAGE
         if hint is not None and hint >= 2 * SEGMENT_SPAN:
             start = self.keys.entry(log_id, segment_start(hint) - SEGMENT_SPAN - 1)
-        first = yield from ask(
-            Parallel((ListKeys(entries_prefix, start_after=start), ListKeys(segments_prefix)))
-        )
+            page_size = 1000
+        entries = ListKeys(entries_prefix, start_after=start, page_size=page_size)
+        first = yield from ask(Parallel((entries, ListKeys(segments_prefix))))
         segment_pages = yield from self._all_pages(segments_prefix, first[1])
         entry_pages = [first[0]]
         if first[0].next_token is not None and first[0].keys and not complete:
