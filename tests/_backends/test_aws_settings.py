@@ -16,7 +16,7 @@ import botocore.config
 import pytest
 
 import stashpoint
-from stashpoint import ConfigurationError, StorageUnavailable
+from stashpoint import CheckpointNotFound, ConfigurationError, StorageUnavailable
 from stashpoint._backends.s3 import DEFAULT_RETRIES, S3Settings
 
 
@@ -152,3 +152,44 @@ def test_an_async_stash_on_s3_without_the_async_extra_says_which_extra(
     monkeypatch.setitem(sys.modules, "aiobotocore", None)  # as if not installed
     with pytest.raises(stashpoint.ConfigurationError, match=r"stashpoint\[async\]"):
         stashpoint.open_async("s3://bucket/prefix?index=dynamodb://t")
+
+
+def test_the_profile_is_read_from_the_session_that_makes_the_client(
+    no_aws_retry_settings: Path,
+) -> None:
+    """The session given answers for its profile (the settings' own profile is not read)."""
+    import botocore.session
+
+    no_aws_retry_settings.write_text("[profile slow]\nmax_attempts = 7\n")
+    settings = S3Settings.from_options("bucket", {}, {})
+    assert settings.client_kwargs()["config"].retries == DEFAULT_RETRIES
+    slow = botocore.session.Session(profile="slow")
+    assert settings.client_kwargs(slow)["config"].retries is None  # the profile's say
+
+
+def test_a_stash_makes_one_botocore_session_for_its_s3_client(
+    s3_moto_url: tuple[str, dict[str, Any]],
+    no_aws_retry_settings: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cold start made a second session only to read the profile's retry settings (its
+    creation registers botocore's handlers: ~25 ms); the client's own session answers."""
+    import botocore.session
+
+    made: list[str | None] = []
+    init = botocore.session.Session.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        if "profile" in kwargs:  # stashpoint's (moto makes its own to describe errors)
+            made.append(kwargs["profile"])
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(botocore.session.Session, "__init__", counted)
+    with stashpoint.open(s3_moto_url[0]) as stash:
+        assert made == []  # the client is made at the first request
+        with pytest.raises(CheckpointNotFound):
+            stash.checkpoints.load("nothing-here")
+        assert len(made) == 1
+        with pytest.raises(CheckpointNotFound):
+            stash.checkpoints.load("nothing-either")
+    assert len(made) == 1

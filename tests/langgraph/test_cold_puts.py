@@ -115,3 +115,39 @@ def test_a_cold_put_without_a_read_extends_the_stored_list(memory_url: tuple[str
     with stashpoint.open(url) as stash:
         found = StashpointSaver(stash).get_tuple({"configurable": {"thread_id": "writer"}})
     assert found.checkpoint["channel_values"]["messages"] == lists[-1]
+
+
+_COLD_READ = """
+import json, sys
+import stashpoint
+from stashpoint.langgraph import StashpointSaver
+
+url, options, thread_id = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+with stashpoint.open(url, **options) as stash:
+    found = StashpointSaver(stash, background=False).get_tuple(
+        {"configurable": {"thread_id": thread_id}}
+    )
+    print(len(found.checkpoint["channel_values"]["messages"]), "boto3" in sys.modules)
+"""
+
+
+def test_a_cold_read_on_a_stash_indexed_on_dynamodb_loads_no_boto3(
+    s3_dynamo_url: tuple[str, dict[str, Any]],
+) -> None:
+    """A Lambda that only reads a thread never touches the index: boto3's package (~20 ms
+    of CPU over the botocore S3 needs) stays unloaded; a turn loads it for its index write."""
+    import json
+    import subprocess
+    import sys
+
+    url, options = s3_dynamo_url
+    config = {"configurable": {"thread_id": "cold-reader"}}
+    with stashpoint.open(url, **options) as stash:
+        graph = _graph(StashpointSaver(stash))
+        for turn in range(3):
+            graph.invoke({"messages": [HumanMessage(content=f"hi {turn}")]}, config)
+    out = subprocess.run(
+        [sys.executable, "-c", _COLD_READ, url, json.dumps(options), "cold-reader"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.split()  # fmt: skip
+    assert out == ["6", "False"]

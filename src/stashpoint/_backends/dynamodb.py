@@ -8,6 +8,7 @@ item; its refusal is not an error.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -16,7 +17,6 @@ from typing import Any
 
 import botocore.config
 import botocore.exceptions
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from stashpoint._backends.aws import (
     NEVER_SENT,
@@ -63,8 +63,6 @@ DEFAULT_RETRIES = {"mode": "standard", "max_attempts": 5}
 """Retries unless `index_client_config`, `AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE` or the
 profile say otherwise."""
 
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
 _GSI = {gsi.name: gsi for gsi in SECONDARY_INDEXES}
 _CONDITION = f"attribute_not_exists({PARTITION_KEY}) OR {REVISION} < :revision"
 _BATCH_GET = 100
@@ -83,14 +81,26 @@ class DynamoDBSettings(AwsClientSettings):
     """botocore client settings."""
 
 
+@functools.cache
+def _typed() -> tuple[Any, Any]:
+    # Here, not at import: boto3's package costs ~20 ms of CPU over the botocore that S3
+    # needs, and a cold process that only reads objects (a LangGraph `get_tuple` on a
+    # stash with an index) never touches the index.
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+    return TypeSerializer(), TypeDeserializer()
+
+
 def to_attributes(item: Mapping[str, Any]) -> dict[str, Any]:
     """Return an item in DynamoDB's typed form, leaving out None values."""
-    return {k: _serializer.serialize(v) for k, v in item.items() if v is not None}
+    serialize = _typed()[0].serialize
+    return {k: serialize(v) for k, v in item.items() if v is not None}
 
 
 def from_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """Return a plain item from DynamoDB's typed form (numbers as int)."""
-    item = {k: _deserializer.deserialize(v) for k, v in attributes.items()}
+    deserialize = _typed()[1].deserialize
+    item = {k: deserialize(v) for k, v in attributes.items()}
     return {k: int(v) if isinstance(v, Decimal) else v for k, v in item.items()}
 
 
