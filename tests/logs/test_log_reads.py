@@ -24,15 +24,20 @@ def _counting(stash: stashpoint.Stash) -> Counter[str]:
     return counts
 
 
+def _append(stash: stashpoint.Stash, log_id: str, versions: int) -> None:
+    """Append `versions` versions to a new log, each record its version and its state."""
+    head = None
+    for v in range(versions):
+        head = stash.logs.append(log_id, [v], after=head, state={"v": v})
+
+
 def test_sealed_entries_awaiting_clean_up_do_not_page_the_listing() -> None:
     """A fast writer leaves 1,100 sealed entries within the clean-up delay: a read lists
     the segments and only the entries after the last one, not 2 pages of sealed ones."""
     url = f"memory://fast-{stashpoint.new_id()}"
     versions = 17 * SEGMENT_SPAN + 5
     with stashpoint.open(url) as writer:
-        head = None
-        for v in range(versions):
-            head = writer.logs.append("fast", [v], after=head, state={"v": v})
+        _append(writer, "fast", versions)
         # The writer's own reads list from just before its last known top: one round.
         counts = _counting(writer)
         assert writer.logs.head("fast").state == {"v": versions - 1}
@@ -57,9 +62,7 @@ def test_a_cold_read_of_a_long_log_lists_few_keys_of_sealed_versions() -> None:
     url = f"memory://cold-{stashpoint.new_id()}"
     versions = 78 * SEGMENT_SPAN + 9
     with stashpoint.open(url) as writer:
-        head = None
-        for v in range(versions):
-            head = writer.logs.append("long", [v], after=head, state={"v": v})
+        _append(writer, "long", versions)
     with stashpoint.open(url) as stash:
         listed: list[int] = []
 
