@@ -152,8 +152,11 @@ def test_sigkill_mid_conversation_loses_no_acknowledged_turn(
             )
         assert found is not None
         messages = found.checkpoint["channel_values"]["messages"]
-        # Every acknowledged turn is there; at most the input of the killed one beyond it.
-        assert acknowledged <= len(messages) <= acknowledged + 1
+        # Every acknowledged turn is there; beyond it at most the killed turn: its input
+        # alone, or its input and reply when the kill landed after its last put returned
+        # and before the line was printed (seen once on a busy machine: stored, never
+        # acknowledged, which the promise allows).
+        assert acknowledged <= len(messages) <= acknowledged + 2
         assert messages[acknowledged - 1] == last_reply
         replies += len(printed)  # each line printed is one acknowledged reply
         stored_replies = [m for m in messages if m.startswith("reply")]
