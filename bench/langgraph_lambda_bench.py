@@ -14,7 +14,10 @@ Savers, in the same run, on the same servers:
 - `aws-dynamodb`: `langgraph_checkpoint_aws.DynamoDBSaver` 1.2.6 (its table on DynamoDB
   Local, `PK`/`SK`; checkpoints past 350 KB offloaded to the same SeaweedFS, as its docs
   advise for long threads), installed by this bench's caller (`pip install
-  langgraph-checkpoint-aws==1.2.6`); left out, with a note, when it is not installed.
+  langgraph-checkpoint-aws==1.2.6`); left out, with a note, when it is not installed;
+- `objectstorage`: `langgraph_checkpoint_objectstorage.ObjectStorageSaver` 0.1.15 on s3fs,
+  on the same SeaweedFS (`pip install langgraph-checkpoint-objectstorage==0.1.15`); left
+  out when it is not installed.
 
 Per saver and length (the savers' samples alternate, one process each): the median over
 the samples of a cold turn's wall time and process CPU (from opening the saver to
@@ -24,7 +27,7 @@ starts a round), and for stashpoint the requests it sends *after* the turn retur
 seals and clean-up, `StashpointSaver.flush`); the same for a cold `get_tuple`.
 
     .venv/bin/python -m bench.langgraph_lambda_bench [--turns 50,200] [--samples 5]
-        [--latency 0.015] [--durability sync]
+        [--latency 0.015] [--durability sync] [--peers aws-dynamodb,objectstorage]
 
 With `BENCH_PREIMPORT=1` every saver's modules (boto3, stashpoint's S3 and DynamoDB
 backends, langgraph-checkpoint-aws) are imported before the clock starts, so the times hold
@@ -62,7 +65,7 @@ import os
 if os.environ.get("BENCH_PREIMPORT"):  # every saver's modules imported before the clock
     import boto3, stashpoint._backends.s3, stashpoint._backends.dynamodb
     try:
-        import langgraph_checkpoint_aws
+        import langgraph_checkpoint_aws, langgraph_checkpoint_objectstorage
     except ImportError:
         pass
 config = {"configurable": {"thread_id": thread}}
@@ -139,6 +142,14 @@ def open_saver(kind: str, where: dict[str, str], *, background: bool = True) -> 
 
         stash = stashpoint.open(where["url"], index_endpoint_url=where["dynamodb"])
         return StashpointSaver(stash, background=background), stash.close
+    if kind == "objectstorage":
+        from langgraph_checkpoint_objectstorage import ObjectStorageSaver
+
+        saver = ObjectStorageSaver.from_conn_string(
+            f"s3://{where['bucket']}/{where['prefix']}-os",
+            client_kwargs={"endpoint_url": where["s3"], "region_name": "us-east-1"},
+        )
+        return saver, lambda: None
     if kind == "aws-dynamodb":
         from botocore.config import Config
         from langgraph_checkpoint_aws import DynamoDBSaver
@@ -155,12 +166,17 @@ def open_saver(kind: str, where: dict[str, str], *, background: bool = True) -> 
     raise ValueError(kind)
 
 
-def _has_aws() -> bool:
-    try:
-        import langgraph_checkpoint_aws  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+_PEERS = {
+    "aws-dynamodb": "langgraph_checkpoint_aws",
+    "objectstorage": "langgraph_checkpoint_objectstorage",
+}
+"""The peer savers and the module each needs."""
 
 
 @contextmanager
@@ -232,7 +248,7 @@ def _build(kind: str, where: dict[str, str], thread: str, turns: int) -> None:
 
 def _imports(kind: str) -> float:
     """Seconds a new process takes to import what the saver needs (a Lambda's init)."""
-    module = "stashpoint.langgraph" if kind == "stashpoint" else "langgraph_checkpoint_aws"
+    module = "stashpoint.langgraph" if kind == "stashpoint" else _PEERS[kind]
     script = (
         "import time; t = time.perf_counter(); import langgraph.graph, " + module
         + "; print(time.perf_counter() - t)"
@@ -251,11 +267,15 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--latency", type=float, default=0.015)
     parser.add_argument("--durability", default="sync")
+    parser.add_argument("--peers", help="the peers to run, of those installed (default: all)")
     args = parser.parse_args()
     lengths = [int(n) for n in args.turns.split(",")]
-    kinds = ["stashpoint", *(["aws-dynamodb"] if _has_aws() else [])]
+    peers = [kind for kind, module in _PEERS.items() if _installed(module)]
+    if args.peers is not None:
+        peers = [kind for kind in peers if kind in args.peers.split(",")]
+    kinds = ["stashpoint", *peers]
     if len(kinds) == 1:
-        print("langgraph-checkpoint-aws is not installed: stashpoint alone")
+        print("neither peer saver is installed: stashpoint alone")
     counts = Counts()
     rows: list[tuple[int, str, str, dict[str, float]]] = []
     with (
@@ -303,12 +323,12 @@ def main() -> None:
         print(f"| {turns} | {kind} | {call} | {m['wall'] * 1000:.0f} | {m['cpu'] * 1000:.0f} "
               f"| {m['open'] * 1000:.0f} | {m['requests']:.0f} ({m['max_requests']:.0f}) | {m['rounds']:.0f} "
               f"| {m['after']:.0f} |")  # fmt: skip
-    if "aws-dynamodb" in kinds:
-        print("\nstashpoint / aws-dynamodb, same run:")
-        by = {(t, k, m): v for t, k, m, v in rows}
+    by = {(t, k, m): v for t, k, m, v in rows}
+    for peer in kinds[1:]:
+        print(f"\nstashpoint / {peer}, same run:")
         for turns in lengths:
             for mode in ("turn", "read"):
-                ours, theirs = by[(turns, "stashpoint", mode)], by[(turns, "aws-dynamodb", mode)]
+                ours, theirs = by[(turns, "stashpoint", mode)], by[(turns, peer, mode)]
                 print(f"  {turns} turns, {mode}: wall {ours['wall'] / theirs['wall']:.2f}x, "
                       f"CPU {ours['cpu'] / theirs['cpu']:.2f}x")  # fmt: skip
     for kind, seconds in imports.items():
