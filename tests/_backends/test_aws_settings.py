@@ -173,7 +173,7 @@ def test_a_stash_makes_one_botocore_session_for_its_s3_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A cold start made a second session only to read the profile's retry settings (its
-    creation registers botocore's handlers: ~25 ms); the client's own session answers."""
+    creation registers botocore's handlers: ~10-20 ms); the client's own session answers."""
     import botocore.session
 
     made: list[str | None] = []

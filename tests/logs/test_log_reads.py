@@ -58,6 +58,7 @@ def test_a_cold_read_of_a_long_log_lists_few_keys_of_sealed_versions() -> None:
     first page of `COLD_LISTING_PAGE` keys (not S3's 1,000: each costs CPU to parse), then
     only what is after the last sealed version, in the same two rounds as before."""
     from stashpoint.logs.bounds import COLD_LISTING_PAGE
+    from stashpoint.stores.objects import LIST_PAGE
 
     url = f"memory://cold-{stashpoint.new_id()}"
     versions = 78 * SEGMENT_SPAN + 9
@@ -74,7 +75,7 @@ def test_a_cold_read_of_a_long_log_lists_few_keys_of_sealed_versions() -> None:
 
         stash.intercept(count)
         assert stash.logs.head("long").state == {"v": versions - 1}
-    assert listed[0] == COLD_LISTING_PAGE < 1000
+    assert listed[0] == COLD_LISTING_PAGE < LIST_PAGE
     assert len(listed) == 2 and listed[1] <= SEGMENT_SPAN + 9, listed
 
 

@@ -76,6 +76,7 @@ from stashpoint.logs.listing import (
 from stashpoint.retry import RetryPolicy
 from stashpoint.steps import Parallel, Steps, ask
 from stashpoint.stores.objects import (
+    LIST_PAGE,
     GetObject,
     KeyPage,
     ListKeys,
@@ -212,10 +213,10 @@ class LogReader:
         segments_prefix = self.keys.segments_prefix(log_id)
         hint = None if complete else self._tops.get(log_id)
         start = None
-        page_size = 1000 if complete else COLD_LISTING_PAGE
+        page_size = LIST_PAGE if complete else COLD_LISTING_PAGE
         if hint is not None and hint >= 2 * SEGMENT_SPAN:
             start = self.keys.entry(log_id, segment_start(hint) - SEGMENT_SPAN - 1)
-            page_size = 1000
+            page_size = LIST_PAGE
         entries = ListKeys(entries_prefix, start_after=start, page_size=page_size)
         first = yield from ask(Parallel((entries, ListKeys(segments_prefix))))
         segment_pages = yield from self._all_pages(segments_prefix, first[1])

@@ -187,6 +187,10 @@ class ListVersions(Request["list[VersionRef]"]):
     """Object key."""
 
 
+LIST_PAGE = 1000
+"""Keys a listing page holds unless asked for fewer (S3's most)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ListKeys(Request["KeyPage"]):
     """Request: one page of keys under a prefix. Result: `KeyPage`."""
@@ -195,7 +199,7 @@ class ListKeys(Request["KeyPage"]):
     """Key prefix."""
     token: str | None = None
     """Continuation token from the previous page."""
-    page_size: int = 1000
+    page_size: int = LIST_PAGE
     """Largest page wanted."""
     start_after: str | None = None
     """Only keys after this one (ascending), for resuming a walk."""
