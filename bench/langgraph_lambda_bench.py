@@ -29,6 +29,11 @@ seals and clean-up, `StashpointSaver.flush`); the same for a cold `get_tuple`.
     .venv/bin/python -m bench.langgraph_lambda_bench [--turns 50,200] [--samples 5]
         [--latency 0.015] [--durability sync] [--peers aws-dynamodb,objectstorage]
 
+With `--baseline-src DIR` (the `src` folder of another checkout of stashpoint, e.g. a `git
+worktree` of the commit before a change) a fourth saver, `stashpoint-base`, runs that code in
+its own processes (its thread written by it too), alternating with the others: an A/B of a
+change in one run, which these noisy machines need.
+
 With `BENCH_PREIMPORT=1` every saver's modules (boto3, stashpoint's S3 and DynamoDB
 backends, langgraph-checkpoint-aws) are imported before the clock starts, so the times hold
 no lazy import of either side. With `BENCH_PROFILE=DIR` in the environment each child writes a cProfile of its call to
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -136,7 +142,7 @@ def graph_of(saver: Any) -> Any:
 
 def open_saver(kind: str, where: dict[str, str], *, background: bool = True) -> tuple[Any, Any]:
     """Open a saver of `kind` at `where` (endpoints, names); return it and its closer."""
-    if kind == "stashpoint":
+    if kind in ("stashpoint", "stashpoint-base"):  # the base: PYTHONPATH names its code
         import stashpoint
         from stashpoint.langgraph import StashpointSaver
 
@@ -205,9 +211,20 @@ def _servers() -> Iterator[tuple[Any, Any, str, str]]:
         yield s3, dynamo, index, aws
 
 
+_BASELINE = "stashpoint-base"
+"""The saver kind that runs another checkout's stashpoint (`--baseline-src`)."""
+
+
+def _env(kind: str, baseline: str | None) -> dict[str, str] | None:
+    """The environment of a child of `kind`: the baseline's code first on the path."""
+    if kind != _BASELINE or baseline is None:
+        return None
+    return {**os.environ, "PYTHONPATH": baseline}
+
+
 def _child(
     kind: str, where: dict[str, str], thread: str, turn: int, durability: str, mode: str,
-    counts: Counts,
+    counts: Counts, baseline: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run one call in a new process; return its times and the requests and rounds of the
     call and of the work after it."""
@@ -215,6 +232,7 @@ def _child(
         [sys.executable, "-c", _CHILD, kind, json.dumps(where), thread, str(turn), durability,
          mode],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent,
+        env=_env(kind, baseline),
     )  # fmt: skip
     assert process.stdin is not None
     assert process.stdout is not None
@@ -234,8 +252,23 @@ def _child(
     return result
 
 
-def _build(kind: str, where: dict[str, str], thread: str, turns: int) -> None:
-    """Write `turns` turns of the thread, warm, straight to the servers (no proxy)."""
+def _build(
+    kind: str, where: dict[str, str], thread: str, turns: int, baseline: str | None = None
+) -> None:
+    """Write `turns` turns of the thread, warm, straight to the servers (no proxy).
+
+    The baseline's thread is written by the baseline's code, in a process of its own.
+    """
+    if kind == _BASELINE and baseline is not None:
+        # The child builds as `stashpoint` (no baseline given: it does not spawn again).
+        script = "import sys, json; from bench.langgraph_lambda_bench import _build; " + (
+            "_build('stashpoint', json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]))"
+        )
+        subprocess.run(
+            [sys.executable, "-c", script, json.dumps(where), thread, str(turns)],
+            check=True, cwd=Path(__file__).parent.parent, env=_env(kind, baseline),
+        )  # fmt: skip
+        return
     saver, close = open_saver(kind, where)
     graph = graph_of(saver)
     config = {"configurable": {"thread_id": thread}}
@@ -268,12 +301,14 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.015)
     parser.add_argument("--durability", default="sync")
     parser.add_argument("--peers", help="the peers to run, of those installed (default: all)")
+    parser.add_argument("--baseline-src", help="another checkout's src: runs as stashpoint-base")
     args = parser.parse_args()
+    baseline = None if args.baseline_src is None else str(Path(args.baseline_src).resolve())
     lengths = [int(n) for n in args.turns.split(",")]
     peers = [kind for kind, module in _PEERS.items() if _installed(module)]
     if args.peers is not None:
         peers = [kind for kind in peers if kind in args.peers.split(",")]
-    kinds = ["stashpoint", *peers]
+    kinds = ["stashpoint", *([_BASELINE] if baseline else []), *peers]
     if len(kinds) == 1:
         print("neither peer saver is installed: stashpoint alone")
     counts = Counts()
@@ -294,7 +329,7 @@ def main() -> None:
         for turns in lengths:
             threads = {kind: f"{kind}-{turns}-{uuid.uuid4().hex[:6]}" for kind in kinds}
             for kind, thread in threads.items():
-                _build(kind, direct, thread, turns)
+                _build(kind, direct, thread, turns, baseline)
             for mode in ("turn", "read"):
                 # The savers' samples alternate, so a machine whose speed drifts during the
                 # run (these are shared) slows both alike and the ratio holds.
@@ -303,7 +338,7 @@ def main() -> None:
                     for kind, thread in threads.items():
                         samples[kind].append(
                             _child(kind, proxied, thread, turns + i, args.durability, mode,
-                                   counts)
+                                   counts, baseline)
                         )  # fmt: skip
                 for kind in kinds:
                     median = {
@@ -312,7 +347,11 @@ def main() -> None:
                     }
                     median["max_requests"] = max(s["requests"] for s in samples[kind])
                     rows.append((turns, kind, mode, median))
-    imports = {kind: statistics.median(_imports(kind) for _ in range(3)) for kind in kinds}
+    imports = {
+        kind: statistics.median(_imports(kind) for _ in range(3))
+        for kind in kinds
+        if kind != _BASELINE
+    }
     print(f"\nlatency {args.latency * 1000:.0f} ms per request, durability={args.durability}, "
           f"medians of {args.samples} new processes each")  # fmt: skip
     print("| turns | saver | call | wall ms | CPU ms | of it opening | requests (max) | rounds "

@@ -194,7 +194,7 @@ class Parallel(Request[list[Any]]):
     """As `Call.fatal`."""
 
 
-PARALLEL_WIDTH = 16
+PARALLEL_WIDTH = 24
 """Most requests a `Parallel` has in flight at once (each holds a connection)."""
 
 _pool: Any = None

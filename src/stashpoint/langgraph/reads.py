@@ -38,15 +38,17 @@ from stashpoint.langgraph.values import (
     ThreadValues,
     Whole,
     channel_value,
+    listed_version,
     load,
     refs_in_values,
     unpacks_msgpack,
 )
 from stashpoint.logs.format import LogEntry
+from stashpoint.logs.listing import LogListing, ReadAhead
 from stashpoint.logs.log import LogHead, LogSteps, ended_error
 from stashpoint.logs.state import Known, LoggedState
-from stashpoint.steps import Steps
-from stashpoint.stores.objects import GetObject, ObjectInfo
+from stashpoint.steps import PARALLEL_WIDTH, Steps
+from stashpoint.stores.objects import GetObject, KeyPage, ListKeys, ObjectInfo
 
 Config = dict[str, Any]
 """LangGraph's `RunnableConfig`."""
@@ -88,6 +90,8 @@ class _ReadPlan:
         self.checkpoint_id = checkpoint_id
         self.snapshots: list[str] = []
         """The snapshots asked for beside the versions (`_read_latest`)."""
+        self.fetched: dict[str, ObjectInfo | None] = {}
+        """Objects a cold read fetched with the newest entry, by key (`_read_ahead`)."""
         self._checked: dict[int, ThreadState] = {}  # by version: a state is checked once
 
     def state_of(self, head: LogHead) -> ThreadState:
@@ -196,10 +200,44 @@ class ThreadReads:
             if read is not None and plan.covered(read[0], read[1]):
                 return read
             # else the head names what the one we knew did not: read with a listing
+        ahead = None if plan.ns is None else self._read_ahead(key, plan.fetched)
         try:
-            return (yield from self.logs.head_with(key, plan.wanted, beside))
+            return (yield from self.logs.head_with(key, plan.wanted, beside, ahead))
         except CheckpointNotFound:
             return None
+
+    def _read_ahead(self, key: str, fetched: dict[str, ObjectInfo | None]) -> ReadAhead:
+        """Return the guess a cold read of thread `key`'s latest checkpoint makes.
+
+        The thread's list snapshots and tails are listed with its log (they are named by
+        the version of the put that names them): the newest snapshot, the newest tail after
+        it, and the versions from the newer of the two to the top are fetched with the
+        newest entry. Those are what a head names for a thread whose latest checkpoint
+        extended its lists in the last few versions (a chat), as many as one round of the
+        driver's width holds (`PARALLEL_WIDTH`, the nearest first). A thread with no list
+        object reads as before, as does any other shape: what the guess missed is read in
+        the next round. The objects fetched go to
+        `fetched`.
+        """
+        prefix = self.values.key(key, "")
+        # Large values are named by a hex digest, which sorts before `s-` and `t-` (where
+        # listings seek: not on directory buckets, where the page is taken whole).
+        listed = ListKeys(prefix, start_after=prefix + "s" if self.logs.seeks else None)
+        limit = self.values.codec.limits.max_compressed_bytes
+
+        def guess(listing: LogListing) -> tuple[range, list[GetObject]]:
+            top = listing.top
+            if top is None:
+                return range(0), []
+            newest = _newest_list_objects(listing.beside, prefix, top)
+            if not newest:
+                return range(0), []  # which versions the head names is unknown
+            objects = [GetObject(object_key, None, limit) for _, object_key in newest]
+            # One round: the newest entry, the objects and the nearest versions below it.
+            budget = PARALLEL_WIDTH - 1 - len(objects)
+            return range(max(newest[-1][0], top - budget), top), objects
+
+        return ReadAhead(listed, guess, fetched)
 
     def _read_latest(
         self, key: str, ns: str, checkpoint_id: str | None, fast: bool
@@ -227,6 +265,8 @@ class ThreadReads:
                 object_key = self.values.key(key, name)
                 msgpack = self.values.msgpack.get(object_key) if fast else None
                 body = self.values.bodies.get(object_key)
+                if body is None and (ahead := plan.fetched.get(object_key)) is not None:
+                    body = ahead.body  # fetched with the newest entry (`_read_ahead`)
                 if msgpack is not None:
                     kept[name] = msgpack  # nothing to fetch or decode
                 elif body is not None:
@@ -447,6 +487,26 @@ class ThreadReads:
                 (w.task_id, w.channel, load(serde, w.value, key, objects)) for w in writes
             ],
         )
+
+
+def _newest_list_objects(page: KeyPage | None, prefix: str, top: int) -> list[tuple[int, str]]:
+    """Return the newest list snapshot under `prefix` and the newest tail after it.
+
+    As (the version their name carries, object key), oldest first; none when the page is
+    missing or not the whole listing (its newest names may be on the next page).
+    """
+    if page is None or page.next_token is not None:
+        return []
+    newest: dict[str, tuple[int, str]] = {}
+    for object_key in page.keys:
+        name = object_key[len(prefix) :]
+        version = listed_version(name)
+        if version is not None and version <= top and version >= newest.get(name[:2], (-1,))[0]:
+            newest[name[:2]] = (version, object_key)
+    snapshot, tail = newest.get("s-"), newest.get("t-")
+    if snapshot is None:
+        return []
+    return [snapshot] if tail is None or tail[0] <= snapshot[0] else [snapshot, tail]
 
 
 def config_target(config: Config) -> tuple[str, str, str | None]:

@@ -1,7 +1,9 @@
 """The objects beside a thread's log: large values, list snapshots and tails.
 
 A value larger than `thread.LARGE_VALUE` is an object of its own, named by its hash; a long
-list's snapshot (`s-`) and tail (`t-`) are objects named by the hash of their bytes. This
+list's snapshot (`s-`) and tail (`t-`) are objects named by the version of the put that
+names them and the hash of their bytes (`list_object_name`; the version lets a reader that
+lists them guess, in the listing's round, which ones the thread's head names). This
 module writes, judges, reads and deletes them (`ThreadValues`), and turns the packed values
 a thread's records hold back into LangGraph's (`load`, `channel_value`).
 """
@@ -172,12 +174,13 @@ class ThreadValues:
         """Take a list extension's snapshot or tail when one is due; return its location.
 
         The object is added to `objects` (written before the extension that names it, in
-        `doc`); the one it supersedes to `replaced` (deleted once the extension landed).
-        Both are named by the sha256 of their bytes: a reader checks them.
+        `doc`, at `version`); the one it supersedes to `replaced` (deleted once the
+        extension landed). Both are named by `version` and the sha256 of their bytes: a
+        reader checks the hash.
         """
         snapshot, tail = location.snapshot, location.tail
         if _snapshot_due(location):
-            name = yield from self._list_object("s-", life, None, ser, large, objects)
+            name = yield from self._list_object("s-", version, life, None, ser, large, objects)
             doc["snapshot"] = name
             replaced.extend(
                 old[0] for old in (snapshot, tail) if old is not None and old[0] != name
@@ -187,7 +190,9 @@ class ThreadValues:
             )
         if _tail_due(location) and snapshot is not None and location.snapshot_items is not None:
             items = ser[location.snapshot_items :]
-            name = yield from self._list_object("t-", life, snapshot[0], items, large, objects)
+            name = yield from self._list_object(
+                "t-", version, life, snapshot[0], items, large, objects
+            )
             doc["tail"] = name
             if tail is not None and tail[0] != name:
                 replaced.append(tail[0])
@@ -197,6 +202,7 @@ class ThreadValues:
     def _list_object(
         self,
         prefix: str,
+        version: int,
         life: int,
         after: str | None,
         items: Sequence[tuple[str, bytes]],
@@ -205,14 +211,15 @@ class ThreadValues:
     ) -> Steps[str]:
         """Encode a snapshot (`s-`) or a tail after snapshot `after` (`t-`) into `objects`.
 
-        Returns its name: the prefix and the sha256 of its bytes, which a reader checks.
+        Returns its name (`list_object_name`): the prefix, `version` and the sha256 of its
+        bytes, which a reader checks.
         """
         document: dict[str, Any] = {"format": f"{SNAPSHOT_FORMAT}/1", "life": life}
         if after is not None:
             document["after"] = after
         document["items"] = [packed(t, d, large) for t, d in items]
         body = yield from self.codec.document_encoding(document, name=f"a list {prefix}object")
-        name = prefix + hashlib.sha256(body).hexdigest()
+        name = list_object_name(prefix, version, body)
         objects[name] = body
         return name
 
@@ -276,8 +283,7 @@ class ThreadValues:
         """Write each whole list snapshot (its name is its bytes' hash, its life inside)."""
 
         def judge(info: ObjectInfo, name: str) -> Steps[Found]:
-            held = name[:2] + hashlib.sha256(info.body or b"").hexdigest()
-            return Found.SAME if held == name else Found.OTHER
+            return Found.SAME if list_object_holds(name, info.body or b"") else Found.OTHER
             yield  # a generator, like every judge
 
         sends: list[tuple[PutObject, ReadBack]] = []
@@ -333,7 +339,7 @@ class ThreadValues:
         Returns it, and the snapshot a tail names. Kept as msgpack when `fast`, else as
         the body.
         """
-        if name[:2] + hashlib.sha256(body).hexdigest() != name:
+        if not list_object_holds(name, body):
             raise InvalidPayload(
                 "list snapshot does not hold what its name says", object_name=object_key
             )
@@ -400,6 +406,42 @@ class ThreadValues:
                     read_back = judged_read_back(object_key, info.etag)
                     doomed.append((DeleteObject(object_key, info.etag), read_back))
         return doomed
+
+
+_VERSION_DIGITS = 20
+"""Digits of the version in a list object's name (as in a log entry's key)."""
+
+
+def list_object_name(prefix: str, version: int, body: bytes) -> str:
+    """Return the name of a list snapshot (`s-`) or tail (`t-`) whose bytes are `body`.
+
+    The prefix, the version of the put that names it (20 digits, so names sort by it), a
+    `-` and the sha256 of `body`: `s-00000000000000000123-<sha256>`. Names written before
+    the version was added (`s-<sha256>`) read as they did.
+    """
+    return f"{prefix}{version:0{_VERSION_DIGITS}d}-{hashlib.sha256(body).hexdigest()}"
+
+
+def list_object_holds(name: str, body: bytes) -> bool:
+    """Whether list object `name` names `body`: its hash is the one in the name."""
+    digest = hashlib.sha256(body).hexdigest()
+    return name[:2] in ("s-", "t-") and (
+        name[2:] == digest or (listed_version(name) is not None and name.endswith("-" + digest))
+    )
+
+
+def listed_version(name: str) -> int | None:
+    """Return the version a list object's name carries; None: an older name, or no list's."""
+    digits = name[2 : 2 + _VERSION_DIGITS]
+    if (
+        name[:2] not in ("s-", "t-")
+        or len(name) != 2 + _VERSION_DIGITS + 1 + 64
+        or name[2 + _VERSION_DIGITS] != "-"
+        or not digits.isdigit()
+        or not digits.isascii()
+    ):
+        return None
+    return int(digits)
 
 
 def _snapshot_due(location: ValueLocation) -> bool:

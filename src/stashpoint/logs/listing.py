@@ -7,7 +7,7 @@ conflict an append that lost its version raises.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from stashpoint.errors import (
@@ -32,7 +32,10 @@ from stashpoint.logs.format import (
     segment_start,
 )
 from stashpoint.stores.objects import (
+    GetObject,
     KeyPage,
+    ListKeys,
+    ObjectInfo,
 )
 
 
@@ -64,6 +67,8 @@ class LogListing:
     """Segment keys by first version."""
     packs: dict[int, str] = field(default_factory=dict)
     """Pack keys by first version (`PACK_SPAN` versions each, written by `pack`)."""
+    beside: KeyPage | None = None
+    """The first page of a caller's listing sent in the same round (`ReadAhead.listed`)."""
 
     @property
     def top(self) -> int | None:
@@ -112,6 +117,27 @@ class LogListing:
                 raise Gap(version, self.above(version))
         return sources
 
+    def guessed(self, versions: Collection[int], taken: set[str], most: int) -> list[Source]:
+        """Return the objects holding `versions` (a reader's guess), at most `most` of them.
+
+        Versions above the top or in no listed object are passed over (a guess may miss),
+        as are objects whose key is in `taken` (read anyway); a sealed range is one object.
+        """
+        top = -1 if self.top is None else self.top
+        found: list[Source] = []
+        seen = set(taken)
+        for version in sorted(set(versions)):
+            if not 0 <= version <= top or len(found) >= most:
+                continue
+            try:
+                source = self.sources(version, version)[0]
+            except Gap:
+                continue
+            if source.key not in seen:
+                seen.add(source.key)
+                found.append(source)
+        return found
+
     def above(self, version: int) -> str | None:
         """Return the key of the lowest listed object above `version`, None if none is."""
         keys = [(v, key) for v, key in self.entries.items() if v > version]
@@ -127,6 +153,31 @@ class LogListing:
         """
         size = self.sizes.get(version)
         return size is None or size > ceiling
+
+
+Guess = Callable[[LogListing], tuple[Collection[int], Sequence[GetObject]]]
+"""What a reader guesses from a log's listing: versions and objects of its own to fetch."""
+
+
+@dataclass(slots=True)
+class ReadAhead:
+    """What a read of a log's head fetches beside the newest entry, guessed from its listing.
+
+    A reader that lists a log learns its top in the listing's round, but what the head
+    names (older versions, objects of the caller's) only from the head: one round more. A
+    caller that can guess that from the listing, and from a listing of its own sent in the
+    same round, gets both in the head's round (`LogReader.head_with`). A wrong guess costs
+    requests, never a wrong read: what the head names and the guess missed is read in the
+    next round, as without one.
+    """
+
+    listed: ListKeys | None
+    """The caller's listing, sent with the log's (its page: `LogListing.beside`)."""
+    guess: Guess
+    """The versions (of the current life, at most the top) and the caller's objects to
+    fetch with the newest entry."""
+    fetched: dict[str, ObjectInfo | None] = field(default_factory=dict)
+    """The caller's objects fetched, by key (None: not found)."""
 
 
 class Gap(Exception):

@@ -66,6 +66,7 @@ from stashpoint.logs.listing import (
     Gap,
     Item,
     LogListing,
+    ReadAhead,
     Source,
     Vanished,
     add_entries,
@@ -81,10 +82,6 @@ from stashpoint.stores.objects import (
     KeyPage,
     ListKeys,
     ObjectInfo,
-    RestoreObject,
-    RestoreReport,
-    RestoreState,
-    check_restore,
 )
 
 
@@ -165,29 +162,42 @@ class LogReader:
             )
 
     def listing(
-        self, log_id: str, *, ordered: bool = False, complete: bool = False
+        self,
+        log_id: str,
+        *,
+        ordered: bool = False,
+        complete: bool = False,
+        beside: ListKeys | None = None,
     ) -> Steps[LogListing]:
         """List a log's entries and segments (in parallel; `ordered`: entries first).
 
         Keys are never freed, so every version ever written is listed (a vacated one by
         its marker). When there are more entries than one page, the listing resumes after
         the last sealed version (unless `complete`): the markers of sealed versions are
-        not needed to read.
+        not needed to read. `beside`: a caller's listing sent in the first round (not
+        with `ordered`); its page is the listing's `beside`.
         """
         log_id = check_log_id(log_id)
         entries_prefix = self.keys.entries_prefix(log_id)
         segments_prefix = self.keys.segments_prefix(log_id)
+        extra: tuple[ListKeys, ...] = () if beside is None or ordered else (beside,)
+        beside_page: KeyPage | None = None
         if ordered:
             entry_pages = yield from self._all_pages(entries_prefix, None)
             segment_pages = yield from self._all_pages(segments_prefix, None)
         elif not self.seeks:
             # Unordered pages, no StartAfter: every page of both, the first two at once.
-            first = yield from ask(Parallel((ListKeys(entries_prefix), ListKeys(segments_prefix))))
+            first = yield from ask(
+                Parallel((ListKeys(entries_prefix), ListKeys(segments_prefix), *extra))
+            )
+            beside_page = first[2] if extra else None
             entry_pages = yield from self._all_pages(entries_prefix, first[0])
             segment_pages = yield from self._all_pages(segments_prefix, first[1])
         else:
-            entry_pages, segment_pages = yield from self._seeking_pages(log_id, complete=complete)
-        listing = LogListing(log_id)
+            entry_pages, segment_pages, beside_page = yield from self._seeking_pages(
+                log_id, complete=complete, beside=extra
+            )
+        listing = LogListing(log_id, beside=beside_page)
         for page in entry_pages:
             add_entries(listing, page, entries_prefix)
         for page in segment_pages:
@@ -198,8 +208,8 @@ class LogReader:
         return listing
 
     def _seeking_pages(
-        self, log_id: str, *, complete: bool
-    ) -> Steps[tuple[list[KeyPage], list[KeyPage]]]:
+        self, log_id: str, *, complete: bool, beside: tuple[ListKeys, ...] = ()
+    ) -> Steps[tuple[list[KeyPage], list[KeyPage], KeyPage | None]]:
         """List a log's entry and segment pages on a store that lists from a key.
 
         A log this process read or wrote lists from a segment before its last known top:
@@ -207,7 +217,8 @@ class LogReader:
         it are read from their segments. A log it knows nothing of lists a first page of
         `COLD_LISTING_PAGE` keys beside its segments, and a longer one resumes after the
         last sealed version. A version this skips that a read needs is a gap, and gaps are
-        listed again in full.
+        listed again in full. `beside`: a caller's listing sent in the first round; its
+        page is returned third.
         """
         entries_prefix = self.keys.entries_prefix(log_id)
         segments_prefix = self.keys.segments_prefix(log_id)
@@ -218,14 +229,14 @@ class LogReader:
             start = self.keys.entry(log_id, segment_start(hint) - SEGMENT_SPAN - 1)
             page_size = LIST_PAGE
         entries = ListKeys(entries_prefix, start_after=start, page_size=page_size)
-        first = yield from ask(Parallel((entries, ListKeys(segments_prefix))))
+        first = yield from ask(Parallel((entries, ListKeys(segments_prefix), *beside)))
         segment_pages = yield from self._all_pages(segments_prefix, first[1])
         entry_pages = [first[0]]
         if first[0].next_token is not None and first[0].keys and not complete:
             entry_pages += yield from self._past_sealed(log_id, first[0], segment_pages)
         if len(entry_pages) == 1:
             entry_pages = yield from self._all_pages(entries_prefix, first[0])
-        return entry_pages, segment_pages
+        return entry_pages, segment_pages, (first[2] if beside else None)
 
     def _past_sealed(
         self, log_id: str, first: KeyPage, segment_pages: list[KeyPage]
@@ -261,10 +272,17 @@ class LogReader:
         return pages
 
     def _planned(
-        self, log_id: str, plan: Callable[[LogListing], list[Source]], complete: bool
+        self,
+        log_id: str,
+        plan: Callable[[LogListing], list[Source]],
+        complete: bool,
+        beside: ListKeys | None = None,
     ) -> Steps[tuple[LogListing, list[Source]]]:
-        """List the log and plan a read; a gap is checked again with a complete listing."""
-        listing = yield from self.listing(log_id, ordered=complete)
+        """List the log and plan a read; a gap is checked again with a complete listing.
+
+        `beside`: a caller's listing sent with the first (`listing`).
+        """
+        listing = yield from self.listing(log_id, ordered=complete, beside=beside)
         try:
             return listing, plan(listing)
         except Gap:
@@ -519,26 +537,43 @@ class LogReader:
         log_id: str,
         wanted: Callable[[LogHead], Iterable[int]],
         beside: Callable[[LogHead], Sequence[GetObject]] | None = None,
+        ahead: ReadAhead | None = None,
     ) -> Steps[tuple[LogHead, dict[int, LogEntry], list[ObjectInfo | None]]]:
         """Return the head, the versions `wanted(head)` names, by version, and `beside`'s.
 
         One listing, the newest objects, then every wanted version in one parallel round
         (a sealed segment read once for all the versions it holds), with the objects
         `beside(head)` asks for (a caller's objects the head names) in the same round.
-        States of the wanted entries may be left as stored (a patch): they are read for
-        their records.
+        `ahead`: what the caller guesses from the listing, fetched with the newest objects
+        (`ReadAhead`); when the guess holds, nothing is left for a third round. States of
+        the wanted entries may be left as stored (a patch): they are read for their
+        records.
         """
 
         def read(
             complete: bool,
         ) -> Steps[tuple[LogHead, dict[int, LogEntry], list[ObjectInfo | None]]]:
-            listing, sources = yield from self._planned(log_id, self._top_plan(log_id), complete)
+            guessing = ahead if not complete else None
+            listing, sources = yield from self._planned(
+                log_id,
+                self._top_plan(log_id),
+                complete,
+                None if guessing is None else guessing.listed,
+            )
+            guessed: list[Item] = []
+            if guessing is None:
+                items = yield from self._fetch(log_id, sources)
+            else:
+                items, guessed = yield from self._fetch_ahead(log_id, listing, sources, guessing)
             name = self.keys.entries_prefix(log_id)
-            newest = self._current(log_id, (yield from self._fetch(log_id, sources)), ended=True)
+            newest = self._current(log_id, items, ended=True)
             check_chain(newest, name)
             newest = resolve(newest, UNKNOWN_STATE, name)
             head = LogHead.of(newest[-1])
             found = {entry.version: entry for entry in newest}
+            if not head.ended:
+                for entry in self._current(log_id, guessed, head.base):
+                    found.setdefault(entry.version, entry)
             missing = sorted(
                 {v for v in wanted(head) if v not in found and head.base <= v <= head.version}
             )
@@ -570,6 +605,54 @@ class LogReader:
             return head, found, infos[len(sources) :]
 
         return (yield from self._relisting(log_id, read))
+
+    def _fetch_ahead(
+        self, log_id: str, listing: LogListing, sources: list[Source], ahead: ReadAhead
+    ) -> Steps[tuple[list[Item], list[Item]]]:
+        """Read the newest objects `sources` with what `ahead` guesses, in one round.
+
+        Returns what `sources` hold, and the live entries of the guessed versions that
+        were found and read (a guess may miss: a version sealed or vacated since, an
+        object that does not decode is left to the read that needs it, which judges it).
+        The caller's objects go to `ahead.fetched`.
+        """
+        versions, objects = ahead.guess(listing)
+        top = -1 if listing.top is None else listing.top
+        guessed = [
+            source  # not those held in memory: taken from there when the head names them
+            for source in listing.guessed(versions, {s.key for s in sources}, FETCH_BATCH)
+            if not (self._kept(source) or self._verified(source, top))
+        ]
+        newest = max((source.last for source in sources), default=-1)
+        known = [self._verified(source, newest) for source in sources]
+        unknown = [s for s, info in zip(sources, known, strict=True) if info is None]
+        infos = yield from self._gets(
+            log_id,
+            [*(self._get(source.key) for source in (*unknown, *guessed)), *objects],
+        )
+        answers = iter(infos)
+        items: list[Item] = []
+        for source, kept in zip(sources, known, strict=True):
+            info = kept if kept is not None else next(answers)
+            if info is None:
+                raise Vanished(source.key)
+            items.extend((yield from self._decode(log_id, source, info)))
+            if kept is None:
+                self._remember_read(source, info)
+        extra: list[Item] = []
+        for source in guessed:
+            info = next(answers)
+            if info is None or not info.body:
+                continue
+            try:
+                decoded = yield from self._decode(log_id, source, info)
+            except StashpointError:
+                continue
+            extra.extend(item for item in decoded if isinstance(item, LogEntry))
+            self._remember_read(source, info)
+        for request in objects:
+            ahead.fetched[request.key] = next(answers)
+        return items, extra
 
     def read_after(self, after: LogHead) -> Steps[LogHead | None]:
         """Read the version another writer appended after `after`, in one round, no listing.
@@ -858,23 +941,6 @@ class LogReader:
                         continue
                     top = version if top is None else max(top, version)
         return top
-
-    def restore(self, log_id: str, days: int, tier: str) -> Steps[RestoreReport]:
-        """Ask for every archived sealed segment of a log to be restored for `days`.
-
-        Entries are never archived (lifecycle rules match the sealed prefix only). Asking
-        again reports progress: a restore under way or done is not requested twice.
-        """
-        check_restore(days, tier)
-        listing = yield from self.listing(log_id)
-        if listing.top is None:
-            raise CheckpointNotFound("no log with this id", object_name=log_id)
-        keys = sorted([*listing.segments.values(), *listing.packs.values()])
-        states: list[RestoreState] = []
-        for start in range(0, len(keys), FETCH_BATCH):
-            batch = keys[start : start + FETCH_BATCH]
-            states += yield from ask(Parallel(tuple(RestoreObject(k, days, tier) for k in batch)))
-        return RestoreReport.of(states)
 
     def list_page(
         self, prefix: str, limit: int, cursor: str | None

@@ -15,6 +15,7 @@ from stashpoint.errors import (
     StashpointError,
 )
 from stashpoint.logs.bounds import (
+    FETCH_BATCH,
     PACK_LEVEL,
     SEAL_LEVEL,
     SEALS_PER_APPEND,
@@ -40,7 +41,7 @@ from stashpoint.logs.listing import (
 from stashpoint.logs.tidying import (
     LogTidier,
 )
-from stashpoint.steps import Steps, ask
+from stashpoint.steps import Parallel, Steps, ask
 from stashpoint.stores import writes
 from stashpoint.stores.objects import (
     Create,
@@ -48,6 +49,10 @@ from stashpoint.stores.objects import (
     ListKeys,
     ObjectInfo,
     PutObject,
+    RestoreObject,
+    RestoreReport,
+    RestoreState,
+    check_restore,
 )
 from stashpoint.stores.writes import (
     Found,
@@ -297,6 +302,23 @@ class LogSealer(LogTidier):
         )
         listing.packs[first] = key
         return ours
+
+    def restore(self, log_id: str, days: int, tier: str) -> Steps[RestoreReport]:
+        """Ask for every archived sealed segment of a log to be restored for `days`.
+
+        Entries are never archived (lifecycle rules match the sealed prefix only). Asking
+        again reports progress: a restore under way or done is not requested twice.
+        """
+        check_restore(days, tier)
+        listing = yield from self.listing(log_id)
+        if listing.top is None:
+            raise CheckpointNotFound("no log with this id", object_name=log_id)
+        keys = sorted([*listing.segments.values(), *listing.packs.values()])
+        states: list[RestoreState] = []
+        for start in range(0, len(keys), FETCH_BATCH):
+            batch = keys[start : start + FETCH_BATCH]
+            states += yield from ask(Parallel(tuple(RestoreObject(k, days, tier) for k in batch)))
+        return RestoreReport.of(states)
 
 
 def _unsealed(listing: LogListing, base: int, limit: int, *, appending: bool) -> list[int]:
