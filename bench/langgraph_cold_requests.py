@@ -1,7 +1,7 @@
 """Requests per cold chat turn: the median and the 99th percentile over N turns.
 
-Issue 52 #1 asks p99 <= 1.3x the median over 300 cold turns. A chat graph (a user message
-and one reply a turn, `MessagesState`) on a memory stash; each turn opens a new stash (a
+Issue 52 #1 asks p99 <= 1.3x the median over 300 cold turns. The chat graph of the cold-read
+tests (`tests/langgraph/chat.py`) on a memory stash; each turn opens a new stash (a
 new process's state) and counts every request the turn sends, the read of the latest
 checkpoint included; seals and clean-up run after the count (`flush`).
 
@@ -16,24 +16,13 @@ import argparse
 import statistics
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langchain_core.messages import HumanMessage
 
 import stashpoint
 from stashpoint.langgraph import StashpointSaver
+from tests.langgraph.chat import chat_graph
 
 _CONFIG = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
-
-
-def _chat(saver: StashpointSaver) -> Any:
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [AIMessage(content=f"reply {len(state['messages'])}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
-    builder.add_edge("agent", END)
-    return builder.compile(checkpointer=saver)
 
 
 def main() -> None:
@@ -52,7 +41,7 @@ def main() -> None:
                 return proceed()
 
             interception = stash.intercept(count)
-            _chat(saver).invoke({"messages": [HumanMessage(content=f"q{turn}")]}, _CONFIG)
+            chat_graph(saver).invoke({"messages": [HumanMessage(content=f"q{turn}")]}, _CONFIG)
             per_turn.append(len(sent))
             interception.remove()
             saver.flush()

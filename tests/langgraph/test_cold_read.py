@@ -18,35 +18,22 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langchain_core.messages import HumanMessage
 
 import stashpoint
 from stashpoint.langgraph import AsyncStashpointSaver, StashpointSaver
 from stashpoint.langgraph.values import list_object_holds, list_object_name, listed_version
 from stashpoint.stores.objects import ListKeys, PutObject
+from tests.langgraph.chat import chat_graph
 from tests.meter import Rounds
 
 _LATEST = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
 
 
-def _chat(saver: StashpointSaver) -> Any:
-    """A chat graph: each turn stores the user's message and one reply (five versions)."""
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [AIMessage(content=f"reply {len(state['messages'])}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
-    builder.add_edge("agent", END)
-    return builder.compile(checkpointer=saver)
-
-
 def _talk(url: str, turns: int, start: int = 0) -> None:
     with stashpoint.open(url) as stash:
         saver = StashpointSaver(stash)
-        graph = _chat(saver)
+        graph = chat_graph(saver)
         for turn in range(start, start + turns):
             graph.invoke({"messages": [HumanMessage(content=f"q{turn}")]}, _LATEST)
         assert saver.flush()
