@@ -216,8 +216,7 @@ class ThreadReads:
         extended its lists in the last few versions (a chat), as many as one round of the
         driver's width holds (`PARALLEL_WIDTH`, the nearest first). A thread with no list
         object reads as before, as does any other shape: what the guess missed is read in
-        the next round. The objects fetched go to
-        `fetched`.
+        the next round. The objects fetched go to `fetched`.
         """
         prefix = self.values.key(key, "")
         # Large values are named by a hex digest, which sorts before `s-` and `t-` (where

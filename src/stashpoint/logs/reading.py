@@ -325,15 +325,28 @@ class LogReader:
         a log's top never take it so: the top comes from the bucket, where a purge's
         tombstone or a damaged object shows.
         """
+        fetched, _ = yield from self._fetch_with(log_id, sources, (), kept=kept)
+        return fetched
+
+    def _fetch_with(
+        self, log_id: str, sources: list[Source], also: Sequence[GetObject], *, kept: bool = False
+    ) -> Steps[tuple[list[tuple[ObjectInfo, list[Item]]], list[ObjectInfo | None]]]:
+        """`_fetch_objects`, with the GETs `also` sent in its first round; their answers."""
         newest = max((source.last for source in sources), default=-1)
         known = [
             self._kept(source) if kept else self._verified(source, newest) for source in sources
         ]
         unknown = [s for s, info in zip(sources, known, strict=True) if info is None]
         got: list[ObjectInfo | None] = []
-        for start in range(0, len(unknown), FETCH_BATCH):
+        also_got: list[ObjectInfo | None] = []
+        for start in range(0, max(len(unknown), 1), FETCH_BATCH):
             window = unknown[start : start + FETCH_BATCH]
-            got.extend((yield from self._gets(log_id, [self._get(s.key) for s in window])))
+            extra = also if start == 0 else ()
+            if window or extra:
+                requests = [*(self._get(s.key) for s in window), *extra]
+                answered = yield from self._gets(log_id, requests)
+                got.extend(answered[: len(window)])
+                also_got.extend(answered[len(window) :])
         answers = iter(got)
         fetched: list[tuple[ObjectInfo, list[Item]]] = []
         for source, body in zip(sources, known, strict=True):
@@ -344,7 +357,7 @@ class LogReader:
             if body is None:
                 self._remember_read(source, info)
             fetched.append((info, decoded))
-        return fetched
+        return fetched, also_got
 
     def _verified(self, source: Source, newest: int) -> ObjectInfo | None:
         """Return the stored body of entry `source` if this process holds the object listed.
@@ -623,22 +636,11 @@ class LogReader:
             for source in listing.guessed(versions, {s.key for s in sources}, FETCH_BATCH)
             if not (self._kept(source) or self._verified(source, top))
         ]
-        newest = max((source.last for source in sources), default=-1)
-        known = [self._verified(source, newest) for source in sources]
-        unknown = [s for s, info in zip(sources, known, strict=True) if info is None]
-        infos = yield from self._gets(
-            log_id,
-            [*(self._get(source.key) for source in (*unknown, *guessed)), *objects],
+        fetched, infos = yield from self._fetch_with(
+            log_id, sources, [*(self._get(source.key) for source in guessed), *objects]
         )
+        items = [item for _, decoded in fetched for item in decoded]
         answers = iter(infos)
-        items: list[Item] = []
-        for source, kept in zip(sources, known, strict=True):
-            info = kept if kept is not None else next(answers)
-            if info is None:
-                raise Vanished(source.key)
-            items.extend((yield from self._decode(log_id, source, info)))
-            if kept is None:
-                self._remember_read(source, info)
         extra: list[Item] = []
         for source in guessed:
             info = next(answers)
