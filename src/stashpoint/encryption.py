@@ -469,7 +469,12 @@ def locate(layout: Layout, encryption: Encryption, key: str) -> Located:
     kind, object_id = _owner(namespace, rest)
     if namespace == BLOBS and "~" in rest:
         return Located(relative, kind, rest.rpartition("~")[2])
-    return Located(relative, kind, encryption.rule_for(kind.split("/")[-1], object_id).tenant)
+    ruled = kind.split("/")[-1]
+    settings = NAMESPACES.get(ruled)
+    if settings is not None and settings.derived_from is not None:
+        # A derived head (a store catalog) is its source's, by the id prefix they share.
+        ruled = settings.derived_from
+    return Located(relative, kind, encryption.rule_for(ruled, object_id).tenant)
 
 
 def _owner(namespace: str, rest: str) -> tuple[str, str]:

@@ -227,12 +227,16 @@ class _Parts:
     @property
     def blob_tenant(self) -> Callable[[str], str | None]:
         """The tenant whose key seals a run's blobs (None without encryption)."""
-        sealer = self.sealer
-        if sealer is None:
-            return lambda run_id: None
         from stashpoint.stores.layout import RUN_LOGS
 
-        return lambda run_id: sealer.encryption.rule_for(RUN_LOGS, run_id).tenant
+        return self.tenant_of(RUN_LOGS)
+
+    def tenant_of(self, namespace: str) -> Callable[[str], str | None]:
+        """Return the tenant whose key seals an id of `namespace` (None without encryption)."""
+        sealer = self.sealer
+        if sealer is None:
+            return lambda object_id: None
+        return lambda object_id: sealer.encryption.rule_for(namespace, object_id).tenant
 
     def cas(self, namespace: str) -> CompareAndSwap:
         return CompareAndSwap(
@@ -472,6 +476,15 @@ class _StashApi(Generic[StoreT, LogStoreT]):
         if settings is None or settings.shape is not Shape.HEADS:
             raise ConfigurationError(f"{namespace!r} is not a head namespace of the layout")
         return self._parts.cas(namespace)
+
+    def tenant_of(self, namespace: str) -> Callable[[str], str | None]:
+        """Return the function naming the tenant whose key seals an id of `namespace`.
+
+        None from it without client-side encryption. For logic that copies objects of one
+        id into another's (the LangGraph store's catalogs), so no tenant's data is sealed
+        under another tenant's key.
+        """
+        return self._parts.tenant_of(namespace)
 
     def seal_later(self, logs: LogSteps) -> BackgroundSealer:
         """Have appends through `logs` seal after their calls, not inside them.

@@ -191,7 +191,7 @@ def _say_purges(output: Any, report: Any) -> None:
 def _sweep_store(stash: Any, dry_run: bool) -> int:
     """Sweep the LangGraph store's expired items (none to sweep without the extra)."""
     from stashpoint.steps import run_sync
-    from stashpoint.stores.layout import LANGGRAPH_STORE
+    from stashpoint.stores.layout import LANGGRAPH_STORE, LANGGRAPH_STORE_CATALOG
     from stashpoint.stores.objects import ListKeys
 
     first = stash.driver(ListKeys(stash.layout.namespace_prefix(LANGGRAPH_STORE), None, 1))
@@ -201,7 +201,12 @@ def _sweep_store(stash: Any, dry_run: bool) -> int:
         from stashpoint.langgraph.store_steps import StoreSteps
     except ImportError:  # without the `langgraph` extra the items cannot be judged
         return 0
-    steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE))
+    # The sweep reads every item through the catalogs, and rewrites those that missed some.
+    steps = StoreSteps(
+        stash.head_steps(LANGGRAPH_STORE),
+        catalogs=None if dry_run else stash.head_steps(LANGGRAPH_STORE_CATALOG),
+        tenant=stash.tenant_of(LANGGRAPH_STORE),
+    )
     return int(run_sync(steps.sweep(dry_run=dry_run), stash.driver))
 
 

@@ -50,7 +50,7 @@ from stashpoint.langgraph.store_steps import (
     check_put_namespace,
 )
 from stashpoint.steps import Steps, run_async, run_sync
-from stashpoint.stores.layout import LANGGRAPH_STORE
+from stashpoint.stores.layout import LANGGRAPH_STORE, LANGGRAPH_STORE_CATALOG
 
 __all__ = ["AsyncStashpointStore", "InvalidNamespace", "StashpointStore"]
 
@@ -203,7 +203,12 @@ class _StoreApi(BaseStore):
         """The TTL settings."""
         self.embeddings = self._config.embeddings
         """The embedding function, as LangChain `Embeddings` (None without an index)."""
-        self._steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE), cache_bytes)
+        self._steps = StoreSteps(
+            stash.head_steps(LANGGRAPH_STORE),
+            cache_bytes,
+            catalogs=stash.head_steps(LANGGRAPH_STORE_CATALOG),
+            tenant=stash.tenant_of(LANGGRAPH_STORE),
+        )
 
     @property
     def steps(self) -> StoreSteps:
@@ -374,6 +379,15 @@ class StashpointStore(_StoreApi):
         """Delete every item whose time to live has run out; return how many went."""
         return self._run(self._steps.sweep())  # type: ignore[no-any-return]
 
+    def reindex(self, namespace_prefix: Sequence[str] = ()) -> int:
+        """Rebuild the catalog of every namespace under `namespace_prefix` from its items.
+
+        Catalogs are derived copies a cold search reads instead of one GET per item
+        (`docs/langgraph-store.md`); searches keep them current on their own. Returns how
+        many were written; a catalog of a namespace with no item left is deleted.
+        """
+        return self._run(self._steps.reindex(namespace_prefix))  # type: ignore[no-any-return]
+
     def purge(
         self,
         namespace_prefix: Sequence[str],
@@ -519,6 +533,10 @@ class AsyncStashpointStore(_StoreApi):
     async def asweep_ttl(self) -> int:
         """Delete every item whose time to live has run out; return how many went."""
         return await self._arun(self._steps.sweep())  # type: ignore[no-any-return]
+
+    async def areindex(self, namespace_prefix: Sequence[str] = ()) -> int:
+        """`StashpointStore.reindex`, awaited."""
+        return await self._arun(self._steps.reindex(namespace_prefix))  # type: ignore[no-any-return]
 
     async def apurge(
         self,

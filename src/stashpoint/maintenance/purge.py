@@ -83,6 +83,7 @@ from stashpoint.maintenance.selection import (
     Selector,
     chosen_ids,
     selection,
+    with_derived,
 )
 from stashpoint.retry import DEFAULT_RETRY
 from stashpoint.runs.indexing import run_pk
@@ -100,6 +101,7 @@ from stashpoint.stores.layout import (
     RUN_LOGS,
     Layout,
     Shape,
+    derived_namespaces,
 )
 from stashpoint.stores.objects import (
     Create,
@@ -200,6 +202,14 @@ class Purger:
             targets = yield from chosen_ids(
                 self._sources(), chosen.prefix, chosen.namespaces, cutoff
             )
+            # Copies under the prefix go too, whatever their age, even of sources gone.
+            copies = [
+                d for n in chosen.namespaces for d in derived_namespaces(n)
+                if d not in chosen.namespaces
+            ]  # fmt: skip
+            if copies:
+                targets += yield from chosen_ids(self._sources(), chosen.prefix, copies, None)
+        targets = with_derived(targets)
         return (
             yield from self.run(
                 targets, purge_id=f"purge-{(yield from ask(NewId()))}", actor=actor,
@@ -699,7 +709,7 @@ class Purger:
         cas = self.heads(target.namespace)
         for _ in range(_ROUNDS):
             versions = yield from self._versions(cas.key(target.object_id), True)
-            if not versions:
+            if not versions and not _derived(target):
                 return  # nothing was ever stored under it
             latest = next((v for v in versions if v.is_latest), None)
             step = yield from self._end_head(target, receipt, latest)
@@ -734,9 +744,13 @@ class Purger:
             if tombstone:
                 return "sweep"
             # A tombstone first (again, if a writer got in since): the key stays occupied.
+            # A derived head (a store catalog) gets one even where none is stored yet, so a
+            # copy made before its source was erased can never be written after: it is
+            # always reusable (rebuilt from what stays) and never spared by its age.
+            derived = _derived(target)
             ended = yield from self.heads(target.namespace).end_for_purge(
-                target.object_id, state.purge_id, reusable=state.reusable,
-                written_before=state.cutoff_time(),
+                target.object_id, state.purge_id, reusable=state.reusable or derived,
+                written_before=None if derived else state.cutoff_time(),
             )  # fmt: skip
         except KeyShredded:  # no tombstone can be read or sealed for a shredded tenant
             yield from self._erase_keyless(target, receipt)
@@ -895,6 +909,11 @@ class Purger:
         state.kept_blobs = sorted(set(kept) - set(state.blobs))
         yield from receipt.intend(doomed)
         yield from delete_versions(doomed)
+
+
+def _derived(target: Target) -> bool:
+    """Whether `target` is a derived head (a copy of other heads, `Namespace.derived_from`)."""
+    return NAMESPACES[target.namespace].derived_from is not None
 
 
 def shreddable(encryption: Encryption | None, tenant: str) -> KeyRule:

@@ -39,6 +39,8 @@ from stashpoint.stores.layout import (
     TEMPORAL_PAYLOADS,
     Layout,
     Shape,
+    derived_id,
+    derived_namespaces,
 )
 from stashpoint.stores.objects import every_version
 
@@ -281,6 +283,24 @@ class IdSources:
     """Makes the compare-and-swap steps of a head namespace."""
     logs: Callable[[str], LogSteps]
     """Makes the log steps of a log namespace."""
+
+
+def with_derived(targets: Sequence[Target]) -> list[Target]:
+    """Return `targets`, then the derived heads that copy them (a store item's catalog).
+
+    Derived heads come last, once each: a purge ends them after every source it erases,
+    so a copy read before a source's tombstone can never be saved after theirs
+    (`stores.layout.derived_id`).
+    """
+    chosen = list(targets)
+    derived: dict[Target, None] = {}
+    for target in chosen:
+        for name in derived_namespaces(target.namespace):
+            copy = derived_id(target.namespace, target.object_id)
+            if copy is not None:
+                derived[Target(name, copy)] = None
+    last = [t for t in chosen if t in derived] + list(derived)
+    return [t for t in chosen if t not in derived] + list(dict.fromkeys(last))
 
 
 def chosen_ids(

@@ -259,17 +259,38 @@ class CompareAndSwap:
             return older[-1]
         raise CheckpointNotFound(f"revision {revision} is not in history", object_name=object_id)
 
-    def compare_and_swap(self, envelope: Envelope, expected_revision: int | None) -> Steps[None]:
-        """Store `envelope` if the head is at `expected_revision` (None: if there is none)."""
+    def compare_and_swap(
+        self,
+        envelope: Envelope,
+        expected_revision: int | None,
+        *,
+        only_over: str | None = None,
+        strict: bool = False,
+    ) -> Steps[None]:
+        """Store `envelope` if the head is at `expected_revision` (None: if there is none).
+
+        A create (`expected_revision` None) over a reusable purge's tombstone starts the
+        id's new life, unless `strict`: then it lands only where nothing is stored, or,
+        with `only_over`, only over the tombstone of that ETag (the one its writer read).
+        For derived heads (a store's catalog): a copy of what a purge erased, read before
+        the purge, is never written after its tombstone.
+        """
         depth = _SAVING.get()
         _SAVING.set(depth + 1)  # a save made from within this one's requests: another writer
         try:
-            yield from self._compare_and_swap(envelope, expected_revision, writer_token(depth))
+            yield from self._compare_and_swap(
+                envelope, expected_revision, writer_token(depth), only_over, strict
+            )
         finally:
             _SAVING.set(depth)
 
     def _compare_and_swap(
-        self, envelope: Envelope, expected_revision: int | None, writer: str
+        self,
+        envelope: Envelope,
+        expected_revision: int | None,
+        writer: str,
+        only_over: str | None,
+        strict: bool,
     ) -> Steps[None]:
         _check_save(envelope, expected_revision)
         key = self.key(envelope.id)
@@ -278,10 +299,16 @@ class CompareAndSwap:
         envelope = envelope.saved_by(writer)
         # A payload over the limits fails here, before any I/O.
         body = yield from self.codec.encoding(envelope)
-        condition = yield from self._condition(key, envelope.id, expected_revision)
+        condition = (
+            Match(only_over)
+            if only_over is not None and expected_revision is None
+            else (yield from self._condition(key, envelope.id, expected_revision))
+        )
         request = PutObject(key, body, condition, head_metadata(envelope))
         sent_etag = condition.etag if isinstance(condition, Match) else None
-        read_back = self._save_read_back(key, envelope, expected_revision, sent_etag, writer)
+        read_back = self._save_read_back(
+            key, envelope, expected_revision, sent_etag, writer, strict=strict
+        )
         etag = yield from writes.put(
             request,
             read_back,
@@ -330,6 +357,8 @@ class CompareAndSwap:
         expected_revision: int | None,
         sent_etag: str | None,
         writer: str,
+        *,
+        strict: bool = False,
     ) -> writes.ReadBack:
         """Return how a save whose answer is unclear is judged from the head read again."""
 
@@ -337,6 +366,15 @@ class CompareAndSwap:
             facts = yield from self.read_head(key)
             if facts is not None and facts.purge is not None and not facts.remembers(envelope):
                 self.cache.forget(key)
+                if strict:  # never over a tombstone its writer did not read
+                    return Refused(
+                        CheckpointConflict(
+                            envelope.id,
+                            expected_revision=expected_revision,
+                            actual_revision=facts.revision,
+                            message="a purge ended the head since it was read",
+                        )
+                    )
                 return purged_meanwhile(facts, envelope, expected_revision)
             verdict = judge_write(
                 facts, envelope, expected_revision, sent_etag, tracker.refused_for_sure

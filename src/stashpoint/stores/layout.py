@@ -8,6 +8,7 @@ S3 and the local folder alike:
     {prefix}/blobs/{sha256}                         content-addressed large value
     {prefix}/langgraph-values/{thread}/{name}       a LangGraph thread's large values
     {prefix}/langgraph-store/{item id}              a LangGraph store item (If-Match CAS)
+    {prefix}/langgraph-store-catalog/{ns id}        a derived copy of one namespace's items
     {prefix}/quarantine/{key}.{etag}                what a log repair moved aside
     {prefix}/purges/{purge_id}/{v:020d}             an erasure receipt (a log)
     {prefix}/data-keys/{tenant}/{key_id}            a wrapped data key (client-side encryption)
@@ -75,6 +76,11 @@ class Namespace:
     owner's current life, for owners that start lives in their state (a LangGraph
     thread's deletion or rebase). Readers never read below it; `gc` vacates the entries
     there and seals and packs only above it."""
+    derived_from: str | None = None
+    """Heads only: the namespace whose heads these copy (the LangGraph store's catalogs
+    copy its items). A derived head is sealed by its source's key rules, and a purge of a
+    source head erases the derived head its id names (`derived_id`) after it, whatever
+    its age, leaving a reusable tombstone: derived data never outlives its source."""
 
 
 CHECKPOINTS = "checkpoints"
@@ -99,6 +105,10 @@ LANGGRAPH_VALUES = "langgraph-values"
 """Namespace of LangGraph threads' large values and list snapshots."""
 LANGGRAPH_STORE = "langgraph-store"
 """Namespace of LangGraph store items (`StashpointStore`: long-term memory, one head each)."""
+LANGGRAPH_STORE_CATALOG = "langgraph-store-catalog"
+"""Namespace of the LangGraph store's catalogs: per item namespace, one head holding a copy
+of its items, which a search reads in one GET instead of one per item (`langgraph.catalog`;
+derived from `langgraph-store`, checked against its listing, never trusted over it)."""
 QUARANTINE = "quarantine"
 """Namespace of the objects `repair_log` moved from above a log's gap (by original key)."""
 PURGES = "purges"
@@ -152,6 +162,7 @@ NAMESPACES: dict[str, Namespace] = {
         ),
         Namespace(LANGGRAPH_VALUES, Shape.CONTENT),
         Namespace(LANGGRAPH_STORE, Shape.HEADS),
+        Namespace(LANGGRAPH_STORE_CATALOG, Shape.HEADS, derived_from=LANGGRAPH_STORE),
         Namespace(QUARANTINE, Shape.QUARANTINE),
         # Receipts hold ids and version ids, no payload: kept when what they name is erased.
         Namespace(PURGES, Shape.LOGS, full_state_every=1, erasable=False),
@@ -175,6 +186,24 @@ NAMESPACES: dict[str, Namespace] = {
     )
 }
 """Every namespace of the layout, by name."""
+
+
+def derived_id(namespace: str, object_id: str) -> str | None:
+    """Return the id of the derived head that copies the head `object_id` of `namespace`.
+
+    A LangGraph store item `{namespace labels}.` + `.{key}` is copied into the catalog of
+    its namespace, `{namespace labels}.` (the labels are escaped: the first `..` ends them).
+    None where `namespace` has no derived heads, or the id names no item.
+    """
+    if namespace != LANGGRAPH_STORE:
+        return None
+    labels, separator, _ = object_id.partition("..")
+    return labels + "." if separator and labels else None
+
+
+def derived_namespaces(namespace: str) -> list[str]:
+    """Return the namespaces of heads derived from `namespace`'s (`Namespace.derived_from`)."""
+    return [n.name for n in NAMESPACES.values() if n.derived_from == namespace]
 
 
 def check_prefix(prefix: str, *, nested: bool = False) -> str:
