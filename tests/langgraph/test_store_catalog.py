@@ -417,3 +417,62 @@ def test_reindex_rebuilds_every_catalog_and_drops_those_of_empty_namespaces() ->
             _catalog(stash, other)
         rounds, sent, found = _cold_search(url)
         assert (rounds, sent) == (1, Counter({"ListKeys": 1, "GetObject": 1})) and len(found) == 3
+
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    """A deterministic 8-dimension embedding (the store is measured, not a model)."""
+    import hashlib
+
+    rows = []
+    for text in texts:
+        digest = hashlib.sha256(text.encode()).digest()
+        rows.append([b / 255 - 0.5 for b in digest[:8]])
+    return rows
+
+
+def test_a_semantic_search_ranks_the_catalogs_vectors_in_one_round() -> None:
+    """The catalog holds each item's vectors: a cold `search(query=...)` ranks them with
+    no item read, exactly as a search that read every item."""
+    url = "memory://catalog-vectors"
+    index = {"embed": _embed, "dims": 8, "fields": ["text"]}
+    with stashpoint.open(url) as stash:
+        store = StashpointStore(stash, index=index)  # type: ignore[arg-type]
+        for i in range(40):
+            store.put(NS, f"k{i}", {"text": f"memory number {i}"})
+        StashpointStore(stash, index=index).search(NS, query="x", limit=1)  # catalogues
+        meter = Meter(stash)
+        found = StashpointStore(stash, index=index).search(  # type: ignore[arg-type]
+            NS, query="memory number 7", limit=5
+        )
+        assert sorted(meter.sent) == ["GetObject", "ListKeys"]  # one round, no item read
+    assert found[0].key == "k7" and found[0].score == pytest.approx(1.0)
+    truth = []
+    with stashpoint.open(url) as stash:
+        from stashpoint.langgraph.store_steps import StoreSteps
+        from stashpoint.stores.layout import LANGGRAPH_STORE
+
+        steps = StoreSteps(stash.head_steps(LANGGRAPH_STORE))  # no catalog: every item read
+        items = run_sync(steps.candidates(NS), stash.driver)
+        query = _embed(["memory number 7"])[0]
+        from stashpoint.langgraph.items import cosine_scores
+
+        for one in items:
+            [score] = cosine_scores(query, list(one.item.vectors.values()))
+            truth.append((score, one.item.key))
+    best = sorted(truth, key=lambda pair: (-pair[0], pair[1]))[:5]
+    assert [(i.key, pytest.approx(i.score)) for i in found] == [(k, s) for s, k in best]
+
+
+def test_gc_rebuilds_a_damaged_catalog_as_it_sweeps() -> None:
+    from tests.cli.test_cli import cli
+
+    url = "memory://catalog-gc"
+    _fill(url, 12)
+    with stashpoint.open(url) as stash:
+        key = stash.layout.key(LANGGRAPH_STORE_CATALOG, catalog_id(NS))
+        stash.driver(PutObject(key, b"damaged", None))
+    assert json.loads(cli("gc", "--json", url=url).stdout)["store_items_expired"] == 0
+    with stashpoint.open(url) as stash:
+        assert len(_catalog(stash).payload["items"]) == 12
+    rounds, sent, found = _cold_search(url, limit=100)
+    assert (rounds, sent, len(found)) == (1, Counter({"ListKeys": 1, "GetObject": 1}), 12)

@@ -160,7 +160,7 @@ def _copy(namespace: tuple[str, ...], object_id: str, raw: dict[str, Any]) -> Co
     for name in ("vectors", "ttl_minutes", "expires_at"):
         if name in raw:
             payload[name] = raw[name]
-    item = checked_item(object_id, payload)
+    item = checked_item(object_id, payload, named=True)  # its id was made from its key
     envelope = Envelope(
         id=object_id,
         kind=KIND,

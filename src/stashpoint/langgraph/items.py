@@ -17,6 +17,7 @@ of `("memoriesX",)`), so a search lists exactly its namespaces' items.
 from __future__ import annotations
 
 import math
+import re
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,9 +33,13 @@ SCHEMA_VERSION = 1
 """The payload schema of a store item."""
 
 _KEPT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_PLAIN = re.compile(r"[A-Za-z0-9_-]*")
+"""Text that escaping leaves as it is (most labels and keys: read and written at once)."""
 
 
 def _escaped(text: str) -> str:
+    if _PLAIN.fullmatch(text):
+        return text
     return "".join(
         char if char in _KEPT else "".join(f":{byte:02x}" for byte in char.encode("utf-8"))
         for char in text
@@ -42,6 +47,10 @@ def _escaped(text: str) -> str:
 
 
 def _unescaped(text: str) -> str:
+    if ":" not in text:
+        if not text.isascii():
+            raise ValueError("not an escaped label")  # as `encode("ascii")` below would
+        return text
     out = bytearray()
     index = 0
     while index < len(text):
@@ -201,11 +210,12 @@ def check_ttl(ttl: Any) -> float | None:
     return float(ttl)
 
 
-def stored_item(object_id: str, payload: Any) -> StoredItem:
+def stored_item(object_id: str, payload: Any, *, named: bool = False) -> StoredItem:
     """Return the item a decoded payload holds; `InvalidPayload` if it is not one.
 
     The payload must name the namespace and key its id names: an object copied under
-    another item's key is refused, never served as that item.
+    another item's key is refused, never served as that item. `named`: the id was made
+    from the payload's own namespace and key (a catalog's copy), so that holds already.
     """
     if not isinstance(payload, dict):
         raise InvalidPayload("store item payload is not an object", object_name=object_id)
@@ -217,7 +227,7 @@ def stored_item(object_id: str, payload: Any) -> StoredItem:
         or not isinstance(value, dict)
     ):
         raise InvalidPayload("store item payload is malformed", object_name=object_id)
-    if parse_item_id(object_id) != (tuple(namespace), key):
+    if not named and parse_item_id(object_id) != (tuple(namespace), key):
         raise InvalidPayload(
             "store item names another namespace or key than its id", object_name=object_id
         )
