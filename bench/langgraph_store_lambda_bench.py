@@ -147,6 +147,7 @@ def main() -> None:
                           for k in ("wall", "cpu", "requests", "rounds")}  # fmt: skip
                 median["right"] = all(s["right"] for s in got)
                 rows.append((items, f"{kind} (limit={limit:,})", median))
+                print(items, kind, limit, json.dumps(median), flush=True)  # as they come
     print(f"\nlatency {args.latency * 1000:.0f} ms per request, medians of {args.samples} "
           "new processes each: a cold search(namespace, filter, limit=10)")  # fmt: skip
     print("| items | store | wall ms | CPU ms | requests | rounds | the 5 matches |")

@@ -476,3 +476,41 @@ def test_gc_rebuilds_a_damaged_catalog_as_it_sweeps() -> None:
         assert len(_catalog(stash).payload["items"]) == 12
     rounds, sent, found = _cold_search(url, limit=100)
     assert (rounds, sent, len(found)) == (1, Counter({"ListKeys": 1, "GetObject": 1}), 12)
+
+
+def test_a_search_of_a_wider_prefix_reads_each_namespaces_catalog_in_one_round() -> None:
+    url = "memory://catalog-wider"
+    users = [("memories", f"user-{u}") for u in range(3)]
+    for user in users:
+        _fill(url, 20, user)
+        with stashpoint.open(url) as stash:
+            StashpointStore(stash).search(user)  # catalogues it
+
+    async def search() -> tuple[int, list[str], list[Any]]:
+        async with stashpoint.open_async(url) as stash:
+            meter = Rounds(stash)
+            found = await AsyncStashpointStore(stash).asearch(("memories",), limit=100)
+            return meter.rounds, list(meter.sent), found
+
+    rounds, sent, found = asyncio.run(search())
+    assert len(found) == 60
+    # Round 1: the listing (and the prefix's own catalog: none); round 2: three catalogs.
+    assert rounds == 2 and Counter(sent) == Counter({"ListKeys": 1, "GetObject": 4})
+
+
+def test_items_past_a_catalogs_budget_are_read_one_by_one() -> None:
+    """A catalog holds at most half of `Limits.max_decompressed_bytes` of copies (about);
+    the items past it are read by their own GET, and every search is whole."""
+    url = "memory://catalog-budget"
+    limits = stashpoint.Limits(max_decompressed_bytes=64 * 1024)  # a budget of 32 KB
+    _fill(url, 300)
+    with stashpoint.open(url, limits=limits) as stash:
+        assert len(StashpointStore(stash).search(NS, limit=1000)) == 300
+        copied = len(_catalog(stash).payload["items"])
+        assert 50 < copied < 200
+        meter = Meter(stash)
+        found = StashpointStore(stash).search(NS, limit=1000)
+        assert len(found) == 300
+        assert meter.requests["GetObject"] == 1 + 300 - copied
+        assert meter.requests["PutObject"] == 0  # not rewritten for the items left out
+        assert _catalog(stash).payload["left_out"] == 300 - copied

@@ -71,7 +71,7 @@ def _catalog_info(keys: list[str]) -> ObjectInfo:
     copies = []
     for key in keys:
         envelope, item = _item(key)
-        copies.append((Copy(f"e-{key}", envelope, item), 100))
+        copies.append(Copy(f"e-{key}", envelope, item))
     payload = catalog_payload(NS, copies, 1 << 30)
     envelope = Envelope.initial(
         catalog_id(NS), None, CATALOG_KIND, CATALOG_SCHEMA_VERSION, payload, at=AT

@@ -83,6 +83,9 @@ class Catalog:
     tombstone: str | None = None
     """The ETag of the purge's tombstone found in its place (None: none): a new catalog
     is written over that one alone, never over a later purge's."""
+    left_out: int = 0
+    """Items its writer left out for its budget (read one by one: not a reason to
+    rewrite it)."""
 
     def copy(self, object_id: str, etag: str | None) -> Copy | None:
         """Return the copy of an item if it is the one a listing shows (`etag`), else None.
@@ -147,7 +150,10 @@ def read_catalog(object_id: str, envelope: Envelope) -> Catalog:
             raise InvalidPayload(
                 "store catalog entry is malformed", object_name=object_id
             ) from None
-    return Catalog(labels, envelope, raw, sorted(raw))
+    left_out = payload.get("left_out", 0)
+    if type(left_out) is not int or left_out < 0:
+        raise InvalidPayload("store catalog is malformed", object_name=object_id)
+    return Catalog(labels, envelope, raw, sorted(raw), left_out=left_out)
 
 
 def _copy(namespace: tuple[str, ...], object_id: str, raw: dict[str, Any]) -> Copy:
@@ -190,19 +196,33 @@ def entry(copy: Copy) -> dict[str, Any]:
     return document
 
 
+def stored_size(item: StoredItem) -> int:
+    """About how many bytes of JSON a copy of `item` takes in its catalog (before zstd)."""
+    floats = sum(len(vector) for vector in item.vectors.values())
+    return 200 + 2 * len(item.key) + len(repr(item.value)) + 22 * floats
+
+
 def catalog_payload(
-    namespace: Sequence[str], copies: Iterable[tuple[Copy, int]], budget: int
+    namespace: Sequence[str], copies: Iterable[Copy], budget: int
 ) -> dict[str, Any]:
-    """Return a catalog's payload: the copies (each with its weight), by id, up to `budget`.
+    """Return a catalog's payload: the copies, by id, up to `budget` bytes of JSON (about).
 
     Items past the budget are left out (a search reads them one by one).
     """
     chosen: list[tuple[str, dict[str, Any]]] = []
-    spent = 0
-    for copy, weight in copies:
-        if spent + weight > budget:
+    spent = left_out = 0
+    for copy in copies:
+        size = stored_size(copy.item)
+        if spent + size > budget:
+            left_out += 1
             continue
-        spent += weight
+        spent += size
         chosen.append((item_id(namespace, copy.item.key), entry(copy)))
     chosen.sort(key=lambda pair: pair[0])
-    return {"namespace": list(namespace), "items": [document for _, document in chosen]}
+    stored: dict[str, Any] = {
+        "namespace": list(namespace),
+        "items": [document for _, document in chosen],
+    }
+    if left_out:
+        stored["left_out"] = left_out  # so searches do not rewrite it for those alone
+    return stored

@@ -492,10 +492,11 @@ class StoreSteps:
                 if not isinstance(catalog, Catalog)
                 else sum(1 for i in catalog.ids if listed.get(i, "") != catalog.raw[i].get("etag"))
             )
+            left_out = catalog.left_out if isinstance(catalog, Catalog) else 0
             due = (
                 rebuild
                 or isinstance(catalog, Damaged)
-                or misses.get(owner, 0) >= CATALOG_MISSES
+                or misses.get(owner, 0) - left_out >= CATALOG_MISSES
                 or stale >= CATALOG_MISSES
             )
             if not due or (len(ids) < 2 and not rebuild):
@@ -503,7 +504,7 @@ class StoreSteps:
             if catalog is None:
                 catalog = self.held.get(owner) or empty(catalog_namespace(owner))
             copies = [
-                (Copy(found[i].etag, found[i].envelope, found[i].item), found[i].weight)
+                Copy(found[i].etag, found[i].envelope, found[i].item)
                 for i in ids
                 if i in found and found[i].etag and self.tenant(i) == self.tenant(owner)
             ]
@@ -511,7 +512,7 @@ class StoreSteps:
         return written
 
     def _save_catalog(
-        self, object_id: str, catalog: Catalog | Damaged, copies: Sequence[tuple[Copy, int]]
+        self, object_id: str, catalog: Catalog | Damaged, copies: Sequence[Copy]
     ) -> Steps[int]:
         """Write a catalog over the one read (a create where none is); 1 if it was written."""
         assert self.catalogs is not None
