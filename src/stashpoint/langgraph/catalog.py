@@ -87,6 +87,11 @@ class Catalog:
     """Items its writer left out for its budget (read one by one: not a reason to
     rewrite it)."""
 
+    def current(self, object_id: str, etag: str) -> bool:
+        """Whether it copies `object_id` as a listing shows it (`etag`), its value an object."""
+        raw = self.raw.get(object_id)
+        return raw is not None and raw.get("etag") == etag and isinstance(raw.get("value"), dict)
+
     def copy(self, object_id: str, etag: str | None) -> Copy | None:
         """Return the copy of an item if it is the one a listing shows (`etag`), else None.
 

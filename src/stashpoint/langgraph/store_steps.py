@@ -275,11 +275,45 @@ class StoreSteps:
 
     def candidates(self, prefix: Sequence[str]) -> Steps[list[Found]]:
         """Return every item under the namespace `prefix` (see `_gathered`)."""
-        found, _ = yield from self._gathered(prefix, rebuild=False)
-        return found
+        gathered = yield from self._gathered(prefix, rebuild=False)
+        return (yield from self._materialized(gathered, gathered.ids))
 
-    def _gathered(self, prefix: Sequence[str], *, rebuild: bool) -> Steps[tuple[list[Found], int]]:
-        """Return every item under the namespace `prefix`, and how many catalogs it wrote.
+    def _materialized(self, gathered: _Gathered, ids: Sequence[str]) -> Steps[list[Found]]:
+        """Return the items `ids` names: held, or decoded from their copies.
+
+        A copy that does not read as an item is passed over: its item is read (one round).
+        """
+        out: dict[str, Found] = {}
+        unread: list[str] = []
+        for object_id in ids:
+            one = gathered.found.get(object_id)
+            if one is None:
+                one = self._from_copy(object_id, gathered)
+            if one is None:
+                unread.append(object_id)
+            else:
+                out[object_id] = one
+        for start in range(0, len(unread), READ_WIDTH):
+            chunk = unread[start : start + READ_WIDTH]
+            for object_id, read in zip(chunk, (yield from self.read(chunk)), strict=True):
+                if read is not None:
+                    out[object_id] = read
+        return [out[i] for i in ids if i in out]
+
+    def _from_copy(self, object_id: str, gathered: _Gathered) -> Found | None:
+        """Return an item from the copy the listing showed current (None if it is bad)."""
+        catalog, etag = gathered.copied.get(object_id, (None, None))
+        if catalog is None or etag is None:
+            return None
+        copy = catalog.copy(object_id, etag)
+        if copy is None:
+            return None
+        # The listing shows the copy's ETag: the item is stored as copied.
+        self.cas.cache.remember(self.cas.key(object_id), copy.envelope.revision, etag)
+        return Found(copy.item, copy.envelope, etag, _weight(copy.item))
+
+    def _gathered(self, prefix: Sequence[str], *, rebuild: bool) -> Steps[_Gathered]:
+        """Return every item under the namespace `prefix` (held, or a current copy's id).
 
         The listing's ETags say which items this store already holds as they are stored,
         and which its namespace's catalog copies as they are stored; only the others are
@@ -309,12 +343,14 @@ class StoreSteps:
         # A listing without ETags (a local folder) cannot tell a copy is current.
         catalogued = self.catalogs is not None and any(e is not None for e in listed.values())
         found: dict[str, Found] = {}
-        unread = self._sort_listed(listed, read, found)
+        copied: dict[str, tuple[Catalog, str]] = {}
+        unread = self._sort_listed(listed, read, found, copied)
         if catalogued:
             more = _worth_a_catalog(unread, read)
             if more:
                 read.update((yield from self._read_catalogs(more)))
-                unread = self._sort_listed({i: listed[i] for i in unread}, read, found)
+                again = {i: listed[i] for i in unread}
+                unread = self._sort_listed(again, read, found, copied)
         misses: dict[str, int] = {}
         for start in range(0, len(unread), READ_WIDTH):
             chunk = unread[start : start + READ_WIDTH]
@@ -323,18 +359,18 @@ class StoreSteps:
                     found[object_id] = one
                     owner = derived_id(LANGGRAPH_STORE, object_id)
                     misses[owner or ""] = misses.get(owner or "", 0) + 1
-        written = 0
+        gathered = _Gathered([i for i in listed if i in found or i in copied], found, copied)
         if catalogued:
             try:
-                written = yield from self._refresh_catalogs(
-                    listed, found, read, misses, rebuild=rebuild
+                gathered.written = yield from self._refresh_catalogs(
+                    listed, gathered, read, misses, rebuild=rebuild
                 )
             except StashpointError as exc:
                 if rebuild:
                     raise
                 # A search's answer stands: its catalog is rewritten by a later one.
                 tracing.event("store_catalog_unwritten", kind=exc.kind.value)
-        return [found[i] for i in listed if i in found], written
+        return gathered
 
     def _first_round(
         self, listed_prefix: str, own: str | None
@@ -401,10 +437,11 @@ class StoreSteps:
         listed: Mapping[str, str | None],
         read: Mapping[str, Catalog | Damaged],
         found: dict[str, Found],
+        copied: dict[str, tuple[Catalog, str]],
     ) -> list[str]:
-        """Put each listed item this store holds as stored, or a catalog copies, in `found`.
+        """Sort listed items: held as stored (`found`) or copied as stored (`copied`).
 
-        Return the others' ids (to read one by one).
+        Copies are decoded when used. Return the other ids (to read one by one).
         """
         unread: list[str] = []
         for object_id, etag in listed.items():
@@ -414,15 +451,14 @@ class StoreSteps:
                 continue
             owner = derived_id(LANGGRAPH_STORE, object_id)
             catalog = read.get(owner) if owner is not None else None
-            copy = catalog.copy(object_id, etag) if isinstance(catalog, Catalog) else None
-            if copy is None:
+            if (
+                isinstance(catalog, Catalog)
+                and etag is not None
+                and catalog.current(object_id, etag)
+            ):
+                copied[object_id] = (catalog, etag)
+            else:
                 unread.append(object_id)
-                continue
-            assert self.catalogs is not None
-            assert etag is not None
-            # The listing shows the copy's ETag: the item is stored as copied.
-            self.cas.cache.remember(self.cas.key(object_id), copy.envelope.revision, etag)
-            found[object_id] = Found(copy.item, copy.envelope, etag, _weight(copy.item))
         return unread
 
     def _read_catalogs(self, ids: Sequence[str]) -> Steps[dict[str, Catalog | Damaged]]:
@@ -467,7 +503,7 @@ class StoreSteps:
     def _refresh_catalogs(
         self,
         listed: Mapping[str, str | None],
-        found: Mapping[str, Found],
+        gathered: _Gathered,
         read: Mapping[str, Catalog | Damaged],
         misses: Mapping[str, int],
         *,
@@ -503,10 +539,11 @@ class StoreSteps:
                 continue
             if catalog is None:
                 catalog = self.held.get(owner) or empty(catalog_namespace(owner))
+            mine = [i for i in ids if self.tenant(i) == self.tenant(owner)]
             copies = [
-                Copy(found[i].etag, found[i].envelope, found[i].item)
-                for i in ids
-                if i in found and found[i].etag and self.tenant(i) == self.tenant(owner)
+                Copy(one.etag, one.envelope, one.item)
+                for one in (yield from self._materialized(gathered, mine))
+                if one.etag
             ]
             written += yield from self._save_catalog(owner, catalog, copies)
         return written
@@ -562,10 +599,9 @@ class StoreSteps:
         labels = check_namespace(prefix, what="namespace prefix")
         if self.catalogs is None:
             return 0
-        found, written = yield from self._gathered(labels, rebuild=True)
-        holding = {
-            derived_id(LANGGRAPH_STORE, item_id(f.item.namespace, f.item.key)) for f in found
-        }
+        gathered = yield from self._gathered(labels, rebuild=True)
+        written = gathered.written
+        holding = {derived_id(LANGGRAPH_STORE, object_id) for object_id in gathered.ids}
         for object_id in (yield from self.catalogs.list_ids(namespace_prefix_id(labels))):
             if object_id not in holding:
                 self.held.pop(object_id)
@@ -582,11 +618,17 @@ class StoreSteps:
         prefix = check_namespace(op.namespace_prefix, what="namespace prefix")
         wanted = check_filter(op.filter)
         limit, offset = _page(op.limit, op.offset)
-        found = yield from self.candidates(prefix)
+        gathered = yield from self._gathered(prefix, rebuild=False)
         now = yield from ask(Now())
+        # A copy's value is filtered as stored: only the items that match are decoded.
+        ids = [
+            i
+            for i in gathered.ids
+            if i in gathered.found or matches(gathered.copied[i][0].raw[i]["value"], wanted)
+        ]
         found = [
             one
-            for one in found
+            for one in (yield from self._materialized(gathered, ids))
             if not (reading.omit_expired and one.item.expired(now))
             and matches(one.item.value, wanted)
         ]
@@ -877,6 +919,21 @@ class StoreSteps:
         if isinstance(op, ListNamespacesOp):
             return (yield from self.namespaces(op))
         raise InvalidArgument(f"not a store operation: {described(op)}")
+
+
+@dataclass(slots=True)
+class _Gathered:
+    """Every item under a prefix: held ones, and ids whose listed ETag a catalog's copy has."""
+
+    ids: list[str]
+    """The items' ids, in listing order."""
+    found: dict[str, Found]
+    """Items held as stored (read now, or known to this store), by id."""
+    copied: dict[str, tuple[Catalog, str]]
+    """Items a catalog copies as they are stored (decoded when used), by id: the catalog
+    and the ETag listed."""
+    written: int = 0
+    """How many catalogs were rewritten."""
 
 
 def _worth_a_catalog(unread: Sequence[str], read: Mapping[str, Catalog | Damaged]) -> list[str]:
