@@ -246,6 +246,7 @@ class _Parts:
             self.retry,
             self.cache,
             conditional_delete=self.backend.provider.conditional_delete,
+            seeks=self.backend.provider.seeks,
         )
 
     def logs(self, namespace: str) -> LogSteps:

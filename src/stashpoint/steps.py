@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -196,6 +196,22 @@ class Parallel(Request[list[Any]]):
 
 PARALLEL_WIDTH = 24
 """Most requests a `Parallel` has in flight at once (each holds a connection)."""
+
+
+def in_rounds(
+    items: Sequence[T], read: Callable[[Sequence[T]], Steps[Sequence[R]]], width: int
+) -> Steps[list[tuple[T, R]]]:
+    """Return each item with what `read` says of it, reading `width` items a round.
+
+    `read` gets a slice of `items` and returns a result for each, in order (as one
+    `Parallel` does): a long list is read in rounds, so no round holds more than `width`.
+    """
+    out: list[tuple[T, R]] = []
+    for start in range(0, len(items), width):
+        chunk = items[start : start + width]
+        out += zip(chunk, (yield from read(chunk)), strict=True)
+    return out
+
 
 _pool: Any = None
 _pool_lock = threading.Lock()

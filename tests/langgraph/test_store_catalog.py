@@ -99,6 +99,19 @@ def test_a_cold_search_of_3500_items_lists_its_pages_at_once() -> None:
     assert rounds <= 3 and sent["GetObject"] == 1 + 6
 
 
+def test_a_directory_bucket_lists_a_catalogued_namespace_past_a_page_by_tokens(
+    s3_directory_url: tuple[str, dict[str, Any]],
+) -> None:
+    """No StartAfter, no order (S3 Express): pages one after another, the catalog still used
+    (a StartAfter sent there is refused with a 400)."""
+    url, _ = s3_directory_url
+    _fill(url, 1100)
+    _cold_search(url, limit=1)  # writes the catalog
+    rounds, sent, found = _cold_search(url, filter={"n": {"$gte": 1095}}, limit=10)
+    assert sorted(i.key for i in found) == [f"k{i:06d}" for i in range(1095, 1100)]
+    assert (rounds, sent) == (2, Counter({"ListKeys": 2, "GetObject": 1}))
+
+
 def test_a_copy_is_never_trusted_over_its_item() -> None:
     """Rewritten, deleted and purged items read as themselves, whatever the catalog says."""
     url = "memory://catalog-not-trusted"

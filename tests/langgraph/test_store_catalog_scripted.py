@@ -47,12 +47,12 @@ LAYOUT = Layout()
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _steps() -> StoreSteps:
+def _steps(*, seeks: bool = True) -> StoreSteps:
     retry = RetryPolicy(max_attempts=4, base_delay=0, max_delay=0)
     cache = EtagCache()
     return StoreSteps(
-        CompareAndSwap(LANGGRAPH_STORE, LAYOUT, CODEC, retry, cache),
-        catalogs=CompareAndSwap(LANGGRAPH_STORE_CATALOG, LAYOUT, CODEC, retry, cache),
+        CompareAndSwap(LANGGRAPH_STORE, LAYOUT, CODEC, retry, cache, seeks=seeks),
+        catalogs=CompareAndSwap(LANGGRAPH_STORE_CATALOG, LAYOUT, CODEC, retry, cache, seeks=seeks),
     )
 
 
@@ -99,10 +99,28 @@ def test_a_catalogued_namespace_lists_its_pages_at_once() -> None:
     found = script.run(_steps().candidates(NS))
     assert sorted(f.item.key for f in found) == keys  # every copy, no item read
     second = script.requests[1].requests
-    assert [r.start_after for r in second] == [
-        _key(item_id(NS, keys[999])),
-        _key(item_id(NS, keys[2 * PAGE_STRIDE - 1])),
+    # The first page goes on with its token; the next run starts where the catalog says.
+    assert [(r.token, r.start_after) for r in second] == [
+        ("more", None),
+        (None, _key(item_id(NS, keys[2 * PAGE_STRIDE - 1]))),
     ]
+
+
+def test_storage_that_cannot_list_from_a_key_is_listed_page_after_page() -> None:
+    """A directory bucket (no StartAfter, no order): the catalog's starts are not used."""
+    keys = [f"k{i:05d}" for i in range(2500)]
+    steps = _steps(seeks=False)
+    script = Script(
+        [
+            (Parallel, [_page(keys[:LIST_PAGE], True), _catalog_info(keys)]),
+            (ListKeys, _page(keys[1000:2000], True)),
+            (ListKeys, _page(keys[2000:], False)),
+        ]
+    )
+    found = script.run(steps.candidates(NS))
+    assert sorted(f.item.key for f in found) == keys
+    assert all(r.start_after is None for r in script.requests[1:])
+    assert [r.token for r in script.requests[1:]] == ["more", "more"]
 
 
 def test_a_page_lengthened_by_new_items_is_listed_on_to_the_next_start() -> None:
@@ -124,7 +142,7 @@ def test_a_page_lengthened_by_new_items_is_listed_on_to_the_next_start() -> None
     assert sorted(f.item.key for f in found) == listed
     [put] = script.puts()
     assert put.condition == Match("cat-1")  # over the catalog read, and that one alone
-    assert script.requests[2].start_after == _key(item_id(NS, second[-1]))
+    assert script.requests[2].token == "more"  # the lengthened run goes on with its token
     assert second[-1] < "k01799"
 
 

@@ -1,5 +1,6 @@
 """The one batch-delete helper (`stores/objects.py` `delete_keys`), scripted: what it
-sends for one key, for many, for more than a batch holds, and what a refusal does."""
+sends for one key, for many, for more than a batch holds, and what a refusal does; and the
+one key-listing loop (`every_key_page`): page after page, or runs from given starts at once."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from stashpoint.stores.objects import (
     DeleteFailure,
     DeleteKeys,
     DeleteObject,
+    KeyPage,
+    ListKeys,
     WriteOutcome,
     WriteResult,
     delete_keys,
+    every_key_page,
 )
 from tests.scripted import STORED, Script
 
@@ -69,3 +73,50 @@ def test_a_transport_failure_is_raised_unless_best_effort() -> None:
     with pytest.raises(StorageUnavailable):
         Script([(Parallel, failure)]).run(delete_keys(["a", "b"]))
     Script([(Parallel, failure)]).run(delete_keys(["a", "b"], best_effort=True))
+
+
+def _page(first: int, last: int, token: str | None) -> KeyPage:
+    return KeyPage([f"p/{n:04d}" for n in range(first, last)], token)
+
+
+def test_a_listing_goes_page_after_page_with_its_tokens() -> None:
+    script = Script([(ListKeys, _page(0, 3, "t1")), (ListKeys, _page(3, 5, None))])
+    pages = script.run(every_key_page("p/", page_size=3))
+    assert [k for page in pages for k in page.keys] == [f"p/{n:04d}" for n in range(5)]
+    assert [(r.token, r.start_after, r.page_size) for r in script.requests] == [
+        (None, None, 3), ("t1", None, 3),
+    ]  # fmt: skip
+
+
+def test_runs_from_starts_are_listed_at_once_each_up_to_the_next_start() -> None:
+    """Pages from each start in one round; a run lengthened by new keys is listed on up
+    to the next start (an overlap, never a gap); one that reached it stops."""
+    script = Script(
+        [
+            # The first run, lengthened by new keys, ends short of p/0003; the second
+            # reaches the third's start (p/0007): it stops.
+            (Parallel, [_page(0, 2, "a1"), _page(4, 8, "b1"), _page(8, 10, None)]),
+            (ListKeys, _page(2, 5, "a2")),  # past p/0003: an overlap, never a gap
+        ]
+    )
+    pages = script.run(every_key_page("p/", page_size=3, starts=["p/0003", "p/0007", "x/0001"]))
+    listed = sorted({k for page in pages for k in page.keys})
+    assert listed == [f"p/{n:04d}" for n in range(10)]
+    sent = script.requests[0].requests
+    assert [r.start_after for r in sent] == [None, "p/0003", "p/0007"]  # not outside prefix
+    assert script.requests[1].token == "a1"
+
+
+def test_a_first_page_listed_already_is_not_listed_again() -> None:
+    first = _page(0, 3, "a1")
+    script = Script([(Parallel, [_page(3, 6, "a2"), _page(6, 9, None)])])
+    pages = script.run(every_key_page("p/", first=first, starts=["p/0001", "p/0005"]))
+    assert pages[0] is first
+    # The start before the first page's end is passed over; the first page goes on.
+    assert [(r.token, r.start_after) for r in script.requests[0].requests] == [
+        ("a1", None), (None, "p/0005"),
+    ]  # fmt: skip
+    done = Script([])
+    assert done.run(every_key_page("p/", first=_page(0, 2, None), starts=["p/0001"])) == [
+        _page(0, 2, None)
+    ]

@@ -38,19 +38,7 @@ from stashpoint.errors import (
     StashpointError,
     described,
 )
-from stashpoint.langgraph.catalog import (
-    CATALOG_KIND,
-    CATALOG_MISSES,
-    CATALOG_SCHEMA_VERSION,
-    Catalog,
-    Copy,
-    Damaged,
-    catalog_id,
-    catalog_namespace,
-    catalog_payload,
-    empty,
-    read_catalog,
-)
+from stashpoint.langgraph.catalog import Catalog, Copy, Damaged, catalog_id
 from stashpoint.langgraph.items import (
     KIND,
     SCHEMA_VERSION,
@@ -69,17 +57,17 @@ from stashpoint.langgraph.items import (
     stored_item,
     vector_of,
 )
-from stashpoint.steps import NewWriteId, Now, Parallel, Steps, ask
+from stashpoint.langgraph.store_catalogs import READ_WIDTH, CatalogSteps, worth_reading
+from stashpoint.steps import NewWriteId, Now, Parallel, Steps, ask, in_rounds
 from stashpoint.stores.cas import CompareAndSwap, optimistic_update
 from stashpoint.stores.head_facts import facts_from_envelope
 from stashpoint.stores.layout import LANGGRAPH_STORE, derived_id
 from stashpoint.stores.objects import (
     LIST_PAGE,
     GetObject,
-    HeadObject,
-    KeyPage,
     ListKeys,
     ObjectInfo,
+    every_key_page,
 )
 
 KNOWN_ITEM_WEIGHT = 64 * 1024 * 1024
@@ -96,8 +84,6 @@ PAGE_STRIDE = LIST_PAGE * 9 // 10
 """Items of a catalog between the starts of the listing pages a search sends at once: a
 page holds `LIST_PAGE` keys, so up to a tenth more items written since the catalog still
 fit its page, and the listing needs no round more."""
-READ_WIDTH = 64
-"""Items a search reads in one round (at most `PARALLEL_WIDTH` of them in flight at once)."""
 
 
 class InvalidNamespace(InvalidArgument, InvalidNamespaceError):
@@ -191,17 +177,9 @@ class StoreSteps:
             1 << 24, max_weight=cache_bytes, weigh=lambda found: found.weight
         )
         """Items read or saved lately, by id: a search GETs only those whose ETag changed."""
-        self.catalogs = catalogs
-        """The compare-and-swap steps of the namespaces' catalogs (`langgraph.catalog`);
-        None: a search reads every item it does not hold, one by one."""
-        self.tenant = tenant
-        """The tenant whose key seals an item or a catalog id (None without encryption):
-        an item is copied only into a catalog sealed by its own tenant's key."""
-        self.held: Lru[str, Catalog] = Lru(
-            1 << 16, max_weight=cache_bytes, weigh=lambda catalog: 256 * len(catalog.ids) + 256
-        )
-        """Catalogs read or written lately, by id: a search of a namespace whose catalog
-        this store holds lists it alone (its copies are checked against the listing)."""
+        self.catalogs = None if catalogs is None else CatalogSteps(catalogs, cache_bytes, tenant)
+        """The steps of the namespaces' catalogs (`langgraph.catalog`); None: a search
+        reads every item it does not hold, one by one."""
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -293,11 +271,9 @@ class StoreSteps:
                 unread.append(object_id)
             else:
                 out[object_id] = one
-        for start in range(0, len(unread), READ_WIDTH):
-            chunk = unread[start : start + READ_WIDTH]
-            for object_id, read in zip(chunk, (yield from self.read(chunk)), strict=True):
-                if read is not None:
-                    out[object_id] = read
+        for object_id, read in (yield from in_rounds(unread, self.read, READ_WIDTH)):
+            if read is not None:
+                out[object_id] = read
         return [out[i] for i in ids if i in out]
 
     def _from_copy(self, object_id: str, gathered: _Gathered) -> Found | None:
@@ -323,16 +299,18 @@ class StoreSteps:
         missed `CATALOG_MISSES` items is rewritten afterwards (`rebuild`: every one is).
         """
         base = self.cas.layout.namespace_prefix(self.cas.namespace)
-        listed_prefix = base + namespace_prefix_id(prefix)
-        own = catalog_id(prefix) if prefix and self.catalogs is not None else None
-        first, read = yield from self._first_round(listed_prefix, own)
-        own_catalog = read.get(own) if own is not None else None
-        pages = yield from self._rest_of_listing(
-            listed_prefix,
-            first,
-            base,
-            own_catalog.partition_starts(PAGE_STRIDE) if isinstance(own_catalog, Catalog) else [],
-        )
+        listing = ListKeys(base + namespace_prefix_id(prefix))
+        read: dict[str, Catalog | Damaged] = {}
+        starts: list[str] = []
+        if prefix and self.catalogs is not None:
+            own = catalog_id(prefix)
+            first, catalog = yield from self.catalogs.with_listing(listing, own)
+            read[own] = catalog
+            if isinstance(catalog, Catalog) and self.cas.seeks:
+                starts = [base + s for s in catalog.partition_starts(PAGE_STRIDE)]
+        else:
+            first = yield from ask(listing)
+        pages = yield from every_key_page(listing.prefix, first=first, starts=starts)
         listed: dict[str, str | None] = {}
         for page in pages:
             etags: Sequence[str | None] = page.etags or [None] * len(page.keys)
@@ -341,29 +319,33 @@ class StoreSteps:
                 if "/" not in object_id and parse_item_id(object_id) is not None:
                     listed[object_id] = etag
         # A listing without ETags (a local folder) cannot tell a copy is current.
-        catalogued = self.catalogs is not None and any(e is not None for e in listed.values())
+        catalogs = self.catalogs
+        catalogued = catalogs is not None and any(e is not None for e in listed.values())
         found: dict[str, Found] = {}
         copied: dict[str, tuple[Catalog, str]] = {}
         unread = self._sort_listed(listed, read, found, copied)
-        if catalogued:
-            more = _worth_a_catalog(unread, read)
+        if catalogs is not None and catalogued:
+            more = worth_reading(unread, read)
             if more:
-                read.update((yield from self._read_catalogs(more)))
+                read.update((yield from catalogs.read(more)))
                 again = {i: listed[i] for i in unread}
                 unread = self._sort_listed(again, read, found, copied)
         misses: dict[str, int] = {}
-        for start in range(0, len(unread), READ_WIDTH):
-            chunk = unread[start : start + READ_WIDTH]
-            for object_id, one in zip(chunk, (yield from self.read(chunk)), strict=True):
-                if one is not None:
-                    found[object_id] = one
-                    owner = derived_id(LANGGRAPH_STORE, object_id)
-                    misses[owner or ""] = misses.get(owner or "", 0) + 1
+        for object_id, one in (yield from in_rounds(unread, self.read, READ_WIDTH)):
+            if one is not None:
+                found[object_id] = one
+                owner = derived_id(LANGGRAPH_STORE, object_id)
+                misses[owner or ""] = misses.get(owner or "", 0) + 1
         gathered = _Gathered([i for i in listed if i in found or i in copied], found, copied)
-        if catalogued:
+        if catalogs is not None and catalogued:
+
+            def copies_of(ids: Sequence[str]) -> Steps[list[Copy]]:
+                items = yield from self._materialized(gathered, ids)
+                return [Copy(one.etag, one.envelope, one.item) for one in items if one.etag]
+
             try:
-                gathered.written = yield from self._refresh_catalogs(
-                    listed, gathered, read, misses, rebuild=rebuild
+                gathered.written = yield from catalogs.refresh(
+                    listed, read, misses, copies_of, rebuild=rebuild
                 )
             except StashpointError as exc:
                 if rebuild:
@@ -371,66 +353,6 @@ class StoreSteps:
                 # A search's answer stands: its catalog is rewritten by a later one.
                 tracing.event("store_catalog_unwritten", kind=exc.kind.value)
         return gathered
-
-    def _first_round(
-        self, listed_prefix: str, own: str | None
-    ) -> Steps[tuple[KeyPage, dict[str, Catalog | Damaged]]]:
-        """List the first page, and read the catalog `own` (unless held) in the same round."""
-        if own is None or self.catalogs is None:
-            return (yield from ask(ListKeys(listed_prefix))), {}
-        held = self.held.get(own)
-        if held is not None:
-            return (yield from ask(ListKeys(listed_prefix))), {own: held}
-        get = GetObject(
-            self.catalogs.key(own), None, self.catalogs.codec.limits.max_compressed_bytes
-        )
-        try:
-            page, info = yield from ask(Parallel((ListKeys(listed_prefix), get)))
-        except StashpointError:  # the catalog could not be read (planted too large, ...)
-            page = yield from ask(ListKeys(listed_prefix))
-            return page, {own: Damaged(None)}
-        return page, {own: (yield from self._catalog_of(own, info))}
-
-    def _rest_of_listing(
-        self, listed_prefix: str, first: KeyPage, base: str, starts: Sequence[str]
-    ) -> Steps[list[KeyPage]]:
-        """Return every page of a listing after `first`, listed from `starts` at once.
-
-        `starts`: the ids after which a catalog says pages begin. Each page is listed
-        until it reaches the next one's start (items written since may lengthen it), the
-        last until the end: pages overlap where items were deleted, never leave a gap.
-        """
-        pages = [first]
-        if first.next_token is None:
-            return pages
-        last = first.keys[-1]
-        # The first page was sent before the catalog was read: the next starts after it.
-        after = [last, *(base + s for s in starts if base + s > last)] if starts else []
-        runs: list[tuple[KeyPage, str | None]] = [(first, after[0] if after else None)]
-        if after:
-            sent: list[KeyPage] = yield from ask(
-                Parallel(tuple(ListKeys(listed_prefix, start_after=a) for a in after))
-            )
-            pages += sent
-            ends: list[str | None] = [*after[1:], None]
-            runs += list(zip(sent, ends, strict=True))
-        while True:
-            going = [
-                (page.keys[-1], end)
-                for page, end in runs
-                if page.next_token is not None
-                and page.keys
-                and (end is None or page.keys[-1] < end)
-            ]
-            if not going:
-                return pages
-            requests = tuple(ListKeys(listed_prefix, start_after=key) for key, _ in going)
-            if len(requests) == 1:
-                found: list[KeyPage] = [(yield from ask(requests[0]))]
-            else:
-                found = yield from ask(Parallel(requests))
-            pages += found
-            runs = list(zip(found, [end for _, end in going], strict=True))
 
     def _sort_listed(
         self,
@@ -461,135 +383,6 @@ class StoreSteps:
                 unread.append(object_id)
         return unread
 
-    def _read_catalogs(self, ids: Sequence[str]) -> Steps[dict[str, Catalog | Damaged]]:
-        """Read catalogs by id, in rounds of `READ_WIDTH` (each damaged one passed over)."""
-        assert self.catalogs is not None
-        limit = self.catalogs.codec.limits.max_compressed_bytes
-        read: dict[str, Catalog | Damaged] = {}
-        for start in range(0, len(ids), READ_WIDTH):
-            chunk = ids[start : start + READ_WIDTH]
-            requests = tuple(GetObject(self.catalogs.key(i), None, limit) for i in chunk)
-            try:
-                infos = yield from ask(Parallel(requests))
-            except StashpointError:
-                read.update((i, Damaged(None)) for i in chunk)
-                continue
-            for one, info in zip(chunk, infos, strict=True):
-                read[one] = yield from self._catalog_of(one, info)
-        return read
-
-    def _catalog_of(self, object_id: str, info: ObjectInfo | None) -> Steps[Catalog | Damaged]:
-        """Return the catalog a GET found (empty where none is, or a purge's tombstone)."""
-        assert self.catalogs is not None
-        namespace = catalog_namespace(object_id)
-        if info is None:
-            self.held.put(object_id, empty(namespace))  # until a write here finds one
-            return empty(namespace)
-        key = self.catalogs.key(object_id)
-        try:
-            envelope = yield from self.catalogs.decode(info, key, object_id)
-            if facts_from_envelope(info, envelope).purge is not None:
-                ended = empty(namespace, tombstone=info.etag)
-                self.held.put(object_id, ended)
-                return ended
-            catalog = read_catalog(object_id, envelope)
-        except StashpointError:
-            tracing.event("store_catalog_damaged", object_id=object_id)
-            return Damaged(info.etag)
-        self.catalogs.cache.remember(key, envelope.revision, info.etag)
-        self.held.put(object_id, catalog)
-        return catalog
-
-    def _refresh_catalogs(
-        self,
-        listed: Mapping[str, str | None],
-        gathered: _Gathered,
-        read: Mapping[str, Catalog | Damaged],
-        misses: Mapping[str, int],
-        *,
-        rebuild: bool,
-    ) -> Steps[int]:
-        """Rewrite the catalogs that missed `CATALOG_MISSES` items (`rebuild`: every one).
-
-        Only namespaces whose items were all listed here are rewritten; a catalog is
-        derived data, so a write that loses a race (another process rewrote it, or a
-        purge ended it) is dropped. Returns how many were written.
-        """
-        members: dict[str, list[str]] = {}
-        for object_id in listed:
-            owner = derived_id(LANGGRAPH_STORE, object_id)
-            if owner is not None:
-                members.setdefault(owner, []).append(object_id)
-        written = 0
-        for owner, ids in members.items():
-            catalog = read.get(owner)
-            stale = (
-                0
-                if not isinstance(catalog, Catalog)
-                else sum(1 for i in catalog.ids if listed.get(i, "") != catalog.raw[i].get("etag"))
-            )
-            left_out = catalog.left_out if isinstance(catalog, Catalog) else 0
-            due = (
-                rebuild
-                or isinstance(catalog, Damaged)
-                or misses.get(owner, 0) - left_out >= CATALOG_MISSES
-                or stale >= CATALOG_MISSES
-            )
-            if not due or (len(ids) < 2 and not rebuild):
-                continue
-            if catalog is None:
-                catalog = self.held.get(owner) or empty(catalog_namespace(owner))
-            mine = [i for i in ids if self.tenant(i) == self.tenant(owner)]
-            copies = [
-                Copy(one.etag, one.envelope, one.item)
-                for one in (yield from self._materialized(gathered, mine))
-                if one.etag
-            ]
-            written += yield from self._save_catalog(owner, catalog, copies)
-        return written
-
-    def _save_catalog(
-        self, object_id: str, catalog: Catalog | Damaged, copies: Sequence[Copy]
-    ) -> Steps[int]:
-        """Write a catalog over the one read (a create where none is); 1 if it was written."""
-        assert self.catalogs is not None
-        budget = self.catalogs.codec.limits.max_decompressed_bytes // 2
-        namespace = catalog_namespace(object_id)
-        payload = catalog_payload(namespace, copies, budget)
-        now = yield from ask(Now())
-        write_id = yield from ask(NewWriteId())
-        try:
-            if isinstance(catalog, Damaged) or catalog.envelope is None:
-                if isinstance(catalog, Damaged):
-                    # Never trusted, never kept: what cannot be read is replaced (if it is
-                    # still what was found: one too large to read is judged by its ETag).
-                    etag = catalog.etag
-                    if etag is None:
-                        found = yield from ask(HeadObject(self.catalogs.key(object_id)))
-                        etag = None if found is None else found.etag
-                    if etag is not None:
-                        yield from self.catalogs.delete(object_id, seen_etag=etag)
-                envelope = Envelope.initial(
-                    object_id, None, CATALOG_KIND, CATALOG_SCHEMA_VERSION, payload,
-                    at=now, write_id=write_id,
-                )  # fmt: skip
-                # Only where nothing is, or over the very tombstone read: a purge since
-                # (which ended this catalog after erasing an item it copies) refuses it.
-                over = catalog.tombstone if isinstance(catalog, Catalog) else None
-                yield from self.catalogs.compare_and_swap(
-                    envelope, None, only_over=over, strict=True
-                )
-            else:
-                envelope = catalog.envelope.next(payload, at=now, write_id=write_id)
-                yield from self.catalogs.compare_and_swap(
-                    envelope, catalog.envelope.revision, strict=True
-                )
-        except (CheckpointConflict, CheckpointNotFound, Purged):
-            self.held.pop(object_id)  # another process rewrote it, or a purge ended it
-            return 0
-        self.held.put(object_id, read_catalog(object_id, envelope))
-        return 1
-
     def reindex(self, prefix: Sequence[str] = ()) -> Steps[int]:
         """Rebuild the catalog of every namespace under `prefix` from its items.
 
@@ -600,16 +393,9 @@ class StoreSteps:
         if self.catalogs is None:
             return 0
         gathered = yield from self._gathered(labels, rebuild=True)
-        written = gathered.written
         holding = {derived_id(LANGGRAPH_STORE, object_id) for object_id in gathered.ids}
-        for object_id in (yield from self.catalogs.list_ids(namespace_prefix_id(labels))):
-            if object_id not in holding:
-                self.held.pop(object_id)
-                try:
-                    yield from self.catalogs.delete(object_id)
-                except (CheckpointConflict, CheckpointNotFound, Purged):
-                    continue
-        return written
+        yield from self.catalogs.drop_empty(labels, holding)
+        return gathered.written
 
     def search(
         self, op: SearchOp, query: Sequence[float] | None, reading: Reading
@@ -934,16 +720,6 @@ class _Gathered:
     and the ETag listed."""
     written: int = 0
     """How many catalogs were rewritten."""
-
-
-def _worth_a_catalog(unread: Sequence[str], read: Mapping[str, Catalog | Damaged]) -> list[str]:
-    """Return the catalogs not read yet of namespaces with 2 or more items left to read."""
-    counts: dict[str, int] = {}
-    for object_id in unread:
-        owner = derived_id(LANGGRAPH_STORE, object_id)
-        if owner is not None and owner not in read:
-            counts[owner] = counts.get(owner, 0) + 1
-    return [owner for owner, count in counts.items() if count >= 2]
 
 
 _ASSUMED_ABSENT: Any = object()

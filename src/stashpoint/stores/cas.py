@@ -159,6 +159,7 @@ class CompareAndSwap:
         cache: EtagCache,
         *,
         conditional_delete: bool = True,
+        seeks: bool = True,
     ) -> None:
         self.namespace = namespace
         """The namespace (`checkpoints`, `runs`) these steps work in."""
@@ -174,6 +175,9 @@ class CompareAndSwap:
         """Whether storage honours `If-Match` on a DELETE (`Provider.conditional_delete`).
         Without, a delete reads the head first even when given the ETag seen, so a purge's
         tombstone is never deleted (its key must stay occupied)."""
+        self.seeks = seeks
+        """Whether storage lists in order and from a key (`Provider.seeks`): without, a
+        listing walks its pages with continuation tokens only (a directory bucket)."""
 
     def key(self, object_id: str) -> str:
         """Return the object key of a (validated) id."""

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from itertools import pairwise
 from typing import Protocol
 
 from stashpoint.errors import InvalidArgument, StorageUnavailable, described
@@ -390,16 +391,68 @@ class ListVersionPage(Request["VersionPage"]):
     """Largest page wanted."""
 
 
-def every_key_page(prefix: str, *, page_size: int = 1000) -> Steps[list[KeyPage]]:
-    """Return every page of the keys under `prefix`, in order (the one key-listing loop)."""
-    pages: list[KeyPage] = []
-    token: str | None = None
+def every_key_page(
+    prefix: str,
+    *,
+    page_size: int = LIST_PAGE,
+    first: KeyPage | None = None,
+    starts: Sequence[str] = (),
+) -> Steps[list[KeyPage]]:
+    """Return every page of the keys under `prefix`, in order (the one key-listing loop).
+
+    `first`: the listing's first page, where it was listed already (beside another request).
+    `starts`: keys after which an index of these keys says later pages begin (the LangGraph
+    store's catalogs), for storage that lists in order and from a key (`Provider.seeks`):
+    the pages from each start are listed at once, in one round, and each run of pages is
+    listed on with its continuation token until it reaches the next run's start. Keys
+    written since lengthen a run; deleted ones make runs overlap (a key may be listed
+    twice), never leave a gap. Without `starts`, pages are listed one after another.
+    """
+    if first is not None and first.next_token is None:
+        return [first]
+    after = first.keys[-1] if first is not None and first.keys else ""
+    begins = sorted({s for s in starts if s.startswith(prefix) and s > after})
+    runs = [_Run(None, [] if first is None else [first])]
+    runs += [_Run(start, []) for start in begins]
+    for run, following in pairwise(runs):
+        run.end = following.start
     while True:
-        page = yield from ask(ListKeys(prefix, token, page_size))
-        pages.append(page)
-        token = page.next_token
-        if token is None:
-            return pages
+        going = [run for run in runs if run.going]
+        if not going:
+            return [page for run in runs for page in run.pages]
+        requests = tuple(run.next_request(prefix, page_size) for run in going)
+        if len(requests) == 1:
+            pages: list[KeyPage] = [(yield from ask(requests[0]))]
+        else:
+            pages = yield from ask(Parallel(requests))
+        for run, page in zip(going, pages, strict=True):
+            run.pages.append(page)
+
+
+@dataclass(slots=True)
+class _Run:
+    """Pages of a listing from one start (after `start`; None: the prefix's first key)."""
+
+    start: str | None
+    pages: list[KeyPage]
+    end: str | None = None
+    """The next run's start: this run is listed until it reaches it (None: to the end)."""
+
+    @property
+    def going(self) -> bool:
+        """Whether this run has another page to list."""
+        if not self.pages:
+            return True
+        last = self.pages[-1]
+        if last.next_token is None:
+            return False
+        return self.end is None or not last.keys or last.keys[-1] < self.end
+
+    def next_request(self, prefix: str, page_size: int) -> ListKeys:
+        """Return the request of this run's next page."""
+        if not self.pages:
+            return ListKeys(prefix, None, page_size, start_after=self.start)
+        return ListKeys(prefix, self.pages[-1].next_token, page_size)
 
 
 def every_version(prefix: str, *, exact: bool = False) -> Steps[list[StoredVersion]]:
