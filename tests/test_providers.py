@@ -88,10 +88,11 @@ def test_the_kit_tells_a_directory_bucket(
     found = {p.name: p.passed for p in report.probes}
     assert report.safe and report.cleaned
     assert found["listing order"] is False and found["start-after"] is False
+    assert found["any delimiter"] is False  # only "/": a listing by ".." is refused
     assert found["versioning"] is False and found["etag is md5"] is False
     assert report.matches == ["s3express"] and report.differences(PROVIDERS["s3express"]) == []
     assert report.differences(PROVIDERS["aws"]) == [
-        "ordered_listing", "start_after", "versioning", "etag_is_md5",
+        "ordered_listing", "start_after", "any_delimiter", "versioning", "etag_is_md5",
     ]  # fmt: skip
     assert report.row().endswith("| s3express |")
 
@@ -107,6 +108,7 @@ def test_the_kit_on_moto() -> None:
         assert report.cleaned
         found = {p.name: p.passed for p in report.probes}
         assert found["create-only"] and found["stale etag"] and found["listing order"]
+        assert found["any delimiter"]
 
 
 def test_doctor_conformance_prints_a_row_and_fails_a_profile_the_endpoint_belies(

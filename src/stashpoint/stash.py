@@ -247,6 +247,7 @@ class _Parts:
             self.cache,
             conditional_delete=self.backend.provider.conditional_delete,
             seeks=self.backend.provider.seeks,
+            any_delimiter=self.backend.provider.any_delimiter,
         )
 
     def logs(self, namespace: str) -> LogSteps:

@@ -82,7 +82,7 @@ def _catalog_info(keys: list[str]) -> ObjectInfo:
 def _page(keys: list[str], truncated: bool) -> KeyPage:
     return KeyPage(
         [_key(item_id(NS, k)) for k in keys],
-        "more" if truncated else None,
+        f"after-{keys[-1]}" if truncated else None,
         etags=[f"e-{k}" for k in keys],
     )
 
@@ -101,7 +101,7 @@ def test_a_catalogued_namespace_lists_its_pages_at_once() -> None:
     second = script.requests[1].requests
     # The first page goes on with its token; the next run starts where the catalog says.
     assert [(r.token, r.start_after) for r in second] == [
-        ("more", None),
+        (f"after-{keys[999]}", None),
         (None, _key(item_id(NS, keys[2 * PAGE_STRIDE - 1]))),
     ]
 
@@ -120,7 +120,7 @@ def test_storage_that_cannot_list_from_a_key_is_listed_page_after_page() -> None
     found = script.run(steps.candidates(NS))
     assert sorted(f.item.key for f in found) == keys
     assert all(r.start_after is None for r in script.requests[1:])
-    assert [r.token for r in script.requests[1:]] == ["more", "more"]
+    assert [r.token for r in script.requests[1:]] == [f"after-{keys[999]}", f"after-{keys[1999]}"]
 
 
 def test_a_page_lengthened_by_new_items_is_listed_on_to_the_next_start() -> None:
@@ -142,7 +142,7 @@ def test_a_page_lengthened_by_new_items_is_listed_on_to_the_next_start() -> None
     assert sorted(f.item.key for f in found) == listed
     [put] = script.puts()
     assert put.condition == Match("cat-1")  # over the catalog read, and that one alone
-    assert script.requests[2].token == "more"  # the lengthened run goes on with its token
+    assert script.requests[2].token == f"after-{second[-1]}"  # the lengthened run goes on
     assert second[-1] < "k01799"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stashpoint.errors import StorageUnavailable
+from stashpoint.errors import InvalidArgument, StorageUnavailable
 from stashpoint.steps import Parallel
 from stashpoint.stores.objects import (
     MAX_DELETE_BATCH,
@@ -18,6 +18,7 @@ from stashpoint.stores.objects import (
     WriteOutcome,
     WriteResult,
     delete_keys,
+    delimited,
     every_key_page,
 )
 from tests.scripted import STORED, Script
@@ -120,3 +121,45 @@ def test_a_first_page_listed_already_is_not_listed_again() -> None:
     assert done.run(every_key_page("p/", first=_page(0, 2, None), starts=["p/0001"])) == [
         _page(0, 2, None)
     ]
+
+
+def test_keys_are_rolled_up_by_a_delimiter_as_s3_does() -> None:
+    keys = ["p/a..x", "p/a..y", "p/a.b..z", "p/a.b.c", "p/b..k", "p/c"]
+    assert delimited(keys, "p/", "..", 10) == (
+        ["p/a.b.c", "p/c"],
+        ["p/a..", "p/a.b..", "p/b.."],
+        None,
+    )
+    # Only after the prefix: "p/a." keeps "p/a..x" (".x" holds no "..").
+    assert delimited(keys[:4], "p/a.", "..", 10) == (
+        ["p/a..x", "p/a..y", "p/a.b.c"],
+        ["p/a.b.."],
+        None,
+    )
+
+
+def test_a_rolled_up_page_counts_each_prefix_once_and_resumes_past_it() -> None:
+    keys = ["p/a..1", "p/a..2", "p/a..3", "p/b..1", "p/c"]
+    first = delimited(keys, "p/", "..", 1)
+    assert first[:2] == ([], ["p/a.."]) and first[2] is not None
+    after = first[2]
+    assert all(k <= after for k in keys[:3]) and after < "p/b..1"  # past every key it holds
+    second = delimited([k for k in keys if k > after], "p/", "..", 2)
+    assert second == (["p/c"], ["p/b.."], None)
+
+
+def test_a_listing_rolls_up_with_its_delimiter_and_refuses_a_repeated_token() -> None:
+    script = Script(
+        [
+            (ListKeys, KeyPage([], "t1", prefixes=["p/a.."])),
+            (ListKeys, KeyPage(["p/c"], None, prefixes=["p/b.."])),
+        ]
+    )
+    pages = script.run(every_key_page("p/", delimiter=".."))
+    assert [p for page in pages for p in page.prefixes] == ["p/a..", "p/b.."]
+    assert [r.delimiter for r in script.requests] == ["..", ".."]
+    looping = Script([(ListKeys, KeyPage([], "same")), (ListKeys, KeyPage([], "same"))])
+    with pytest.raises(StorageUnavailable, match="repeated"):
+        looping.run(every_key_page("p/", delimiter=".."))  # MinIO's bug: never forever
+    with pytest.raises(InvalidArgument):
+        Script([]).run(every_key_page("p/", delimiter="..", starts=["p/x"]))

@@ -41,7 +41,7 @@ from stashpoint.stores.providers import PROVIDERS, Provider
 PROBES = (
     "create-only", "create race", "if-match race", "stale etag", "if-match on missing",
     "conditional delete", "versioning", "delete markers", "listing order", "start-after",
-    "read after write", "multipart create", "etag is md5",
+    "any delimiter", "read after write", "multipart create", "etag is md5",
 )  # fmt: skip
 """Every probe, in the order it runs."""
 
@@ -53,6 +53,7 @@ _CAPABILITY = {
     "versioning": "versioning",
     "listing order": "ordered_listing",
     "start-after": "start_after",
+    "any delimiter": "any_delimiter",
     "etag is md5": "etag_is_md5",
 }
 """The probes that measure a profile's capability."""
@@ -304,6 +305,20 @@ def _start_after(kit: _Kit) -> tuple[bool, str]:
     return honoured, f"{len(keys)} keys after the 13th of 25"
 
 
+def _any_delimiter(kit: _Kit) -> tuple[bool, str]:
+    base = kit.base + "delimiter/"
+    for name in ("a..x", "a..y", "a.b..z", "a.b.c"):
+        kit.put(kit.key("delimiter/" + name), b"d")
+    try:
+        page = kit.client.list_objects_v2(Bucket=kit.bucket, Prefix=base, Delimiter="..")
+    except botocore.exceptions.ClientError as exc:
+        return False, f"refused ({_status(exc)})"
+    rolled = sorted(str(p["Prefix"])[len(base) :] for p in page.get("CommonPrefixes", []))
+    keys = [str(item["Key"])[len(base) :] for item in page.get("Contents", [])]
+    honoured = rolled == ["a..", "a.b.."] and keys == ["a.b.c"] and not page.get("IsTruncated")
+    return honoured, f"rolled up {rolled}, kept {keys}"
+
+
 def _read_after_write(kit: _Kit) -> tuple[bool, str]:
     key = kit.key("raw")
     kit.put(key, b"first")
@@ -357,6 +372,7 @@ _PROBES: tuple[tuple[str, Callable[[_Kit], tuple[bool | None, str]]], ...] = (
     ("delete markers", _delete_markers),
     ("listing order", _listing_order),
     ("start-after", _start_after),
+    ("any delimiter", _any_delimiter),
     ("read after write", _read_after_write),
     ("multipart create", _multipart),
     ("etag is md5", _etag_md5),

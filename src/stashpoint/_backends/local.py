@@ -37,6 +37,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import itertools
 import os
 import stat
 import time
@@ -76,6 +77,7 @@ from stashpoint.stores.objects import (
     VersionRef,
     WriteOutcome,
     WriteResult,
+    delimited,
 )
 
 _VERSIONS = ".versions"
@@ -239,7 +241,7 @@ class LocalTransport:
         return []
 
     def _list_keys(self, request: ListKeys) -> KeyPage:
-        return self._list(request.prefix, request.after, request.page_size)
+        return self._list(request.prefix, request.after, request.page_size, request.delimiter)
 
     def close(self) -> None:
         """Nothing to release: files are opened per request."""
@@ -699,24 +701,30 @@ class LocalTransport:
             refs.append(VersionRef(name, is_head))
         return refs
 
-    def _list(self, prefix: str, after: str, page_size: int) -> KeyPage:
+    def _list(
+        self, prefix: str, after: str, page_size: int, delimiter: str | None = None
+    ) -> KeyPage:
         folder, _, name_prefix = prefix.rpartition("/")
         base = self._safe(self.root / folder) if folder else self.root
-        keys: list[str] = []
         # Walked in key order, folders wholly at or before `after` passed over, and stopped
         # one key past the page: a page costs what it lists, not the whole prefix (a
         # namespace of 200 logs of 400 versions was walked whole for every page).
-        for key in self._ordered(base, folder, name_prefix, after):
-            keys.append(key)
-            if len(keys) > page_size:
-                break
-        page = keys[:page_size]
+        ordered = self._ordered(base, folder, name_prefix, after)
+        prefixes: list[str] = []
+        if delimiter:
+            page, prefixes, token = delimited(ordered, prefix, delimiter, page_size)
+        else:
+            keys = list(itertools.islice(ordered, page_size + 1))
+            page = keys[:page_size]
+            token = page[-1] if len(keys) > page_size else None
         stats = [self._stat(key) for key in page]
         return KeyPage(
             page,
-            page[-1] if len(keys) > page_size else None,
+            token,
             [datetime.fromtimestamp(seconds, UTC) for seconds, _ in stats],
             [size for _, size in stats],
+            None,
+            prefixes,
         )
 
     def _ordered(

@@ -9,7 +9,7 @@ import bisect
 import hashlib
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -37,6 +37,7 @@ from stashpoint.stores.objects import (
     VersionRef,
     WriteOutcome,
     WriteResult,
+    delimited,
 )
 
 
@@ -107,14 +108,25 @@ class MemoryTransport:
         return []
 
     def _list_keys(self, request: ListKeys) -> KeyPage:
-        page, more = self._key_page(request.prefix, request.after, request.page_size)
+        prefixes: list[str] = []
+        if request.delimiter:
+            page, prefixes, token = delimited(
+                self._live_keys(request.prefix, request.after),
+                request.prefix,
+                request.delimiter,
+                request.page_size,
+            )
+        else:
+            page, more = self._key_page(request.prefix, request.after, request.page_size)
+            token = page[-1] if more else None
         latest = [self._objects[k][-1] for k in page]
         return KeyPage(
             page,
-            page[-1] if more else None,
+            token,
             [v.written_at for v in latest],
             [len(v.body or b"") for v in latest],
             [v.etag for v in latest],
+            prefixes,
         )
 
     def close(self) -> None:
@@ -149,18 +161,22 @@ class MemoryTransport:
 
     def _key_page(self, prefix: str, after: str, page_size: int) -> tuple[list[str], bool]:
         """Return the live keys under `prefix` after `after` (at most a page), and if more."""
-        start = max(bisect.bisect_right(self._keys, after), bisect.bisect_left(self._keys, prefix))
         page: list[str] = []
-        for key in itertools.islice(self._keys, start, None):
-            if not key.startswith(prefix):
-                break  # sorted: no key further on has the prefix
-            versions = self._objects[key]
-            if not versions or versions[-1].body is None:
-                continue  # deleted (a delete marker, or every version removed)
+        for key in self._live_keys(prefix, after):
             if len(page) == page_size:
                 return page, True
             page.append(key)
         return page, False
+
+    def _live_keys(self, prefix: str, after: str) -> Iterator[str]:
+        """Yield the live keys under `prefix` after `after`, in order."""
+        start = max(bisect.bisect_right(self._keys, after), bisect.bisect_left(self._keys, prefix))
+        for key in itertools.islice(self._keys, start, None):
+            if not key.startswith(prefix):
+                return  # sorted: no key further on has the prefix
+            versions = self._objects[key]
+            if versions and versions[-1].body is not None:
+                yield key  # else deleted (a delete marker, or every version removed)
 
     def _current(self, key: str) -> _Version | None:
         versions = self._objects.get(key)

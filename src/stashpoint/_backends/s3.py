@@ -294,7 +294,13 @@ def _delete(request: DeleteObject, settings: S3Settings) -> Steps[WriteResult]:
 
 
 def _key_page(
-    bucket: str, prefix: str, token: str | None, page_size: int, start_after: str | None, name: str
+    bucket: str,
+    prefix: str,
+    token: str | None,
+    page_size: int,
+    start_after: str | None,
+    name: str,
+    delimiter: str | None = None,
 ) -> Steps[KeyPage]:
     """One page of a bucket's keys under `prefix` (`name`: what a failure is reported on)."""
     params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": page_size}
@@ -302,6 +308,8 @@ def _key_page(
         params["ContinuationToken"] = token
     elif start_after:
         params["StartAfter"] = start_after
+    if delimiter:
+        params["Delimiter"] = delimiter
     try:
         response = yield from ask(AwsCall("list_objects_v2", params))
     except Exception as exc:
@@ -314,6 +322,7 @@ def _key_page(
         [item["LastModified"] for item in contents],
         [int(item.get("Size", 0)) for item in contents],
         [str(item.get("ETag", "")) for item in contents],
+        [str(item["Prefix"]) for item in response.get("CommonPrefixes", [])],
     )
 
 
@@ -326,6 +335,7 @@ def _list_keys(request: ListKeys, settings: S3Settings) -> Steps[KeyPage]:
             request.page_size,
             request.start_after,
             request.prefix,
+            request.delimiter,
         )
     )
 

@@ -65,6 +65,7 @@ from stashpoint.stores.layout import LANGGRAPH_STORE, derived_id
 from stashpoint.stores.objects import (
     LIST_PAGE,
     GetObject,
+    KeyPage,
     ListKeys,
     ObjectInfo,
     every_key_page,
@@ -429,22 +430,43 @@ class StoreSteps:
         return page
 
     def namespaces(self, op: ListNamespacesOp) -> Steps[list[tuple[str, ...]]]:
-        """Return the namespaces that hold items, matched, cut to depth and paged."""
+        """Return the namespaces that hold items, matched, cut to depth and paged.
+
+        Where storage rolls keys up by any delimiter, a listing by `..` (what separates an
+        item's namespace from its key) names each namespace once: a page per 1,000
+        namespaces, however many items they hold. Elsewhere, or where storage refused or
+        bent it, every item's key is listed.
+        """
         conditions = [
             (str(c.match_type), check_namespace(c.path, what="match path"))
             for c in op.match_conditions or ()
         ]
         limit, offset = _page(op.limit, op.offset)
         depth = _max_depth(op.max_depth)
-        ids = yield from self.cas.list_ids(namespace_prefix_id(literal_prefix(conditions)))
-        found: set[tuple[str, ...]] = set()
-        for object_id in ids:
-            parsed = parse_item_id(object_id)
-            if parsed is not None and all(
-                namespace_matches(parsed[0], kind, path) for kind, path in conditions
-            ):
-                found.add(parsed[0][:depth])
+        listed = yield from self._namespaces_under(literal_prefix(conditions))
+        found = {
+            namespace[:depth]
+            for namespace in listed
+            if all(namespace_matches(namespace, kind, path) for kind, path in conditions)
+        }
         return sorted(found)[offset : offset + limit]
+
+    def _namespaces_under(self, prefix: tuple[str, ...]) -> Steps[set[tuple[str, ...]]]:
+        """Return every namespace under `prefix` that holds an item (or its tombstone)."""
+        if self.cas.any_delimiter:
+            base = self.cas.layout.namespace_prefix(self.cas.namespace)
+            try:
+                pages = yield from every_key_page(
+                    base + namespace_prefix_id(prefix), delimiter=NAMESPACE_END
+                )
+            except StashpointError as exc:
+                tracing.event("store_namespaces_unrolled", kind=exc.kind.value)
+            else:
+                rolled = _rolled_namespaces(pages, base)
+                if rolled is not None:
+                    return rolled
+        ids = yield from self.cas.list_ids(namespace_prefix_id(prefix))
+        return {parsed[0] for parsed in map(parse_item_id, ids) if parsed is not None}
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -720,6 +742,33 @@ class _Gathered:
     and the ETag listed."""
     written: int = 0
     """How many catalogs were rewritten."""
+
+
+NAMESPACE_END = ".."
+"""What ends a namespace in an item's id (`memories.user-1..key`): labels are escaped, so
+it occurs nowhere else."""
+
+
+def _rolled_namespaces(pages: Sequence[KeyPage], base: str) -> set[tuple[str, ...]] | None:
+    """Return the namespaces a listing rolled up by `NAMESPACE_END` names.
+
+    With those of the keys it kept; None where it rolled up something else (storage bent
+    the delimiter).
+    """
+    found: set[tuple[str, ...]] = set()
+    for page in pages:
+        for rolled in page.prefixes:
+            object_id = rolled[len(base) :]
+            if not rolled.startswith(base) or not object_id.endswith(NAMESPACE_END):
+                return None
+            parsed = parse_item_id(object_id + "k") if "/" not in object_id else None
+            if parsed is not None:
+                found.add(parsed[0])
+        for key in page.keys:  # an item of the prefix's own namespace, or none
+            parsed = parse_item_id(key[len(base) :]) if "/" not in key[len(base) :] else None
+            if parsed is not None:
+                found.add(parsed[0])
+    return found
 
 
 _ASSUMED_ABSENT: Any = object()

@@ -160,6 +160,7 @@ class CompareAndSwap:
         *,
         conditional_delete: bool = True,
         seeks: bool = True,
+        any_delimiter: bool = False,
     ) -> None:
         self.namespace = namespace
         """The namespace (`checkpoints`, `runs`) these steps work in."""
@@ -178,6 +179,8 @@ class CompareAndSwap:
         self.seeks = seeks
         """Whether storage lists in order and from a key (`Provider.seeks`): without, a
         listing walks its pages with continuation tokens only (a directory bucket)."""
+        self.any_delimiter = any_delimiter
+        """Whether listings roll keys up by any delimiter (`Provider.any_delimiter`)."""
 
     def key(self, object_id: str) -> str:
         """Return the object key of a (validated) id."""

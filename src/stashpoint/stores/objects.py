@@ -7,7 +7,7 @@ envelopes, revisions or retries; that lives once in `stores.cas`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -87,6 +87,9 @@ class KeyPage:
     etags: list[str] | None = None
     """Each key's ETag (same order as `keys`), where the listing says (S3, memory); the
     local folder computes none (it would read every file)."""
+    prefixes: list[str] = field(default_factory=list)
+    """With a `delimiter`: the common prefixes that stand for the keys rolled up in them
+    (each ends with the delimiter; S3's `CommonPrefixes`)."""
 
 
 class WriteOutcome(Enum):
@@ -204,6 +207,11 @@ class ListKeys(Request["KeyPage"]):
     """Largest page wanted."""
     start_after: str | None = None
     """Only keys after this one (ascending), for resuming a walk."""
+    delimiter: str | None = None
+    """Roll the keys that hold this string after the prefix up into one common prefix
+    each (up to and with its first occurrence), as S3's `Delimiter` does: where storage
+    honours it (`Provider.any_delimiter`), a listing of many keys under few such prefixes
+    is a page per 1,000 prefixes, not per 1,000 keys."""
 
     @property
     def after(self) -> str:
@@ -391,12 +399,47 @@ class ListVersionPage(Request["VersionPage"]):
     """Largest page wanted."""
 
 
+ROLLED_UP = "\U0010ffff"
+"""Appended to a common prefix, the continuation of a listing that rolled keys up into it
+(memory and a local folder): after every key the prefix holds."""
+
+
+def delimited(
+    ordered: Iterable[str], prefix: str, delimiter: str, page_size: int
+) -> tuple[list[str], list[str], str | None]:
+    """Roll keys listed in order up by `delimiter`, as S3 does: one page's keys and prefixes.
+
+    For storage that computes its listings (memory, a local folder). Each common prefix
+    counts as one entry of the page, as on S3. Returns the keys, the common prefixes and
+    where the next page starts after (None: the last page).
+    """
+    keys: list[str] = []
+    prefixes: list[str] = []
+    last = ""
+    rolled: str | None = None
+    for key in ordered:
+        if rolled is not None and key.startswith(rolled):
+            continue
+        if len(keys) + len(prefixes) == page_size:
+            return keys, prefixes, last
+        cut = key.find(delimiter, len(prefix))
+        if cut < 0:
+            keys.append(key)
+            last = key
+        else:
+            rolled = key[: cut + len(delimiter)]
+            prefixes.append(rolled)
+            last = rolled + ROLLED_UP
+    return keys, prefixes, None
+
+
 def every_key_page(
     prefix: str,
     *,
     page_size: int = LIST_PAGE,
     first: KeyPage | None = None,
     starts: Sequence[str] = (),
+    delimiter: str | None = None,
 ) -> Steps[list[KeyPage]]:
     """Return every page of the keys under `prefix`, in order (the one key-listing loop).
 
@@ -407,12 +450,17 @@ def every_key_page(
     listed on with its continuation token until it reaches the next run's start. Keys
     written since lengthen a run; deleted ones make runs overlap (a key may be listed
     twice), never leave a gap. Without `starts`, pages are listed one after another.
+    `delimiter`: keys rolled up into common prefixes (`ListKeys.delimiter`; not with
+    `starts`). A continuation token a run was given already is `StorageUnavailable`
+    (a server that repeats one would be listed forever).
     """
+    if delimiter is not None and starts:
+        raise InvalidArgument("a listing from starts rolls no keys up")
     if first is not None and first.next_token is None:
         return [first]
     after = first.keys[-1] if first is not None and first.keys else ""
     begins = sorted({s for s in starts if s.startswith(prefix) and s > after})
-    runs = [_Run(None, [] if first is None else [first])]
+    runs = [_Run(None, [] if first is None else [first], delimiter=delimiter)]
     runs += [_Run(start, []) for start in begins]
     for run, following in pairwise(runs):
         run.end = following.start
@@ -426,6 +474,12 @@ def every_key_page(
         else:
             pages = yield from ask(Parallel(requests))
         for run, page in zip(going, pages, strict=True):
+            if page.next_token is not None and any(
+                p.next_token == page.next_token for p in run.pages
+            ):
+                raise StorageUnavailable(
+                    "storage repeated a listing's continuation token", object_name=prefix
+                )
             run.pages.append(page)
 
 
@@ -437,6 +491,8 @@ class _Run:
     pages: list[KeyPage]
     end: str | None = None
     """The next run's start: this run is listed until it reaches it (None: to the end)."""
+    delimiter: str | None = None
+    """As `ListKeys.delimiter`."""
 
     @property
     def going(self) -> bool:
@@ -450,9 +506,14 @@ class _Run:
 
     def next_request(self, prefix: str, page_size: int) -> ListKeys:
         """Return the request of this run's next page."""
-        if not self.pages:
-            return ListKeys(prefix, None, page_size, start_after=self.start)
-        return ListKeys(prefix, self.pages[-1].next_token, page_size)
+        token = self.pages[-1].next_token if self.pages else None
+        return ListKeys(
+            prefix,
+            token,
+            page_size,
+            start_after=None if token else self.start,
+            delimiter=self.delimiter,
+        )
 
 
 def every_version(prefix: str, *, exact: bool = False) -> Steps[list[StoredVersion]]:

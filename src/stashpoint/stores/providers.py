@@ -12,6 +12,10 @@ stashpoint relies on (`docs/providers.md` has the matrix, with dates and sources
   found from every key of its listing, never from the last key of a page.
 - **StartAfter**: a listing may start after a key. Without it, listings start at the
   prefix and page with continuation tokens only.
+- **any delimiter**: a listing rolls keys up by a delimiter of more than one character
+  (`..`, what separates a LangGraph store item's namespace from its key), so the store's
+  `list_namespaces` lists a key per namespace. Without it (only `/`, or not known), it
+  lists every item's key.
 - **versioning**: older versions of an object can be listed and read (`history`, `diff`,
   old revisions, the last resort of an unclear write's judgement, the purge of every
   version). Without it, a purge lists and deletes current objects, and what needs older
@@ -48,6 +52,9 @@ class Provider:
     """Listings return keys in ascending order."""
     start_after: bool = True
     """Listings honour `StartAfter`."""
+    any_delimiter: bool = False
+    """Listings roll keys up by any delimiter string, not only `/` (`..`: verified where
+    True; MinIO repeats its continuation token with one, directory buckets refuse it)."""
     versioning: bool = True
     """Older versions of objects can be listed and read (the bucket may still have
     versioning off: `stashpoint doctor` says)."""
@@ -89,6 +96,7 @@ PROVIDERS: dict[str, Provider] = {
     for p in (
         Provider(
             "aws",
+            any_delimiter=True,
             description="AWS S3 general purpose buckets (conditional PUTs "
             "2024-08 and 2024-11, conditional DELETE 2025-09)",
             beyond_purge="copies in replication destinations (S3 Replication) and in S3 "
@@ -126,15 +134,17 @@ PROVIDERS: dict[str, Provider] = {
             beyond_purge="Tigris bucket snapshots and forks keep the objects a purge "
             "deletes: delete the snapshots that hold them",
         ),
-        Provider("seaweedfs", description="SeaweedFS (the tests' server)"),
+        Provider("seaweedfs", any_delimiter=True, description="SeaweedFS (the tests' server)"),
         Provider(
             "garage",
             conditional_create=False,
             conditional_update=False,
             description="Garage: no conditional writes, so no compare-and-swap",
         ),
-        Provider("local", etag_is_md5=False, description="a local folder"),
-        Provider("memory", etag_is_md5=False, description="memory (one process)"),
+        Provider("local", any_delimiter=True, etag_is_md5=False, description="a local folder"),
+        Provider(
+            "memory", any_delimiter=True, etag_is_md5=False, description="memory (one process)"
+        ),
     )
 }
 """Every known profile, by name."""
