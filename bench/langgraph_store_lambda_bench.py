@@ -18,6 +18,11 @@ proxy: a request that arrives while none is in flight starts a round).
 
     .venv/bin/python -m bench.langgraph_store_lambda_bench [--items 100,100000] [--samples 5]
 
+`--op namespaces --namespaces N`: the items are spread over N namespaces
+(`("memories", "user-{i}")`) and each sample is a cold `list_namespaces(prefix=("memories",))`
+instead; `stashpoint (every key)` is the same store on a profile without `any_delimiter`
+(`provider=minio`: what it listed before, every item's key), measured beside it.
+
 With `BENCH_PREIMPORT=1` stashpoint's lazily imported modules (the stash, its S3 backend)
 are imported before the clock starts too, as the aws store's are by its import.
 """
@@ -53,8 +58,12 @@ except ImportError:
     pass
 wall, cpu = time.perf_counter(), time.process_time()
 store, close = open_store(kind, where)
-found = store.search(NS, filter={"tag": "recent"}, limit=limit)  # equality: both stores'
-right = sorted(i.key for i in found) == [f"k{n:06d}" for n in range(items - 5, items)]
+if where.get("namespaces"):
+    found = store.list_namespaces(prefix=("memories",), limit=100_000)
+    right = len(found) == int(where["namespaces"])
+else:
+    found = store.search(NS, filter={"tag": "recent"}, limit=limit)  # equality: both stores'
+    right = sorted(i.key for i in found) == [f"k{n:06d}" for n in range(items - 5, items)]
 result = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu, "right": right}
 close()
 print(json.dumps(result), flush=True)
@@ -63,11 +72,12 @@ print(json.dumps(result), flush=True)
 
 def open_store(kind: str, where: dict[str, str]) -> tuple[Any, Any]:
     """Open a store of `kind` at `where`; return it and its closer."""
-    if kind == "stashpoint":
+    if kind.startswith("stashpoint"):
         import stashpoint
         from stashpoint.langgraph import StashpointStore
 
-        stash = stashpoint.open(where["url"])
+        every_key = "&provider=minio" if kind == "stashpoint (every key)" else ""
+        stash = stashpoint.open(where["url"] + every_key)
         return StashpointStore(stash), stash.close
     if kind == "aws-dynamodb":
         from langgraph_checkpoint_aws import DynamoDBStore
@@ -82,11 +92,16 @@ def open_store(kind: str, where: dict[str, str]) -> tuple[Any, Any]:
 def _fill(kind: str, where: dict[str, str], items: int) -> None:
     """Put `items` memories, 16 writers at once, straight to the servers (no proxy)."""
 
+    spread = int(where.get("namespaces") or 0)
+
     def part(first: int) -> None:
         store, close = open_store(kind, where)
         for n in range(first, items, 16):
             tag = "recent" if n >= items - 5 else "old"
-            store.put(NS, f"k{n:06d}", {"n": n, "tag": tag, "text": f"memory {n} of the user"})
+            namespace = ("memories", f"user-{n % spread}") if spread else NS
+            store.put(
+                namespace, f"k{n:06d}", {"n": n, "tag": tag, "text": f"memory {n} of the user"}
+            )
         close()
 
     with ThreadPoolExecutor(16) as pool:
@@ -113,10 +128,13 @@ def main() -> None:
     parser.add_argument("--items", default="100,10000")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--latency", type=float, default=0.015)
+    parser.add_argument("--op", choices=["search", "namespaces"], default="search")
+    parser.add_argument("--namespaces", type=int, default=100)
     args = parser.parse_args()
     import importlib.util
 
-    kinds = ["stashpoint"]
+    spread = str(args.namespaces) if args.op == "namespaces" else ""
+    kinds = ["stashpoint"] + (["stashpoint (every key)"] if spread else [])
     if importlib.util.find_spec("langgraph_checkpoint_aws") is not None:
         kinds.append("aws-dynamodb")
     counts = Counts()
@@ -128,21 +146,25 @@ def main() -> None:
     ):
         for items in [int(n) for n in args.items.split(",")]:
             name = f"store-{items}-{uuid.uuid4().hex[:6]}"
-            direct = {"url": s3.url(name), "table": name, "dynamodb": dynamo.endpoint}
+            direct = {"url": s3.url(name), "table": name, "dynamodb": dynamo.endpoint,
+                      "namespaces": spread}  # fmt: skip
             proxied = {"url": s3.url(name, endpoint=s3_proxy.endpoint), "table": name,
-                       "dynamodb": dynamo_proxy.endpoint}  # fmt: skip
+                       "dynamodb": dynamo_proxy.endpoint, "namespaces": spread}  # fmt: skip
             if "aws-dynamodb" in kinds:
                 store, _ = open_store("aws-dynamodb", direct)
                 store.setup()
             for kind in kinds:
-                _fill(kind, direct, items)
+                if kind != "stashpoint (every key)":  # the same objects as stashpoint's
+                    _fill(kind, direct, items)
             store, close = open_store("stashpoint", direct)
             store.search(NS, limit=1)  # what an earlier search leaves: the catalog
             close()
             # The aws store applies `limit` to its one Query before it filters (and reads
             # no page past the first): with limit=10 it misses the matches; limit=items is
             # what a correct answer needs of it.
-            runs = [(k, 10) for k in kinds] + [(k, items) for k in kinds if k != "stashpoint"]
+            runs = [(k, 10) for k in kinds]
+            if not spread:
+                runs += [(k, items) for k in kinds if not k.startswith("stashpoint")]
             samples: dict[tuple[str, int], list[dict[str, Any]]] = {run: [] for run in runs}
             for _ in range(args.samples):  # alternating: a drifting machine slows both alike
                 for kind, limit in runs:
@@ -154,9 +176,12 @@ def main() -> None:
                 median["right"] = all(s["right"] for s in got)
                 rows.append((items, f"{kind} (limit={limit:,})", median))
                 print(items, kind, limit, json.dumps(median), flush=True)  # as they come
+    what = (f"a cold list_namespaces of {args.namespaces} namespaces" if spread
+            else "a cold search(namespace, filter, limit=10)")  # fmt: skip
     print(f"\nlatency {args.latency * 1000:.0f} ms per request, medians of {args.samples} "
-          "new processes each: a cold search(namespace, filter, limit=10)")  # fmt: skip
-    print("| items | store | wall ms | CPU ms | requests | rounds | the 5 matches |")
+          f"new processes each: {what}")  # fmt: skip
+    right = "every namespace" if spread else "the 5 matches"
+    print(f"| items | store | wall ms | CPU ms | requests | rounds | {right} |")
     print("|---|---|---|---|---|---|---|")
     for items, kind, m in rows:
         print(f"| {items:,} | {kind} | {m['wall'] * 1000:.0f} | {m['cpu'] * 1000:.0f} "
@@ -167,7 +192,7 @@ def main() -> None:
         print("\nstashpoint / aws-dynamodb, same run:")
         for items in sorted({i for i, _, _ in rows}):
             ours = by[(items, "stashpoint (limit=10)")]
-            for limit in (10, items):
+            for limit in (10,) if spread else (10, items):
                 theirs = by[(items, f"aws-dynamodb (limit={limit:,})")]
                 print(f"  {items:,} items, theirs with limit={limit:,}: wall "
                       f"{ours['wall'] / theirs['wall']:.2f}x, "

@@ -28,6 +28,7 @@ from stashpoint.retry import RetryPolicy
 from stashpoint.stores.cas import CompareAndSwap, EtagCache
 from stashpoint.stores.layout import LANGGRAPH_STORE, Layout
 from stashpoint.stores.objects import Create, KeyPage, ListKeys, PutObject
+from tests.langgraph.conftest import STORE_BACKENDS
 from tests.meter import Meter
 from tests.scripted import Script
 
@@ -47,9 +48,7 @@ def _fill(url: str, options: dict[str, Any]) -> None:
     asyncio.run(fill())
 
 
-@pytest.mark.parametrize(
-    "backend", ["memory_url", "local_url", "s3_seaweed_url", "s3_directory_url"]
-)
+@pytest.mark.parametrize("backend", STORE_BACKENDS)
 def test_namespaces_are_listed_a_key_each_where_storage_rolls_keys_up(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
