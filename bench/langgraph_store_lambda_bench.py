@@ -174,7 +174,7 @@ def main() -> None:
                 median = {k: statistics.median(s[k] for s in got)
                           for k in ("wall", "cpu", "requests", "rounds")}  # fmt: skip
                 median["right"] = all(s["right"] for s in got)
-                rows.append((items, f"{kind} (limit={limit:,})", median))
+                rows.append((items, kind if spread else f"{kind} (limit={limit:,})", median))
                 print(items, kind, limit, json.dumps(median), flush=True)  # as they come
     what = (f"a cold list_namespaces of {args.namespaces} namespaces" if spread
             else "a cold search(namespace, filter, limit=10)")  # fmt: skip
@@ -191,9 +191,11 @@ def main() -> None:
     if "aws-dynamodb" in kinds:
         print("\nstashpoint / aws-dynamodb, same run:")
         for items in sorted({i for i, _, _ in rows}):
-            ours = by[(items, "stashpoint (limit=10)")]
+            ours = by[(items, "stashpoint" if spread else "stashpoint (limit=10)")]
             for limit in (10,) if spread else (10, items):
-                theirs = by[(items, f"aws-dynamodb (limit={limit:,})")]
+                theirs = by[
+                    (items, "aws-dynamodb" if spread else f"aws-dynamodb (limit={limit:,})")
+                ]
                 print(f"  {items:,} items, theirs with limit={limit:,}: wall "
                       f"{ours['wall'] / theirs['wall']:.2f}x, "
                       f"CPU {ours['cpu'] / theirs['cpu']:.2f}x")  # fmt: skip
