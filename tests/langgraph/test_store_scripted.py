@@ -153,3 +153,28 @@ def test_an_update_gives_up_after_max_attempts_lost_races() -> None:
     with pytest.raises(CheckpointConflict):
         script.run(_steps().update(NS, "k", lambda v: {"n": 9}, lambda value: {}, None, 2))
     assert len(script.puts()) == 2  # two attempts, as asked, then the typed conflict
+
+
+def test_a_put_outlasting_more_lost_races_than_a_save_retries_still_lands() -> None:
+    """A put replaces whatever is there: racing puts of one key each land as a revision,
+    however many the others landed first (8 writers putting 3 times each lost the retry
+    policy's attempts now and then: the winners hold the head and need one PUT, a loser
+    two requests)."""
+    chain = [_envelope({"n": 0})]
+    for n in range(1, 8):
+        chain.append(chain[-1].next(StoredItem(NS, "k", {"n": n}, {}, None, None).payload()))
+    answers: list[tuple[type[Any], Any]] = [
+        (PutObject, REFUSED),  # the create finds the key taken
+        (HeadObject, _head(chain[0], "etag-0")),
+    ]
+    for n in range(6):  # more lost races than the policy's 4 attempts
+        answers += [
+            (GetObject, _body(chain[n], f"etag-{n}")),
+            (PutObject, REFUSED),  # another put landed first
+            (HeadObject, _head(chain[n + 1], f"etag-{n + 1}")),
+        ]
+    answers += [(GetObject, _body(chain[6], "etag-6")), (PutObject, STORED)]
+    script = Script(answers)
+    _put(_steps(), script, {"n": 99})
+    last = script.puts()[-1]
+    assert last.condition == Match("etag-6") and CODEC.decode(last.body).revision == 7

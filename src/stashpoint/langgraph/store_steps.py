@@ -77,10 +77,10 @@ KNOWN_ITEM_WEIGHT = 64 * 1024 * 1024
 changed since it last read them (the listing's ETags tell), and a put of a known item is
 one PUT. About 30,000 items of 1,536-dimension vectors; raise it for larger namespaces."""
 UPDATE_ATTEMPTS = 64
-"""Lost races an `update` retries before it raises `CheckpointConflict`, with the retry
-policy's back-off (capped at its `max_delay`): a read-modify-write is what many writers
-race on, so it gets more than a single save's attempts (16 writers on one key on SeaweedFS
-used up the policy's 8 now and then)."""
+"""Lost races a `put` or an `update` retries before it raises `CheckpointConflict`, with
+the retry policy's back-off (capped at its `max_delay`): one key is what many writers race
+on, so they get more than a single save's attempts (16 writers updating one key on
+SeaweedFS, or 8 putting it 3 times each, used up the policy's 8 now and then)."""
 PAGE_STRIDE = LIST_PAGE * 9 // 10
 """Items of a catalog between the starts of the listing pages a search sends at once: a
 page holds `LIST_PAGE` keys, so up to a tenth more items written since the catalog still
@@ -491,7 +491,15 @@ class StoreSteps:
             ttl_minutes,
             expiry(now, ttl_minutes),
         )
-        yield from self._save(object_id, lambda _current: item, create=True, blind=True)
+        # A lost race only means another write landed first: a put retries as an update
+        # does (the winners hold the head and need one PUT, a loser two requests).
+        yield from self._save(
+            object_id,
+            lambda _current: item,
+            create=True,
+            blind=True,
+            max_attempts=UPDATE_ATTEMPTS,
+        )
 
     def update(
         self,
