@@ -461,6 +461,8 @@ def every_key_page(
     after = first.keys[-1] if first is not None and first.keys else ""
     begins = sorted({s for s in starts if s.startswith(prefix) and s > after})
     runs = [_Run(None, [] if first is None else [first], delimiter=delimiter)]
+    if first is not None and first.next_token is not None:
+        runs[0].tokens.add(first.next_token)
     runs += [_Run(start, []) for start in begins]
     for run, following in pairwise(runs):
         run.end = following.start
@@ -474,13 +476,13 @@ def every_key_page(
         else:
             pages = yield from ask(Parallel(requests))
         for run, page in zip(going, pages, strict=True):
-            if page.next_token is not None and any(
-                p.next_token == page.next_token for p in run.pages
-            ):
+            if page.next_token is not None and page.next_token in run.tokens:
                 raise StorageUnavailable(
                     "storage repeated a listing's continuation token", object_name=prefix
                 )
             run.pages.append(page)
+            if page.next_token is not None:
+                run.tokens.add(page.next_token)
 
 
 @dataclass(slots=True)
@@ -493,6 +495,8 @@ class _Run:
     """The next run's start: this run is listed until it reaches it (None: to the end)."""
     delimiter: str | None = None
     """As `ListKeys.delimiter`."""
+    tokens: set[str] = field(default_factory=set)
+    """The continuation tokens this run was given (one given twice would list forever)."""
 
     @property
     def going(self) -> bool:
