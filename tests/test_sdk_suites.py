@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.sdk_suites import outcomes, passed
 
 SUITE = """
@@ -23,7 +25,9 @@ def test_passes():
 """
 
 
-def test_a_failure_is_run_again_and_only_a_repeated_one_stands(tmp_path: Path) -> None:
+def test_a_failure_is_run_again_and_only_a_repeated_one_stands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_suite.py").write_text(SUITE)
     found = outcomes(tmp_path, ["tests/test_suite.py"], plugin=None)
@@ -32,6 +36,10 @@ def test_a_failure_is_run_again_and_only_a_repeated_one_stands(tmp_path: Path) -
         "tests/test_suite.py::test_always_fails": "FAILED",
         "tests/test_suite.py::test_passes": "PASSED",
     }
+    # The run again shows why a failure stands (the first run prints no tracebacks).
+    shown = capsys.readouterr().out
+    assert "_ test_always_fails _" in shown and "assert False" in shown
+    assert "a busy machine missed a timeout" not in shown
 
 
 def test_a_failure_that_decides_nothing_is_not_run_again(tmp_path: Path) -> None:
