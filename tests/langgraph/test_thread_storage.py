@@ -907,3 +907,37 @@ def test_delete_for_runs_reads_a_thread_without_those_runs_once_and_leaves_it(st
         assert len(meter.sent) <= one_pass + 8, (one_pass, meter.sent)
     left = [t.metadata.get("run_id") for t in saver.list({"configurable": {"thread_id": "mixed"}})]
     assert left == ["kept"]
+
+
+def test_a_list_whose_version_moved_without_new_items_stores_none(stash: Any) -> None:
+    """A node that writes `{"messages": []}` moves the channel's version, not the list: the
+    put stores an extension of no items, not the whole list again."""
+    saver = StashpointSaver(stash)
+    config = _grown(saver, 40, thread_id="still", word="a long enough message")
+    entries = stash.log_steps("langgraph").keys.entries_prefix("still")
+    before = dict(zip(*_keys_and_sizes(stash, entries), strict=True))
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    checkpoint = dict(latest.checkpoint)
+    checkpoint["id"] = str(uuid.uuid4())
+    version = saver.get_next_version(checkpoint["channel_versions"]["messages"], None)
+    checkpoint["channel_versions"] = {"messages": version}
+    unchanged = saver.put(latest.config, checkpoint, {"source": "loop", "step": 40},
+                          {"messages": version})  # fmt: skip
+    after = dict(zip(*_keys_and_sizes(stash, entries), strict=True))
+    [(key, size)] = [(k, s) for k, s in after.items() if k not in before]
+    raw = stash.codec.unwrap(stash.driver(GetObject(key)).body, name=key)
+    assert b'"list_after"' in raw and b'"items":[]' in raw
+    assert size < min(before.values()) * 4  # no copy of the 40 items
+    expected = [f"a long enough message {i}" for i in range(40)]
+    for reader in (saver, StashpointSaver(stash)):  # this saver, and a new process's
+        read = reader.get_tuple(unchanged)
+        assert read is not None and read.checkpoint["channel_values"]["messages"] == expected
+        past = list(reader.list({"configurable": {"thread_id": "still"}}, limit=2))
+        assert [t.checkpoint["channel_values"]["messages"] for t in past] == [expected] * 2
+
+
+def _keys_and_sizes(stash: Any, prefix: str) -> tuple[list[str], list[int]]:
+    page = stash.driver(ListKeys(prefix))
+    assert page.sizes is not None
+    return page.keys, page.sizes

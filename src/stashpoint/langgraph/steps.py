@@ -285,11 +285,14 @@ class SaverSteps:
                 if isinstance(ser, list):
                     # The list the parent checkpoint stored, as the head says (any process
                     # wrote it): when ours starts with it, only the new items are stored.
+                    # None at all where the list is unchanged and only its version moved
+                    # (a node that wrote `{"messages": []}`): the whole list again would
+                    # cost the thread's size for a step that added nothing.
                     parent_list = slot.values.get(channel) if slot.latest == parent_id else None
                     at = -1 if parent_list is None else (parent_list.items or -1)
                     prefix, digest = list_digests([item_key(t, d) for t, d in ser], at)
                     extends = parent_list is not None and prefix == parent_list.digest
-                    if parent_list is not None and extends and len(ser) > at >= 0:
+                    if parent_list is not None and extends and len(ser) >= at >= 0:
                         doc: dict[str, Any] = {
                             "list_after": parent_list.channel_version,
                             "items": [packed(t, d, large) for t, d in ser[at:]],
