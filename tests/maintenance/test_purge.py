@@ -246,6 +246,7 @@ def _purge_requests(purge: Callable[[Any], Any]) -> int:
         return len(sent)
 
 
+@pytest.mark.heavy(45)
 @pytest.mark.parametrize(
     "purge",
     [
