@@ -13,7 +13,7 @@ import pytest
 from botocore.retries.standard import ExponentialBackoff
 from hypothesis import HealthCheck, settings
 
-from tests import scheduling, servers, zygote
+from tests import servers, zygote
 
 pytest_plugins = ["moto_fixtures.plugin"]
 
@@ -58,16 +58,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # One warm interpreter the workers' kill children fork from (`tests.zygote`).
         if zygote.SHARED not in os.environ and (started := zygote.start_shared()):
             config.stash[_SHARED_ZYGOTE] = started
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each xdist worker starts with its share of the heavy tests (`tests.scheduling`)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    weights = [
-        float(marker.args[0]) if (marker := item.get_closest_marker("heavy")) else None
-        for item in items
-    ]
-    items[:] = scheduling.heavy_first(items, weights, workers)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -141,7 +141,6 @@ def test_doctor_reports_the_profile_and_checks_a_directory_bucket(
     assert checks["cleanup"]["status"] == "pass"  # the probe went, with no version listing
 
 
-@pytest.mark.heavy(60)
 def test_gc_packing_and_export_work_on_a_directory_bucket_and_listings_cost_what_is_said(
     seaweedfs: servers.S3Server, directory_bucket: str, tmp_path: Any
 ) -> None:

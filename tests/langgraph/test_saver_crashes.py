@@ -226,7 +226,6 @@ SEAL_KILL_ROUNDS = int(os.environ.get("STASHPOINT_SEAL_KILL_ROUNDS", "6"))
 """Rounds per backend (the must-show run uses 30: `STASHPOINT_SEAL_KILL_ROUNDS=30`)."""
 
 
-@pytest.mark.heavy(45)
 @pytest.mark.parametrize("where", ["local", "seaweedfs"])
 def test_sigkill_at_the_seal_never_leaves_history_unreadable(
     where: str, tmp_path: Path, request: pytest.FixtureRequest

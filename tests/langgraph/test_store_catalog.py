@@ -99,7 +99,6 @@ def test_a_cold_search_of_3500_items_lists_its_pages_at_once() -> None:
     assert rounds <= 3 and sent["GetObject"] == 1 + 6
 
 
-@pytest.mark.heavy(35)
 def test_a_directory_bucket_lists_a_catalogued_namespace_past_a_page_by_tokens(
     s3_directory_url: tuple[str, dict[str, Any]], seaweedfs: Any, directory_bucket: str
 ) -> None:

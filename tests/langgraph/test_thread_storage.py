@@ -849,7 +849,6 @@ def test_a_hostile_thread_state_is_a_typed_error(stash: Any, slot: Any) -> None:
         _put(StashpointSaver(stash), "hostile", {"v": 2}, parent="c")
 
 
-@pytest.mark.heavy(45)
 def test_a_packed_thread_reads_its_latest_and_its_past(memory_url: tuple[str, Any]) -> None:
     """Issue 26 #4: `gc --pack` packs LangGraph threads like every log; a new process
     reads the latest checkpoint, an old one and the history from the packs."""

@@ -75,7 +75,6 @@ _PACK_PUT = next(
 _FIRST_DELETE = next(i for i, c in enumerate(_CALLS) if c.startswith("DeleteObject"))
 
 
-@pytest.mark.heavy(45)
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -125,7 +124,6 @@ KILLED_PACKER = textwrap.dedent(
 )
 
 
-@pytest.mark.heavy(35)
 @pytest.mark.parametrize("where", ["local", "seaweedfs"])
 def test_sigkill_mid_packing_loses_nothing_and_packing_again_finishes(
     where: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -246,7 +246,6 @@ def _purge_requests(purge: Callable[[Any], Any]) -> int:
         return len(sent)
 
 
-@pytest.mark.heavy(45)
 @pytest.mark.parametrize(
     "purge",
     [

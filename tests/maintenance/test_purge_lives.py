@@ -91,7 +91,6 @@ def test_a_planted_segment_of_the_purged_life_is_still_swept(tmp_path: Path) -> 
         assert _texts(stash, "L") == [f"{NEW} {turn}" for turn in range(3)]
 
 
-@pytest.mark.heavy(45)
 @pytest.mark.parametrize("after", [False, True])
 def test_a_reusable_purge_crashed_at_any_request_never_erases_the_life_after_it(
     tmp_path: Path, after: bool

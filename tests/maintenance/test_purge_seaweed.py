@@ -89,7 +89,6 @@ def _transcript(stash: Any, agent_id: str, turns: int, text: str) -> list[Messag
     return state.transcript
 
 
-@pytest.mark.heavy(65)
 def test_a_1000_turn_transcript_is_erased_version_by_version_and_others_load(
     s3_seaweed_url: tuple[str, dict[str, Any]],
 ) -> None:

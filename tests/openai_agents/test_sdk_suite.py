@@ -107,7 +107,6 @@ def _all_pass(stash: dict[str, str]) -> int:
     return all_pass(stash, NOT_APPLICABLE)
 
 
-@pytest.mark.heavy(110)
 def test_the_sdks_session_tests_pass_on_the_stash_on_seaweedfs_as_on_sqlite(
     seaweedfs: servers.S3Server,
 ) -> None:
@@ -123,7 +122,6 @@ def test_the_sdks_session_tests_pass_on_the_stash_on_seaweedfs_as_on_sqlite(
     assert len(sqlite) >= 150 and len(stash) >= 150
 
 
-@pytest.mark.heavy(110)
 def test_the_sdks_runner_tests_keep_their_sessions_on_the_stash() -> None:
     stash = _outcomes(RUNNER_FILES, ours=True, counts=lambda test: test not in NOT_APPLICABLE)
     assert _all_pass(stash) >= 850  # 857 with 0.24.0

@@ -53,7 +53,6 @@ def _transitions(stash: stashpoint.Stash, run_id: str, meter: Meter, n: int) -> 
     }
 
 
-@pytest.mark.heavy(35)
 def test_a_transition_costs_the_same_at_attempt_256_as_at_attempt_10(
     target: tuple[str, dict[str, Any]],
 ) -> None:

@@ -454,7 +454,6 @@ def _race_increments(
     return stash.checkpoints.load("counter"), tally
 
 
-@pytest.mark.heavy(60)
 def test_sixteen_threads_thirty_increments_each_end_at_480(seaweedfs: servers.S3Server) -> None:
     # 30 each, not 50: the same sixteen-way contention, and the suite's second-slowest
     # test no more (45 s under load at 50).
@@ -466,7 +465,6 @@ def test_sixteen_threads_thirty_increments_each_end_at_480(seaweedfs: servers.S3
     assert tally["conflicts"] > 0
 
 
-@pytest.mark.heavy(55)
 def test_sixteen_tasks_twenty_five_increments_each_end_at_400(
     seaweedfs: servers.S3Server,
 ) -> None:
@@ -526,7 +524,6 @@ def test_racing_async_creates_have_one_winner(seaweedfs: servers.S3Server) -> No
 # --- faults on the wire: a proxy between the client and SeaweedFS ----------------------------
 
 
-@pytest.mark.heavy(45)
 @pytest.mark.parametrize("flavour", ["versioned", "unversioned", "directory"])
 def test_fault_proxy_loses_and_duplicates_nothing(
     seaweedfs: servers.S3Server, directory_bucket: str, flavour: str

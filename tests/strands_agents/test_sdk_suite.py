@@ -124,7 +124,6 @@ _outcomes = Suite("strands-agents", "tests/strands/session", HERE).run
 """Run its test files, as shipped or on the stash (`Suite.run`)."""
 
 
-@pytest.mark.heavy(130)
 def test_strands_session_and_storage_tests_pass_on_the_stash_on_seaweedfs(
     seaweedfs: servers.S3Server,
 ) -> None:
@@ -138,7 +137,6 @@ def test_strands_session_and_storage_tests_pass_on_the_stash_on_seaweedfs(
     assert len(shipped) >= 260 and len(ours) >= 260  # every test ran on both; judged one by one
 
 
-@pytest.mark.heavy(45)
 def test_strands_agent_swarm_and_graph_tests_keep_their_state_on_the_stash() -> None:
     # Run on the stash only (as shipped they take as long again and fail the same one).
     not_judged = {**NOT_APPLICABLE, **_SHIPPED_FAILURES}
