@@ -23,6 +23,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 import stashpoint
 from stashpoint.langgraph import StashpointSaver
+from stashpoint.stores.objects import ListKeys
 from tests.crashes import Crash, crash_at
 from tests.kills import kill_after_lines
 
@@ -96,6 +97,66 @@ def test_crash_at_any_request_of_a_put_keeps_every_acknowledged_checkpoint(
     with stashpoint.open(url) as stash:  # the thread goes on after any crash
         _put(StashpointSaver(stash), length + 1, checkpoint_id, version)
     assert _latest(url)[2] == length + 1
+
+
+def _small_put(saver: StashpointSaver, count: int, parent: str | None, version: str | None) -> Any:
+    checkpoint = empty_checkpoint()
+    new_version = saver.get_next_version(version, None)
+    checkpoint["channel_values"] = {"messages": [f"message {i}" for i in range(count)]}
+    checkpoint["channel_versions"] = {"messages": new_version}
+    configurable: dict[str, Any] = {"thread_id": "still", "checkpoint_ns": ""}
+    if parent is not None:
+        configurable["checkpoint_id"] = parent
+    saver.put({"configurable": configurable}, checkpoint, {"source": "loop", "step": count},
+              {"messages": new_version})  # fmt: skip
+    return checkpoint["id"], new_version
+
+
+def _small_latest(url: str) -> tuple[str, str, list[str]]:
+    with stashpoint.open(url) as stash:
+        found = StashpointSaver(stash).get_tuple(
+            {"configurable": {"thread_id": "still", "checkpoint_ns": ""}}
+        )
+    assert found is not None
+    checkpoint = found.checkpoint
+    return checkpoint["id"], checkpoint["channel_versions"]["messages"], checkpoint[
+        "channel_values"
+    ]["messages"]
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_a_crash_at_any_request_of_a_put_adding_no_item_keeps_the_list(
+    tmp_path: Path, after: bool
+) -> None:
+    """Puts whose list only moved its version (an extension of no items; one in 8 writes
+    the list's tail), each dying at another request: a new process reads the whole list
+    every time, and the thread goes on."""
+    url = f"local://{tmp_path / 'stash'}?fsync=false"
+    checkpoint_id, version = None, None
+    with stashpoint.open(url) as stash:
+        saver = StashpointSaver(stash, background=False)
+        for count in range(1, 11):
+            checkpoint_id, version = _small_put(saver, count, checkpoint_id, version)
+    ten = [f"message {i}" for i in range(10)]
+    crashed = 0
+    for step in range(12):  # at least 8 land: one writes the list's tail
+        checkpoint_id, version, messages = _small_latest(url)
+        assert messages == ten
+        with stashpoint.open(url) as stash:
+            saver = StashpointSaver(stash, background=False)
+            with crash_at(stash, step, after):
+                try:
+                    _small_put(saver, 10, checkpoint_id, version)
+                except Crash:
+                    crashed += 1
+    checkpoint_id, version, messages = _small_latest(url)
+    assert messages == ten
+    with stashpoint.open(url) as stash:
+        values = stash.driver(ListKeys(stash.layout.namespace_prefix("langgraph-values"))).keys
+    assert crashed >= 2 and any("/t-" in key for key in values)  # it died, and wrote a tail
+    with stashpoint.open(url) as stash:
+        _small_put(StashpointSaver(stash), 11, checkpoint_id, version)
+    assert _small_latest(url)[2] == [*ten, "message 10"]
 
 
 KILLED_GRAPH = textwrap.dedent(
