@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,24 @@ def _messages(count: int) -> list[str]:
     return [("L" * 300_000 + str(i)) if i % 5 == 4 else f"message {i}" for i in range(count)]
 
 
-def _put(saver: StashpointSaver, count: int, parent: str | None, version: str | None) -> Any:
+def _small(count: int) -> list[str]:
+    return [f"message {i}" for i in range(count)]
+
+
+def _put(
+    saver: StashpointSaver,
+    count: int,
+    parent: str | None,
+    version: str | None,
+    *,
+    thread_id: str = "crash",
+    messages: Callable[[int], list[str]] = _messages,
+) -> Any:
     checkpoint = empty_checkpoint()
     new_version = saver.get_next_version(version, None)
-    checkpoint["channel_values"] = {"messages": _messages(count)}
+    checkpoint["channel_values"] = {"messages": messages(count)}
     checkpoint["channel_versions"] = {"messages": new_version}
-    configurable: dict[str, Any] = {"thread_id": "crash", "checkpoint_ns": ""}
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
     if parent is not None:
         configurable["checkpoint_id"] = parent
     saver.put({"configurable": configurable}, checkpoint, {"source": "loop", "step": count},
@@ -99,19 +112,6 @@ def test_crash_at_any_request_of_a_put_keeps_every_acknowledged_checkpoint(
     assert _latest(url)[2] == length + 1
 
 
-def _small_put(saver: StashpointSaver, count: int, parent: str | None, version: str | None) -> Any:
-    checkpoint = empty_checkpoint()
-    new_version = saver.get_next_version(version, None)
-    checkpoint["channel_values"] = {"messages": [f"message {i}" for i in range(count)]}
-    checkpoint["channel_versions"] = {"messages": new_version}
-    configurable: dict[str, Any] = {"thread_id": "still", "checkpoint_ns": ""}
-    if parent is not None:
-        configurable["checkpoint_id"] = parent
-    saver.put({"configurable": configurable}, checkpoint, {"source": "loop", "step": count},
-              {"messages": new_version})  # fmt: skip
-    return checkpoint["id"], new_version
-
-
 def _small_latest(url: str) -> tuple[str, str, list[str]]:
     with stashpoint.open(url) as stash:
         found = StashpointSaver(stash).get_tuple(
@@ -119,9 +119,11 @@ def _small_latest(url: str) -> tuple[str, str, list[str]]:
         )
     assert found is not None
     checkpoint = found.checkpoint
-    return checkpoint["id"], checkpoint["channel_versions"]["messages"], checkpoint[
-        "channel_values"
-    ]["messages"]
+    return (
+        checkpoint["id"],
+        checkpoint["channel_versions"]["messages"],
+        checkpoint["channel_values"]["messages"],
+    )
 
 
 @pytest.mark.parametrize("after", [False, True])
@@ -136,8 +138,10 @@ def test_a_crash_at_any_request_of_a_put_adding_no_item_keeps_the_list(
     with stashpoint.open(url) as stash:
         saver = StashpointSaver(stash, background=False)
         for count in range(1, 11):
-            checkpoint_id, version = _small_put(saver, count, checkpoint_id, version)
-    ten = [f"message {i}" for i in range(10)]
+            checkpoint_id, version = _put(
+                saver, count, checkpoint_id, version, thread_id="still", messages=_small
+            )
+    ten = _small(10)
     crashed = 0
     for step in range(12):  # at least 8 land: one writes the list's tail
         checkpoint_id, version, messages = _small_latest(url)
@@ -146,7 +150,7 @@ def test_a_crash_at_any_request_of_a_put_adding_no_item_keeps_the_list(
             saver = StashpointSaver(stash, background=False)
             with crash_at(stash, step, after):
                 try:
-                    _small_put(saver, 10, checkpoint_id, version)
+                    _put(saver, 10, checkpoint_id, version, thread_id="still", messages=_small)
                 except Crash:
                     crashed += 1
     checkpoint_id, version, messages = _small_latest(url)
@@ -155,7 +159,7 @@ def test_a_crash_at_any_request_of_a_put_adding_no_item_keeps_the_list(
         values = stash.driver(ListKeys(stash.layout.namespace_prefix("langgraph-values"))).keys
     assert crashed >= 2 and any("/t-" in key for key in values)  # it died, and wrote a tail
     with stashpoint.open(url) as stash:
-        _small_put(StashpointSaver(stash), 11, checkpoint_id, version)
+        _put(StashpointSaver(stash), 11, checkpoint_id, version, thread_id="still", messages=_small)
     assert _small_latest(url)[2] == [*ten, "message 10"]
 
 
