@@ -129,6 +129,72 @@ def _erasure_policy() -> dict[str, Any]:
     }
 
 
+def _archive_policy() -> dict[str, Any]:
+    """Return what `stashpoint project --iceberg --catalog type=glue` needs beyond a worker's."""
+    glue = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                # pyiceberg's Glue catalog: the table's pointer to its metadata file, swapped
+                # on the Glue table's version (a conditional commit), in ArchiveDatabase alone.
+                "Sid": "ArchiveTable",
+                "Effect": "Allow",
+                "Action": [
+                    "glue:GetDatabase",
+                    "glue:GetTable",
+                    "glue:GetTables",
+                    "glue:CreateTable",
+                    "glue:UpdateTable",
+                ],
+                "Resource": [
+                    {"Fn::Sub": f"{glue}:catalog"},
+                    {"Fn::Sub": f"{glue}:database/${{ArchiveDatabase}}"},
+                    {"Fn::Sub": f"{glue}:table/${{ArchiveDatabase}}/*"},
+                ],
+            },
+            {
+                # A publish erases the manifests and metadata files of expired snapshots
+                # (every stored version, as a purge does), under the table's folder alone.
+                "Sid": "EraseExpiredTableMetadata",
+                "Effect": "Allow",
+                "Action": ["s3:DeleteObjectVersion", "s3:GetObjectVersion"],
+                "Resource": _bucket_arn("/${Prefix}/projection/_iceberg/*"),
+            },
+        ],
+    }
+
+
+def _archive() -> dict[str, Any]:
+    """Return the archive's Glue database and policy (with `ArchiveDatabase` set)."""
+    return {
+        "ArchiveCatalogDatabase": {
+            "Type": "AWS::Glue::Database",
+            "Condition": "HasArchive",
+            "Properties": {
+                "CatalogId": {"Ref": "AWS::AccountId"},
+                "DatabaseInput": {
+                    "Name": {"Ref": "ArchiveDatabase"},
+                    "Description": "stashpoint's queryable archive: the Iceberg table "
+                    "`stashpoint project --iceberg --catalog type=glue` keeps (Athena reads it).",
+                    "LocationUri": {
+                        "Fn::Sub": "s3://${CheckpointBucket}/${Prefix}/projection/_iceberg"
+                    },
+                },
+            },
+        },
+        "ArchivePolicy": {
+            "Type": "AWS::IAM::ManagedPolicy",
+            "Condition": "HasArchive",
+            "Properties": {
+                "Description": "What stashpoint project --iceberg needs beyond a worker's: "
+                "the archive's Iceberg table in the Glue database ArchiveDatabase.",
+                "PolicyDocument": _archive_policy(),
+            },
+        },
+    }
+
+
 _STASH_URL = {"Fn::Sub": "s3://${CheckpointBucket}/${Prefix}?index=dynamodb://${IndexTable}"}
 
 
@@ -179,14 +245,26 @@ def _waker() -> dict[str, Any]:
             "Type": "AWS::Lambda::Function",
             "Condition": "Wakes",
             "Metadata": _justified(
-                ("CKV_AWS_116", "invoked by EventBridge Scheduler every minute: a failed poll "
-                 "is the next minute's, so a dead-letter queue would only collect noise"),
-                ("CKV_AWS_117", "reaches S3, DynamoDB and the target over AWS endpoints; put "
-                 "it in a VPC (with endpoints) by editing the function if your account needs"),
-                ("CKV_AWS_173", "its environment holds an ARN, a namespace and the stash URL, "
-                 "no secret: Lambda's own key encrypts it at rest"),
-                ("CKV_AWS_272", "code signing is an account-wide choice (a signing profile); "
-                 "the package is stashpoint's own wheel"),
+                (
+                    "CKV_AWS_116",
+                    "invoked by EventBridge Scheduler every minute: a failed poll "
+                    "is the next minute's, so a dead-letter queue would only collect noise",
+                ),
+                (
+                    "CKV_AWS_117",
+                    "reaches S3, DynamoDB and the target over AWS endpoints; put "
+                    "it in a VPC (with endpoints) by editing the function if your account needs",
+                ),
+                (
+                    "CKV_AWS_173",
+                    "its environment holds an ARN, a namespace and the stash URL, "
+                    "no secret: Lambda's own key encrypts it at rest",
+                ),
+                (
+                    "CKV_AWS_272",
+                    "code signing is an account-wide choice (a signing profile); "
+                    "the package is stashpoint's own wheel",
+                ),
             ),
             "Properties": {
                 "Description": "stashpoint waker: sends due runs to WakeTarget (stashpoint.wake).",
@@ -266,6 +344,13 @@ def template() -> dict[str, Any]:
                 "Type": "String",
                 "Default": "",
                 "Description": "Bucket name; empty for a generated one.",
+            },
+            "ArchiveDatabase": {
+                "Type": "String",
+                "Default": "",
+                "AllowedPattern": "^[a-z0-9_]*$",
+                "Description": "Glue database of the archive's Iceberg table (stashpoint "
+                "project --iceberg --catalog type=glue --table DATABASE.records); empty for none.",
             },
             "Prefix": {
                 "Type": "String",
@@ -390,6 +475,7 @@ def template() -> dict[str, Any]:
             "HasAccessLogs": {"Fn::Not": [{"Fn::Equals": [{"Ref": "AccessLogBucket"}, ""]}]},
             "ArchivesSealed": {"Fn::Not": [{"Fn::Equals": [{"Ref": "SealedArchiveDays"}, 0]}]},
             "Wakes": {"Fn::Not": [{"Fn::Equals": [{"Ref": "WakeTarget"}, ""]}]},
+            "HasArchive": {"Fn::Not": [{"Fn::Equals": [{"Ref": "ArchiveDatabase"}, ""]}]},
             "HasWakeCode": {
                 "Fn::Not": [
                     {
@@ -412,9 +498,7 @@ def template() -> dict[str, Any]:
                 "RuleCondition": {"Fn::Not": [{"Fn::Equals": [{"Ref": "WakeTarget"}, ""]}]},
                 "Assertions": [
                     {
-                        "Assert": {
-                            "Fn::Not": [{"Fn::Equals": [{"Ref": "WakeCodeBucket"}, ""]}]
-                        },
+                        "Assert": {"Fn::Not": [{"Fn::Equals": [{"Ref": "WakeCodeBucket"}, ""]}]},
                         "AssertDescription": "WakeTarget needs WakeCodeBucket and WakeCodeKey: "
                         "a zip of `pip install stashpoint -t .` in S3",
                     },
@@ -430,9 +514,12 @@ def template() -> dict[str, Any]:
                 "Type": "AWS::S3::Bucket",
                 **RETAIN,
                 "Metadata": _justified(
-                    ("CKV_AWS_18", "server access logging is the AccessLogBucket parameter: "
-                     "the log bucket is an account-wide choice (CloudTrail data events are "
-                     "the other way to audit object access)"),
+                    (
+                        "CKV_AWS_18",
+                        "server access logging is the AccessLogBucket parameter: "
+                        "the log bucket is an account-wide choice (CloudTrail data events are "
+                        "the other way to audit object access)",
+                    ),
                 ),
                 "Properties": {
                     "BucketName": _if("HasBucketName", {"Ref": "BucketName"}, NO_VALUE),
@@ -521,7 +608,7 @@ def template() -> dict[str, Any]:
                                 },
                                 NO_VALUE,
                             ),
-                        ]
+                        ],
                     },
                 },
             },
@@ -565,8 +652,11 @@ def template() -> dict[str, Any]:
                 "Type": "AWS::DynamoDB::Table",
                 **RETAIN,
                 "Metadata": _justified(
-                    ("CKV_AWS_119", "encrypted at rest always; with KmsKeyArn set, with that "
-                     "customer-managed key (the index holds no payloads, only ids and status)"),
+                    (
+                        "CKV_AWS_119",
+                        "encrypted at rest always; with KmsKeyArn set, with that "
+                        "customer-managed key (the index holds no payloads, only ids and status)",
+                    ),
                 ),
                 "Properties": {
                     "TableName": _if("HasTableName", {"Ref": "TableName"}, NO_VALUE),
@@ -608,6 +698,7 @@ def template() -> dict[str, Any]:
                 },
             },
             **_waker(),
+            **_archive(),
         },
         "Outputs": {
             "BucketName": {"Value": {"Ref": "CheckpointBucket"}},
@@ -616,6 +707,12 @@ def template() -> dict[str, Any]:
             "ErasurePolicyArn": {
                 "Description": "Attach beside WorkerPolicy to whoever runs stashpoint purge.",
                 "Value": {"Ref": "ErasurePolicy"},
+            },
+            "ArchivePolicyArn": {
+                "Condition": "HasArchive",
+                "Description": "Attach beside WorkerPolicy to whoever runs stashpoint project "
+                "--iceberg.",
+                "Value": {"Ref": "ArchivePolicy"},
             },
             "StashUrl": {
                 "Description": "Set STASHPOINT_URL to this.",

@@ -56,6 +56,24 @@ class Backend:
     """Runs the conformance kit on the bucket (S3 only)."""
     erasure_key: Callable[[], bytes | None] | None = None
     """The stash's own erasure key, where it can keep one (a local folder, `memory://`)."""
+    engine_files: Callable[[], EngineFiles] | None = None
+    """Where engines other than stashpoint read this stash's objects (None: nowhere, as
+    for `memory://`)."""
+
+
+@dataclass(frozen=True)
+class EngineFiles:
+    """Where engines other than stashpoint (pyiceberg, DuckDB, Athena) find a stash's objects."""
+
+    root: str
+    """The URI a key is appended to, after a `/`: `file:///folder` or `s3://bucket`."""
+    properties: Mapping[str, str] = dataclasses.field(repr=False)
+    """File-I/O properties for pyiceberg and Arrow (`s3.endpoint`, credentials...): never
+    logged or reported."""
+
+    def uri(self, key: str) -> str:
+        """Return the URI of the object `key`."""
+        return f"{self.root}/{key}"
 
 
 def split_options(
@@ -192,6 +210,7 @@ def backend_of(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, 
             index,
             async_index,
             erasure_key=lambda: receipt_seal.folder_key(root),
+            engine_files=lambda: EngineFiles(root.resolve().as_uri(), {}),
         )
     if parsed.scheme == "s3":
         import stashpoint._backends.s3 as s3  # boto3 loads only for S3 stashes
@@ -221,5 +240,6 @@ def backend_of(parsed: StashUrl, object_options: dict[str, Any], own: dict[str, 
             async_index,
             lambda: caller_identity(settings),
             lambda: s3.conformance(settings, layout.prefix, provider),
+            engine_files=lambda: EngineFiles(*s3.engine_files(settings)),
         )
     raise ConfigurationError(f"unsupported scheme {parsed.scheme!r}")

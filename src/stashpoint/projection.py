@@ -77,6 +77,7 @@ __all__ = [
     "PROJECTION_FORMAT",
     "SOURCES",
     "ProjectionReport",
+    "files",
     "project",
     "query",
     "table",
@@ -243,7 +244,8 @@ def _arrow() -> tuple[Any, Any]:
     return pyarrow, pyarrow.parquet
 
 
-def _schema(pa: Any) -> Any:
+def arrow_schema(pa: Any) -> Any:
+    """Return the projected files' schema, in the Arrow module `pa`."""
     return pa.schema(
         [
             ("namespace", pa.string()),
@@ -429,7 +431,7 @@ def encode_file(
     """One projected file: the rows as Parquet (zstd), what they came from in its metadata."""
     pa, pq = _arrow()
     described = {**_describe(namespace, log_id, life, first), "last": last}
-    schema = _schema(pa).with_metadata({_META_KEY: json.dumps(described).encode()})
+    schema = arrow_schema(pa).with_metadata({_META_KEY: json.dumps(described).encode()})
     rows = pa.table(columns, schema=schema)
     out = io.BytesIO()
     pq.write_table(rows, out, compression="zstd")
@@ -896,6 +898,16 @@ def _projected_keys(projector: _Projector, namespaces: Sequence[str]) -> Steps[l
     return keys
 
 
+def files(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> list[str]:
+    """Return the keys of every projected file of `namespaces` (their marks left out).
+
+    What an Iceberg table of the projection (`stashpoint.iceberg`) registers.
+    """
+    projector = _Projector(stash)
+    chosen = _check_namespaces(namespaces)
+    return run_sync(_projected_keys(projector, chosen), stash.driver)
+
+
 def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table:
     """Every projected row of `namespaces`, as one Arrow table (for pandas, Polars, ...).
 
@@ -919,7 +931,7 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
         loaded = pq.read_table(pa.BufferReader(body), use_threads=False)
         tables.append(_conformed(pa, loaded))
     if not tables:
-        return _schema(pa).empty_table()
+        return arrow_schema(pa).empty_table()
     return pa.concat_tables(tables)
 
 
@@ -928,7 +940,7 @@ def _conformed(pa: Any, loaded: Any) -> Any:
 
     Columns are only ever added (at the end), so every file a release wrote reads so.
     """
-    schema = _schema(pa)
+    schema = arrow_schema(pa)
     present = set(loaded.column_names)
     columns = [
         loaded.column(name)
@@ -963,7 +975,11 @@ def query(stash: Stash, sql: str, *, namespaces: Sequence[str] = SOURCES) -> pya
             connection.execute(f"create view {name} as {view}")
         try:
             result = connection.sql(sql)
-            return _schema(_arrow()[0]).empty_table() if result is None else result.to_arrow_table()
+            return (
+                arrow_schema(_arrow()[0]).empty_table()
+                if result is None
+                else result.to_arrow_table()
+            )
         except duckdb.Error as exc:
             about_sql = (duckdb.ParserException, duckdb.CatalogException, duckdb.BinderException)
             said = f": {str(exc).splitlines()[0]}" if isinstance(exc, about_sql) else ""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, Unp
 from stashpoint._backends.router import AsyncRouter, Hook, Router
 from stashpoint.clock import REAL, Clock
 from stashpoint.codec import DEFAULT_LIMITS, Codec, Limits
-from stashpoint.composition import Backend, backend_of, split_options
+from stashpoint.composition import Backend, EngineFiles, backend_of, split_options
 from stashpoint.errors import ConfigurationError, InvalidArgument, described
 from stashpoint.progress import OnProgress, silent
 from stashpoint.randomness import SYSTEM, Randomness
@@ -454,6 +454,20 @@ class _StashApi(Generic[StoreT, LogStoreT]):
     def provider(self) -> Provider:
         """The object store's capabilities in use (`stores.providers`; `provider=` in the URL)."""
         return self._parts.backend.provider
+
+    def engine_files(self) -> EngineFiles:
+        """Return where engines other than stashpoint (pyiceberg, DuckDB) read the objects.
+
+        A local folder's `file://` URI or the bucket's, with the file-I/O properties
+        (endpoint, credentials) of an S3 stash. Raises `ConfigurationError` for `memory://`.
+        """
+        files = self._parts.backend.engine_files
+        if files is None:
+            raise ConfigurationError(
+                f"a {parse_url(self.url).scheme}:// stash's objects are not files other "
+                "engines can read: use local:// or s3://"
+            )
+        return files()
 
     @property
     def indexed(self) -> bool:

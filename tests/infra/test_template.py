@@ -213,3 +213,18 @@ def test_the_waker_is_off_by_default_and_sends_only_to_its_target() -> None:
     assert queue["Resource"] == function_target["Resource"] == {"Ref": "WakeTarget"}
     rule = template["Rules"]["WakerNeedsItsCode"]
     assert len(rule["Assertions"]) == 2  # a target without a package is refused up front
+
+
+def test_the_archive_database_is_off_by_default_and_its_policy_reaches_only_its_tables() -> None:
+    template = _generator().template()
+    assert template["Parameters"]["ArchiveDatabase"]["Default"] == ""
+    archive = {n: r for n, r in template["Resources"].items() if n.startswith("Archive")}
+    assert set(archive) == {"ArchiveCatalogDatabase", "ArchivePolicy"}
+    assert all(r["Condition"] == "HasArchive" for r in archive.values())
+    statements = archive["ArchivePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    glue, s3 = statements
+    assert all(a.startswith("glue:") and "Delete" not in a for a in glue["Action"])
+    assert [r["Fn::Sub"].rsplit(":", 1)[1] for r in glue["Resource"]] == [
+        "catalog", "database/${ArchiveDatabase}", "table/${ArchiveDatabase}/*",
+    ]  # fmt: skip
+    assert s3["Resource"]["Fn::Sub"].endswith("/${Prefix}/projection/_iceberg/*")

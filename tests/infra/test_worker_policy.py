@@ -63,6 +63,16 @@ DYNAMODB = {
     "DescribeTable": "dynamodb:DescribeTable",
     "DescribeTimeToLive": "dynamodb:DescribeTimeToLive",
 }
+GLUE = {
+    "GetDatabase": ("glue:GetDatabase", ("catalog", "database")),
+    "CreateDatabase": ("glue:CreateDatabase", ("catalog", "database")),
+    "GetTable": ("glue:GetTable", ("catalog", "database", "table")),
+    "GetTables": ("glue:GetTables", ("catalog", "database", "table")),
+    "CreateTable": ("glue:CreateTable", ("catalog", "database", "table")),
+    "UpdateTable": ("glue:UpdateTable", ("catalog", "database", "table")),
+}
+"""pyiceberg's Glue catalog calls: the IAM action and the resources it is checked on."""
+ARCHIVE = "archive"
 VERSIONED = {"GetObject": "s3:GetObjectVersion", "HeadObject": "s3:GetObjectVersion",
              "DeleteObject": "s3:DeleteObjectVersion"}  # fmt: skip
 
@@ -87,6 +97,9 @@ def _resolve(value: Any) -> Any:
                 "CheckpointBucket": BUCKET,
                 "Prefix": PREFIX,
                 "IndexTable.Arn": TABLE_ARN,
+                "AWS::Region": REGION,
+                "AWS::AccountId": ACCOUNT,
+                "ArchiveDatabase": ARCHIVE,
             }.items():
                 text = text.replace("${" + name + "}", replacement)
             assert "${" not in text, text
@@ -130,6 +143,19 @@ def _needs(operation: str, params: dict[str, Any]) -> list[tuple[str, str, str |
             )
             for item in params["Delete"]["Objects"]
         ]
+    if operation in GLUE:
+        action, kinds = GLUE[operation]
+        glue = f"arn:aws:glue:{REGION}:{ACCOUNT}"
+        database = params.get("DatabaseName") or params.get("Name") or ""
+        if operation == "CreateDatabase":
+            database = params["DatabaseInput"]["Name"]
+        table = params.get("TableInput", {}).get("Name") or params.get("Name") or "*"
+        arns = {
+            "catalog": f"{glue}:catalog",
+            "database": f"{glue}:database/{database}",
+            "table": f"{glue}:table/{database}/{table}",
+        }
+        return [(action, arns[kind], None) for kind in kinds]
     return [_needed(operation, params)]
 
 
@@ -305,3 +331,42 @@ def test_the_policy_evaluator_denies_what_the_policy_does_not_grant() -> None:
     assert not _allowed(policy, "s3:DeleteObjectVersion", key, None)
     assert not _allowed(policy, "s3:ListBucket", f"arn:aws:s3:::{BUCKET}", "elsewhere/")
     assert not _allowed(policy, "dynamodb:Scan", TABLE_ARN, None)
+
+
+def test_the_archive_policy_with_the_worker_policy_allows_publishing_to_glue(
+    recorded: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """`stashpoint project --iceberg --catalog type=glue` on an S3 stash: every S3 call is
+    the worker's (the table's metadata through the stash), every Glue call is in
+    ArchiveDatabase, and every write is conditional, as the bucket policy demands."""
+    pytest.importorskip("pyiceberg")
+    from stashpoint import iceberg, projection
+
+    url = f"s3://{BUCKET}/{PREFIX}?index=dynamodb://{TABLE}"
+    boto3.client("glue", region_name=REGION).create_database(DatabaseInput={"Name": ARCHIVE})
+    recorded.clear()  # the database is the stack's (infra/: ArchiveCatalogDatabase)
+    with stashpoint.open(url) as stash:
+        for n in range(3):
+            stash.logs.append(f"acme.t{n}", [{"role": "user", "content": "hi"}], after=None)
+        projection.project(stash)  # a worker's
+        catalog = {"type": "glue", "glue.region": REGION}
+        publishing = list(recorded)
+        recorded.clear()
+        iceberg.publish(stash, catalog=catalog, table=f"{ARCHIVE}.records")
+        publishing += recorded
+        stash.admin.purge(log="acme.t0")  # the erasure policy's
+        projection.project(stash)
+        recorded.clear()
+        report = iceberg.publish(stash, catalog=catalog, table=f"{ARCHIVE}.records")
+        assert len(report.removed) == 1 and report.expired_snapshots == 1
+        recorded[:0] = publishing
+    operations = {name for name, _ in recorded}
+    assert {"GetTable", "CreateTable", "UpdateTable", "PutObject", "DeleteObjects"} <= operations
+    generator = _generator()
+    policies = [generator._worker_policy(with_kms=False), generator._archive_policy()]
+    both = {"Statement": [s for p in policies for s in _resolve(p)["Statement"]]}
+    calls = [(op, p) for op, p in recorded if op != "GetCallerIdentity"]
+    assert _denied(both, calls) == []
+    unconditional = [p["Key"] for op, p in recorded
+                     if op == "PutObject" and not (p.get("IfNoneMatch") or p.get("IfMatch"))]  # fmt: skip
+    assert unconditional == []

@@ -725,3 +725,38 @@ def async_s3_transport(settings: S3Settings) -> AsyncAwsTransport:
     return AsyncAwsTransport(
         "s3", partial(s3_calls, settings=settings), settings
     )  # fmt: skip
+
+
+def engine_files(settings: S3Settings) -> tuple[str, dict[str, str]]:
+    """Return the bucket's URI and the file-I/O properties other engines read it with.
+
+    The properties are pyiceberg's and Arrow's `s3.*` names: the endpoint, the region and
+    the credentials the stash's own client would use (its session's, else the AWS
+    environment's). They hold credentials: never logged or reported.
+    """
+    import boto3
+
+    session = settings.session
+    if session is None:
+        session = boto3.Session(profile_name=settings.profile_name)
+    properties: dict[str, str] = {}
+    endpoint = settings.endpoint_url
+    region = settings.region_name or session.region_name
+    if settings.client is not None:
+        endpoint = endpoint or settings.client.meta.endpoint_url
+        region = region or settings.client.meta.region_name
+    if endpoint:
+        properties["s3.endpoint"] = endpoint
+    if region:
+        properties["s3.region"] = region
+    found = session.get_credentials()
+    if found is not None:
+        frozen = found.get_frozen_credentials()
+        properties["s3.access-key-id"] = frozen.access_key
+        properties["s3.secret-access-key"] = frozen.secret_key
+        if frozen.token:
+            properties["s3.session-token"] = frozen.token
+    style = getattr(settings.client_config, "s3", None) or {}
+    if endpoint and style.get("addressing_style") != "virtual":
+        properties["s3.force-virtual-addressing"] = "false"
+    return f"s3://{settings.bucket}", properties

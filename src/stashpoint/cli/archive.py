@@ -25,13 +25,35 @@ _Namespaces = Annotated[
 def project(
     prefix: Annotated[str, typer.Option(help="Only logs whose id starts with this.")] = "",
     namespaces: _Namespaces = None,
+    iceberg: Annotated[
+        bool,
+        typer.Option(
+            "--iceberg",
+            help="Then make the Iceberg table hold exactly the projected files (needs the "
+            "iceberg extra).",
+        ),
+    ] = False,
+    catalog: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--catalog",
+            metavar="KEY=VALUE",
+            help="A pyiceberg catalog property (repeatable), e.g. type=glue or "
+            "uri=sqlite:///catalog.db; default for a local folder: SQLite in the folder.",
+        ),
+    ] = None,
+    table: Annotated[
+        str, typer.Option(help="The Iceberg table, `namespace.name`.")
+    ] = "stashpoint.records",
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
     """Project logs' records into Parquet files under projection/ (what was appended since).
 
     Needs the archive extra (pip install 'stashpoint[archive]'). A purge of a log erases
-    its projected files with it; a deleted log's are erased by the next run.
+    its projected files with it; a deleted log's are erased by the next run. With
+    --iceberg, the Iceberg table then registers the new files and drops the erased ones
+    (run it after a purge too): Athena, Spark, Trino and DuckDB read it by name.
     """
     import dataclasses
 
@@ -41,18 +63,53 @@ def project(
     from stashpoint.projection import project as run_projection
 
     output = Output(as_json=as_json)
+    properties = _properties(catalog)
+    published = None
     with open_stash(url) as stash:
         report = run_projection(stash, namespaces=namespaces or SOURCES, prefix=prefix)
+        if iceberg:
+            from stashpoint.iceberg import publish
+
+            published = publish(
+                stash, catalog=properties, table=table, namespaces=namespaces or SOURCES
+            )
     if as_json:
-        output.emit(dataclasses.asdict(report))
+        shown = dataclasses.asdict(report)
+        if published is not None:
+            shown["iceberg"] = dataclasses.asdict(published)
+        output.emit(shown)
     else:
         output.say(
             f"looked at {report.logs} logs ({report.unchanged} unchanged): {report.rows} rows "
             f"in {len(report.files)} new files; {len(report.erased)} logs' projections erased"
         )
+        if published is not None:
+            output.say(
+                f"iceberg table {published.table}: {published.files} files "
+                f"({len(published.added)} added, {len(published.removed)} removed, "
+                f"{published.expired_snapshots} snapshots expired)"
+            )
         for problem in report.unreadable:
             output.warn(f"[yellow]skipped, unreadable:[/] {safe(problem)}")
-    raise typer.Exit(1 if report.unreadable else 0)
+        for problem in [] if published is None else published.skipped:
+            output.warn(f"[yellow]not registered:[/] {safe(problem)}")
+    failed = report.unreadable or (published is not None and published.skipped)
+    raise typer.Exit(1 if failed else 0)
+
+
+def _properties(given: list[str] | None) -> dict[str, str] | None:
+    """Return `--catalog KEY=VALUE` options as a mapping (None when none was given)."""
+    if not given:
+        return None
+    properties = {}
+    for item in given:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise typer.BadParameter(
+                "--catalog takes KEY=VALUE (a value is not shown: it may be a secret)"
+            )
+        properties[key] = value
+    return properties
 
 
 @app.command()
