@@ -9,9 +9,11 @@ default; `--s3` for SeaweedFS on 127.0.0.1), then measures, in one run:
   file per log through the write engine);
 - **rerun**: `project` again after 1% more messages (one more turn on 1% of the logs);
 - **query**: `select tenant, day, count(*) ... group by all` through `projection.query`,
-  and (local folder) DuckDB's `read_parquet` over the files themselves.
+  and (local folder) DuckDB's `read_parquet` over the files themselves;
+- with `--iceberg`: `iceberg.publish` after the full run and after the rerun, and the
+  same count through the Iceberg table (pyiceberg plans the files, DuckDB counts).
 
-    .venv/bin/python -m bench.projection_bench [--logs 1000] [--messages 100] [--s3]
+    .venv/bin/python -m bench.projection_bench [--logs 1000] [--messages 100] [--s3] [--iceberg]
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ def main() -> None:
     parser.add_argument("--logs", type=int, default=1000)
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--s3", action="store_true")
+    parser.add_argument("--iceberg", action="store_true")
+    parser.add_argument("--compact", action="store_true", help="with --iceberg")
     args = parser.parse_args()
+    published: dict[str, float] = {}
 
     import pyarrow
     import pyarrow.parquet
@@ -82,6 +87,13 @@ def main() -> None:
             report = projection.project(stash, namespaces=["logs"])
             full = time.perf_counter() - started
             assert report.rows == rows, (report.rows, rows)
+            catalog = {"uri": f"sqlite:///{Path(folder) / 'catalog.db'}"} if args.s3 else None
+            if args.iceberg:
+                from stashpoint import iceberg
+
+                started = time.perf_counter()
+                iceberg.publish(stash, catalog=catalog, namespaces=["logs"])
+                published["full"] = time.perf_counter() - started
 
             grown = list(heads)[: max(1, args.logs // 100)]
             for log_id in grown:
@@ -90,6 +102,41 @@ def main() -> None:
             started = time.perf_counter()
             again = projection.project(stash, namespaces=["logs"])
             rerun = time.perf_counter() - started
+            if args.iceberg:
+                started = time.perf_counter()
+                iceberg.publish(stash, catalog=catalog, namespaces=["logs"])
+                published["rerun"] = time.perf_counter() - started
+                from pyiceberg.catalog import load_catalog
+
+                properties = iceberg.catalog_properties(stash, stash.engine_files(), catalog)
+                started = time.perf_counter()
+                table = load_catalog(iceberg.CATALOG_NAME, **properties).load_table(
+                    iceberg.DEFAULT_TABLE
+                )
+                connection = table.scan(selected_fields=("tenant", "day")).to_duckdb("records")
+                counted_rows = connection.sql(
+                    "select tenant, day, count(*) as n from records group by all"
+                ).fetchall()
+                published["query"] = time.perf_counter() - started
+                assert sum(n for _, _, n in counted_rows) == rows + again.rows
+                if args.compact:
+                    started = time.perf_counter()
+                    done = iceberg.publish(
+                        stash, catalog=catalog, namespaces=["logs"], compact=True
+                    )
+                    published["compact"] = time.perf_counter() - started
+                    published["compact_files"] = done.files
+                    started = time.perf_counter()
+                    table = load_catalog(iceberg.CATALOG_NAME, **properties).load_table(
+                        iceberg.DEFAULT_TABLE
+                    )
+                    scan = table.scan(selected_fields=("tenant", "day"))
+                    connection = scan.to_duckdb("records")
+                    counted_rows = connection.sql(
+                        "select tenant, day, count(*) as n from records group by all"
+                    ).fetchall()
+                    published["compact_query"] = time.perf_counter() - started
+                    assert sum(n for _, _, n in counted_rows) == rows + again.rows
 
             started = time.perf_counter()
             answer = projection.query(
@@ -117,6 +164,15 @@ def main() -> None:
     print(f"query, count by tenant and day: {query:.2f} s (projection.query)")
     if direct is not None:
         print(f"the same with DuckDB over the files: {direct:.2f} s")
+    if published:
+        print(f"iceberg.publish, full: {published['full']:.2f} s ({published['full'] / full:.1%} "
+              f"of the full projection); after the rerun: {published['rerun']:.2f} s")  # fmt: skip
+        print(f"the count through the Iceberg table (pyiceberg scan -> DuckDB): "
+              f"{published['query']:.2f} s")  # fmt: skip
+    if "compact" in published:
+        print(f"publish with compaction: {published['compact']:.2f} s, the table then holds "
+              f"{published['compact_files']:.0f} files; the count through it: "
+              f"{published['compact_query']:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,31 +31,13 @@ from stashpoint import iceberg, projection
 from stashpoint.errors import ConfigurationError, InvalidArgument, StorageUnavailable
 from stashpoint.stores.layout import PROJECTION
 from stashpoint.stores.objects import PutObject
+from tests.archive_rows import Row
+from tests.archive_rows import expected_rows as _expected
+from tests.archive_rows import write_log as _write
 from tests.crashes import Crash, crash_everywhere
 from tests.kills import counting_child
 
 SECRET = "card 4111-1111-1111-1111"
-Row = tuple[str, str, int, int]
-
-
-def _write(stash: Any, log_id: str, turns: int, text: str = "turn", after: Any = None) -> Any:
-    head = after
-    for n in range(turns):
-        head = stash.logs.append(
-            log_id,
-            [{"role": "user", "content": f"{text} {n}"}, {"role": "assistant", "content": "ok"}],
-            after=head,
-        )
-    return head
-
-
-def _expected(stash: Any, *log_ids: str) -> Counter[Row]:
-    wanted: Counter[Row] = Counter()
-    for log_id in log_ids:
-        for entry in stash.logs.entries(log_id):
-            for offset in range(len(entry.records)):
-                wanted[("logs", log_id, entry.version, entry.first_record + offset)] += 1
-    return wanted
 
 
 def _identities(rows: pyarrow.Table) -> Counter[Row]:
@@ -449,3 +431,28 @@ def test_the_fault_proxy_on_every_request_of_a_publish_loses_and_repeats_no_file
     with stashpoint.open(seaweedfs.url(prefix)) as clean:
         iceberg.publish(clean, catalog=catalog)
         assert _s3_rows(clean, catalog) == _expected(clean, *ids), failures
+
+
+def test_a_compacted_table_registers_one_file_per_tenant_and_a_purge_reaches_it(
+    tmp_path: Path,
+) -> None:
+    with stashpoint.open(f"local://{tmp_path / 'stash'}") as stash:
+        acme = [f"acme.t{n}" for n in range(9)]
+        for log_id in acme:
+            _write(stash, log_id, 2, SECRET if log_id == "acme.t3" else "turn")
+        _write(stash, "globex.t0", 2)
+        projection.project(stash)
+        report = iceberg.publish(stash, compact=True)
+        assert report.compaction is not None and report.compaction.covered == len(acme)
+        assert report.files == 2  # acme's compacted file, globex's small one
+        assert _read_three_ways(stash, report) == _expected(stash, *acme, "globex.t0")
+
+        stash.admin.purge(log="acme.t3")
+        after = iceberg.publish(stash)  # the compacted file is gone: acme's small files
+        live = [log_id for log_id in acme if log_id != "acme.t3"]
+        assert after.files == len(live) + 1
+        assert _read_three_ways(stash, after) == _expected(stash, *live, "globex.t0")
+        assert SECRET not in _every_text(tmp_path / "stash" / PROJECTION)
+        again = iceberg.publish(stash, compact=True)
+        assert again.files == 2 and len(again.removed) == len(live)
+        assert _read_three_ways(stash, again) == _expected(stash, *live, "globex.t0")

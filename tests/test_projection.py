@@ -29,21 +29,12 @@ from stashpoint.agent import ConversationStore, Message
 from stashpoint.errors import InvalidArgument
 from stashpoint.stores.layout import PROJECTION
 from stashpoint.stores.objects import GetObject, ListKeys, PutObject
+from tests.archive_rows import expected_rows as _expected
+from tests.archive_rows import write_log as _write
 from tests.kills import counting_child
 from tests.purging import versions
 
 SECRET = "card 4111-1111-1111-1111"
-
-
-def _write(stash: Any, log_id: str, turns: int, text: str = "turn", after: Any = None) -> Any:
-    head = after
-    for n in range(turns):
-        head = stash.logs.append(
-            log_id,
-            [{"role": "user", "content": f"{text} {n}"}, {"role": "assistant", "content": "ok"}],
-            after=head,
-        )
-    return head
 
 
 def _rows(stash: Any) -> Counter[tuple[str, str, int, int]]:
@@ -51,15 +42,6 @@ def _rows(stash: Any) -> Counter[tuple[str, str, int, int]]:
         stash, "select namespace, log_id, version, position from records"
     ).to_pylist()
     return Counter((r["namespace"], r["log_id"], r["version"], r["position"]) for r in result)
-
-
-def _expected(stash: Any, *log_ids: str) -> Counter[tuple[str, str, int, int]]:
-    wanted: Counter[tuple[str, str, int, int]] = Counter()
-    for log_id in log_ids:
-        for entry in stash.logs.entries(log_id):
-            for offset in range(len(entry.records)):
-                wanted[("logs", log_id, entry.version, entry.first_record + offset)] += 1
-    return wanted
 
 
 def _projected_text(stash: Any) -> list[str]:

@@ -45,6 +45,7 @@ from stashpoint.projection import SOURCES
 from stashpoint.stores.layout import PROJECTION
 
 if TYPE_CHECKING:
+    from stashpoint.compaction import CompactionReport
     from stashpoint.composition import EngineFiles
     from stashpoint.stash import Stash
 
@@ -102,6 +103,8 @@ class IcebergReport:
     """Snapshots expired because they named files no longer there."""
     commits: int = 0
     """Snapshots this run committed (0: the table already held exactly the files)."""
+    compaction: CompactionReport | None = None
+    """What compacting the small files did (with `compact=True`)."""
 
 
 def _pyiceberg() -> Any:
@@ -149,8 +152,13 @@ def publish(
     catalog: Mapping[str, str] | None = None,
     table: str = DEFAULT_TABLE,
     namespaces: Sequence[str] = SOURCES,
+    compact: bool = False,
 ) -> IcebergReport:
     """Make the Iceberg table `table` hold exactly the projection's files of `namespaces`.
+
+    The table's files are the compacted files that count and the small files none of them
+    covers (`compaction.table_files`); `compact` compacts each tenant's uncovered small
+    files first (`compaction.compact`).
 
     `catalog`: pyiceberg catalog properties (`type=glue`, `uri=sqlite:///...`; a local
     folder's default is a SQL catalog on SQLite in the folder). Creates the table (and its
@@ -161,7 +169,7 @@ def publish(
     name), `StorageUnavailable` (the catalog or the files cannot be reached, or the table
     kept moving: other publishers won `COMMIT_ATTEMPTS` commits in a row).
     """
-    from stashpoint import projection
+    from stashpoint import compaction
 
     catalogs = _pyiceberg()
     if stash.encryption is not None:
@@ -172,9 +180,13 @@ def publish(
     namespace, name = _table_name(table)
     files = stash.engine_files()
     properties = catalog_properties(stash, files, catalog)
-    keys = projection.files(stash, namespaces=namespaces)
-    wanted = {files.uri(key) for key in keys}
     report = IcebergReport(table=f"{namespace}.{name}")
+    if not isinstance(compact, bool):
+        raise InvalidArgument("compact is a bool")
+    if compact:
+        report.compaction = compaction.compact(stash, namespaces=namespaces)
+    keys = compaction.table_files(stash, namespaces=namespaces)
+    wanted = {files.uri(key) for key in keys}
     from stashpoint.iceberg_files import lent
 
     try:

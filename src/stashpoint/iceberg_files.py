@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
 
 from stashpoint.errors import InvalidArgument, StorageUnavailable
-from stashpoint.steps import Steps, run_sync
+from stashpoint.steps import run_sync
 from stashpoint.stores import writes
 from stashpoint.stores.objects import (
     Create,
@@ -35,7 +35,6 @@ from stashpoint.stores.objects import (
     PutObject,
     delete_every_version,
 )
-from stashpoint.stores.writes import Found
 
 if TYPE_CHECKING:
     from stashpoint.composition import EngineFiles
@@ -170,7 +169,7 @@ class _StashOutput(OutputFile):
         run_sync(
             writes.create_named(
                 request,
-                _same_bytes(body),
+                writes.same_bytes(body),
                 self.owner.stash.retry,
                 what="iceberg metadata",
                 limit=READ_LIMIT,
@@ -179,13 +178,3 @@ class _StashOutput(OutputFile):
             self.owner.stash.driver,
         )
         self.written = body
-
-
-def _same_bytes(body: bytes) -> writes.Judge:
-    """Judge a file found under a new Iceberg file's name: the same bytes are as good."""
-
-    def judge(found: ObjectInfo) -> Steps[Found]:
-        return Found.SAME if found.body == body else Found.OTHER
-        yield  # a generator, like every step
-
-    return judge

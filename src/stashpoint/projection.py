@@ -57,7 +57,14 @@ from stashpoint.logs.head import LogHead
 from stashpoint.logs.log import LogSteps
 from stashpoint.steps import Parallel, Steps, ask, run_sync
 from stashpoint.stores import writes
-from stashpoint.stores.layout import CONVERSATIONS, LANGGRAPH, LOGS, PROJECTION, RUN_LOGS
+from stashpoint.stores.layout import (
+    CONVERSATIONS,
+    LANGGRAPH,
+    LOGS,
+    PROJECTION,
+    RUN_LOGS,
+    log_tenant,
+)
 from stashpoint.stores.objects import (
     Create,
     GetObject,
@@ -77,7 +84,6 @@ __all__ = [
     "PROJECTION_FORMAT",
     "SOURCES",
     "ProjectionReport",
-    "files",
     "project",
     "query",
     "table",
@@ -379,18 +385,8 @@ def _part_text(part: Any) -> str | None:
     return None
 
 
-def tenant_of(namespace: str, log_id: str) -> str:
-    """Return the tenant a log names: its id's first dot-separated segment.
-
-    `acme.t1`: `acme`; a conversation's, that of the namespace it was committed in.
-    """
-    if namespace == CONVERSATIONS:
-        # `conversation.{len(namespace)}.{namespace}.{conversation id}` (agent.logic)
-        _, _, rest = log_id.partition(".")
-        length, _, rest = rest.partition(".")
-        if length.isdigit():
-            log_id = rest[: int(length)]
-    return log_id.split(".", 1)[0]
+tenant_of = log_tenant
+"""Return the tenant a log names (`stores.layout.log_tenant`): its id's first segment."""
 
 
 def rows_of(namespace: str, log_id: str, entries: Sequence[LogEntry]) -> dict[str, list[Any]]:
@@ -494,7 +490,7 @@ class _Projector:
                 log_id, _, name = key[len(below) :].rpartition("/")
                 if not log_id:
                     continue
-                parsed = _parse_name(name)
+                parsed = parse_file_name(name)
                 if parsed is not None:
                     found.setdefault(log_id, _Projected()).files.append(_File(key, *parsed))
                 elif (marked := _parse_mark(name)) is not None:
@@ -735,20 +731,31 @@ class _Projector:
 
         `said`: name the log in the report's `erased` (not for marks alone).
         """
-        for key in keys:
-            _, failures = yield from delete_every_version(key)
-            if failures:
-                raise StorageUnavailable(
-                    "a projected file could not be erased (a retention or legal hold?)",
-                    object_name=key,
-                )
+        files = [k for k in keys if parse_file_name(k.rpartition("/")[2]) is not None]
+        if files:  # a compacted file of the tenant may hold their rows: erased with them
+            keys = [*keys, self.layout.compacted_prefix(namespace, log_id)]
+        yield from erase_for_good(keys, "a projected file")
         if said:
             with self.lock:
                 self.report.erased.append(f"{namespace}/{log_id}")
 
 
-def _parse_name(name: str) -> tuple[int, int] | None:
-    """`(life, first)` of a projected file's name; None: not one."""
+def erase_for_good(keys: Sequence[str], what: str) -> Steps[None]:
+    """Erase every stored version under each of `keys` (a key, or a folder's prefix).
+
+    `StorageUnavailable`, naming `what`, for a version storage keeps (a retention or a
+    legal hold).
+    """
+    for key in keys:
+        _, failures = yield from delete_every_version(key)
+        if failures:
+            raise StorageUnavailable(
+                f"{what} could not be erased (a retention or legal hold?)", object_name=key
+            )
+
+
+def parse_file_name(name: str) -> tuple[int, int] | None:
+    """Return `(life, first version)` of a projected file's name (None: not one)."""
     stem, dot, extension = name.partition(".")
     life, dash, first = stem.partition("-")
     if (dot, extension, dash) != (".", "parquet", "-") or not (life + first).isdigit():
@@ -830,7 +837,8 @@ def file_judge(
     return judge
 
 
-def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
+def check_namespaces(namespaces: Sequence[str]) -> list[str]:
+    """Return `namespaces` as a list, each a log namespace (else `InvalidArgument`)."""
     from stashpoint.stores.layout import NAMESPACES, Shape
 
     chosen = list(namespaces)
@@ -856,7 +864,7 @@ def project(
     """
     from stashpoint.ids import validate_prefix
 
-    chosen = _check_namespaces(namespaces)
+    chosen = check_namespaces(namespaces)
     validate_prefix(prefix)
     _arrow()
     projector = _Projector(stash)
@@ -898,16 +906,6 @@ def _projected_keys(projector: _Projector, namespaces: Sequence[str]) -> Steps[l
     return keys
 
 
-def files(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> list[str]:
-    """Return the keys of every projected file of `namespaces` (their marks left out).
-
-    What an Iceberg table of the projection (`stashpoint.iceberg`) registers.
-    """
-    projector = _Projector(stash)
-    chosen = _check_namespaces(namespaces)
-    return run_sync(_projected_keys(projector, chosen), stash.driver)
-
-
 def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table:
     """Every projected row of `namespaces`, as one Arrow table (for pandas, Polars, ...).
 
@@ -916,7 +914,7 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
     """
     pa, pq = _arrow()
     projector = _Projector(stash)
-    chosen = _check_namespaces(namespaces)
+    chosen = check_namespaces(namespaces)
 
     def read() -> Steps[list[ObjectInfo | None]]:
         keys = yield from _projected_keys(projector, chosen)
@@ -929,13 +927,13 @@ def table(stash: Stash, *, namespaces: Sequence[str] = SOURCES) -> pyarrow.Table
             continue
         # One small file at a time: pyarrow's thread pool costs more than it saves (2.5x).
         loaded = pq.read_table(pa.BufferReader(body), use_threads=False)
-        tables.append(_conformed(pa, loaded))
+        tables.append(conformed(pa, loaded))
     if not tables:
         return arrow_schema(pa).empty_table()
     return pa.concat_tables(tables)
 
 
-def _conformed(pa: Any, loaded: Any) -> Any:
+def conformed(pa: Any, loaded: Any) -> Any:
     """Return a file's rows in the current schema (a column added since it was written: null).
 
     Columns are only ever added (at the end), so every file a release wrote reads so.

@@ -65,3 +65,11 @@ def test_project_with_iceberg_publishes_the_table_and_drops_a_purged_log(tmp_pat
     assert table.scan().to_arrow().column("log_id").to_pylist() == ["acme.t2"]
     refused = cli("project", "--iceberg", "--catalog", "no-equals", url=url, check=False)
     assert refused.returncode != 0 and "KEY=VALUE" in refused.stderr
+    alone = cli("project", "--compact", url=url, check=False)
+    assert alone.returncode != 0 and "--iceberg" in alone.stderr
+    with stashpoint.open(url) as stash:
+        for n in range(8):
+            stash.logs.append(f"acme.c{n}", [{"role": "user", "content": "hi"}], after=None)
+    compacted = json.loads(cli("project", "--iceberg", "--compact", "--json", url=url).stdout)
+    assert compacted["iceberg"]["compaction"]["covered"] == 9  # acme.t2 and the eight
+    assert compacted["iceberg"]["files"] == 1

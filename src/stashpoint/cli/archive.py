@@ -45,6 +45,13 @@ def project(
     table: Annotated[
         str, typer.Option(help="The Iceberg table, `namespace.name`.")
     ] = "stashpoint.records",
+    compact: Annotated[
+        bool,
+        typer.Option(
+            "--compact",
+            help="With --iceberg: first rewrite each tenant's small files into large ones.",
+        ),
+    ] = False,
     url: Url = None,
     as_json: AsJson = False,
 ) -> None:
@@ -71,8 +78,14 @@ def project(
             from stashpoint.iceberg import publish
 
             published = publish(
-                stash, catalog=properties, table=table, namespaces=namespaces or SOURCES
+                stash,
+                catalog=properties,
+                table=table,
+                namespaces=namespaces or SOURCES,
+                compact=compact,
             )
+        elif compact:
+            raise typer.BadParameter("--compact compacts the Iceberg table's files: add --iceberg")
     if as_json:
         shown = dataclasses.asdict(report)
         if published is not None:
@@ -83,6 +96,12 @@ def project(
             f"looked at {report.logs} logs ({report.unchanged} unchanged): {report.rows} rows "
             f"in {len(report.files)} new files; {len(report.erased)} logs' projections erased"
         )
+        if published is not None and published.compaction is not None:
+            done = published.compaction
+            output.say(
+                f"compacted {done.covered} small files into {len(done.written)}; "
+                f"{len(done.erased)} stale compacted files erased"
+            )
         if published is not None:
             output.say(
                 f"iceberg table {published.table}: {published.files} files "

@@ -834,8 +834,12 @@ class Purger:
         yield self.layout.namespace_prefix(QUARANTINE) + below_prefix, False
         if namespace.values is not None:
             yield self.layout.key(namespace.values, target.object_id) + "/", False
-        # What the queryable archive derived from the log (`stashpoint.projection`).
+        # What the queryable archive derived from the log (`stashpoint.projection`), then
+        # the compacted files of its tenant that may hold its rows (`stashpoint.compaction`;
+        # after the log's own files: a compactor that read them finds them gone and erases
+        # what it wrote).
         yield self.layout.key(PROJECTION, f"{target.namespace}/{target.object_id}/"), False
+        yield self.layout.compacted_prefix(target.namespace, target.object_id), False
 
     def _versions(self, prefix: str, exact: bool) -> Steps[list[StoredVersion]]:
         """Return every stored version under `prefix` (`exact`: of that key alone)."""

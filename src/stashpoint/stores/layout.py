@@ -145,6 +145,26 @@ PROJECTION = "projection"
 """Namespace of the queryable archive (`stashpoint.projection`): Parquet files of logs'
 records, `{source namespace}/{log id}/{life}-{first version}.parquet`."""
 
+COMPACTED = "_compacted"
+"""The folder of the projection's compacted files (`stashpoint.compaction`):
+`projection/_compacted/{source namespace}/{tenant}/`. A leading `_`: not a source
+namespace, and hidden from Hive-style readers (Athena, Spark) of `projection/`."""
+
+
+def log_tenant(namespace: str, log_id: str) -> str:
+    """Return the tenant a log names: its id's first dot-separated segment.
+
+    `acme.t1`: `acme`; a conversation's, that of the namespace it was committed in.
+    """
+    if namespace == CONVERSATIONS:
+        # `conversation.{len(namespace)}.{namespace}.{conversation id}` (agent.logic)
+        _, _, rest = log_id.partition(".")
+        length, _, rest = rest.partition(".")
+        if length.isdigit():
+            log_id = rest[: int(length)]
+    return log_id.split(".", 1)[0]
+
+
 NAMESPACES: dict[str, Namespace] = {
     namespace.name: namespace
     for namespace in (
@@ -256,3 +276,12 @@ class Layout:
     def namespace_prefix(self, namespace: str) -> str:
         """Return the key prefix of every object in `namespace`."""
         return f"{self.prefix}/{namespace}/" if self.prefix else f"{namespace}/"
+
+    def compacted_prefix(self, namespace: str, log_id: str) -> str:
+        """Return the prefix of the compacted files that may hold a log's projected rows.
+
+        Those of its tenant (`log_tenant`): a purge or an erasure of the log's projected
+        files erases them too (the next compaction writes the others' rows again).
+        """
+        tenant = log_tenant(namespace, log_id)
+        return self.key(PROJECTION, f"{COMPACTED}/{namespace}/{tenant}/")

@@ -319,6 +319,20 @@ def create_named(
     return (yield from put(request, read_back, retry, what=what))
 
 
+def same_bytes(body: bytes) -> Judge:
+    """Judge an object found under a create-only name: the same bytes are as good as ours.
+
+    For files whose name says nothing of their content (a random or content-hash name):
+    anything else found there is `OTHER` (written over).
+    """
+
+    def judge(found: ObjectInfo) -> Steps[Found]:
+        return Found.SAME if found.body == body else Found.OTHER
+        yield  # a generator, like every step
+
+    return judge
+
+
 def named_read_back(key: str, judge: Judge, *, limit: int, refresh: bool) -> ReadBack:
     """Return the read-back of a create-only write of a content-named object (`create_named`).
 
