@@ -456,3 +456,27 @@ def test_a_compacted_table_registers_one_file_per_tenant_and_a_purge_reaches_it(
         again = iceberg.publish(stash, compact=True)
         assert again.files == 2 and len(again.removed) == len(live)
         assert _read_three_ways(stash, again) == _expected(stash, *live, "globex.t0")
+
+
+def test_metadata_files_nothing_names_are_erased_once_an_hour_old(tmp_path: Path) -> None:
+    """A publisher that died before its commit leaves files no snapshot names: the next
+    publish erases those older than an hour by storage's clock, never a younger one (a
+    running publisher's)."""
+    import os
+    import time
+
+    with stashpoint.open(f"local://{tmp_path / 'stash'}") as stash:
+        _write(stash, "acme.t1", 1)
+        projection.project(stash)
+        report = iceberg.publish(stash)
+        assert report.orphans_erased == 0
+        folder = Path(report.metadata_location.removeprefix("file://")).parent
+        old, young = folder / "00009-dead.metadata.json", folder / "snap-1-0-young.avro"
+        old.write_text("{}")
+        young.write_bytes(b"Obj\x01")
+        hours_ago = time.time() - 2 * 3600
+        os.utime(old, (hours_ago, hours_ago))
+        again = iceberg.publish(stash)
+        assert again.orphans_erased == 1
+        assert not old.exists() and young.exists()
+        assert _read_three_ways(stash, again) == _expected(stash, "acme.t1")

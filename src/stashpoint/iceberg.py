@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from stashpoint.errors import (
@@ -45,9 +46,12 @@ from stashpoint.projection import SOURCES
 from stashpoint.stores.layout import PROJECTION
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from stashpoint.compaction import CompactionReport
     from stashpoint.composition import EngineFiles
     from stashpoint.stash import Stash
+    from stashpoint.steps import Steps
 
 __all__ = ["DEFAULT_TABLE", "IcebergReport", "publish"]
 
@@ -63,6 +67,9 @@ CATALOG_NAME = "stashpoint"
 """The catalog's name (a SQL catalog's tables are keyed by it): load it under this name."""
 DESCRIBERS = 8
 """New files whose Parquet footers a publish reads at once."""
+ORPHAN_AGE = timedelta(hours=1)
+"""How old a file of the table's metadata folder that nothing names must be to be erased
+(younger, it may be a running publisher's, not yet committed)."""
 COMMIT_ATTEMPTS = 16
 """Commits tried before `publish` gives up (each lost one means another publisher won)."""
 _OPEN_ATTEMPTS = 5
@@ -105,6 +112,9 @@ class IcebergReport:
     """Snapshots this run committed (0: the table already held exactly the files)."""
     compaction: CompactionReport | None = None
     """What compacting the small files did (with `compact=True`)."""
+    orphans_erased: int = 0
+    """Files of the table's metadata folder no snapshot names, older than `ORPHAN_AGE` by
+    storage's clock, erased (a publisher that died between writing and committing)."""
 
 
 def _pyiceberg() -> Any:
@@ -195,6 +205,7 @@ def publish(
         with lent(stash, files) as through_stash:
             iceberg_table = _opened(catalogs, {**properties, **through_stash}, namespace, name)
             _sync(iceberg_table, wanted, report)
+            report.orphans_erased = _sweep_orphans(stash, files, iceberg_table)
     except StashpointError:
         raise
     except Exception as exc:  # pyiceberg, pyarrow, SQLAlchemy or the store said no
@@ -371,3 +382,46 @@ def _expire(table: Any, report: IcebergReport) -> bool:
     for path in sorted(unneeded):
         table.io.delete(path)
     return True
+
+
+def _sweep_orphans(stash: Stash, files: EngineFiles, table: Any) -> int:
+    """Erase the table's metadata files nothing names, older than `ORPHAN_AGE`; count them.
+
+    Named: the current metadata file and those it lists, every snapshot's manifest list and
+    manifests. Anything else was written by a publisher that died before its commit, or
+    left when a deletion failed; its age is judged on storage's clock (a probe), so a
+    running publisher's new files are never taken.
+    """
+    from stashpoint.maintenance.garbage import storage_now
+    from stashpoint.projection import erase_for_good
+    from stashpoint.steps import run_sync
+    from stashpoint.stores.objects import every_key_page
+
+    table.refresh()
+    metadata = table.metadata
+    named = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    for snapshot in metadata.snapshots:
+        named.add(snapshot.manifest_list)
+        named.update(m.manifest_path for m in snapshot.manifests(table.io))
+    root = f"{files.root}/"
+    folder = f"{metadata.location}/metadata/"
+    if not folder.startswith(root):
+        return 0  # the table's metadata is not in the stash: not ours to sweep
+
+    def steps() -> Steps[int]:
+        unnamed: list[tuple[str, datetime]] = []
+        for page in (yield from every_key_page(folder[len(root) :])):
+            times: list[datetime | None] = [None] * len(page.keys)
+            if page.modified is not None:
+                times = list(page.modified)
+            for key, when in zip(page.keys, times, strict=True):
+                if files.uri(key) not in named and when is not None:
+                    unnamed.append((key, when))
+        if not unnamed:
+            return 0
+        now = yield from storage_now(stash.layout)
+        old = [key for key, when in unnamed if now - when >= ORPHAN_AGE]
+        yield from erase_for_good(old, "an Iceberg metadata file")
+        return len(old)
+
+    return run_sync(steps(), stash.driver)
