@@ -480,3 +480,30 @@ def test_metadata_files_nothing_names_are_erased_once_an_hour_old(tmp_path: Path
         assert again.orphans_erased == 1
         assert not old.exists() and young.exists()
         assert _read_three_ways(stash, again) == _expected(stash, "acme.t1")
+
+
+def test_a_table_of_an_older_release_gains_the_columns_added_since(tmp_path: Path) -> None:
+    """The projection's columns are only ever added, at the end: a table made when there
+    were fewer is evolved (Iceberg schema evolution, by name), and reads every column."""
+    from pyiceberg.catalog import load_catalog
+
+    with stashpoint.open(f"local://{tmp_path / 'stash'}") as stash:
+        stash.logs.append(
+            "acme.t1", [{"role": "assistant", "content": "hi", "model": "m-1"}], after=None
+        )
+        projection.project(stash)
+        properties = iceberg.catalog_properties(stash, stash.engine_files(), None)
+        Path(properties["uri"].removeprefix("sqlite:///")).parent.mkdir(parents=True)
+        catalog = load_catalog(iceberg.CATALOG_NAME, **properties)
+        catalog.create_namespace("stashpoint")
+        older = projection.arrow_schema(pyarrow)
+        older = pyarrow.schema([older.field(n) for n in older.names[:-3]])  # before tokens
+        catalog.create_table(
+            "stashpoint.records", schema=older, properties=iceberg.TABLE_PROPERTIES
+        )
+        report = iceberg.publish(stash)
+        table = catalog.load_table("stashpoint.records")
+        assert [f.name for f in table.schema().fields] == projection.arrow_schema(pyarrow).names
+        rows = table.scan().to_arrow().to_pylist()
+        assert [(r["log_id"], r["model"]) for r in rows] == [("acme.t1", "m-1")]
+        assert report.files == 1

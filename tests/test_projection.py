@@ -773,3 +773,36 @@ def test_marks_go_with_their_log_a_purge_and_a_new_life() -> None:
         lives = {k.split("/")[-1].lstrip("_").split("-")[0] for k in kept}
         assert len(kept) == 2 and lives == {f"{3:020d}"}  # deleted at 2: life 3, marked
         assert _rows(stash) == _expected(stash, "acme.t2")
+
+
+def test_the_json_schema_of_a_row_names_every_column_and_projected_rows_validate(
+    tmp_path: Any,
+) -> None:
+    import json
+    from datetime import date, datetime
+    from pathlib import Path
+
+    import jsonschema
+
+    path = Path(__file__).parents[1] / "docs" / "archive-records.schema.json"
+    schema = json.loads(path.read_text())
+    assert list(schema["properties"]) == projection.arrow_schema(pyarrow).names
+    assert schema["required"] == projection.arrow_schema(pyarrow).names
+    with stashpoint.open(f"local://{tmp_path / 'stash'}") as stash:
+        stash.logs.append(
+            "acme.t1",
+            [{"role": "assistant", "content": "hi", "model": "m", "usage": {"input_tokens": 3}},
+             {"event": "not a message", "text": "bell \x07"}],
+            after=None,
+        )  # fmt: skip
+        projection.project(stash)
+        rows = projection.table(stash).to_pylist()
+    assert len(rows) == 2
+    checker = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    for row in rows:
+        as_json = {
+            k: v.isoformat() if isinstance(v, datetime | date) else v for k, v in row.items()
+        }
+        checker.validate(as_json)

@@ -70,6 +70,9 @@ DESCRIBERS = 8
 ORPHAN_AGE = timedelta(hours=1)
 """How old a file of the table's metadata folder that nothing names must be to be erased
 (younger, it may be a running publisher's, not yet committed)."""
+_NAME_MAPPING = "schema.name-mapping.default"
+"""The table property mapping the files' column names to field ids (projected files carry
+no field ids)."""
 COMMIT_ATTEMPTS = 16
 """Commits tried before `publish` gives up (each lost one means another publisher won)."""
 _OPEN_ATTEMPTS = 5
@@ -255,6 +258,7 @@ def _opened(catalogs: Any, properties: dict[str, str], namespace: str, name: str
 
 def _table(catalog: Any, namespace: str, name: str) -> Any:
     """Return the table, created (with its namespace) when missing; a racing creator's wins."""
+    import pyarrow
     from pyiceberg.exceptions import (
         CommitFailedException,
         NoSuchTableError,
@@ -264,15 +268,13 @@ def _table(catalog: Any, namespace: str, name: str) -> Any:
     from stashpoint import projection
 
     identifier = (*namespace.split("."), name)
+    schema = projection.arrow_schema(pyarrow)
     try:
-        return catalog.load_table(identifier)
+        return _evolved(catalog.load_table(identifier), schema)
     except NoSuchTableError:
         pass
     if not catalog.namespace_exists(namespace):  # Glue: a database infra/ may have made
         catalog.create_namespace_if_not_exists(namespace)
-    import pyarrow
-
-    schema = projection.arrow_schema(pyarrow)
     try:
         creating = catalog.create_table_transaction(
             identifier, schema=schema, properties=TABLE_PROPERTIES
@@ -280,12 +282,35 @@ def _table(catalog: Any, namespace: str, name: str) -> Any:
         with creating.update_spec() as spec:  # files are one log's: one namespace, one tenant
             spec.add_identity("namespace")
             spec.add_identity("tenant")
-        mapping = creating.table_metadata.schema().name_mapping.model_dump_json()
-        creating.set_properties(**{"schema.name-mapping.default": mapping})
+        creating.set_properties(**{_NAME_MAPPING: _mapping_of(creating.table_metadata.schema())})
         creating.commit_transaction()
     except (TableAlreadyExistsError, CommitFailedException):
         pass  # another publisher created it first: its table is as good
     return catalog.load_table(identifier)
+
+
+def _evolved(table: Any, schema: Any) -> Any:
+    """Return `table` with the projection's columns: those a release added since, added.
+
+    The projection's columns are only ever added, at the end (`projection.arrow_schema`):
+    Iceberg's schema evolution adds them by name, with new field ids, and the files
+    registered before read them as null. The table's name mapping follows.
+    """
+    present = {field.name for field in table.schema().fields}
+    if not set(schema.names) <= present:
+        with table.update_schema() as update:
+            update.union_by_name(schema)
+    mapping = table.metadata.name_mapping()
+    mapped = set() if mapping is None else {n for field in mapping for n in field.names}
+    if not set(schema.names) <= mapped:  # files carry no field ids: names find columns
+        with table.transaction() as transaction:
+            transaction.set_properties(**{_NAME_MAPPING: _mapping_of(table.schema())})
+    return table
+
+
+def _mapping_of(schema: Any) -> str:
+    """Return the name mapping of an Iceberg schema, as the table property holds it."""
+    return str(schema.name_mapping.model_dump_json())
 
 
 def _sync(table: Any, wanted: set[str], report: IcebergReport) -> None:
