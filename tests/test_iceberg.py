@@ -11,6 +11,7 @@ import sqlite3
 import threading
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +90,12 @@ def test_a_published_table_holds_every_projected_row_once(tmp_path: Path) -> Non
         _write(stash, "acme.t0", 2, "later", after=heads["acme.t0"])
         _write(stash, "initech.t9", 1)
         projection.project(stash)
-        grown = iceberg.publish(stash)
+        grown = iceberg.publish(stash, grace=timedelta(0))
         assert len(grown.added) == 2 and grown.removed == []  # only the two new files
         assert grown.files == len(ids) + 2
         assert _read_three_ways(stash, grown) == _expected(stash, *ids, "initech.t9")
         table = _catalog(stash).load_table(grown.table)
-        assert len(table.metadata.snapshots) == 1  # one snapshot: the projection as it is
+        assert len(table.metadata.snapshots) == 1  # no grace: the superseded ones expired
 
 
 def _every_text(folder: Path) -> str:
@@ -127,7 +128,7 @@ def test_a_purge_reaches_the_table_and_leaves_no_byte_of_the_purged_rows(
         stash.admin.purge(log="acme.t1")
         with pytest.raises(Exception):
             _catalog(stash).load_table(first.table).scan().to_arrow()
-        report = iceberg.publish(stash)
+        report = iceberg.publish(stash, grace=timedelta(0))
         assert [uri.rsplit("/", 2)[1] for uri in report.removed] == ["acme.t1"]
         assert report.added == [] and report.expired_snapshots >= 1
         assert _read_three_ways(stash, report) == _expected(stash, "acme.t2", "globex.t1")
@@ -258,7 +259,7 @@ def test_a_crash_at_the_catalogs_commit_leaves_a_table_the_next_publish_complete
         with pytest.raises(Crash):
             iceberg.publish(stash)
         _consistent(stash, ["acme.t2"])
-        report = iceberg.publish(stash)
+        report = iceberg.publish(stash, grace=timedelta(0))
         assert _read_three_ways(stash, report) == _expected(stash, "acme.t2")
         assert len(_catalog(stash).load_table(report.table).metadata.snapshots) == 1
 
@@ -380,7 +381,6 @@ def _s3_rows(stash: Any, catalog: dict[str, str]) -> Counter[Row]:
 
     properties = iceberg.catalog_properties(stash, stash.engine_files(), catalog)
     table = load_catalog(iceberg.CATALOG_NAME, **properties).load_table(iceberg.DEFAULT_TABLE)
-    assert len(table.metadata.snapshots) == 1
     return _identities(table.scan().to_arrow())
 
 
@@ -507,3 +507,39 @@ def test_a_table_of_an_older_release_gains_the_columns_added_since(tmp_path: Pat
         rows = table.scan().to_arrow().to_pylist()
         assert [(r["log_id"], r["model"]) for r in rows] == [("acme.t1", "m-1")]
         assert report.files == 1
+
+
+def test_a_superseded_snapshot_is_kept_for_the_grace_then_expired_and_its_files_erased(
+    tmp_path: Path,
+) -> None:
+    """An engine that began reading the table before a publish finishes: the snapshot it
+    reads is kept for `grace` after it stopped being current (by the stash's clock), then
+    expired, and the manifests only it named are erased."""
+    from stashpoint.clock import FakeClock
+
+    clock = FakeClock(datetime.now(UTC))
+    with stashpoint.open(f"local://{tmp_path / 'stash'}", clock=clock) as stash:
+        _write(stash, "acme.t1", 1)
+        projection.project(stash)
+        first = iceberg.publish(stash)
+        reader = StaticTable.from_metadata(first.metadata_location)  # an engine, mid-read
+        _write(stash, "acme.t2", 1)
+        projection.project(stash)
+        second = iceberg.publish(stash)
+        assert second.expired_snapshots == 0 and second.orphans_erased == 0
+        assert _identities(reader.scan().to_arrow()) == _expected(stash, "acme.t1")
+        clock.advance(2 * 3600)  # superseded two hours ago, by the stash's clock
+        third = iceberg.publish(stash, grace=timedelta(hours=1))
+        assert third.expired_snapshots == 1
+        table = _catalog(stash).load_table(third.table)
+        assert [s.snapshot_id for s in table.metadata.snapshots] == [
+            table.current_snapshot().snapshot_id
+        ]
+        assert _read_three_ways(stash, third) == _expected(stash, "acme.t1", "acme.t2")
+        # The expired snapshot's manifest list is no longer named: erased once an hour
+        # old by storage's clock (the files' own times), never before.
+        expired_list = reader.current_snapshot().manifest_list.removeprefix("file://")
+        assert Path(expired_list).exists()
+        zero = iceberg.publish(stash, grace=timedelta(0))
+        assert zero.orphans_erased >= 1 and not Path(expired_list).exists()
+        assert _read_three_ways(stash, zero) == _expected(stash, "acme.t1", "acme.t2")

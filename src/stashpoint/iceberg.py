@@ -13,10 +13,10 @@ Trino, DuckDB and pyiceberg read the archive by its table name with no stashpoin
   (SQL catalogs compare the metadata location, Glue its version): two publishers at once
   never register a file twice; the one that lost the race builds again on the new snapshot.
 - **Erasure reaches it.** A purge erases a log's projected files; the next `publish` (or
-  `stashpoint project --iceberg`) removes them from the table, expires every snapshot but
-  the new one, and deletes the manifests and manifest lists only the expired snapshots
-  named, so no snapshot names an erased file. Until then an engine reading the table fails
-  on the missing file rather than returning erased rows. The table's metadata never holds
+  `stashpoint project --iceberg`) commits a snapshot without them. A superseded snapshot is
+  kept for `GRACE` (an engine reading it finishes), then expired, and the manifests nothing
+  names are erased once as old. An engine reading a snapshot that names an erased file
+  fails on it rather than returning erased rows. The table's metadata never holds
   content: column statistics are kept for ids and times only (namespace, log id, tenant,
   version, position, written_at, day), counts for the rest.
 - **Where the catalog lives.** A local folder's default is pyiceberg's SQL catalog on
@@ -30,10 +30,11 @@ Needs the `iceberg` extra (pyiceberg with SQLite, pyarrow), imported only here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from stashpoint.errors import (
@@ -67,9 +68,10 @@ CATALOG_NAME = "stashpoint"
 """The catalog's name (a SQL catalog's tables are keyed by it): load it under this name."""
 DESCRIBERS = 8
 """New files whose Parquet footers a publish reads at once."""
-ORPHAN_AGE = timedelta(hours=1)
-"""How old a file of the table's metadata folder that nothing names must be to be erased
-(younger, it may be a running publisher's, not yet committed)."""
+GRACE = timedelta(hours=1)
+"""How long a superseded snapshot is kept, and how old a file of the table's metadata
+folder that nothing names must be to be erased: an engine reading the table meanwhile, or
+a publisher not yet committed, finds what it reads."""
 _NAME_MAPPING = "schema.name-mapping.default"
 """The table property mapping the files' column names to field ids (projected files carry
 no field ids)."""
@@ -82,8 +84,9 @@ _STATISTICS = ("namespace", "log_id", "tenant", "version", "position", "written_
 TABLE_PROPERTIES = {
     "write.metadata.metrics.default": "counts",
     **{f"write.metadata.metrics.column.{name}": "full" for name in _STATISTICS},
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "4",
+    # Old metadata files are erased by `publish`'s sweep, after `grace`, not at once.
+    "write.metadata.delete-after-commit.enabled": "false",
+    "write.metadata.previous-versions-max": "100",
     # A lost commit is built again from the projection's listing by `publish`, not replayed
     # by pyiceberg on the new snapshot after a wall-clock sleep.
     "commit.retry.num-retries": "0",
@@ -116,8 +119,8 @@ class IcebergReport:
     compaction: CompactionReport | None = None
     """What compacting the small files did (with `compact=True`)."""
     orphans_erased: int = 0
-    """Files of the table's metadata folder no snapshot names, older than `ORPHAN_AGE` by
-    storage's clock, erased (a publisher that died between writing and committing)."""
+    """Files of the table's metadata folder nothing names, older than the grace by storage's
+    clock, erased (expired snapshots', metadata no longer listed, a dead publisher's)."""
 
 
 def _pyiceberg() -> Any:
@@ -166,6 +169,7 @@ def publish(
     table: str = DEFAULT_TABLE,
     namespaces: Sequence[str] = SOURCES,
     compact: bool = False,
+    grace: timedelta = GRACE,
 ) -> IcebergReport:
     """Make the Iceberg table `table` hold exactly the projection's files of `namespaces`.
 
@@ -176,11 +180,13 @@ def publish(
     `catalog`: pyiceberg catalog properties (`type=glue`, `uri=sqlite:///...`; a local
     folder's default is a SQL catalog on SQLite in the folder). Creates the table (and its
     catalog namespace) when missing; registers new projected files and removes erased ones
-    in one snapshot; after a removal, expires every older snapshot and deletes the manifests
-    only they named. Run `projection.project` first. Raises `ConfigurationError` (no extra,
-    no catalog for an S3 stash, `memory://`), `InvalidArgument` (an encrypted stash, a bad
-    name), `StorageUnavailable` (the catalog or the files cannot be reached, or the table
-    kept moving: other publishers won `COMMIT_ATTEMPTS` commits in a row).
+    in one snapshot; expires the snapshots superseded `grace` ago (by the stash's clock),
+    and erases the metadata files nothing names once `grace` old (by storage's): an engine
+    reading the table meanwhile finds what it reads. Run `projection.project` first.
+    Raises `ConfigurationError` (no extra, no catalog for an S3 stash, `memory://`),
+    `InvalidArgument` (an encrypted stash, a bad name or argument), `StorageUnavailable`
+    (the catalog or the files cannot be reached, or the table kept moving: other
+    publishers won `COMMIT_ATTEMPTS` commits in a row).
     """
     from stashpoint import compaction
 
@@ -196,6 +202,8 @@ def publish(
     report = IcebergReport(table=f"{namespace}.{name}")
     if not isinstance(compact, bool):
         raise InvalidArgument("compact is a bool")
+    if not isinstance(grace, timedelta) or grace < timedelta(0):
+        raise InvalidArgument("grace is a timedelta >= 0")
     if compact:
         report.compaction = compaction.compact(stash, namespaces=namespaces)
     keys = compaction.table_files(stash, namespaces=namespaces)
@@ -207,8 +215,8 @@ def publish(
             _make_folder(properties["uri"])
         with lent(stash, files) as through_stash:
             iceberg_table = _opened(catalogs, {**properties, **through_stash}, namespace, name)
-            _sync(iceberg_table, wanted, report)
-            report.orphans_erased = _sweep_orphans(stash, files, iceberg_table)
+            _sync(iceberg_table, wanted, report, _clock(stash), grace)
+            report.orphans_erased = _sweep_orphans(stash, files, iceberg_table, grace)
     except StashpointError:
         raise
     except Exception as exc:  # pyiceberg, pyarrow, SQLAlchemy or the store said no
@@ -313,8 +321,21 @@ def _mapping_of(schema: Any) -> str:
     return str(schema.name_mapping.model_dump_json())
 
 
-def _sync(table: Any, wanted: set[str], report: IcebergReport) -> None:
-    """Commit the snapshot that makes `table` hold `wanted`; expire what named erased files."""
+def _clock(stash: Stash) -> Callable[[], datetime]:
+    """Return what the stash's clock says, asked at each call (time is an input)."""
+    from stashpoint.steps import Now, ask, run_sync
+
+    return lambda: run_sync(ask(Now()), stash.driver)
+
+
+def _sync(
+    table: Any,
+    wanted: set[str],
+    report: IcebergReport,
+    now: Callable[[], datetime],
+    grace: timedelta,
+) -> None:
+    """Commit the snapshot that makes `table` hold `wanted`; expire superseded snapshots."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     described: dict[str, Any] = {}  # a new file's description, kept across lost commits
@@ -347,7 +368,7 @@ def _sync(table: Any, wanted: set[str], report: IcebergReport) -> None:
             report.added = [d.file_path for d in adding]
             report.removed = removed
         report.files = len(held) - len(removed) + len(adding)
-        if _expire(table, report):
+        if _expire(table, report, now, grace):
             report.metadata_location = table.metadata_location
             return
     raise StorageUnavailable(
@@ -374,48 +395,50 @@ def _described(table: Any, uri: str) -> tuple[str, Any, str | None]:
         return uri, None, type(exc).__name__
 
 
-def _expire(table: Any, report: IcebergReport) -> bool:
-    """Expire every snapshot but the current, deleting what only they named; True when done.
+def _expire(
+    table: Any, report: IcebergReport, now: Callable[[], datetime], grace: timedelta
+) -> bool:
+    """Expire the snapshots superseded at least `grace` ago; True when done.
 
-    An older snapshot may name files a purge erased: an engine reading it would fail, and
-    its manifests and manifest list (ids and times only, no content) would outlive them.
-    So the table keeps one snapshot, the projection as of the last publish. False: another
-    publisher committed meanwhile (the caller looks again).
+    A superseded snapshot may name files a purge erased (an engine reading it fails on
+    them, and reads no erased row: the files are gone), and its manifests (ids and times
+    only, no content) would outlive them. It is kept for `grace` after it stopped being
+    current, so an engine that began reading it then finishes; its files, named by no
+    snapshot once it is expired, are erased by the sweep (`_sweep_orphans`). False:
+    another publisher committed meanwhile (the caller looks again).
     """
     from pyiceberg.exceptions import CommitFailedException
 
     table.refresh()
-    current = table.current_snapshot()
+    metadata = table.metadata
+    current = metadata.current_snapshot_id
+    superseded: dict[int, int] = {}  # snapshot -> when the next one became current (ms)
+    log = metadata.snapshot_log
+    for entry, following in pairwise(log):
+        superseded[entry.snapshot_id] = following.timestamp_ms
+    limit = (now() - grace).timestamp() * 1000
     older = [
-        s
-        for s in table.metadata.snapshots
-        if current is None or s.snapshot_id != current.snapshot_id
+        s.snapshot_id
+        for s in metadata.snapshots
+        if s.snapshot_id != current and superseded.get(s.snapshot_id, s.timestamp_ms) <= limit
     ]
     if not older:
         return True
-    kept = set() if current is None else {m.manifest_path for m in current.manifests(table.io)}
-    unneeded: set[str] = set()
-    for snapshot in older:
-        unneeded.add(snapshot.manifest_list)
-        unneeded.update(m.manifest_path for m in snapshot.manifests(table.io))
-    unneeded -= kept
     try:
-        table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in older]).commit()
+        table.maintenance.expire_snapshots().by_ids(older).commit()
     except (CommitFailedException, ValueError):
         return False  # another publisher moved the table, or expired these snapshots first
     report.expired_snapshots += len(older)
-    for path in sorted(unneeded):
-        table.io.delete(path)
     return True
 
 
-def _sweep_orphans(stash: Stash, files: EngineFiles, table: Any) -> int:
-    """Erase the table's metadata files nothing names, older than `ORPHAN_AGE`; count them.
+def _sweep_orphans(stash: Stash, files: EngineFiles, table: Any, grace: timedelta) -> int:
+    """Erase the table's metadata files nothing names, older than `grace`; count them.
 
     Named: the current metadata file and those it lists, every snapshot's manifest list and
-    manifests. Anything else was written by a publisher that died before its commit, or
-    left when a deletion failed; its age is judged on storage's clock (a probe), so a
-    running publisher's new files are never taken.
+    manifests. Anything else belonged to expired snapshots, to metadata no longer listed,
+    or to a publisher that died before its commit; its age is judged on storage's clock (a
+    probe), so a running publisher's new files are never taken.
     """
     from stashpoint.maintenance.garbage import storage_now
     from stashpoint.projection import erase_for_good
@@ -445,7 +468,7 @@ def _sweep_orphans(stash: Stash, files: EngineFiles, table: Any) -> int:
         if not unnamed:
             return 0
         now = yield from storage_now(stash.layout)
-        old = [key for key, when in unnamed if now - when >= ORPHAN_AGE]
+        old = [key for key, when in unnamed if now - when >= grace]
         yield from erase_for_good(old, "an Iceberg metadata file")
         return len(old)
 

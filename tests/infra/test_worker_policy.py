@@ -357,7 +357,9 @@ def test_the_archive_policy_with_the_worker_policy_allows_publishing_to_glue(
         stash.admin.purge(log="acme.t0")  # the erasure policy's
         projection.project(stash)
         recorded.clear()
-        report = iceberg.publish(stash, catalog=catalog, table=f"{ARCHIVE}.records")
+        report = iceberg.publish(
+            stash, catalog=catalog, table=f"{ARCHIVE}.records", grace=timedelta(0)
+        )
         assert len(report.removed) == 1 and report.expired_snapshots == 1
         recorded[:0] = publishing
     operations = {name for name, _ in recorded}
