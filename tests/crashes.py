@@ -75,3 +75,14 @@ def _raises_crash() -> Iterator[None]:
     except Crash:
         return
     raise AssertionError("the action did not meet the crash")
+
+
+def fresh_local_stashes(root: Any) -> Callable[[], Any]:
+    """Return an opener of a new local stash in a new folder under `root` at each call
+    (`crash_everywhere`'s `open_stash`: each round starts from nothing)."""
+    import itertools
+
+    import stashpoint
+
+    folders = itertools.count()
+    return lambda: stashpoint.open(f"local://{root / str(next(folders))}")

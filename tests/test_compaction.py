@@ -29,7 +29,7 @@ from stashpoint.stores.objects import GetObject, PutObject
 from tests.archive_rows import Row
 from tests.archive_rows import expected_rows as _expected
 from tests.archive_rows import write_log as _write
-from tests.crashes import crash_everywhere
+from tests.crashes import crash_everywhere, fresh_local_stashes
 from tests.purging import versions
 
 SECRET = "card 4111-1111-1111-1111"
@@ -184,7 +184,6 @@ def test_a_compactor_racing_a_purge_leaves_none_of_the_purged_rows(
 
 
 def test_a_crash_at_any_request_of_a_compaction_leaves_each_row_once(tmp_path: Path) -> None:
-    folders = iter(range(10**6))
 
     def check(stash: Any, step: int, after: bool) -> None:
         assert _table_rows(stash) == _expected(stash, *ACME, *GLOBEX), (step, after)
@@ -193,7 +192,7 @@ def test_a_crash_at_any_request_of_a_compaction_leaves_each_row_once(tmp_path: P
         assert _table_rows(stash) == _expected(stash, *ACME, *GLOBEX), (step, after)
 
     requests = crash_everywhere(
-        lambda: stashpoint.open(f"local://{tmp_path / str(next(folders))}"),
+        fresh_local_stashes(tmp_path),
         _fill,
         compaction.compact,
         check,

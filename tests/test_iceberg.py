@@ -35,7 +35,7 @@ from stashpoint.stores.objects import PutObject
 from tests.archive_rows import Row
 from tests.archive_rows import expected_rows as _expected
 from tests.archive_rows import write_log as _write
-from tests.crashes import Crash, crash_everywhere
+from tests.crashes import Crash, crash_everywhere, fresh_local_stashes
 from tests.kills import counting_child
 
 SECRET = "card 4111-1111-1111-1111"
@@ -203,7 +203,6 @@ def test_a_crash_at_any_request_of_a_publish_leaves_a_table_the_next_publish_com
     snapshot dies at each of its requests (every metadata file, manifest and deletion goes
     through the stash), before or after it took effect: the table then reads consistently
     (no row twice, none of an erased file), and the next publish makes it exact."""
-    folders = iter(range(10**6))
     live = ["acme.t2", "acme.new"]
 
     def scenario(stash: Any) -> None:
@@ -222,7 +221,7 @@ def test_a_crash_at_any_request_of_a_publish_leaves_a_table_the_next_publish_com
         assert SECRET not in _every_text(Path(stash.url.removeprefix("local://")) / PROJECTION)
 
     requests = crash_everywhere(
-        lambda: stashpoint.open(f"local://{tmp_path / str(next(folders))}"),
+        fresh_local_stashes(tmp_path),
         scenario,
         iceberg.publish,
         check,
