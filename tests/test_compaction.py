@@ -31,6 +31,7 @@ from tests.archive_rows import expected_rows as _expected
 from tests.archive_rows import write_log as _write
 from tests.crashes import crash_everywhere, fresh_local_stashes
 from tests.purging import versions
+from tests.together import threads_at_once
 
 SECRET = "card 4111-1111-1111-1111"
 
@@ -205,24 +206,12 @@ def test_compactors_racing_on_seaweedfs_count_each_row_once(seaweedfs: Any) -> N
     url = seaweedfs.url(f"t-{uuid.uuid4().hex}")
     with stashpoint.open(url) as stash:
         _fill(stash)
-        barrier = threading.Barrier(3)
-        failures: list[BaseException] = []
 
         def compactor() -> None:
             with stashpoint.open(url) as own:
-                barrier.wait()
-                try:
-                    compaction.compact(own, min_files=2)
-                except BaseException as exc:  # pragma: no cover - raised below
-                    failures.append(exc)
+                compaction.compact(own, min_files=2)
 
-        threads = [threading.Thread(target=compactor) for _ in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        if failures:
-            raise failures[0]
+        threads_at_once(3, compactor)
         assert _table_rows(stash) == _expected(stash, *ACME, *GLOBEX)
         assert len(compaction.table_files(stash)) == 2  # acme's and globex's
 

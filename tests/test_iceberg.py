@@ -8,7 +8,6 @@ metadata file, DuckDB over the files the scan plans) and checks rows by their id
 from __future__ import annotations
 
 import sqlite3
-import threading
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -37,6 +36,7 @@ from tests.archive_rows import expected_rows as _expected
 from tests.archive_rows import write_log as _write
 from tests.crashes import Crash, crash_everywhere, fresh_local_stashes
 from tests.kills import counting_child
+from tests.together import threads_at_once
 
 SECRET = "card 4111-1111-1111-1111"
 
@@ -160,26 +160,12 @@ def _publish_at_once(
     url: str, publishers: int, catalog: dict[str, str] | None = None
 ) -> list[iceberg.IcebergReport]:
     """Run `publishers` publishes of the stash at `url` at once; return their reports."""
-    barrier = threading.Barrier(publishers)
-    reports: list[iceberg.IcebergReport] = []
-    failures: list[BaseException] = []
 
-    def publisher() -> None:
+    def publisher() -> iceberg.IcebergReport:
         with stashpoint.open(url) as own:
-            barrier.wait()
-            try:
-                reports.append(iceberg.publish(own, catalog=catalog))
-            except BaseException as exc:  # pragma: no cover - raised below
-                failures.append(exc)
+            return iceberg.publish(own, catalog=catalog)
 
-    threads = [threading.Thread(target=publisher) for _ in range(publishers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    if failures:
-        raise failures[0]
-    return reports
+    return threads_at_once(publishers, publisher)
 
 
 def test_two_publishers_at_once_register_every_file_once(tmp_path: Path) -> None:
